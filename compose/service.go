@@ -1,0 +1,56 @@
+// Package compose runs the local stack: compose/docker-compose.yml for Docker
+// users, and this native launcher for machines without Docker. The native
+// launcher installs what is missing (Debian packages, Maven Central
+// artifacts), starts each service as a detached process under the stack
+// directory, waits for protocol-level readiness, and stops only what it
+// started.
+package compose
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+
+	"github.com/inboxbench/inboxbench/config"
+)
+
+// Env is what every service gets: where the stack lives, where to report,
+// and the endpoint configuration (readiness is checked at the configured
+// address, so `status` works against a compose stack too).
+type Env struct {
+	Dir string // absolute stack directory, e.g. /repo/.stack
+	Cfg config.Config
+	Out io.Writer // progress lines for the user
+}
+
+// Path joins elements under the stack directory.
+func (e *Env) Path(elem ...string) string {
+	return filepath.Join(append([]string{e.Dir}, elem...)...)
+}
+
+// Service is one server of the local stack.
+type Service interface {
+	// Name is the short name users type and read: postgres, rabbitmq, kafka, rocketmq.
+	Name() string
+	// Addr is the address the service is checked at (from the config).
+	Addr(e *Env) string
+	// Install makes sure binaries or artifacts are present (apt-get, Maven).
+	Install(ctx context.Context, e *Env) error
+	// Start launches the service's processes detached from the caller.
+	// It is only called when Ready fails.
+	Start(ctx context.Context, e *Env) error
+	// Ready performs one protocol-level check (a SQL query, an AMQP
+	// connection, a Kafka metadata request, a RocketMQ route query) and
+	// returns the server's version.
+	Ready(ctx context.Context, e *Env) (version string, err error)
+	// Procs lists the processes Start launches; Stop and status use them.
+	Procs(e *Env) []Proc
+	// Logs lists the log files a user should read when the service fails.
+	Logs(e *Env) []string
+}
+
+// Stopper is implemented by services that need more than killing their
+// processes (e.g. pg_ctl stop, rabbitmqctl stop).
+type Stopper interface {
+	Stop(ctx context.Context, e *Env) error
+}
