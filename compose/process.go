@@ -38,7 +38,10 @@ func StartDetached(p Proc, cmd *exec.Cmd) error {
 	defer log.Close()
 	fmt.Fprintf(log, "\n=== %s starting: %s\n", time.Now().Format(time.RFC3339), CommandLine(cmd))
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setsid = true
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", CommandLine(cmd), err)
 	}
@@ -46,7 +49,21 @@ func StartDetached(p Proc, cmd *exec.Cmd) error {
 	// Reap the child if it exits while we are still running, so a crash
 	// during startup is visible as a dead pid rather than a zombie.
 	go cmd.Wait() //nolint:errcheck
+	if err := os.WriteFile(p.cmdFile(), []byte(CommandLine(cmd)+"\n"), 0o644); err != nil {
+		return err
+	}
 	return os.WriteFile(p.PIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o644)
+}
+
+func (p Proc) cmdFile() string { return strings.TrimSuffix(p.PIDFile, ".pid") + ".cmd" }
+
+// Command returns the command line the process was last started with.
+func (p Proc) Command() string {
+	b, err := os.ReadFile(p.cmdFile())
+	if err != nil {
+		return "(not started by bench stack)"
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // PID returns the recorded pid if that process is alive.
@@ -143,4 +160,9 @@ func RunLogged(ctx context.Context, logFile string, cmd *exec.Cmd) error {
 		return fmt.Errorf("%s failed (%v); read %s", CommandLine(cmd), err, logFile)
 	}
 	return nil
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }

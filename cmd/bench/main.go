@@ -1,0 +1,142 @@
+// Command bench is the inboxbench CLI: it turns flags into library calls.
+// Exit codes: 0 ok, 1 a verdict or regression failure, 2 bad usage or
+// configuration (the message names the flag or field and what is accepted).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inboxbench/inboxbench/compose"
+	"github.com/inboxbench/inboxbench/config"
+)
+
+// usageError marks a problem the user fixes by changing the command line or
+// configuration; it exits 2.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+func (u usageError) Unwrap() error { return u.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// failure marks a verdict/regression failure already reported; it exits 1.
+type failure struct{ msg string }
+
+func (f failure) Error() string { return f.msg }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:]))
+}
+
+func run(ctx context.Context, args []string) int {
+	cfg, cfgErr := config.FromEnv()
+	root := newRoot(&cfg)
+	root.SetArgs(args)
+	if cfgErr != nil {
+		fmt.Fprintln(os.Stderr, "bench: configuration:", cfgErr)
+		return 2
+	}
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	var u usageError
+	var f failure
+	switch {
+	case errors.As(err, &u), errors.Is(err, compose.ErrUsage):
+		return 2
+	case errors.As(err, &f):
+		return 1
+	case isCobraUsage(err):
+		fmt.Fprintln(os.Stderr, "Run 'bench --help' for usage.")
+		return 2
+	}
+	return 1
+}
+
+func newRoot(cfg *config.Config) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "bench",
+		Short: "inboxbench: exactly-once-effect benchmark and conformance suite for message brokers into a PostgreSQL inbox",
+		Long: `inboxbench drives identical, deterministic workloads through RabbitMQ, Kafka and
+RocketMQ into one PostgreSQL inbox, measures throughput, dedup latency,
+end-to-end latency and lock contention, and then proves that every business
+event took effect exactly once.
+
+Start with:
+  bench stack up        start PostgreSQL, RabbitMQ, Kafka and RocketMQ locally
+  bench stack status    show what is running, with versions
+
+Endpoints default to the local stack; point them at your own clusters with
+flags or these environment variables:
+` + config.EnvHelp(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	cfg.BindFlags(root.PersistentFlags())
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usagef("%v (see '%s --help')", err, c.CommandPath())
+	})
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if err := cfg.Validate(); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+	root.AddCommand(newStackCmd(cfg))
+	for _, c := range root.Commands() {
+		groupOnly(c)
+	}
+	return root
+}
+
+// groupOnly makes a command that only groups subcommands print its help
+// when called bare, and reject an unknown subcommand with exit code 2
+// (cobra would print the help and exit 0).
+func groupOnly(c *cobra.Command) {
+	if !c.HasSubCommands() || c.RunE != nil || c.Run != nil {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q for %q: choose one of %s", args[0], c.CommandPath(), subNames(c))
+		}
+		return c.Help()
+	}
+}
+
+func subNames(c *cobra.Command) string {
+	var names []string
+	for _, s := range c.Commands() {
+		if s.IsAvailableCommand() {
+			names = append(names, s.Name())
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// isCobraUsage recognises cobra's own argument errors (unknown command,
+// wrong number of arguments), which carry no type.
+func isCobraUsage(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "accepts ", "requires at least", "requires exactly", "invalid argument"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+

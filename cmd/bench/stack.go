@@ -1,0 +1,151 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inboxbench/inboxbench/compose"
+	"github.com/inboxbench/inboxbench/config"
+)
+
+func newStackCmd(cfg *config.Config) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "stack",
+		Short: "Run the local stack: PostgreSQL, RabbitMQ, Kafka and RocketMQ on loopback",
+		Long: `Runs the four services natively, without Docker, on fixed loopback ports:
+
+  postgres   127.0.0.1:55432   Debian package, cluster in <stack-dir>/pg
+  rabbitmq   127.0.0.1:55672   Debian package, its own node in <stack-dir>/rabbitmq
+  kafka      127.0.0.1:59092   Maven Central artifacts, KRaft single node (controller 59093)
+  rocketmq   127.0.0.1:59876   Maven Central artifacts, name server + broker (50911)
+
+Missing Debian packages are installed with apt-get when running as root;
+otherwise the command prints what to install and exits 2. Users with Docker
+can run compose/docker-compose.yml instead: it publishes the same ports, so
+every other command works against either.
+
+SERVICE arguments restrict a command to some services (default: all).`,
+	}
+	dirEnv := func() (*compose.Env, error) {
+		dir, err := compose.AbsDir(cfg.StackDir)
+		if err != nil {
+			return nil, err
+		}
+		return &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stdout}, nil
+	}
+	pick := func(args []string) ([]compose.Service, error) {
+		s, err := compose.Select(args)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return s, nil
+	}
+	up := &cobra.Command{
+		Use:   "up [SERVICE...]",
+		Short: "Install what is missing, start the services and wait until each answers its protocol",
+		Long: `Installs missing Debian packages and Maven artifacts, starts every service
+that is not already healthy, and waits for protocol-level readiness: a SQL
+query, an AMQP channel, a Kafka metadata request, a RocketMQ route query.
+A healthy service is reused, so running it twice is harmless. On failure it
+names the service, the command it ran and the log file to read.`,
+		ValidArgs: compose.Names(),
+		RunE: func(c *cobra.Command, args []string) error {
+			svcs, err := pick(args)
+			if err != nil {
+				return err
+			}
+			e, err := dirEnv()
+			if err != nil {
+				return err
+			}
+			return compose.Up(c.Context(), e, svcs)
+		},
+	}
+	var wipe bool
+	down := &cobra.Command{
+		Use:   "down [SERVICE...]",
+		Short: "Stop the services that 'up' started (data is kept unless --wipe)",
+		RunE: func(c *cobra.Command, args []string) error {
+			svcs, err := pick(args)
+			if err != nil {
+				return err
+			}
+			e, err := dirEnv()
+			if err != nil {
+				return err
+			}
+			return compose.Down(c.Context(), e, svcs, wipe)
+		},
+	}
+	down.Flags().BoolVar(&wipe, "wipe", false, "also delete the services' data directories")
+	status := &cobra.Command{
+		Use:   "status [SERVICE...]",
+		Short: "Check each service once and print service, version, address and health",
+		Long: `Checks each service with the same protocol-level query 'up' waits for, at the
+configured address (so it also works against compose or remote clusters).
+Exits 1 when any selected service is unhealthy.`,
+		RunE: func(c *cobra.Command, args []string) error {
+			svcs, err := pick(args)
+			if err != nil {
+				return err
+			}
+			e, err := dirEnv()
+			if err != nil {
+				return err
+			}
+			rows := compose.Status(c.Context(), e, svcs)
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SERVICE\tVERSION\tADDRESS\tHEALTHY\tDETAIL")
+			bad := 0
+			for _, r := range rows {
+				h := "yes"
+				if !r.Healthy {
+					h, bad = "NO", bad+1
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Service, dash(r.Version), r.Address, h, r.Detail)
+			}
+			tw.Flush()
+			if bad > 0 {
+				return failure{fmt.Sprintf("%d of %d services unhealthy: start them with 'bench stack up'", bad, len(rows))}
+			}
+			return nil
+		},
+	}
+	var lines int
+	logs := &cobra.Command{
+		Use:   "logs SERVICE",
+		Short: "Print the tail of a service's log files",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			svcs, err := pick(args)
+			if err != nil {
+				return err
+			}
+			e, err := dirEnv()
+			if err != nil {
+				return err
+			}
+			for _, l := range svcs[0].Logs(e) {
+				fmt.Printf("==> %s <==\n", l)
+				t := exec.CommandContext(c.Context(), "tail", "-n", fmt.Sprint(lines), l)
+				t.Stdout, t.Stderr = os.Stdout, os.Stderr
+				_ = t.Run()
+			}
+			return nil
+		},
+	}
+	logs.Flags().IntVarP(&lines, "lines", "n", 50, "number of lines per log file")
+	cmd.AddCommand(up, down, status, logs)
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

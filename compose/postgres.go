@@ -1,0 +1,265 @@
+package compose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Postgres runs a PostgreSQL cluster from Debian's package, initialised in
+// the stack directory. initdb refuses to run as root, so when bench runs as
+// root the cluster belongs to the `postgres` system user the package creates.
+type Postgres struct{}
+
+// Local-stack PostgreSQL settings. The application role is deliberately not
+// a superuser, as in the article's lab: what the benchmark does must work
+// with the rights a production service account has. pg_monitor lets it read
+// pg_stat_activity and pg_stat_statements for the contention sampler.
+const (
+	pgPort     = 55432
+	pgAppRole  = "inboxbench"
+	pgAppDB    = "inboxbench"
+	pgPassword = "inboxbench"
+)
+
+func init() { register(1, &Postgres{}) }
+
+func (*Postgres) Name() string { return "postgres" }
+
+func (*Postgres) Addr(e *Env) string {
+	c, err := pgx.ParseConfig(e.Cfg.PGURL)
+	if err != nil {
+		return e.Cfg.PGURL
+	}
+	return fmt.Sprintf("%s:%d", c.Host, c.Port)
+}
+
+func (*Postgres) Packages() []Package {
+	return []Package{{Deb: "postgresql", Found: func() bool { _, err := pgBin("pg_ctl"); return err == nil }},
+		// pg_stat_statements ships in contrib; on Debian 12 it is part of postgresql-NN.
+		{Deb: "postgresql-contrib", Found: func() bool { return pgContribFound() }}}
+}
+
+func (p *Postgres) Procs(e *Env) []Proc {
+	return []Proc{{Name: "postgres", PIDFile: e.Path("pg", "postgres.pid"), LogFile: e.Path("pg", "postgres.log")}}
+}
+
+func (p *Postgres) Logs(e *Env) []string { return []string{e.Path("pg", "postgres.log")} }
+
+func (*Postgres) Install(ctx context.Context, e *Env) error {
+	_, err := pgBin("initdb")
+	return err
+}
+
+// pgBin finds a PostgreSQL server binary; Debian keeps them out of PATH
+// under /usr/lib/postgresql/<major>/bin. The newest major wins.
+func pgBin(name string) (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
+	for _, d := range dirs {
+		if p := filepath.Join(d, name); isExecutable(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("postgres: %s not found under /usr/lib/postgresql/*/bin or in PATH: install the Debian package postgresql", name)
+}
+
+func pgMajor(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+func pgContribFound() bool {
+	m, _ := filepath.Glob("/usr/share/postgresql/*/extension/pg_stat_statements.control")
+	return len(m) > 0
+}
+
+// pgOwner returns the credentials the server must run as: the caller, or
+// the postgres system user when the caller is root.
+func pgOwner() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: running as root, but there is no `postgres` user to own the cluster (initdb refuses root): install the Debian package postgresql, which creates it")
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func asOwner(cmd *exec.Cmd, cred *syscall.Credential) *exec.Cmd {
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	return cmd
+}
+
+func chownTree(dir string, cred *syscall.Credential) error {
+	if cred == nil {
+		return nil
+	}
+	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(cred.Uid), int(cred.Gid))
+	})
+}
+
+func (p *Postgres) Start(ctx context.Context, e *Env) error {
+	cred, err := pgOwner()
+	if err != nil {
+		return err
+	}
+	dir := e.Path("pg")
+	data := filepath.Join(dir, "data")
+	sock := filepath.Join(dir, "run")
+	if err := os.MkdirAll(sock, 0o755); err != nil {
+		return err
+	}
+	// The server user must be able to reach its directory through the
+	// checkout's parents; fail with a clear message rather than a cryptic
+	// initdb error.
+	if err := chownTree(dir, cred); err != nil {
+		return fmt.Errorf("postgres: give %s to the postgres user: %w", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
+		initdb, err := pgBin("initdb")
+		if err != nil {
+			return err
+		}
+		pwfile := filepath.Join(dir, "superuser.pw")
+		if err := os.WriteFile(pwfile, []byte(pgPassword+"\n"), 0o600); err != nil {
+			return err
+		}
+		if err := chownTree(dir, cred); err != nil {
+			return err
+		}
+		// Local socket connections are trusted (only the owner and root can
+		// reach the socket directory); TCP needs a password.
+		cmd := asOwner(exec.CommandContext(ctx, initdb, "-D", data, "-U", "postgres", "--pwfile", pwfile,
+			"--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"), cred)
+		if err := RunLogged(ctx, p.Logs(e)[0], cmd); err != nil {
+			return fmt.Errorf("postgres: initdb: %w", err)
+		}
+	}
+	server, err := pgBin("postgres")
+	if err != nil {
+		return err
+	}
+	// Sized for a 2-core, shared machine: 256 MB of shared buffers keeps
+	// the whole stack well under 4 GiB. Durability settings stay at their
+	// defaults (fsync, synchronous_commit on): the benchmark measures the
+	// commit an inbox really pays for.
+	cmd := asOwner(exec.Command(server, "-D", data,
+		"-p", strconv.Itoa(pgPort), "-k", sock, "-c", "listen_addresses=127.0.0.1",
+		"-c", "shared_preload_libraries=pg_stat_statements",
+		"-c", "pg_stat_statements.track=all",
+		"-c", "track_io_timing=on",
+		"-c", "max_connections=200",
+		"-c", "shared_buffers=256MB",
+		"-c", "unix_socket_permissions=0770",
+	), cred)
+	proc := p.Procs(e)[0]
+	if err := StartDetached(proc, cmd); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return p.provision(ctx, e, sock, proc)
+}
+
+// provision creates the application role and database once the server
+// accepts connections on its socket.
+func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc) error {
+	dsn := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", sock, pgPort)
+	var conn *pgx.Conn
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var err error
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err = pgx.Connect(cctx, dsn)
+		cancel()
+		if err == nil {
+			break
+		}
+		if _, alive := proc.PID(); !alive {
+			return fmt.Errorf("postgres: the server exited during startup: %w", err)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("postgres: no connection on socket %s within 60s: %w", sock, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	defer conn.Close(context.Background())
+	stmts := []string{
+		fmt.Sprintf(`DO $$ BEGIN
+		  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%[1]s') THEN
+		    CREATE ROLE %[1]s LOGIN PASSWORD '%[2]s' NOSUPERUSER NOCREATEROLE;
+		  END IF;
+		END $$`, pgAppRole, pgPassword),
+		"GRANT pg_monitor TO " + pgAppRole,
+		"GRANT pg_signal_backend TO " + pgAppRole,
+	}
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("postgres: provision role: %w", err)
+		}
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)", pgAppDB).Scan(&exists); err != nil {
+		return fmt.Errorf("postgres: provision database: %w", err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s OWNER %s", pgAppDB, pgAppRole)); err != nil {
+			return fmt.Errorf("postgres: create database %s: %w", pgAppDB, err)
+		}
+	}
+	// The extension is created by the superuser once; the app role can then
+	// read its view (pg_read_all_stats via pg_monitor shows every query).
+	dbconn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=%s sslmode=disable", sock, pgPort, pgAppDB))
+	if err != nil {
+		return fmt.Errorf("postgres: connect to %s: %w", pgAppDB, err)
+	}
+	defer dbconn.Close(context.Background())
+	if _, err := dbconn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		return fmt.Errorf("postgres: create extension pg_stat_statements: %w", err)
+	}
+	return nil
+}
+
+func (*Postgres) Ready(ctx context.Context, e *Env) (string, error) {
+	conn, err := pgx.Connect(ctx, e.Cfg.PGURL)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		return "", err
+	}
+	return "PostgreSQL " + v, nil
+}
+
+// Stop uses a fast shutdown: SIGTERM would be a "smart" shutdown that waits
+// for every client to disconnect.
+func (p *Postgres) Stop(ctx context.Context, e *Env) error {
+	proc := p.Procs(e)[0]
+	if pid, ok := proc.PID(); ok {
+		_ = syscall.Kill(pid, syscall.SIGINT)
+	}
+	return proc.Kill(ctx, 30*time.Second)
+}

@@ -1,0 +1,183 @@
+package compose
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// RabbitMQ runs a node from Debian's rabbitmq-server package as its own
+// node: own node name, ports, data and log directories and HOME (which
+// holds its Erlang cookie), so it neither needs nor disturbs the system
+// service. The vhost, user and permissions come from a definitions file
+// imported at boot, which makes provisioning declarative and idempotent.
+type RabbitMQ struct{}
+
+const (
+	rabbitBin      = "/usr/lib/rabbitmq/bin"
+	rabbitNode     = "inboxbench@localhost"
+	rabbitPort     = 55672
+	rabbitDistPort = 55673 // the default (AMQP port + 20000) would be out of range
+	rabbitUser     = "inboxbench"
+	rabbitPassword = "inboxbench"
+	rabbitVhost    = "inboxbench"
+)
+
+func init() { register(2, &RabbitMQ{}) }
+
+func (*RabbitMQ) Name() string { return "rabbitmq" }
+
+func (*RabbitMQ) Addr(e *Env) string {
+	u, err := url.Parse(e.Cfg.RabbitMQURL)
+	if err != nil {
+		return e.Cfg.RabbitMQURL
+	}
+	return u.Host
+}
+
+func (*RabbitMQ) Packages() []Package {
+	return []Package{{Deb: "rabbitmq-server", Found: func() bool { return isExecutable(rabbitBin + "/rabbitmq-server") }}}
+}
+
+func (r *RabbitMQ) Procs(e *Env) []Proc {
+	return []Proc{{Name: "rabbitmq", PIDFile: e.Path("rabbitmq", "server.pid"), LogFile: e.Path("rabbitmq", "server.log")}}
+}
+
+func (r *RabbitMQ) Logs(e *Env) []string {
+	return []string{e.Path("rabbitmq", "server.log"), e.Path("rabbitmq", "log", "node.log")}
+}
+
+func (r *RabbitMQ) DataDirs(e *Env) []string { return []string{e.Path("rabbitmq")} }
+
+func (*RabbitMQ) Install(ctx context.Context, e *Env) error {
+	if !isExecutable(rabbitBin + "/rabbitmq-server") {
+		return fmt.Errorf("%s/rabbitmq-server not found: install the Debian package rabbitmq-server", rabbitBin)
+	}
+	return nil
+}
+
+// env is the node's environment; rabbitmqctl needs the same to reach it.
+func (r *RabbitMQ) env(e *Env) []string {
+	d := e.Path("rabbitmq")
+	return append(os.Environ(),
+		"HOME="+e.Path("rabbitmq", "home"),
+		"RABBITMQ_CONF_ENV_FILE="+e.Path("rabbitmq", "rabbitmq-env.conf"),
+		"RABBITMQ_NODENAME="+rabbitNode,
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", rabbitPort),
+		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", rabbitDistPort),
+		"RABBITMQ_CONFIG_FILE="+d+"/rabbitmq.conf",
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+d+"/enabled_plugins",
+		"RABBITMQ_MNESIA_BASE="+d+"/mnesia",
+		"RABBITMQ_LOG_BASE="+d+"/log",
+		"RABBITMQ_LOGS="+d+"/log/node.log",
+		"RABBITMQ_PID_FILE="+d+"/node.pid",
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+		// Two schedulers match the 2-core target machine.
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2",
+	)
+}
+
+func (r *RabbitMQ) Start(ctx context.Context, e *Env) error {
+	d := e.Path("rabbitmq")
+	for _, sub := range []string{"home", "log", "mnesia"} {
+		if err := os.MkdirAll(e.Path("rabbitmq", sub), 0o755); err != nil {
+			return err
+		}
+	}
+	defs, err := rabbitDefinitions()
+	if err != nil {
+		return err
+	}
+	files := map[string]string{
+		"rabbitmq-env.conf": "# inboxbench: the node's settings come from the environment\n",
+		"enabled_plugins":   "[].\n",
+		"definitions.json":  defs,
+		"rabbitmq.conf": fmt.Sprintf(`# written by bench stack up
+listeners.tcp.1 = 127.0.0.1:%d
+load_definitions = %s/definitions.json
+loopback_users = none
+# Small, shared machine: keep memory low and let the disk alarm trip late.
+vm_memory_high_watermark.absolute = 512MiB
+disk_free_limit.absolute = 100MB
+log.console = false
+log.file.level = info
+`, rabbitPort, d),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(e.Path("rabbitmq", name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	cmd := exec.Command(rabbitBin + "/rabbitmq-server")
+	cmd.Env = r.env(e)
+	cmd.Dir = d
+	if err := StartDetached(r.Procs(e)[0], cmd); err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	return nil
+}
+
+// rabbitDefinitions renders the boot-time definitions: one vhost, one user
+// with a salted SHA-256 password hash (RabbitMQ's own scheme), full
+// permissions on that vhost.
+func rabbitDefinitions() (string, error) {
+	salt := make([]byte, 4)
+	if _, err := rand.Read(salt); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(append(append([]byte{}, salt...), rabbitPassword...))
+	hash := base64.StdEncoding.EncodeToString(append(salt, sum[:]...))
+	defs := map[string]any{
+		"users": []map[string]any{{"name": rabbitUser, "password_hash": hash,
+			"hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []string{"administrator"}}},
+		"vhosts": []map[string]any{{"name": rabbitVhost}},
+		"permissions": []map[string]any{{"user": rabbitUser, "vhost": rabbitVhost,
+			"configure": ".*", "write": ".*", "read": ".*"}},
+	}
+	b, err := json.MarshalIndent(defs, "", "  ")
+	return string(b), err
+}
+
+func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
+	d := 3 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		d = time.Until(dl)
+	}
+	conn, err := amqp.DialConfig(e.Cfg.RabbitMQURL, amqp.Config{Dial: amqp.DefaultDial(d)})
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	// A channel proves the vhost and permissions, not just the listener.
+	ch, err := conn.Channel()
+	if err != nil {
+		return "", err
+	}
+	ch.Close()
+	v, _ := conn.Properties["version"].(string)
+	return "RabbitMQ " + v, nil
+}
+
+// Stop asks the node to stop cleanly (flushing quorum queue state), then
+// makes sure the process group is gone.
+func (r *RabbitMQ) Stop(ctx context.Context, e *Env) error {
+	proc := r.Procs(e)[0]
+	if _, ok := proc.PID(); ok {
+		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		cmd := exec.CommandContext(cctx, rabbitBin+"/rabbitmqctl", "-n", rabbitNode, "stop")
+		cmd.Env = r.env(e)
+		_ = RunLogged(cctx, proc.LogFile, cmd)
+		cancel()
+	}
+	return proc.Kill(ctx, 30*time.Second)
+}

@@ -1,0 +1,72 @@
+package compose
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxbench/inboxbench/internal/testenv"
+)
+
+// TestRabbitMQSmoke publishes to a quorum queue with a publisher confirm
+// and consumes with a manual ack, as the inbox consumers do.
+func TestRabbitMQSmoke(t *testing.T) {
+	cfg := testenv.Require(t, testenv.RabbitMQ)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := amqp.Dial(cfg.RabbitMQURL)
+	if err != nil {
+		t.Fatalf("rabbitmq: dial: %v", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := fmt.Sprintf("smoke.%d", time.Now().UnixNano())
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatalf("rabbitmq: declare quorum queue: %v", err)
+	}
+	defer ch.QueueDelete(q, false, false, false) //nolint:errcheck
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, amqp.Publishing{
+		MessageId: "smoke-1", DeliveryMode: amqp.Persistent, Body: []byte("hello"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := conf.WaitContext(ctx); err != nil || !ok {
+		t.Fatalf("rabbitmq: publisher confirm: ok=%v err=%v", ok, err)
+	}
+	msgs, err := ch.ConsumeWithContext(ctx, q, "", false, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-msgs:
+		if d.MessageId != "smoke-1" || string(d.Body) != "hello" {
+			t.Fatalf("got message %q %q", d.MessageId, d.Body)
+		}
+		if d.Redelivered {
+			t.Errorf("first delivery marked redelivered")
+		}
+		if err := d.Ack(false); err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("rabbitmq: the published message was not delivered within 30s")
+	}
+	// The ack must have emptied the queue.
+	info, err := ch.QueueDeclarePassive(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Messages != 0 {
+		t.Errorf("queue still holds %d messages after ack", info.Messages)
+	}
+}

@@ -1,0 +1,353 @@
+package compose
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrUsage marks errors the user fixes by running something or changing
+// configuration (exit code 2), as opposed to a service that failed.
+var ErrUsage = errors.New("usage error")
+
+type usageErr struct{ msg string }
+
+func (u usageErr) Error() string        { return u.msg }
+func (u usageErr) Is(target error) bool { return target == ErrUsage }
+
+func usageErrorf(format string, a ...any) error { return usageErr{fmt.Sprintf(format, a...)} }
+
+// Package is an OS package a service needs, with a check for whether it is
+// already installed.
+type Package struct {
+	Deb   string
+	Found func() bool
+}
+
+// Packager is implemented by services that need OS packages.
+type Packager interface {
+	Packages() []Package
+}
+
+// registry holds the stack's services by display order; each service's
+// file registers itself, so the stack is the set of files in this package.
+var registry = map[int]Service{}
+
+func register(order int, s Service) {
+	if _, dup := registry[order]; dup {
+		panic(fmt.Sprintf("compose: two services registered at position %d", order))
+	}
+	registry[order] = s
+}
+
+// Services returns the services of the local stack in display order.
+func Services() []Service {
+	keys := make([]int, 0, len(registry))
+	for k := range registry {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	out := make([]Service, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, registry[k])
+	}
+	return out
+}
+
+// Select returns the named services; an empty list selects all of them.
+func Select(names []string) ([]Service, error) {
+	all := Services()
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []Service
+	for _, n := range names {
+		found := false
+		for _, s := range all {
+			if s.Name() == n {
+				out = append(out, s)
+				found = true
+			}
+		}
+		if !found {
+			return nil, usageErrorf("unknown service %q: choose from %s", n, strings.Join(Names(), ", "))
+		}
+	}
+	return out, nil
+}
+
+// Names lists the service names.
+func Names() []string {
+	var out []string
+	for _, s := range Services() {
+		out = append(out, s.Name())
+	}
+	return out
+}
+
+// readyTimeout bounds how long `up` waits for one service.
+func readyTimeout(s Service) time.Duration {
+	switch s.Name() {
+	case "postgres":
+		return 90 * time.Second
+	default:
+		return 180 * time.Second
+	}
+}
+
+// EnsurePackages installs missing OS packages with apt-get when running as
+// root on Debian/Ubuntu; otherwise it returns a usage error with the exact
+// command to run.
+func EnsurePackages(ctx context.Context, e *Env, svcs []Service) error {
+	var missing []string
+	seen := map[string]bool{}
+	for _, s := range svcs {
+		p, ok := s.(Packager)
+		if !ok {
+			continue
+		}
+		for _, pkg := range p.Packages() {
+			if !pkg.Found() && !seen[pkg.Deb] {
+				seen[pkg.Deb] = true
+				missing = append(missing, pkg.Deb)
+			}
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	cmdline := "apt-get install -y --no-install-recommends " + strings.Join(missing, " ")
+	if _, err := exec.LookPath("apt-get"); err != nil || os.Geteuid() != 0 {
+		return usageErrorf("missing packages %s: run\n  sudo apt-get update && sudo %s\nthen run the command again", strings.Join(missing, ", "), cmdline)
+	}
+	fmt.Fprintf(e.Out, "installing %s with apt-get (log: %s)\n", strings.Join(missing, ", "), e.Path("apt.log"))
+	log := e.Path("apt.log")
+	if err := RunLogged(ctx, log, exec.CommandContext(ctx, "apt-get", "update", "-q")); err != nil {
+		return err
+	}
+	// Debian's maintainer scripts would start the system-wide RabbitMQ and
+	// PostgreSQL services; the stack runs its own instances, so forbid that
+	// while installing (policy-rc.d exit 101 = "action not allowed").
+	restore, err := denyServiceStarts()
+	if err != nil {
+		return err
+	}
+	defer restore()
+	cmd := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-y", "-q", "--no-install-recommends"}, missing...)...)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	return RunLogged(ctx, log, cmd)
+}
+
+func denyServiceStarts() (func(), error) {
+	const p = "/usr/sbin/policy-rc.d"
+	if _, err := os.Stat(p); err == nil {
+		return func() {}, nil // someone else's policy: leave it alone
+	}
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n# written by inboxbench during apt-get install\nexit 101\n"), 0o755); err != nil {
+		return nil, err
+	}
+	return func() { os.Remove(p) }, nil
+}
+
+// Up starts every selected service that is not already healthy, in
+// parallel, and waits for protocol-level readiness of each. A healthy
+// service is reused, so Up is idempotent.
+func Up(ctx context.Context, e *Env, svcs []Service) error {
+	if err := os.MkdirAll(e.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := EnsurePackages(ctx, e, svcs); err != nil {
+		return err
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for _, s := range svcs {
+		wg.Add(1)
+		go func(s Service) {
+			defer wg.Done()
+			if err := up(ctx, e, s, &mu); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}(s)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
+	say := func(format string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(e.Out, "%-9s "+format+"\n", append([]any{s.Name()}, a...)...)
+	}
+	if v, err := ready(ctx, e, s); err == nil {
+		say("already running at %s (%s): reused", s.Addr(e), v)
+		return nil
+	}
+	for _, p := range s.Procs(e) {
+		if pid, alive := p.PID(); alive {
+			return serviceError(e, s, fmt.Errorf("process %s (pid %d) is running but not answering at %s; stop it with `bench stack down %s`", p.Name, pid, s.Addr(e), s.Name()))
+		}
+	}
+	start := time.Now()
+	if err := s.Install(ctx, e); err != nil {
+		return serviceError(e, s, fmt.Errorf("install: %w", err))
+	}
+	if d := time.Since(start); d > time.Second {
+		say("installed in %s", d.Round(time.Second))
+	}
+	if err := s.Start(ctx, e); err != nil {
+		return serviceError(e, s, err)
+	}
+	timeout := readyTimeout(s)
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		v, err := ready(ctx, e, s)
+		if err == nil {
+			say("ready at %s in %s (%s)", s.Addr(e), time.Since(start).Round(100*time.Millisecond), v)
+			return nil
+		}
+		last = err
+		for _, p := range s.Procs(e) {
+			if _, alive := p.PID(); !alive {
+				return serviceError(e, s, fmt.Errorf("process %s exited during startup (last check: %v)", p.Name, err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return serviceError(e, s, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return serviceError(e, s, fmt.Errorf("not ready after %s: %v", timeout, last))
+}
+
+func ready(ctx context.Context, e *Env, s Service) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return s.Ready(cctx, e)
+}
+
+// serviceError names the service, the command it ran and the logs to read.
+func serviceError(e *Env, s Service, err error) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s failed: %v", s.Name(), err)
+	for _, p := range s.Procs(e) {
+		fmt.Fprintf(&b, "\n  command: %s", p.Command())
+	}
+	for _, l := range s.Logs(e) {
+		fmt.Fprintf(&b, "\n  log:     %s", l)
+		if tail := tailFile(l, 5); tail != "" {
+			fmt.Fprintf(&b, "\n%s", indent(tail, "    | "))
+		}
+	}
+	if errors.Is(err, ErrUsage) {
+		return usageErr{b.String()}
+	}
+	return errors.New(b.String())
+}
+
+// Down stops the selected services' processes that Up started (found by
+// their pid files); with wipe it also deletes their data.
+func Down(ctx context.Context, e *Env, svcs []Service, wipe bool) error {
+	var errs []error
+	for i := len(svcs) - 1; i >= 0; i-- { // reverse start order
+		s := svcs[i]
+		var err error
+		if st, ok := s.(Stopper); ok {
+			err = st.Stop(ctx, e)
+		} else {
+			for _, p := range s.Procs(e) {
+				err = errors.Join(err, p.Kill(ctx, 30*time.Second))
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: stop: %w", s.Name(), err))
+			continue
+		}
+		fmt.Fprintf(e.Out, "%-9s stopped\n", s.Name())
+	}
+	if wipe && len(errs) == 0 {
+		for _, s := range svcs {
+			if w, ok := s.(interface{ DataDirs(*Env) []string }); ok {
+				for _, d := range w.DataDirs(e) {
+					if err := os.RemoveAll(d); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				fmt.Fprintf(e.Out, "%-9s data wiped\n", s.Name())
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// StatusRow is one line of `bench stack status`.
+type StatusRow struct {
+	Service, Version, Address string
+	Healthy                   bool
+	Detail                    string // error when unhealthy, or who runs it
+}
+
+// Status checks every selected service once, in parallel.
+func Status(ctx context.Context, e *Env, svcs []Service) []StatusRow {
+	rows := make([]StatusRow, len(svcs))
+	var wg sync.WaitGroup
+	for i, s := range svcs {
+		wg.Add(1)
+		go func(i int, s Service) {
+			defer wg.Done()
+			r := StatusRow{Service: s.Name(), Address: s.Addr(e)}
+			v, err := ready(ctx, e, s)
+			r.Version, r.Healthy = v, err == nil
+			if err != nil {
+				r.Detail = err.Error()
+			} else {
+				r.Detail = "external (not started by this stack)"
+				for _, p := range s.Procs(e) {
+					if pid, ok := p.PID(); ok {
+						r.Detail = fmt.Sprintf("local, pid %d", pid)
+						break
+					}
+				}
+			}
+			rows[i] = r
+		}(i, s)
+	}
+	wg.Wait()
+	return rows
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// AbsDir resolves the configured stack directory.
+func AbsDir(dir string) (string, error) {
+	return filepath.Abs(dir)
+}
