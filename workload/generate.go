@@ -1,0 +1,254 @@
+package workload
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/inboxbench/inboxbench/envelope"
+)
+
+// Source is the CloudEvents source of every generated event.
+const Source = "inboxbench/workload"
+
+// epoch is the occurrence time of the first event; fixed so that the same
+// seed gives byte-identical envelopes.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Publish is one transport send of an event. The same event can be sent
+// several times (a republish keeps the event id and raises Attempt).
+type Publish struct {
+	Event *envelope.Event
+	// Republish marks a duplicate send of an event already in the stream.
+	Republish bool
+}
+
+// Plan is the generated stream and what it must produce.
+type Plan struct {
+	Spec *Spec
+	// Events are the distinct business events, each once, in the order
+	// they were generated.
+	Events []*envelope.Event
+	// Publishes is the send order, with the fault plan applied
+	// (reordered successors, republished duplicates).
+	Publishes []Publish
+	// Expected is the oracle: the final state of every aggregate.
+	Expected map[string]State
+	// OutOfOrder counts successor-before-predecessor swaps; Republished
+	// counts duplicate sends.
+	OutOfOrder, Republished int
+}
+
+// State is an aggregate's balance and version.
+type State struct {
+	Balance int64 `json:"balance"`
+	Version int64 `json:"version"`
+}
+
+// AggregateID names aggregate i.
+func AggregateID(i int) string { return fmt.Sprintf("acct-%06d", i) }
+
+// EventID names version v of an aggregate: stable across resends.
+func EventID(agg string, v int64) string { return fmt.Sprintf("%s-v%d", agg, v) }
+
+// Generate builds the plan for s. The same spec (and seed) always gives the
+// same plan.
+func Generate(s *Spec) *Plan {
+	rng := rand.New(rand.NewPCG(uint64(s.Seed), 0x1b0c5be7c4))
+	counts := spread(s)
+	// The order in which aggregates emit their next version: every
+	// aggregate appears counts[i] times, shuffled.
+	order := make([]int32, 0, s.Events)
+	for i, c := range counts {
+		for range c {
+			order = append(order, int32(i))
+		}
+	}
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+
+	p := &Plan{Spec: s, Events: make([]*envelope.Event, 0, len(order)), Expected: make(map[string]State, s.Aggregates)}
+	version := make([]int64, s.Aggregates)
+	balance := make([]int64, s.Aggregates)
+	for n, a := range order {
+		agg := AggregateID(int(a))
+		version[a]++
+		v := version[a]
+		delta := s.Amount.Min
+		if s.Amount.Distribution == "uniform" && s.Amount.Max > s.Amount.Min {
+			delta += rng.Int64N(s.Amount.Max - s.Amount.Min + 1)
+		}
+		balance[a] += delta
+		e := &envelope.Event{
+			SpecVersion: envelope.SpecVersion, Source: Source, ID: EventID(agg, v),
+			Type: "account.credited", Time: epoch.Add(time.Duration(n) * time.Millisecond),
+			Subject: agg, AggregateVersion: v, Kind: envelope.Increment, Amount: delta,
+		}
+		// A snapshot carries the full balance at its version (keep-latest);
+		// version 1 stays an increment so every aggregate starts the same way.
+		if v > 1 && s.SnapshotRatio > 0 && rng.Float64() < s.SnapshotRatio {
+			e.Kind, e.Type, e.Amount = envelope.Snapshot, "account.snapshot", balance[a]
+		}
+		p.Events = append(p.Events, e)
+		p.Expected[agg] = State{Balance: balance[a], Version: v}
+	}
+	p.Publishes = faults(s, rng, p)
+	return p
+}
+
+// spread decides how many events each aggregate gets (at least one).
+func spread(s *Spec) []int {
+	n, total := s.Aggregates, s.Events
+	w := make([]float64, n)
+	switch s.Skew.Kind {
+	case "zipf":
+		for i := range w {
+			w[i] = 1 / math.Pow(float64(i+1), s.Skew.S)
+		}
+	case "hot":
+		for i := range w {
+			w[i] = (1 - s.Skew.HotShare) / float64(max(n-1, 1))
+		}
+		w[0] = s.Skew.HotShare
+	default:
+		for i := range w {
+			w[i] = 1
+		}
+	}
+	var sum float64
+	for _, x := range w {
+		sum += x
+	}
+	counts := make([]int, n)
+	rest := total - n
+	given := 0
+	for i := range counts {
+		extra := int(float64(rest) * w[i] / sum)
+		counts[i] = 1 + extra
+		given += extra
+	}
+	// Hand out what rounding left, by weight order (deterministic).
+	for i := 0; given < rest; i = (i + 1) % n {
+		counts[i]++
+		given++
+	}
+	return counts
+}
+
+// faults turns the event order into the publish order.
+func faults(s *Spec, rng *rand.Rand, p *Plan) []Publish {
+	pubs := make([]Publish, len(p.Events))
+	for i, e := range p.Events {
+		pubs[i] = Publish{Event: e}
+	}
+	if s.Faults.OutOfOrder > 0 {
+		// Where an event and its successor are both in the stream, publish
+		// the successor in the event's place and the event in the
+		// successor's: the consumer sees a version gap first.
+		pos := make(map[string]int, len(pubs))
+		for i, pb := range pubs {
+			pos[pb.Event.ID] = i
+		}
+		for i := range pubs {
+			e := pubs[i].Event
+			if rng.Float64() >= s.Faults.OutOfOrder {
+				continue
+			}
+			j, ok := pos[EventID(e.Subject, e.AggregateVersion+1)]
+			if !ok || j <= i {
+				continue
+			}
+			pubs[i], pubs[j] = pubs[j], pubs[i]
+			pos[pubs[i].Event.ID], pos[pubs[j].Event.ID] = i, j
+			p.OutOfOrder++
+		}
+	}
+	if s.Faults.DuplicateRepublish > 0 {
+		// A republished copy follows its original after up to 1000 other
+		// sends: a new transport message carrying the same event id.
+		type dup struct {
+			at int
+			pb Publish
+		}
+		var dups []dup
+		for i, pb := range pubs {
+			if rng.Float64() < s.Faults.DuplicateRepublish {
+				c := *pb.Event
+				c.Attempt = 1
+				dups = append(dups, dup{at: i + 1 + rng.IntN(1000), pb: Publish{Event: &c, Republish: true}})
+			}
+		}
+		if len(dups) > 0 {
+			out := make([]Publish, 0, len(pubs)+len(dups))
+			// dups are generated in increasing i but their targets are not
+			// sorted; a stable bucket by target keeps this deterministic.
+			byAt := make(map[int][]Publish, len(dups))
+			for _, d := range dups {
+				byAt[d.at] = append(byAt[d.at], d.pb)
+			}
+			for i, pb := range pubs {
+				out = append(out, byAt[i]...)
+				out = append(out, pb)
+			}
+			for i := len(pubs); i <= len(pubs)+1000; i++ {
+				out = append(out, byAt[i]...)
+			}
+			p.Republished = len(dups)
+			pubs = out
+		}
+	}
+	return pubs
+}
+
+// chance decides a per-event fault as a pure function of seed, fault name
+// and event identity, so every process (the runner and `bench worker`
+// processes) takes the same decision without sharing state.
+func chance(seed int64, fault, key string, ratio float64) bool {
+	if ratio <= 0 {
+		return false
+	}
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(seed))
+	h.Write(b[:])
+	h.Write([]byte(fault))
+	h.Write([]byte(key))
+	return float64(h.Sum64()>>11)/float64(1<<53) < ratio
+}
+
+// CrashAfterCommit reports whether the consumer must crash after
+// committing this event's first delivery.
+func (s *Spec) CrashAfterCommit(e *envelope.Event) bool {
+	return e.Attempt == 0 && chance(s.Seed, "crash", e.Key(), s.Faults.CrashAfterCommit)
+}
+
+// Storm reports whether this event is delivered to StormConsumers
+// consumers at once.
+func (s *Spec) Storm(e *envelope.Event) bool {
+	return e.Attempt == 0 && chance(s.Seed, "storm", e.Key(), s.Faults.ConcurrentDuplicates)
+}
+
+// Encode renders the envelope padded to the spec's message size.
+func (s *Spec) Encode(e *envelope.Event) ([]byte, error) {
+	b, err := envelope.Marshal(e)
+	if err != nil || len(b) >= s.MessageSize {
+		return b, err
+	}
+	c := *e
+	c.Data = padding(s.MessageSize - len(b) - len(`,"data":""`))
+	return envelope.Marshal(&c)
+}
+
+func padding(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = alphabet[i%len(alphabet)]
+	}
+	return string(b)
+}

@@ -1,0 +1,168 @@
+package workload
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/inboxbench/inboxbench/envelope"
+)
+
+func TestParseRejectsUnknownAndBadFields(t *testing.T) {
+	for name, tc := range map[string]struct{ in, want string }{
+		"unknown field":  {"aggregate: 10\n", "field aggregate not found"},
+		"unknown nested": {"faults:\n  crash: 0.1\n", "field crash not found"},
+		"bad skew":       {"key_skew:\n  kind: pareto\n", "accepted values are uniform, zipf, hot"},
+		"bad ratio":      {"faults:\n  duplicate_republish: 1.5\n", "faults.duplicate_republish: 1.5 is not a ratio"},
+		"bad duration":   {"duration: ten\n", `"ten" is not a duration`},
+		"few events":     {"aggregates: 10\nevents: 5\n", "fewer than aggregates"},
+		"ooo no parking": {"parking: false\nfaults:\n  out_of_order: 0.1\n", "parking off"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse(%q) error = %v, want it to contain %q", tc.in, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestShippedWorkloadsParse(t *testing.T) {
+	for _, name := range []string{"smoke", "default", "contention", "faults"} {
+		s, err := Load("../workloads/" + name + ".yaml")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if s.Name != name {
+			t.Errorf("%s: name = %q", name, s.Name)
+		}
+	}
+}
+
+func spec(t *testing.T, y string) *Spec {
+	t.Helper()
+	s, err := Parse([]byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestGenerateIsDeterministic(t *testing.T) {
+	y := "seed: 7\naggregates: 20\nevents: 500\nsnapshot_ratio: 0.1\nkey_skew: {kind: zipf, s: 1.2}\nfaults: {out_of_order: 0.05, duplicate_republish: 0.05}\n"
+	a, b := Generate(spec(t, y)), Generate(spec(t, y))
+	if !reflect.DeepEqual(a.Publishes, b.Publishes) || !reflect.DeepEqual(a.Expected, b.Expected) {
+		t.Fatal("the same spec generated two different plans")
+	}
+	c := Generate(spec(t, strings.Replace(y, "seed: 7", "seed: 8", 1)))
+	if reflect.DeepEqual(a.Publishes, c.Publishes) {
+		t.Fatal("a different seed generated the same plan")
+	}
+}
+
+// TestOracle recomputes the expected state from the distinct events: the
+// last version of each aggregate, and the balance from increments up to
+// the last snapshot's full balance.
+func TestOracle(t *testing.T) {
+	p := Generate(spec(t, "aggregates: 30\nevents: 3000\nsnapshot_ratio: 0.2\nkey_skew: {kind: hot, hot_share: 0.5}\n"))
+	if len(p.Events) != 3000 {
+		t.Fatalf("%d events, want 3000", len(p.Events))
+	}
+	got := map[string]State{}
+	ids := map[string]bool{}
+	for _, e := range p.Events {
+		if ids[e.Key()] {
+			t.Fatalf("event identity %s generated twice", e.Key())
+		}
+		ids[e.Key()] = true
+		st := got[e.Subject]
+		if e.AggregateVersion != st.Version+1 {
+			t.Fatalf("%s: version %d after %d", e.Subject, e.AggregateVersion, st.Version)
+		}
+		if e.Kind == envelope.Snapshot {
+			st.Balance = e.Amount
+		} else {
+			st.Balance += e.Amount
+		}
+		st.Version = e.AggregateVersion
+		got[e.Subject] = st
+	}
+	if !reflect.DeepEqual(got, p.Expected) {
+		t.Fatal("oracle differs from the replayed stream")
+	}
+	if hot := p.Expected[AggregateID(0)].Version; hot < 1400 {
+		t.Errorf("hot aggregate got %d events, want about half of 3000", hot)
+	}
+}
+
+func TestFaultPlan(t *testing.T) {
+	p := Generate(spec(t, "aggregates: 10\nevents: 2000\nfaults: {out_of_order: 0.1, duplicate_republish: 0.1}\n"))
+	if p.OutOfOrder == 0 || p.Republished == 0 {
+		t.Fatalf("out of order %d, republished %d: both faults should fire at 10%%", p.OutOfOrder, p.Republished)
+	}
+	if len(p.Publishes) != len(p.Events)+p.Republished {
+		t.Fatalf("%d publishes for %d events + %d republishes", len(p.Publishes), len(p.Events), p.Republished)
+	}
+	// Every event is published at least once, and every gap the stream
+	// opens is closed later by the missing version.
+	seen := map[string]int{}
+	last := map[string]int64{}
+	gaps := 0
+	for _, pb := range p.Publishes {
+		e := pb.Event
+		seen[e.Key()]++
+		if pb.Republish != (e.Attempt > 0) {
+			t.Fatalf("%s: republish flag and attempt disagree", e.Key())
+		}
+		if !pb.Republish && e.AggregateVersion > last[e.Subject]+1 {
+			gaps++
+		}
+		if e.AggregateVersion > last[e.Subject] {
+			last[e.Subject] = e.AggregateVersion
+		}
+	}
+	for _, e := range p.Events {
+		if seen[e.Key()] == 0 {
+			t.Fatalf("%s never published", e.Key())
+		}
+	}
+	if gaps == 0 {
+		t.Fatal("out_of_order produced no version gap in the publish order")
+	}
+}
+
+func TestPerEventFaultsArePure(t *testing.T) {
+	s := spec(t, "faults: {crash_after_commit: 0.3, concurrent_duplicates: 0.3}\n")
+	p := Generate(s)
+	crashes := 0
+	for _, e := range p.Events {
+		if s.CrashAfterCommit(e) != s.CrashAfterCommit(e) {
+			t.Fatal("crash decision is not a function of the event")
+		}
+		if s.CrashAfterCommit(e) {
+			crashes++
+		}
+	}
+	if f := float64(crashes) / float64(len(p.Events)); f < 0.25 || f > 0.35 {
+		t.Fatalf("crash share %.3f, want about 0.3", f)
+	}
+	retry := *p.Events[0]
+	retry.Attempt = 1
+	if s.CrashAfterCommit(&retry) {
+		t.Fatal("a republished copy must not crash again: the fault is on the first delivery")
+	}
+}
+
+func TestEncodePadsToMessageSize(t *testing.T) {
+	s := spec(t, "message_size: 1024\n")
+	b, err := s.Encode(Generate(s).Events[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 1000 || len(b) > 1030 {
+		t.Fatalf("encoded %d bytes, want about 1024", len(b))
+	}
+	if _, err := envelope.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	}
+}
