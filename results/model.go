@@ -1,0 +1,187 @@
+// Package results holds the result model written to
+// results/<run-id>/result.json, and (in later files) its writers and the
+// comparison of two runs. Field names are contracts (DESIGN.md): reports,
+// `bench compare` and users' scripts read them.
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// SchemaVersion is bumped on any incompatible change of the JSON shape.
+const SchemaVersion = 1
+
+// Run is one result.json.
+type Run struct {
+	SchemaVersion int       `json:"schema_version"`
+	RunID         string    `json:"run_id"`
+	StartedAt     time.Time `json:"started_at"`
+	FinishedAt    time.Time `json:"finished_at"`
+	Env           Env       `json:"env"`
+	// Workload is the resolved spec (every default filled in).
+	Workload json.RawMessage `json:"workload"`
+	Cells    []Cell          `json:"cells"`
+}
+
+// Env describes where the figures were measured.
+type Env struct {
+	GoVersion  string            `json:"go"`
+	Postgres   string            `json:"postgres"`
+	Brokers    map[string]string `json:"brokers"` // broker name → server version
+	Clients    map[string]string `json:"clients"` // client library → module version
+	Cores      int               `json:"cores"`
+	MemoryMiB  int64             `json:"memory_mib"`
+	OS         string            `json:"os"`
+	GitCommit  string            `json:"git_commit"`
+	Hostname   string            `json:"hostname"`
+	Measure    bool              `json:"measurement"` // false when measurement was switched off
+	Notes      []string          `json:"notes,omitempty"`
+	CommandArg []string          `json:"command,omitempty"`
+}
+
+// Cell is one broker × strategy run.
+type Cell struct {
+	Broker   string `json:"broker"`
+	Strategy string `json:"strategy"`
+	// Broken marks negative-control strategies (expected to FAIL).
+	Broken     bool       `json:"broken"`
+	Consumer   string     `json:"consumer"`
+	Schema     string     `json:"schema"`
+	DurationS  float64    `json:"duration_s"`
+	Throughput Throughput `json:"throughput"`
+	Latency    Latencies  `json:"latency"`
+	Counters   Counters   `json:"counters"`
+	Contention Contention `json:"contention"`
+	Invariants Invariants `json:"invariants"`
+	Error      string     `json:"error,omitempty"`
+}
+
+// Throughput is durable effects per second, overall (after warm-up) and as
+// a per-second series from the start of consumption.
+type Throughput struct {
+	EventsPerS float64   `json:"events_per_s"`
+	Series     []float64 `json:"series"`
+}
+
+// Latencies in microseconds.
+type Latencies struct {
+	E2E     Summary `json:"e2e"`     // intended publish time → database commit
+	Publish Summary `json:"publish"` // send → broker confirm
+	Apply   Summary `json:"apply"`   // inbox transaction
+	Dedup   Summary `json:"dedup"`   // delivery → DUPLICATE decision → ack
+	// ApplyByResult splits apply latency by result kind.
+	ApplyByResult map[string]Summary `json:"apply_by_result,omitempty"`
+	// Spectrum is the e2e and dedup percentile spectrum for charts:
+	// percentile → microseconds.
+	Spectrum map[string][]Point `json:"spectrum,omitempty"`
+}
+
+// Summary of one latency histogram, in microseconds.
+type Summary struct {
+	Count int64 `json:"count"`
+	P50   int64 `json:"p50"`
+	P90   int64 `json:"p90"`
+	P99   int64 `json:"p99"`
+	P999  int64 `json:"p999"`
+	Max   int64 `json:"max"`
+}
+
+// Point is one percentile of a spectrum.
+type Point struct {
+	Percentile float64 `json:"p"`
+	Micros     int64   `json:"us"`
+}
+
+// Counters are kept apart as the article asks: deliveries, handler
+// executions and durable effects are different things.
+type Counters struct {
+	Published    int64 `json:"published"`
+	Deliveries   int64 `json:"deliveries"`
+	Executions   int64 `json:"executions"`
+	Effects      int64 `json:"effects"`
+	Duplicates   int64 `json:"duplicates"`
+	Redeliveries int64 `json:"redeliveries"`
+	Gaps         int64 `json:"gaps"`
+	Parked       int64 `json:"parked"`
+	Stale        int64 `json:"stale"`
+	Conflicts    int64 `json:"conflicts"`
+	Retries      int64 `json:"retries"`
+	Errors       int64 `json:"errors"`
+	Crashes      int64 `json:"crashes"`
+	Rejected     int64 `json:"rejected"`
+}
+
+// Contention is what the sampler saw during the cell.
+type Contention struct {
+	Samples int `json:"samples"`
+	// LockWaitSamples counts, per wait event (e.g. "Lock/transactionid"),
+	// how many sampled backends of the run were waiting on it.
+	LockWaitSamples map[string]int64 `json:"lock_wait_samples"`
+	// LockWaitShare is the share of sampled backend states that were lock
+	// waits (0..1).
+	LockWaitShare float64     `json:"lock_wait_share"`
+	BlockedMax    int         `json:"blocked_max"`
+	Deadlocks     int64       `json:"deadlocks"`
+	Rollbacks     int64       `json:"rollbacks"`
+	Commits       int64       `json:"commits"`
+	TopStatements []Statement `json:"top_statements"`
+	Series        []WaitPoint `json:"series,omitempty"`
+}
+
+// Statement is one pg_stat_statements row for the cell.
+type Statement struct {
+	Query   string  `json:"query"`
+	Calls   int64   `json:"calls"`
+	MeanMs  float64 `json:"mean_ms"`
+	TotalMs float64 `json:"total_ms"`
+}
+
+// WaitPoint is one sample over time.
+type WaitPoint struct {
+	AtS     float64          `json:"t"`
+	Waiting map[string]int64 `json:"waiting"`
+	Blocked int              `json:"blocked"`
+}
+
+// Invariants is the checker's verdict.
+type Invariants struct {
+	Verdict   string              `json:"verdict"` // PASS or FAIL
+	Anomalies map[string]int64    `json:"anomalies"`
+	Examples  map[string][]string `json:"examples"`
+}
+
+// Write stores r as dir/result.json.
+func (r *Run) Write(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "result.json")
+	return p, os.WriteFile(p, append(b, '\n'), 0o644)
+}
+
+// Read loads a run directory's result.json (or the file itself).
+func Read(path string) (*Run, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, "result.json")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Run
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: not a result.json: %w", path, err)
+	}
+	if r.SchemaVersion != SchemaVersion {
+		return nil, fmt.Errorf("%s: schema_version %d, this bench reads %d", path, r.SchemaVersion, SchemaVersion)
+	}
+	return &r, nil
+}
