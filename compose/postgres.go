@@ -56,6 +56,9 @@ func (p *Postgres) Procs(e *Env) []Proc {
 
 func (p *Postgres) Logs(e *Env) []string { return []string{e.Path("pg", "postgres.log")} }
 
+// DataDirs are removed by `bench stack down --wipe`.
+func (p *Postgres) DataDirs(e *Env) []string { return []string{e.Path("pg")} }
+
 func (*Postgres) Install(ctx context.Context, e *Env) error {
 	_, err := pgBin("initdb")
 	return err

@@ -1,0 +1,266 @@
+package compose
+
+// Native Apache Kafka: a single KRaft node (broker and controller in one
+// JVM) run from Maven Central artifacts.
+//
+//   - Version: org.apache.kafka:kafka_2.13 4.1.2 (Kafka 4.x brokers need
+//     Java 17+; 4.1.2 runs on the Debian Java 17 and is a patch release of
+//     a mature 4.x line), plus log4j2 (log4j-core and the
+//     SLF4J 2 binding log4j-slf4j2-impl with slf4j-api 2.x: Kafka itself
+//     pulls slf4j-api 1.7, which would not see the 2.x binding and would log
+//     nothing).
+//   - Storage is formatted once with kafka.tools.StorageTool and a fixed
+//     cluster id; the quorum is static (controller.quorum.voters), so no
+//     --standalone. Data persists across `stack down`/`up`.
+//   - Heap: -Xms256m -Xmx512m (G1), direct memory capped at 256 MiB.
+//   - Layout under the stack directory:
+//     kafka/lib          the classpath (mvn dependency:copy-dependencies)
+//     kafka/config       server.properties, log4j2.xml (rewritten on start)
+//     kafka/data         log.dirs (meta.properties marks a formatted store)
+//     kafka/logs         server.log, controller.log (log4j2)
+//     logs/kafka.log     the JVM's stdout/stderr
+//     run/kafka.pid
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/inboxbench/inboxbench/config"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+const (
+	// KafkaVersion is the Kafka release the native stack runs.
+	KafkaVersion = "4.1.2"
+	// KafkaControllerAddr is the KRaft controller listener of the native
+	// stack (the broker listener is config.DefaultKafkaBrokers).
+	KafkaControllerAddr = "127.0.0.1:59093"
+	// kafkaClusterID is base64url("inboxbench-kafka"): fixed, so a
+	// re-format after a lost meta.properties yields the same cluster.
+	kafkaClusterID = "aW5ib3hiZW5jaC1rYWZrYQ"
+	kafkaLog4jVer  = "2.25.3"
+	kafkaSLF4JVer  = "2.0.17"
+)
+
+// kafkaHeap is the JVM memory of the native broker (README lists it).
+var kafkaHeap = []string{"-Xms256m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m"}
+
+// Kafka is the native single-node KRaft Kafka of the local stack.
+type Kafka struct{}
+
+var _ Service = (*Kafka)(nil)
+
+func init() { register(3, &Kafka{}) }
+
+func (*Kafka) Name() string { return "kafka" }
+
+func (*Kafka) Packages() []Package { return javaPackages() }
+
+// DataDirs are removed by `bench stack down --wipe` (the Maven artifacts
+// stay: they are a cache, not data).
+func (*Kafka) DataDirs(e *Env) []string { return []string{e.Path("kafka", "data"), e.Path("kafka", "logs")} }
+
+func (*Kafka) Addr(e *Env) string { return strings.Join(e.Cfg.KafkaBrokers, ",") }
+
+func (*Kafka) runtime() mavenRuntime {
+	return mavenRuntime{
+		Name:    "kafka",
+		Version: KafkaVersion,
+		Deps: []mavenDep{
+			{"org.apache.kafka", "kafka_2.13", KafkaVersion},
+			{"org.apache.logging.log4j", "log4j-core", kafkaLog4jVer},
+			{"org.apache.logging.log4j", "log4j-slf4j2-impl", kafkaLog4jVer},
+			{"org.slf4j", "slf4j-api", kafkaSLF4JVer},
+		},
+	}
+}
+
+func (k *Kafka) Install(ctx context.Context, e *Env) error {
+	if _, err := javaBinary(ctx, 17); err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	if err := k.runtime().install(ctx, e, e.Path("kafka")); err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	return nil
+}
+
+func (*Kafka) proc(e *Env) Proc {
+	return Proc{Name: "kafka", PIDFile: e.Path("run", "kafka.pid"), LogFile: e.Path("logs", "kafka.log")}
+}
+
+func (k *Kafka) Procs(e *Env) []Proc { return []Proc{k.proc(e)} }
+
+func (k *Kafka) Logs(e *Env) []string {
+	return []string{k.proc(e).LogFile, e.Path("kafka", "logs", "server.log"), e.Path("kafka", "logs", "controller.log"), e.Path("logs", "kafka-format.log")}
+}
+
+// kafkaBrokerAddr is the listener the native broker binds: the first
+// configured seed when it is a loopback address, else the default.
+func kafkaBrokerAddr(e *Env) string {
+	if len(e.Cfg.KafkaBrokers) > 0 {
+		if h, _, err := net.SplitHostPort(e.Cfg.KafkaBrokers[0]); err == nil {
+			if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
+				return e.Cfg.KafkaBrokers[0]
+			}
+		}
+	}
+	return config.DefaultKafkaBrokers
+}
+
+// kafkaCommand is the broker's JVM command line.
+func (k *Kafka) command(java string, e *Env) *exec.Cmd {
+	dir := e.Path("kafka")
+	args := append([]string{}, kafkaHeap...)
+	args = append(args,
+		"-server",
+		"-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+		"-XX:+ExplicitGCInvokesConcurrent", "-XX:+ExitOnOutOfMemoryError",
+		"-Djava.awt.headless=true",
+		"-Dkafka.logs.dir="+filepath.Join(dir, "logs"),
+		"-Dlog4j2.configurationFile="+filepath.Join(dir, "config", "log4j2.xml"),
+		"-cp", classpath(filepath.Join(dir, "lib")),
+	)
+	cmd := exec.Command(java, append(args, "kafka.Kafka", filepath.Join(dir, "config", "server.properties"))...)
+	cmd.Dir = dir
+	return cmd
+}
+
+// writeConfig renders server.properties and log4j2.xml.
+func (*Kafka) writeConfig(e *Env) error {
+	dir := e.Path("kafka")
+	data := map[string]string{
+		"BrokerAddr":     kafkaBrokerAddr(e),
+		"ControllerAddr": KafkaControllerAddr,
+		"DataDir":        filepath.Join(dir, "data"),
+	}
+	if err := writeTemplate(filepath.Join(dir, "config", "server.properties"), "kafka-server.properties", data); err != nil {
+		return err
+	}
+	if err := writeTemplate(filepath.Join(dir, "config", "log4j2.xml"), "kafka-log4j2.xml", nil); err != nil {
+		return err
+	}
+	return os.MkdirAll(filepath.Join(dir, "logs"), 0o755)
+}
+
+func (k *Kafka) Start(ctx context.Context, e *Env) error {
+	java, err := javaBinary(ctx, 17)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	dir := e.Path("kafka")
+	if installedVersion(dir) == "" {
+		return fmt.Errorf("kafka: %s is not installed: run the install step first (bench stack up)", filepath.Join(dir, "lib"))
+	}
+	if err := k.writeConfig(e); err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	// Format the KRaft storage once; meta.properties marks it formatted.
+	if _, err := os.Stat(filepath.Join(dir, "data", "meta.properties")); errors.Is(err, os.ErrNotExist) {
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(fctx, java, "-Xmx256m",
+			"-Dlog4j2.configurationFile="+filepath.Join(dir, "config", "log4j2.xml"),
+			"-Dkafka.logs.dir="+filepath.Join(dir, "logs"),
+			"-cp", classpath(filepath.Join(dir, "lib")),
+			"kafka.tools.StorageTool", "format",
+			"--cluster-id", kafkaClusterID,
+			"--config", filepath.Join(dir, "config", "server.properties"),
+			"--ignore-formatted")
+		cmd.Dir = dir
+		if err := RunLogged(fctx, e.Path("logs", "kafka-format.log"), cmd); err != nil {
+			return fmt.Errorf("kafka: format storage: %w", err)
+		}
+	}
+	if err := StartDetached(k.proc(e), k.command(java, e)); err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	return nil
+}
+
+// Ready sends a metadata request to the configured seeds and requires at
+// least one broker. The version is the installed Maven version when the
+// running broker is ours, else a guess from ApiVersions.
+func (k *Kafka) Ready(ctx context.Context, e *Env) (string, error) {
+	opts, err := kafkaClientOpts(e.Cfg)
+	if err != nil {
+		return "", err
+	}
+	opts = append(opts, kgo.DialTimeout(3*time.Second), kgo.RetryTimeout(5*time.Second))
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return "", fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return "", fmt.Errorf("kafka metadata from %s: %w", k.Addr(e), err)
+	}
+	if len(md.Brokers) == 0 {
+		return "", fmt.Errorf("kafka at %s: metadata lists no broker", k.Addr(e))
+	}
+	if _, ours := k.proc(e).PID(); ours {
+		if v := installedVersion(e.Path("kafka")); v != "" {
+			return "Kafka " + v, nil
+		}
+	}
+	vs, err := adm.ApiVersions(ctx)
+	if err != nil {
+		return "Kafka (version unknown)", nil
+	}
+	for _, v := range vs.Sorted() {
+		if v.Err == nil {
+			return "Kafka (guess: " + v.VersionGuess() + ")", nil
+		}
+	}
+	return "Kafka (version unknown)", nil
+}
+
+// kafkaClientOpts turns the endpoint configuration into franz-go options:
+// seeds, TLS (system roots or KafkaCAFile) and SASL (plain, SCRAM).
+func kafkaClientOpts(c config.Config) ([]kgo.Opt, error) {
+	if len(c.KafkaBrokers) == 0 {
+		return nil, errors.New("no Kafka seed brokers configured (INBOXBENCH_KAFKA_BROKERS / --kafka-brokers)")
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}
+	if c.KafkaTLS || c.KafkaCAFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.KafkaCAFile != "" {
+			pem, err := os.ReadFile(c.KafkaCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka CA file (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file): %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kafka CA file %s holds no PEM certificate (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file)", c.KafkaCAFile)
+			}
+			tc.RootCAs = pool
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	switch strings.ToLower(c.KafkaSASL) {
+	case "":
+	case "plain":
+		opts = append(opts, kgo.SASL(plain.Auth{User: c.KafkaUser, Pass: c.KafkaPassword}.AsMechanism()))
+	case "scram-sha-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: c.KafkaUser, Pass: c.KafkaPassword}.AsSha256Mechanism()))
+	case "scram-sha-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: c.KafkaUser, Pass: c.KafkaPassword}.AsSha512Mechanism()))
+	default:
+		return nil, fmt.Errorf("kafka SASL mechanism %q is not supported: use plain, scram-sha-256 or scram-sha-512 (INBOXBENCH_KAFKA_SASL / --kafka-sasl)", c.KafkaSASL)
+	}
+	return opts, nil
+}

@@ -1,0 +1,465 @@
+package compose
+
+// Native Apache RocketMQ: one name server and one broker (master, broker-a
+// in DefaultCluster), each a JVM run from Maven Central artifacts.
+//
+//   - Version: org.apache.rocketmq:rocketmq-namesrv and rocketmq-broker
+//     5.3.3. The v2 Go client (rocketmq-client-go/v2) speaks the classic
+//     remoting protocol, which the 5.x broker still serves on its
+//     listenPort (the gRPC proxy of 5.x is not started and not needed).
+//     Send with a sharding key (hash selector), push-consume in orderly
+//     mode, the admin API (CreateTopic/DeleteTopic) and route queries were
+//     verified against it with rocketmq-client-go/v2, so the 4.9.x
+//     fallback of DESIGN.md is not needed.
+//   - Ports: name server 59876; broker listenPort 50911, from which the
+//     broker derives fastListenPort 50909 (listenPort-2, the "VIP channel")
+//     and haListenPort 50912 (listenPort+1). No other service of the stack
+//     uses those. Loopback only: bindAddress=127.0.0.1 for the remoting
+//     ports; the name server's scanAvailableNameSrv=false, else it probes
+//     its own first non-loopback interface address every 3 s. The HA port
+//     has no bind setting in 5.x and listens on all interfaces (nothing
+//     connects to it without a slave).
+//   - Readiness: the broker normally registers at boot; now and then the
+//     first registration only lands with the periodic one 10 s later, so
+//     allow ~20 s from Start to Ready.
+//   - Memory: the stock scripts ask for 4–8 GB heaps; here the name server
+//     runs with -Xms128m -Xmx256m and the broker with -Xms256m -Xmx512m,
+//     direct memory capped at 64 MiB and 256 MiB. The broker's commitlog
+//     files are 128 MiB (default 1 GiB), consume-queue and index files a
+//     few MB, so resident memory and disk stay small.
+//   - Java 17: --add-opens/--add-exports for java.nio, sun.nio.ch,
+//     jdk.internal.ref/misc and java.lang (mmap'ed file cleanup, Netty).
+//   - user.home is the stack's rocketmq directory, so the logback logs
+//     (rocketmq/logs/rocketmqlogs/*.log) and anything else the JVMs write
+//     "at home" stay under the stack directory; ROCKETMQ_HOME and
+//     -Drocketmq.home.dir point there too.
+//   - Layout under the stack directory:
+//     rocketmq/lib                     the classpath (mvn dependency:copy-dependencies)
+//     rocketmq/conf                    namesrv.properties, broker.conf (rewritten on start)
+//     rocketmq/store                   the broker's store (persists across down/up)
+//     rocketmq/logs/rocketmqlogs       namesrv.log, broker.log, ...
+//     logs/rocketmq-namesrv.log, logs/rocketmq-broker.log   JVM stdout/stderr
+//     run/rocketmq-namesrv.pid, run/rocketmq-broker.pid
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/inboxbench/inboxbench/config"
+)
+
+const (
+	// RocketMQVersion is the RocketMQ release the native stack runs.
+	RocketMQVersion = "5.3.3"
+	// RocketMQBrokerAddr is the broker's remoting address in the native
+	// stack (clients learn it from the name server's routes).
+	RocketMQBrokerAddr = "127.0.0.1:50911"
+	// RocketMQCluster is the cluster name of the native broker.
+	RocketMQCluster = "DefaultCluster"
+)
+
+var (
+	rocketmqNamesrvHeap = []string{"-Xms128m", "-Xmx256m", "-XX:MaxDirectMemorySize=64m"}
+	rocketmqBrokerHeap  = []string{"-Xms256m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m"}
+	// rocketmqJava17 opens what RocketMQ and its Netty reach by reflection.
+	rocketmqJava17 = []string{
+		"--add-opens=java.base/java.nio=ALL-UNNAMED",
+		"--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+		"--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
+		"--add-opens=java.base/java.lang=ALL-UNNAMED",
+		"--add-opens=java.base/java.util=ALL-UNNAMED",
+		"--add-exports=java.base/jdk.internal.ref=ALL-UNNAMED",
+		"--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED",
+		"--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED",
+		"-Dio.netty.tryReflectionSetAccessible=true",
+	}
+)
+
+// RocketMQ is the native name server + broker of the local stack.
+type RocketMQ struct{}
+
+var _ Service = (*RocketMQ)(nil)
+
+func init() { register(4, &RocketMQ{}) }
+
+func (*RocketMQ) Name() string { return "rocketmq" }
+
+func (*RocketMQ) Packages() []Package { return javaPackages() }
+
+// DataDirs are removed by `bench stack down --wipe`.
+func (*RocketMQ) DataDirs(e *Env) []string {
+	return []string{e.Path("rocketmq", "store"), e.Path("rocketmq", "logs"), e.Path("rocketmq", "namesrv")}
+}
+
+func (*RocketMQ) Addr(e *Env) string { return strings.Join(e.Cfg.RocketMQNamesrv, ",") }
+
+func (*RocketMQ) runtime() mavenRuntime {
+	return mavenRuntime{
+		Name:    "rocketmq",
+		Version: RocketMQVersion,
+		Deps: []mavenDep{
+			{"org.apache.rocketmq", "rocketmq-broker", RocketMQVersion},
+			{"org.apache.rocketmq", "rocketmq-namesrv", RocketMQVersion},
+		},
+	}
+}
+
+func (r *RocketMQ) Install(ctx context.Context, e *Env) error {
+	if _, err := javaBinary(ctx, 17); err != nil {
+		return fmt.Errorf("rocketmq: %w", err)
+	}
+	if err := r.runtime().install(ctx, e, e.Path("rocketmq")); err != nil {
+		return fmt.Errorf("rocketmq: %w", err)
+	}
+	return nil
+}
+
+func (*RocketMQ) namesrvProc(e *Env) Proc {
+	return Proc{Name: "rocketmq-namesrv", PIDFile: e.Path("run", "rocketmq-namesrv.pid"), LogFile: e.Path("logs", "rocketmq-namesrv.log")}
+}
+
+func (*RocketMQ) brokerProc(e *Env) Proc {
+	return Proc{Name: "rocketmq-broker", PIDFile: e.Path("run", "rocketmq-broker.pid"), LogFile: e.Path("logs", "rocketmq-broker.log")}
+}
+
+// Procs lists the broker first so that stopping in order stops the broker
+// before the name server it unregisters from.
+func (r *RocketMQ) Procs(e *Env) []Proc { return []Proc{r.brokerProc(e), r.namesrvProc(e)} }
+
+func (r *RocketMQ) Logs(e *Env) []string {
+	logs := e.Path("rocketmq", "logs", "rocketmqlogs")
+	return []string{
+		r.namesrvProc(e).LogFile, filepath.Join(logs, "namesrv.log"),
+		r.brokerProc(e).LogFile, filepath.Join(logs, "broker.log"), filepath.Join(logs, "broker_default.log"),
+	}
+}
+
+// rocketmqNamesrvAddr is the address the native name server binds: the
+// first configured name server when it is a loopback address, else the
+// default.
+func rocketmqNamesrvAddr(e *Env) string {
+	if len(e.Cfg.RocketMQNamesrv) > 0 {
+		if h, _, err := net.SplitHostPort(e.Cfg.RocketMQNamesrv[0]); err == nil {
+			if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
+				return e.Cfg.RocketMQNamesrv[0]
+			}
+		}
+	}
+	return config.DefaultRocketMQNamesrv
+}
+
+func (*RocketMQ) writeConfig(e *Env) error {
+	home := e.Path("rocketmq")
+	nsAddr := rocketmqNamesrvAddr(e)
+	_, nsPort, _ := net.SplitHostPort(nsAddr)
+	host, _, _ := net.SplitHostPort(RocketMQBrokerAddr)
+	if err := writeTemplate(filepath.Join(home, "conf", "namesrv.properties"), "rocketmq-namesrv.properties", map[string]string{
+		"Home": home, "NamesrvPort": nsPort, "Host": "127.0.0.1",
+	}); err != nil {
+		return err
+	}
+	return writeTemplate(filepath.Join(home, "conf", "broker.conf"), "rocketmq-broker.conf", map[string]string{
+		"Home": home, "NamesrvAddr": nsAddr, "Host": host,
+		"BrokerPort": "50911", "FastPort": "50909", "HAPort": "50912",
+		"StoreDir": filepath.Join(home, "store"),
+	})
+}
+
+func (*RocketMQ) command(java string, e *Env, heap []string, mainClass, conf, logback string) *exec.Cmd {
+	home := e.Path("rocketmq")
+	args := append([]string{}, heap...)
+	args = append(args, "-server",
+		"-XX:+UseG1GC", "-XX:G1HeapRegionSize=4m", "-XX:InitiatingHeapOccupancyPercent=30",
+		"-XX:SoftRefLRUPolicyMSPerMB=0", "-XX:-OmitStackTraceInFastThrow", "-XX:+ExitOnOutOfMemoryError",
+		"-Djava.awt.headless=true")
+	args = append(args, rocketmqJava17...)
+	args = append(args,
+		"-Duser.home="+home,
+		"-Drocketmq.home.dir="+home,
+		"-Drocketmq.client.logRoot="+filepath.Join(home, "logs", "rocketmqlogs"),
+		// Both jars carry a logback config; without naming one the name
+		// server picks the broker's and writes into broker.log.
+		"-Drmq.logback.configurationFile="+logback,
+		// The bundled configs trigger deprecation warnings, which make
+		// logback dump ~200 status lines to stdout on every start.
+		"-Dlogback.statusListenerClass=org.apache.rocketmq.logging.ch.qos.logback.core.status.NopStatusListener",
+		"-cp", classpath(filepath.Join(home, "lib")),
+		mainClass, "-c", conf)
+	cmd := exec.Command(java, args...)
+	cmd.Dir = home
+	cmd.Env = append(os.Environ(), "ROCKETMQ_HOME="+home)
+	return cmd
+}
+
+// Start launches whichever of name server and broker is not running; the
+// broker only once the name server accepts connections, so that its first
+// registration succeeds (the next one would be 10–30 s later).
+func (r *RocketMQ) Start(ctx context.Context, e *Env) error {
+	java, err := javaBinary(ctx, 17)
+	if err != nil {
+		return fmt.Errorf("rocketmq: %w", err)
+	}
+	home := e.Path("rocketmq")
+	if installedVersion(home) == "" {
+		return fmt.Errorf("rocketmq: %s is not installed: run the install step first (bench stack up)", filepath.Join(home, "lib"))
+	}
+	if err := r.writeConfig(e); err != nil {
+		return fmt.Errorf("rocketmq: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(home, "store"), 0o755); err != nil {
+		return err
+	}
+	ns := r.namesrvProc(e)
+	if _, alive := ns.PID(); !alive {
+		cmd := r.command(java, e, rocketmqNamesrvHeap, "org.apache.rocketmq.namesrv.NamesrvStartup", filepath.Join(home, "conf", "namesrv.properties"), "rmq.namesrv.logback.xml")
+		if err := StartDetached(ns, cmd); err != nil {
+			return fmt.Errorf("rocketmq: %w", err)
+		}
+	}
+	nsAddr := rocketmqNamesrvAddr(e)
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(wctx, "tcp", nsAddr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if _, alive := ns.PID(); !alive {
+			return fmt.Errorf("rocketmq: the name server exited during startup; read %s and %s", ns.LogFile, filepath.Join(home, "logs", "rocketmqlogs", "namesrv.log"))
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("rocketmq: the name server does not accept connections at %s: %v; read %s", nsAddr, err, ns.LogFile)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	br := r.brokerProc(e)
+	if _, alive := br.PID(); !alive {
+		cmd := r.command(java, e, rocketmqBrokerHeap, "org.apache.rocketmq.broker.BrokerStartup", filepath.Join(home, "conf", "broker.conf"), "rmq.broker.logback.xml")
+		if err := StartDetached(br, cmd); err != nil {
+			return fmt.Errorf("rocketmq: %w", err)
+		}
+	}
+	return nil
+}
+
+// Ready asks the configured name servers for the cluster info
+// (GET_BROKER_CLUSTER_INFO) and requires a registered broker; the version
+// comes from the broker's runtime info, else the installed Maven version.
+func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
+	if len(e.Cfg.RocketMQNamesrv) == 0 {
+		return "", errors.New("no RocketMQ name server configured (INBOXBENCH_ROCKETMQ_NAMESRV / --rocketmq-namesrv)")
+	}
+	var errs []error
+	for _, ns := range e.Cfg.RocketMQNamesrv {
+		ci, err := RocketMQClusterInfo(ctx, ns)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		addrs := ci.BrokerAddrs()
+		if len(addrs) == 0 {
+			errs = append(errs, fmt.Errorf("rocketmq name server %s: no broker registered yet", ns))
+			continue
+		}
+		// A route outlives a killed broker by up to two minutes: require a
+		// registered broker that answers. An error response (e.g. ACL)
+		// still proves it is up.
+		answered := false
+		for _, a := range addrs {
+			v, err := RocketMQBrokerVersion(ctx, a)
+			if err == nil && v != "" {
+				return "RocketMQ " + v, nil
+			}
+			var re *remotingError
+			if err == nil || errors.As(err, &re) {
+				answered = true
+			} else {
+				errs = append(errs, err)
+			}
+		}
+		if !answered {
+			continue
+		}
+		if v := installedVersion(e.Path("rocketmq")); v != "" {
+			if _, ours := r.brokerProc(e).PID(); ours {
+				return "RocketMQ " + v, nil
+			}
+		}
+		return "RocketMQ (version unknown)", nil
+	}
+	return "", errors.Join(errs...)
+}
+
+// RocketMQClusterInfoResult is the name server's answer to
+// GET_BROKER_CLUSTER_INFO.
+type RocketMQClusterInfoResult struct {
+	BrokerAddrTable map[string]struct {
+		Cluster     string            `json:"cluster"`
+		BrokerName  string            `json:"brokerName"`
+		BrokerAddrs map[string]string `json:"brokerAddrs"` // broker id → host:port
+	} `json:"brokerAddrTable"`
+	ClusterAddrTable map[string][]string `json:"clusterAddrTable"`
+}
+
+// BrokerAddrs lists every registered broker address, masters (id 0) first.
+func (ci *RocketMQClusterInfoResult) BrokerAddrs() []string {
+	var masters, others []string
+	for _, b := range ci.BrokerAddrTable {
+		for id, a := range b.BrokerAddrs {
+			if id == "0" {
+				masters = append(masters, a)
+			} else {
+				others = append(others, a)
+			}
+		}
+	}
+	sort.Strings(masters)
+	sort.Strings(others)
+	return append(masters, others...)
+}
+
+// Remoting request codes (org.apache.rocketmq.remoting.protocol.RequestCode).
+const (
+	rmqGetBrokerRuntimeInfo = 28
+	rmqGetBrokerClusterInfo = 106
+)
+
+// RocketMQClusterInfo sends GET_BROKER_CLUSTER_INFO to a name server.
+func RocketMQClusterInfo(ctx context.Context, namesrv string) (*RocketMQClusterInfoResult, error) {
+	body, err := remotingCall(ctx, namesrv, rmqGetBrokerClusterInfo, nil)
+	if err != nil {
+		return nil, fmt.Errorf("rocketmq name server %s: cluster info: %w", namesrv, err)
+	}
+	var ci RocketMQClusterInfoResult
+	if err := json.Unmarshal(fastjsonToJSON(body), &ci); err != nil {
+		return nil, fmt.Errorf("rocketmq name server %s: cluster info: %w (body %.200q)", namesrv, err, body)
+	}
+	return &ci, nil
+}
+
+// RocketMQBrokerVersion asks a broker for its runtime info and returns its
+// version ("5.3.3" from brokerVersionDesc "V5_3_3").
+func RocketMQBrokerVersion(ctx context.Context, broker string) (string, error) {
+	body, err := remotingCall(ctx, broker, rmqGetBrokerRuntimeInfo, nil)
+	if err != nil {
+		return "", fmt.Errorf("rocketmq broker %s: runtime info: %w", broker, err)
+	}
+	var kv struct {
+		Table map[string]string `json:"table"`
+	}
+	if err := json.Unmarshal(fastjsonToJSON(body), &kv); err != nil {
+		return "", fmt.Errorf("rocketmq broker %s: runtime info: %w", broker, err)
+	}
+	v := kv.Table["brokerVersionDesc"]
+	v = strings.ReplaceAll(strings.TrimPrefix(v, "V"), "_", ".")
+	return v, nil
+}
+
+var rmqOpaque atomic.Int32
+
+type remotingHeader struct {
+	Code      int               `json:"code"`
+	Language  string            `json:"language"`
+	Version   int               `json:"version"`
+	Opaque    int32             `json:"opaque"`
+	Flag      int               `json:"flag"`
+	Remark    string            `json:"remark,omitempty"`
+	ExtFields map[string]string `json:"extFields,omitempty"`
+}
+
+// remotingCall sends one request over RocketMQ's remoting protocol (JSON
+// headers) and returns the response body; a non-zero response code is an
+// error carrying the server's remark. The wire format is
+// [total length][serialize type<<24 | header length][header][body], big endian.
+func remotingCall(ctx context.Context, addr string, code int, ext map[string]string) ([]byte, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(5 * time.Second)
+	}
+	d := net.Dialer{Deadline: deadline}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
+	defer stop()
+
+	h := remotingHeader{Code: code, Language: "GO", Version: 317, Opaque: rmqOpaque.Add(1), ExtFields: ext}
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	frame := make([]byte, 8, 8+len(hb))
+	binary.BigEndian.PutUint32(frame[0:4], uint32(4+len(hb)))
+	binary.BigEndian.PutUint32(frame[4:8], uint32(len(hb))) // serialize type 0 = JSON
+	frame = append(frame, hb...)
+	if _, err := conn.Write(frame); err != nil {
+		return nil, err
+	}
+	for {
+		var pre [8]byte
+		if _, err := io.ReadFull(conn, pre[:]); err != nil {
+			return nil, err
+		}
+		total := binary.BigEndian.Uint32(pre[0:4])
+		hlen := binary.BigEndian.Uint32(pre[4:8]) & 0xFFFFFF
+		if total < 4+hlen || total > 64<<20 {
+			return nil, fmt.Errorf("bad remoting frame (length %d, header %d)", total, hlen)
+		}
+		rest := make([]byte, total-4)
+		if _, err := io.ReadFull(conn, rest); err != nil {
+			return nil, err
+		}
+		if pre[4] != 0 {
+			return nil, fmt.Errorf("unsupported remoting serialize type %d", pre[4])
+		}
+		var rh remotingHeader
+		if err := json.Unmarshal(rest[:hlen], &rh); err != nil {
+			return nil, fmt.Errorf("remoting header: %w", err)
+		}
+		if rh.Opaque != h.Opaque || rh.Flag&1 == 0 {
+			continue // not our response (e.g. a server-initiated request)
+		}
+		if rh.Code != 0 {
+			return nil, &remotingError{Code: rh.Code, Remark: rh.Remark}
+		}
+		return rest[hlen:], nil
+	}
+}
+
+// remotingError is a response with a non-zero code: the server answered
+// but refused or failed the request.
+type remotingError struct {
+	Code   int
+	Remark string
+}
+
+func (e *remotingError) Error() string {
+	return fmt.Sprintf("remoting response code %d: %s", e.Code, e.Remark)
+}
+
+// fastjsonKeyRE finds the unquoted integer map keys fastjson writes
+// ({0:"127.0.0.1:10911"}), which encoding/json rejects.
+var fastjsonKeyRE = regexp.MustCompile(`([{,])(-?\d+):`)
+
+func fastjsonToJSON(b []byte) []byte {
+	return fastjsonKeyRE.ReplaceAll(bytes.TrimSpace(b), []byte(`$1"$2":`))
+}
