@@ -70,7 +70,9 @@ func (*Kafka) Packages() []Package { return javaPackages() }
 
 // DataDirs are removed by `bench stack down --wipe` (the Maven artifacts
 // stay: they are a cache, not data).
-func (*Kafka) DataDirs(e *Env) []string { return []string{e.Path("kafka", "data"), e.Path("kafka", "logs")} }
+func (*Kafka) DataDirs(e *Env) []string {
+	return []string{e.Path("kafka", "data"), e.Path("kafka", "logs")}
+}
 
 func (*Kafka) Addr(e *Env) string { return strings.Join(e.Cfg.KafkaBrokers, ",") }
 
