@@ -1,0 +1,174 @@
+package inbox
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// DefaultSchema is where the inbox lives unless a run asks for another one.
+const DefaultSchema = "inboxbench"
+
+// DB is the part of a pool or connection that migrations, retention and
+// statistics need; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Migration is one embedded schema change.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Migrations returns the embedded migrations in version order. File names
+// are NNNN_name.sql; a malformed name is a build mistake, hence the panic.
+func Migrations() []Migration {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		panic(fmt.Sprintf("inbox: embedded migrations: %v", err))
+	}
+	var ms []Migration
+	for _, e := range entries {
+		name := e.Name()
+		num, rest, ok := strings.Cut(strings.TrimSuffix(name, ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			panic(fmt.Sprintf("inbox: migration file %q: want NNNN_name.sql", name))
+		}
+		b, err := migrationFS.ReadFile(path.Join("migrations", name))
+		if err != nil {
+			panic(fmt.Sprintf("inbox: read migration %s: %v", name, err))
+		}
+		ms = append(ms, Migration{Version: v, Name: rest, SQL: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms
+}
+
+// ValidateSchema checks a schema name before it is quoted into SQL.
+func ValidateSchema(schema string) error {
+	switch {
+	case schema == "":
+		return errors.New("inbox: schema name is empty")
+	case len(schema) > 63:
+		return fmt.Errorf("inbox: schema name %q is longer than PostgreSQL's 63-byte identifier limit", schema)
+	}
+	for i, r := range schema {
+		// Names are quoted into SQL, and into a regclass literal for Stats:
+		// keeping them to identifier characters rules out any injection.
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
+			return fmt.Errorf("inbox: schema name %q: use letters, digits and underscores, not starting with a digit", schema)
+		}
+	}
+	return nil
+}
+
+// Migrate creates schema if needed and applies the embedded migrations it
+// has not seen yet, all in one transaction, and returns the versions it
+// applied (none when the schema is current). It is idempotent and safe to
+// run concurrently: an advisory lock per schema serialises migrators.
+func Migrate(ctx context.Context, db DB, schema string) (applied []int, err error) {
+	if err := ValidateSchema(schema); err != nil {
+		return nil, err
+	}
+	q := pgx.Identifier{schema}.Sanitize()
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: migrate schema %s: begin: %w", schema, err)
+	}
+	defer func() {
+		if err != nil {
+			err = rollback(ctx, tx, err)
+		}
+	}()
+	// CREATE SCHEMA IF NOT EXISTS itself races (unique violation on the
+	// catalog), so take the lock before it.
+	if _, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('inboxbench-migrate:' || $1))", schema); err != nil {
+		return nil, fmt.Errorf("inbox: migrate schema %s: lock: %w", schema, err)
+	}
+	if _, err = tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
+		return nil, fmt.Errorf("inbox: migrate schema %s: create schema (the role needs CREATE on the database): %w", schema, err)
+	}
+	if _, err = tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+q+`.schema_migrations (
+		version    integer     PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("inbox: migrate schema %s: schema_migrations: %w", schema, err)
+	}
+	rows, err := tx.Query(ctx, "SELECT version FROM "+q+".schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("inbox: migrate schema %s: read versions: %w", schema, err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, fmt.Errorf("inbox: migrate schema %s: read versions: %w", schema, err)
+	}
+	have := map[int]bool{}
+	for _, v := range done {
+		have[int(v)] = true
+	}
+	for _, m := range Migrations() {
+		if have[m.Version] {
+			continue
+		}
+		if _, err = tx.Exec(ctx, strings.ReplaceAll(m.SQL, "@schema@", q)); err != nil {
+			return nil, fmt.Errorf("inbox: migrate schema %s: migration %04d_%s: %w", schema, m.Version, m.Name, err)
+		}
+		if _, err = tx.Exec(ctx, "INSERT INTO "+q+".schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+			return nil, fmt.Errorf("inbox: migrate schema %s: record migration %d: %w", schema, m.Version, err)
+		}
+		applied = append(applied, m.Version)
+	}
+	if err = tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("inbox: migrate schema %s: commit: %w", schema, err)
+	}
+	return applied, nil
+}
+
+// EnsureAccountTable creates another business table shaped like account in
+// schema. A second consumer with its own responsibility (audit next to
+// inventory) gets its own target table, as the article advises for
+// projections; point Options.AccountTable at it.
+func EnsureAccountTable(ctx context.Context, db DB, schema, table string) error {
+	if err := ValidateSchema(schema); err != nil {
+		return err
+	}
+	if table == "" {
+		return errors.New("inbox: account table name is empty")
+	}
+	_, err := db.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+pgx.Identifier{schema, table}.Sanitize()+
+		" (LIKE "+pgx.Identifier{schema, "account"}.Sanitize()+" INCLUDING ALL)")
+	if err != nil {
+		return fmt.Errorf("inbox: create account table %s.%s (run migrate first): %w", schema, table, err)
+	}
+	return nil
+}
+
+// DropSchema removes schema and everything in it (fresh-schema-per-cell
+// runs and tests clean up with it).
+func DropSchema(ctx context.Context, db DB, schema string) error {
+	if err := ValidateSchema(schema); err != nil {
+		return err
+	}
+	if _, err := db.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("inbox: drop schema %s: %w", schema, err)
+	}
+	return nil
+}

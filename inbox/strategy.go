@@ -1,0 +1,208 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/inboxbench/inboxbench/envelope"
+)
+
+// Strategy applies events to the inbox core. Every correct strategy has the
+// same semantics (the same Result for the same event in the same state);
+// they differ in SQL and round trips. A runner uses them uniformly through
+// ApplyBatch; single-event strategies loop.
+type Strategy interface {
+	// Name is the registry name ("tx", "cte", "batch", "pipeline",
+	// "broken-…").
+	Name() string
+	// Description says in one line what the strategy's SQL does (or, for a
+	// negative control, which mistake it reproduces).
+	Description() string
+	// Broken reports a negative control: never a default, never picked by
+	// a wildcard, labelled in every listing.
+	Broken() bool
+	// ApplyBatch applies events under consumer. It always returns one
+	// Outcome per event, in input order. Events with a Result were decided
+	// (and their effects committed); an event with Outcome.Err was not
+	// decided and must be redelivered. The error is non-nil when at least
+	// one event has an Err, and joins their errors.
+	ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error)
+}
+
+// AckOrdering is implemented by negative controls whose mistake lives in
+// the consumer rather than in SQL: the runner must ack the delivery before
+// calling ApplyBatch (broken-ack-before-commit).
+type AckOrdering interface {
+	AckBeforeCommit() bool
+}
+
+// DefaultStrategy is the article's transaction.
+const DefaultStrategy = "tx"
+
+// brokenPrefix starts every negative control's name.
+const brokenPrefix = "broken-"
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Strategy{}
+	// correctOrder lists the correct strategies in their documented order;
+	// later registrations sort after them.
+	correctOrder = []string{"tx", "cte", "batch", "pipeline"}
+)
+
+// Register adds s to the registry. It panics on a duplicate name, and on a
+// name whose "broken-" prefix disagrees with Broken(), so a negative
+// control can never be registered looking like a correct strategy.
+func Register(s Strategy) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	name := s.Name()
+	if name == "" || strings.ContainsAny(name, ", *") {
+		panic(fmt.Sprintf("inbox: strategy name %q: want a non-empty name without commas, spaces or '*'", name))
+	}
+	if _, dup := registry[name]; dup {
+		panic(fmt.Sprintf("inbox: strategy %q registered twice", name))
+	}
+	if strings.HasPrefix(name, brokenPrefix) != s.Broken() {
+		panic(fmt.Sprintf("inbox: strategy %q: negative controls, and only they, are named %s*", name, brokenPrefix))
+	}
+	registry[name] = s
+}
+
+// Strategies lists every registered strategy: the correct ones first in
+// their documented order, then the negative controls by name.
+func Strategies() []Strategy {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	rank := func(s Strategy) (int, string) {
+		if s.Broken() {
+			return 2, s.Name()
+		}
+		for i, n := range correctOrder {
+			if n == s.Name() {
+				return 0, fmt.Sprintf("%03d", i)
+			}
+		}
+		return 1, s.Name()
+	}
+	out := make([]Strategy, 0, len(registry))
+	for _, s := range registry {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		gi, ki := rank(out[i])
+		gj, kj := rank(out[j])
+		if gi != gj {
+			return gi < gj
+		}
+		return ki < kj
+	})
+	return out
+}
+
+// Names lists the registered names, each labelled as Label does.
+func Names() []string {
+	var out []string
+	for _, s := range Strategies() {
+		out = append(out, Label(s))
+	}
+	return out
+}
+
+// Label is the strategy's name as listings show it: negative controls are
+// marked so no report can mistake one for a candidate.
+func Label(s Strategy) string {
+	if !s.Broken() {
+		return s.Name()
+	}
+	if a, ok := s.(AckOrdering); ok && a.AckBeforeCommit() {
+		return s.Name() + " (broken: negative control, consumer-level)"
+	}
+	return s.Name() + " (broken: negative control)"
+}
+
+// Lookup returns the strategy registered under name (exact match; a
+// negative control is returned only when asked for by its full name).
+func Lookup(name string) (Strategy, error) {
+	registryMu.RLock()
+	s, ok := registry[name]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("inbox: unknown strategy %q: accepted values are %s", name, strings.Join(Names(), ", "))
+	}
+	return s, nil
+}
+
+// Resolve turns a comma-separated list into strategies, in the order given,
+// without repeats. "all", "correct" and "*" expand to the correct
+// strategies only; a negative control must be named in full.
+func Resolve(spec string) ([]Strategy, error) {
+	var out []Strategy
+	seen := map[string]bool{}
+	add := func(s Strategy) {
+		if !seen[s.Name()] {
+			seen[s.Name()] = true
+			out = append(out, s)
+		}
+	}
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		switch {
+		case part == "":
+			continue
+		case part == "all" || part == "correct" || part == "*":
+			for _, s := range Strategies() {
+				if !s.Broken() {
+					add(s)
+				}
+			}
+		case strings.ContainsAny(part, "*?["):
+			return nil, fmt.Errorf("inbox: strategy pattern %q: patterns are not accepted (negative controls must be named in full); use all, or names from: %s", part, strings.Join(Names(), ", "))
+		default:
+			s, err := Lookup(part)
+			if err != nil {
+				return nil, err
+			}
+			add(s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("inbox: no strategy in %q: accepted values are all, %s", spec, strings.Join(Names(), ", "))
+	}
+	return out, nil
+}
+
+func init() {
+	for _, s := range []Strategy{
+		txStrategy{}, cteStrategy{}, batchStrategy{}, pipelineStrategy{},
+		brokenSplit{}, brokenCheckThenInsert{}, brokenGlobalKey{}, brokenAggregateKey{}, brokenNoVersion{}, brokenAckBeforeCommit{},
+	} {
+		Register(s)
+	}
+}
+
+// perEvent runs f for each event and collects outcomes.
+func perEvent(events []*envelope.Event, f func(ev *envelope.Event) Outcome) ([]Outcome, error) {
+	outs := make([]Outcome, len(events))
+	for i, ev := range events {
+		outs[i] = f(ev)
+	}
+	return outs, joinOutcomeErrors(outs)
+}
+
+// txStrategy is the article's transaction.
+type txStrategy struct{}
+
+func (txStrategy) Name() string { return "tx" }
+func (txStrategy) Description() string {
+	return "the article's transaction: INSERT inbox … ON CONFLICT DO NOTHING, then UPDATE account … WHERE version = v-1, one event per transaction"
+}
+func (txStrategy) Broken() bool { return false }
+func (txStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	return perEvent(events, func(ev *envelope.Event) Outcome {
+		return in.applyOne(ctx, "tx", consumer, ev, in.defaultApplyOpts())
+	})
+}
