@@ -139,4 +139,3 @@ func isCobraUsage(err error) bool {
 	}
 	return false
 }
-
