@@ -1,0 +1,376 @@
+// Package brokers is the driver interface every message broker implements
+// for inboxbench, and the registry the drivers add themselves to.
+//
+// The interface is deliberately small (go-ycsb / OpenMessaging Benchmark
+// size): create a topic with N shards, publish a batch with per-message
+// publisher confirmation, subscribe with a handler whose return value is the
+// acknowledgement (benthos' "ack as a value"), close. What differs between
+// brokers is declared in Capabilities, which the conformance suite
+// (brokers/brokertest) and the runner read instead of guessing.
+//
+// This package knows nothing of PostgreSQL or the inbox: a Handler is where
+// the caller's transaction runs, and the driver acknowledges only what the
+// Handler's Verdict says, only after the Handler returned.
+//
+// Drivers register by name from their init():
+//
+//	func init() { brokers.Register("kafka", New) }
+//
+// and cmd/bench blank-imports brokers/all, which imports every driver.
+package brokers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inboxbench/inboxbench/config"
+)
+
+// Message is what a producer hands to Publish.
+type Message struct {
+	// Key is the ordering key (the aggregate id). Messages with equal keys go
+	// to the same shard and, when the driver claims PerKeyOrder, are
+	// delivered in publish order.
+	Key string
+	// ID is the event identity as a string. It travels as the broker's own
+	// message id where there is one (AMQP message-id, RocketMQ keys) or as a
+	// header (Kafka), and it is the same on every resend of the same event.
+	// It is not the transport id of a delivery.
+	ID string
+	// Headers are application headers, delivered unchanged. Names starting
+	// with "ib-" are reserved for the drivers.
+	Headers map[string]string
+	// Body is the envelope (envelope.Marshal output); drivers never look inside.
+	Body []byte
+}
+
+// Delivery is one delivery of a Message to a Handler.
+type Delivery struct {
+	Message
+	// Redelivered is the broker's redelivery flag (AMQP redelivered, RocketMQ
+	// ReconsumeTimes > 0). Only meaningful when Capabilities.RedeliveryFlag.
+	Redelivered bool
+	// DeliveryCount is how often this message has been delivered, this
+	// delivery included, as the client library reports it: quorum queue
+	// x-delivery-count + 1 (RabbitMQ, survives consumer crashes); RocketMQ
+	// ReconsumeTimes + 1 (counts suspends within one consumer only, back to
+	// 1 after a crash); 0 when unknown (Kafka). Trust it across crashes only
+	// when Capabilities.DeliveryCount.
+	DeliveryCount int
+	// Attempt counts Handler calls for this delivery within this
+	// subscription: 1 on the first call, +1 for each in-place retry after
+	// a Retry verdict.
+	Attempt int
+	// TransportID identifies this delivery or stored copy for diagnostics
+	// (delivery tag, topic/partition@offset, msgId@queue:offset). Never use
+	// it for deduplication: a republished event gets a new one.
+	TransportID string
+	// Shard names the queue/partition the message came from.
+	Shard string
+	// BrokerTime is the broker's timestamp for the message where the broker
+	// keeps one (Kafka LogAppendTime, RocketMQ store time); for RabbitMQ,
+	// which stores none, the publisher's send time (see the driver docs).
+	BrokerTime time.Time
+}
+
+// Verdict is a Handler's answer; the driver obeys it after the Handler
+// returned.
+type Verdict int
+
+const (
+	// Ack: done (the caller's transaction committed, or the event was found
+	// already done). The driver acknowledges / commits the offset.
+	Ack Verdict = iota
+	// Retry: not done, try again later. The message must not be lost and,
+	// for drivers with PerKeyOrder, must not be overtaken by later messages
+	// of its shard: drivers retry in place after a backoff.
+	Retry
+	// Reject: poison; never retry. The driver moves the message to its
+	// dead-letter destination (Capabilities.DeadLetter) and counts it.
+	Reject
+	// Crash simulates the process dying right after the caller's database
+	// commit: the delivery is left unacknowledged, the subscription's
+	// connection/channel/client is torn down without any further ack or
+	// offset commit, and the subscription ends with ErrCrashed. The broker
+	// redelivers; the caller may Subscribe again.
+	Crash
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Ack:
+		return "ack"
+	case Retry:
+		return "retry"
+	case Reject:
+		return "reject"
+	case Crash:
+		return "crash"
+	}
+	return fmt.Sprintf("verdict(%d)", int(v))
+}
+
+// Handler processes one delivery. Handlers for different shards may run
+// concurrently; for one shard they run one at a time, in order, when the
+// driver claims PerKeyOrder. ctx is cancelled when the subscription closes
+// or crashes; a Handler should then return promptly (its verdict may be
+// ignored: an unfinished delivery is redelivered).
+type Handler func(ctx context.Context, d *Delivery) Verdict
+
+// ErrCrashed is the Subscription error after a Crash verdict.
+var ErrCrashed = errors.New("subscription crashed on purpose (Crash verdict): unacked deliveries will be redelivered")
+
+// Capabilities are what a driver guarantees; the conformance suite only
+// tests what is claimed, and the runner reports it.
+type Capabilities struct {
+	// PerKeyOrder: messages of one key are handled in publish order, one at
+	// a time, also across Retry verdicts.
+	PerKeyOrder bool
+	// RedeliveryFlag: a message delivered before (and not acknowledged) is
+	// marked Redelivered when it comes back after a Crash.
+	RedeliveryFlag bool
+	// DeliveryCount: Delivery.DeliveryCount is filled in by the broker.
+	DeliveryCount bool
+	// ConsumerGroups: subscriptions with different group names each receive
+	// every message; subscriptions sharing a group share the work.
+	ConsumerGroups bool
+	// Transactions: the broker can tie published messages to consumed
+	// offsets atomically (Kafka EOS). Informational: no driver uses it,
+	// because the inbox's database transaction is the exactly-once scope.
+	Transactions bool
+	// DeadLetter: Reject moves the message to a dead-letter destination
+	// that DeadLetterReader can read back.
+	DeadLetter bool
+	// NotPerformanceTarget marks drivers that exist for quick functional
+	// runs (kafka-embedded): their figures must not be compared.
+	NotPerformanceTarget bool
+	// Description says in one line what the driver runs against and how it
+	// maps ordering, retry, dead-letter and crash.
+	Description string
+}
+
+// SubscribeOptions tune one subscription. Zero values mean the defaults.
+type SubscribeOptions struct {
+	// Prefetch bounds unacknowledged deliveries per shard (AMQP basic.qos,
+	// Kafka records buffered per partition, RocketMQ pull batch). Default 64.
+	Prefetch int
+	// RetryBackoff is the first wait before an in-place retry after a
+	// Retry verdict; it doubles per attempt up to MaxRetryBackoff.
+	// Default 50ms.
+	RetryBackoff time.Duration
+	// MaxRetryBackoff caps the backoff. Default 2s.
+	MaxRetryBackoff time.Duration
+}
+
+// WithDefaults returns o with zero fields replaced by the defaults.
+func (o SubscribeOptions) WithDefaults() SubscribeOptions {
+	if o.Prefetch <= 0 {
+		o.Prefetch = 64
+	}
+	if o.RetryBackoff <= 0 {
+		o.RetryBackoff = 50 * time.Millisecond
+	}
+	if o.MaxRetryBackoff <= 0 {
+		o.MaxRetryBackoff = 2 * time.Second
+	}
+	if o.MaxRetryBackoff < o.RetryBackoff {
+		o.MaxRetryBackoff = o.RetryBackoff
+	}
+	return o
+}
+
+// Backoff returns the wait before handler call attempt+1 (attempt ≥ 1).
+func (o SubscribeOptions) Backoff(attempt int) time.Duration {
+	d := o.RetryBackoff
+	for i := 1; i < attempt && d < o.MaxRetryBackoff; i++ {
+		d *= 2
+	}
+	return min(d, o.MaxRetryBackoff)
+}
+
+// Broker is one driver instance: its connections, producer and the
+// subscriptions it started. Methods are safe for concurrent use.
+type Broker interface {
+	// Name is the registry name ("rabbitmq", "kafka", …).
+	Name() string
+	// Capabilities describes what the driver guarantees.
+	Capabilities() Capabilities
+	// Setup creates topic (and its dead-letter destination) with shards
+	// queues/partitions and returns once it is usable. It is idempotent; an
+	// existing topic with another shard count is an error. Publish and
+	// Subscribe need Setup to have run in this process for drivers that
+	// compute shards client-side (RabbitMQ).
+	Setup(ctx context.Context, topic string, shards int) error
+	// Publish sends msgs and waits for the broker's confirmation of each.
+	// The result has len(msgs) entries; entry i is nil when msgs[i] is
+	// durably accepted. Messages of one key are sent in slice order.
+	Publish(ctx context.Context, topic string, msgs []Message) []error
+	// Subscribe starts consuming topic as group and calls h for each
+	// delivery until the subscription is closed, crashes or fails. ctx
+	// bounds the start-up only; use Subscription.Close to stop.
+	Subscribe(ctx context.Context, topic, group string, opts SubscribeOptions, h Handler) (Subscription, error)
+	// Close closes every subscription and connection of this instance.
+	Close() error
+}
+
+// Subscription is a running consumer.
+type Subscription interface {
+	// Done is closed once the subscription ended (closed, crashed or
+	// failed) and no Handler call is running any more.
+	Done() <-chan struct{}
+	// Err is nil after a clean Close, ErrCrashed after a Crash verdict, or
+	// the error that ended the subscription (connection lost, …). Valid
+	// after Done is closed.
+	Err() error
+	// Close stops consuming, waits for running Handler calls, acknowledges
+	// what they finished, leaves unfinished deliveries to be redelivered,
+	// and releases the connection. Safe to call more than once.
+	Close() error
+	// Stats returns the subscription's counters so far.
+	Stats() Stats
+}
+
+// Stats counts what a subscription did; a Reject is never silent.
+type Stats struct {
+	Deliveries   int64 // Handler calls, retries included
+	Acked        int64
+	Retried      int64 // Retry verdicts
+	DeadLettered int64 // Reject verdicts moved to the dead-letter destination
+	Crashed      int64 // Crash verdicts (0 or 1)
+}
+
+// DeadLetterReader is implemented by drivers with Capabilities.DeadLetter.
+type DeadLetterReader interface {
+	// DeadLetters returns messages dead-lettered from topic so far, waiting
+	// until at least want have arrived or ctx ends (then it returns what it
+	// has with ctx's error). RabbitMQ removes what it returns from the DLQ;
+	// Kafka and RocketMQ read their dead-letter topics from the beginning.
+	DeadLetters(ctx context.Context, topic string, want int) ([]Message, error)
+}
+
+// TopicDeleter is implemented by drivers that can remove a topic and its
+// dead-letter destination (tests clean up with it; runs may too).
+type TopicDeleter interface {
+	// DeleteTopic deletes topic's queues/partitions and dead-letter
+	// destination, with their messages. Deleting a missing topic is not an
+	// error.
+	DeleteTopic(ctx context.Context, topic string) error
+}
+
+// Options are driver options beside the endpoints in config.Config; keys
+// are driver specific and documented by each driver (unknown keys are an
+// error so typos surface).
+type Options map[string]string
+
+// Factory creates a driver instance. It must not block for long: drivers
+// connect lazily or with a bounded timeout.
+type Factory func(ctx context.Context, cfg config.Config, opts Options) (Broker, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Factory{}
+)
+
+// Register makes a driver available by name. It panics on an empty name, a
+// nil factory or a duplicate name, as database/sql does: those are
+// programming errors found at start-up.
+func Register(name string, f Factory) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if name == "" || f == nil {
+		panic("brokers: Register needs a name and a factory")
+	}
+	if _, dup := registry[name]; dup {
+		panic("brokers: Register called twice for driver " + name)
+	}
+	registry[name] = f
+}
+
+// Names returns the registered driver names, sorted.
+func Names() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Open creates a driver instance by name.
+func Open(ctx context.Context, name string, cfg config.Config, opts Options) (Broker, error) {
+	registryMu.RLock()
+	f, ok := registry[name]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("brokers: unknown broker %q: registered are %v (is brokers/all imported?)", name, Names())
+	}
+	return f(ctx, cfg, opts)
+}
+
+// FirstError returns the first non-nil error of a Publish result, wrapped
+// with how many of the batch failed; nil when all succeeded.
+func FirstError(errs []error) error {
+	var first error
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			n++
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return fmt.Errorf("%d of %d messages not confirmed, first: %w", n, len(errs), first)
+}
+
+// Counters is a Stats implementation for drivers: atomic, no locks on the
+// hot path.
+type Counters struct {
+	deliveries, acked, retried, deadLettered, crashed atomic.Int64
+}
+
+// Delivered, Acked, Retried, DeadLettered and Crashed count one event each.
+func (c *Counters) Delivered()    { c.deliveries.Add(1) }
+func (c *Counters) Acked()        { c.acked.Add(1) }
+func (c *Counters) Retried()      { c.retried.Add(1) }
+func (c *Counters) DeadLettered() { c.deadLettered.Add(1) }
+func (c *Counters) Crashed()      { c.crashed.Add(1) }
+
+// Stats returns a snapshot.
+func (c *Counters) Stats() Stats {
+	return Stats{
+		Deliveries:   c.deliveries.Load(),
+		Acked:        c.acked.Load(),
+		Retried:      c.retried.Load(),
+		DeadLettered: c.deadLettered.Load(),
+		Crashed:      c.crashed.Load(),
+	}
+}
+
+// CheckOptions returns an error naming the first key of opts that is not
+// in known, for drivers validating their Options.
+func CheckOptions(driver string, opts Options, known ...string) error {
+	for k := range opts {
+		ok := false
+		for _, kk := range known {
+			if k == kk {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return fmt.Errorf("%s: unknown option %q: accepted are %v", driver, k, known)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+package brokers_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inboxbench/inboxbench/brokers"
+)
+
+func TestBackoff(t *testing.T) {
+	o := brokers.SubscribeOptions{RetryBackoff: 10 * time.Millisecond, MaxRetryBackoff: 50 * time.Millisecond}.WithDefaults()
+	for _, tc := range []struct {
+		attempt int
+		want    time.Duration
+	}{{1, 10 * time.Millisecond}, {2, 20 * time.Millisecond}, {3, 40 * time.Millisecond}, {4, 50 * time.Millisecond}, {40, 50 * time.Millisecond}} {
+		if got := o.Backoff(tc.attempt); got != tc.want {
+			t.Errorf("Backoff(%d) = %v, want %v", tc.attempt, got, tc.want)
+		}
+	}
+	d := brokers.SubscribeOptions{}.WithDefaults()
+	if d.Prefetch != 64 || d.RetryBackoff != 50*time.Millisecond || d.MaxRetryBackoff != 2*time.Second {
+		t.Errorf("defaults: %+v", d)
+	}
+}
+
+func TestFirstError(t *testing.T) {
+	if err := brokers.FirstError([]error{nil, nil}); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := brokers.FirstError([]error{nil, boom, errors.New("later")})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "2 of 3") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestCheckOptions(t *testing.T) {
+	if err := brokers.CheckOptions("x", brokers.Options{"a": "1"}, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := brokers.CheckOptions("x", brokers.Options{"c": "1"}, "a", "b"); err == nil || !strings.Contains(err.Error(), `"c"`) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestVerdictString(t *testing.T) {
+	for v, want := range map[brokers.Verdict]string{brokers.Ack: "ack", brokers.Retry: "retry", brokers.Reject: "reject", brokers.Crash: "crash", 9: "verdict(9)"} {
+		if v.String() != want {
+			t.Errorf("%d: %q", int(v), v.String())
+		}
+	}
+}

@@ -1,0 +1,451 @@
+// Package kafka is the Kafka driver (franz-go), registered as "kafka" and,
+// against an in-process kfake cluster, as "kafka-embedded".
+//
+// Ordering: records are keyed by the ordering key and partitioned with
+// kgo.StickyKeyPartitioner (murmur2 of the key, as the Java client), so a
+// key always lands on one partition; the idempotent producer with acks=all
+// keeps a partition's records in send order across retries. The consumer
+// runs one goroutine per assigned partition, so a partition's records are
+// handled one at a time, in offset order.
+//
+// Offsets: auto-commit is disabled. A record's offset becomes committable
+// only after its Handler returned Ack (or Reject and the dead-letter copy is
+// confirmed); a committer flushes those every CommitInterval, and
+// OnPartitionsRevoked stops the revoked partitions' workers, then commits
+// what they finished — never ahead of the database.
+//
+// Retry: the partition's worker holds the record, backs off and calls the
+// Handler again (in place); later records of that partition wait.
+// Reject: the record is produced to "<topic>.dlq" (same key, headers plus
+// ib-dlq-source) and then counts as finished.
+// Crash: the consumer client is closed without committing anything more;
+// records after the last committed offset are redelivered to the next
+// member. It leaves the group on the way out (a real crash would hold the
+// partitions until the session timeout, which only slows tests down).
+// Kafka has no redelivered flag or delivery count: Redelivered is false and
+// DeliveryCount 0 on every delivery.
+package kafka
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/config"
+)
+
+// Driver names.
+const (
+	Name         = "kafka"
+	EmbeddedName = "kafka-embedded"
+)
+
+// Reserved headers.
+const (
+	headerID     = "ib-id"         // Message.ID
+	headerSource = "ib-dlq-source" // transport id of the record a DLQ copy came from
+)
+
+// DLQSuffix names the dead-letter topic: "<topic>.dlq".
+const DLQSuffix = ".dlq"
+
+// Option keys accepted in brokers.Options.
+const (
+	// OptReplicationFactor for created topics; default -1 = the broker's
+	// default.replication.factor (1 on the local single-node stack).
+	OptReplicationFactor = "replication-factor"
+	// OptCommitInterval is how often finished offsets are committed
+	// (Go duration, default 200ms).
+	OptCommitInterval = "commit-interval"
+	// OptDeliveryTimeout bounds how long a produced record may stay
+	// unconfirmed before Publish reports it failed (default 30s).
+	OptDeliveryTimeout = "delivery-timeout"
+)
+
+func init() {
+	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
+		return New(ctx, cfg, opts)
+	})
+	brokers.Register(EmbeddedName, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
+		return NewEmbedded(ctx, opts)
+	})
+}
+
+// Broker is the Kafka driver.
+type Broker struct {
+	name           string
+	base           []kgo.Opt // seeds, TLS, SASL, timeouts: shared by every client
+	rf             int16
+	commitInterval time.Duration
+	fake           *kfake.Cluster // kafka-embedded only
+
+	prod *kgo.Client
+	adm  *kadm.Client
+
+	mu     sync.Mutex
+	subs   map[*subscription]struct{}
+	closed bool
+}
+
+type settings struct {
+	rf              int16
+	commitInterval  time.Duration
+	deliveryTimeout time.Duration
+}
+
+func parseOptions(driver string, opts brokers.Options) (settings, error) {
+	s := settings{rf: -1, commitInterval: 200 * time.Millisecond, deliveryTimeout: 30 * time.Second}
+	if err := brokers.CheckOptions(driver, opts, OptReplicationFactor, OptCommitInterval, OptDeliveryTimeout); err != nil {
+		return s, err
+	}
+	if v, ok := opts[OptReplicationFactor]; ok {
+		n, err := strconv.ParseInt(v, 10, 16)
+		if err != nil || (n < 1 && n != -1) {
+			return s, fmt.Errorf("%s: option %s=%q: want a positive integer or -1 (broker default)", driver, OptReplicationFactor, v)
+		}
+		s.rf = int16(n)
+	}
+	for key, dst := range map[string]*time.Duration{OptCommitInterval: &s.commitInterval, OptDeliveryTimeout: &s.deliveryTimeout} {
+		if v, ok := opts[key]; ok {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return s, fmt.Errorf("%s: option %s=%q: want a positive Go duration such as 500ms", driver, key, v)
+			}
+			*dst = d
+		}
+	}
+	return s, nil
+}
+
+// New connects to the cluster in cfg (seeds, TLS, SASL). Connections are
+// made lazily; Setup is the first call that needs the cluster.
+func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, error) {
+	s, err := parseOptions(Name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.KafkaBrokers) == 0 {
+		return nil, errors.New("kafka: no seed brokers configured (INBOXBENCH_KAFKA_BROKERS / --kafka-brokers)")
+	}
+	base := []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)}
+	if cfg.KafkaTLS {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.KafkaCAFile != "" {
+			pem, err := os.ReadFile(cfg.KafkaCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka: read CA file: %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kafka: CA file %s holds no PEM certificate", cfg.KafkaCAFile)
+			}
+		}
+		base = append(base, kgo.DialTLSConfig(tc))
+	}
+	switch strings.ToLower(cfg.KafkaSASL) {
+	case "":
+	case "plain":
+		base = append(base, kgo.SASL(plain.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsMechanism()))
+	case "scram-sha-256":
+		base = append(base, kgo.SASL(scram.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsSha256Mechanism()))
+	case "scram-sha-512":
+		base = append(base, kgo.SASL(scram.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsSha512Mechanism()))
+	default:
+		return nil, fmt.Errorf("kafka: SASL mechanism %q is not supported: use plain, scram-sha-256 or scram-sha-512", cfg.KafkaSASL)
+	}
+	return newBroker(Name, base, s, nil)
+}
+
+// NewEmbedded starts an in-process kfake cluster (one node, random port)
+// and returns the same driver against it. It is for quick functional runs
+// with no broker installed and is not a performance target: kfake keeps
+// everything in memory in one goroutine and behaves like no real Kafka.
+func NewEmbedded(_ context.Context, opts brokers.Options) (*Broker, error) {
+	s, err := parseOptions(EmbeddedName, opts)
+	if err != nil {
+		return nil, err
+	}
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		return nil, fmt.Errorf("kafka-embedded: start in-process cluster: %w", err)
+	}
+	b, err := newBroker(EmbeddedName, []kgo.Opt{kgo.SeedBrokers(fake.ListenAddrs()...)}, s, fake)
+	if err != nil {
+		fake.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func newBroker(name string, base []kgo.Opt, s settings, fake *kfake.Cluster) (*Broker, error) {
+	base = append(base,
+		kgo.ClientID("inboxbench"),
+		kgo.DialTimeout(5*time.Second),
+		// Bound every retried request, so a dead cluster surfaces as an
+		// error instead of an endless retry loop.
+		kgo.RetryTimeout(30*time.Second),
+	)
+	prod, err := kgo.NewClient(append(base[:len(base):len(base)],
+		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotence needs acks=all; explicit because it is a contract
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RecordDeliveryTimeout(s.deliveryTimeout),
+		kgo.ProducerLinger(0),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: create producer: %w", name, err)
+	}
+	return &Broker{
+		name:           name,
+		base:           base,
+		rf:             s.rf,
+		commitInterval: s.commitInterval,
+		fake:           fake,
+		prod:           prod,
+		adm:            kadm.NewClient(prod),
+		subs:           map[*subscription]struct{}{},
+	}, nil
+}
+
+// Name implements brokers.Broker.
+func (b *Broker) Name() string { return b.name }
+
+// Capabilities implements brokers.Broker.
+func (b *Broker) Capabilities() brokers.Capabilities {
+	c := brokers.Capabilities{
+		PerKeyOrder:    true,
+		ConsumerGroups: true,
+		Transactions:   true,
+		DeadLetter:     true,
+		Description: "Kafka via franz-go: key-hashed partitions (murmur2), idempotent producer acks=all, " +
+			"one worker per partition, manual commits of finished offsets only, retry in place, " +
+			"Reject → <topic>.dlq, no redelivered flag",
+	}
+	if b.fake != nil {
+		c.NotPerformanceTarget = true
+		c.Description = "in-process kfake cluster — not a performance target; " + c.Description
+	}
+	return c
+}
+
+func (b *Broker) errorf(format string, args ...any) error {
+	return fmt.Errorf(b.name+": "+format, args...)
+}
+
+// Setup creates topic and topic.dlq with shards partitions and waits until
+// every partition has a leader. Record timestamps are LogAppendTime, so
+// Delivery.BrokerTime is the broker's clock.
+func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
+	if shards < 1 {
+		return b.errorf("setup %s: shards must be at least 1, got %d", topic, shards)
+	}
+	logAppend := "LogAppendTime"
+	configs := map[string]*string{"message.timestamp.type": &logAppend}
+	for _, t := range []string{topic, topic + DLQSuffix} {
+		resp, err := b.adm.CreateTopic(ctx, int32(shards), b.rf, configs, t)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+			return b.errorf("create topic %s: %w", t, err)
+		}
+	}
+	for {
+		details, err := b.adm.ListTopics(ctx, topic, topic+DLQSuffix)
+		if err == nil {
+			var permanent bool
+			if permanent, err = ready(details, shards); err == nil {
+				return nil
+			} else if permanent {
+				return b.errorf("setup %s: %w", topic, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return b.errorf("setup %s: topic not ready: %w (last: %v)", topic, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ready reports whether every listed topic exists with shards partitions,
+// each with a leader; permanent marks errors that waiting cannot fix.
+func ready(details kadm.TopicDetails, shards int) (permanent bool, err error) {
+	for name, d := range details {
+		if d.Err != nil {
+			return false, fmt.Errorf("topic %s: %w", name, d.Err)
+		}
+		if len(d.Partitions) != shards {
+			return true, fmt.Errorf("topic %s exists with %d partitions but the workload asks for %d: delete it or use another topic name", name, len(d.Partitions), shards)
+		}
+		for _, p := range d.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return false, fmt.Errorf("topic %s partition %d has no leader yet", name, p.Partition)
+			}
+		}
+	}
+	return false, nil
+}
+
+// Publish implements brokers.Broker. All records go out in one ProduceSync;
+// the idempotent producer keeps one key's records in slice order.
+func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Message) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	recs := make([]*kgo.Record, len(msgs))
+	index := make(map[*kgo.Record]int, len(msgs))
+	for i, m := range msgs {
+		r := &kgo.Record{Topic: topic, Key: []byte(m.Key), Value: m.Body}
+		r.Headers = append(make([]kgo.RecordHeader, 0, len(m.Headers)+1), kgo.RecordHeader{Key: headerID, Value: []byte(m.ID)})
+		for k, v := range m.Headers {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: k, Value: []byte(v)})
+		}
+		recs[i] = r
+		index[r] = i
+	}
+	for _, res := range b.prod.ProduceSync(ctx, recs...) {
+		if res.Err != nil {
+			i := index[res.Record]
+			errs[i] = b.errorf("publish %s to %s: %w", msgs[i].ID, topic, res.Err)
+		}
+	}
+	return errs
+}
+
+// Close implements brokers.Broker.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	subs := make([]*subscription, 0, len(b.subs))
+	for s := range b.subs {
+		subs = append(subs, s)
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, s := range subs {
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if !closeBounded(b.prod) {
+		errs = append(errs, b.errorf("producer did not close within 15s (unreachable cluster?)"))
+	}
+	if b.fake != nil {
+		b.fake.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// closeBounded closes a client, giving up waiting after 15s: with a dead
+// cluster kgo's Close can wait for retries, and a caller must not hang.
+func closeBounded(cl *kgo.Client) bool {
+	done := make(chan struct{})
+	go func() { cl.Close(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(15 * time.Second):
+		return false
+	}
+}
+
+func (b *Broker) track(s *subscription) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return b.errorf("subscribe: broker is closed")
+	}
+	b.subs[s] = struct{}{}
+	return nil
+}
+
+func (b *Broker) untrack(s *subscription) {
+	b.mu.Lock()
+	delete(b.subs, s)
+	b.mu.Unlock()
+}
+
+// DeadLetters implements brokers.DeadLetterReader by reading topic.dlq
+// from the beginning without a group (nothing is committed or removed).
+func (b *Broker) DeadLetters(ctx context.Context, topic string, want int) ([]brokers.Message, error) {
+	cl, err := kgo.NewClient(append(b.base[:len(b.base):len(b.base)],
+		kgo.ConsumeTopics(topic+DLQSuffix),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(200*time.Millisecond),
+	)...)
+	if err != nil {
+		return nil, b.errorf("read dead letters of %s: %w", topic, err)
+	}
+	defer closeBounded(cl)
+	var out []brokers.Message
+	for len(out) < want {
+		f := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return out, b.errorf("read dead letters of %s: got %d of %d: %w", topic, len(out), want, ctx.Err())
+		}
+		f.EachRecord(func(r *kgo.Record) { out = append(out, message(r)) })
+	}
+	return out, nil
+}
+
+// message rebuilds the published Message from a record.
+func message(r *kgo.Record) brokers.Message {
+	m := brokers.Message{Key: string(r.Key), Body: r.Value}
+	for _, h := range r.Headers {
+		switch {
+		case h.Key == headerID:
+			m.ID = string(h.Value)
+		case strings.HasPrefix(h.Key, "ib-"):
+		default:
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			m.Headers[h.Key] = string(h.Value)
+		}
+	}
+	return m
+}
+
+func transportID(r *kgo.Record) string {
+	return fmt.Sprintf("%s/%d@%d", r.Topic, r.Partition, r.Offset)
+}
+
+// DeleteTopic implements brokers.TopicDeleter.
+func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
+	resps, err := b.adm.DeleteTopics(ctx, topic, topic+DLQSuffix)
+	if err != nil {
+		return b.errorf("delete topic %s: %w", topic, err)
+	}
+	for _, r := range resps {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			return b.errorf("delete topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	return nil
+}
+
+// StopEmbeddedForTest stops the in-process cluster of a kafka-embedded
+// instance while the driver stays open, so tests can check that a dead
+// broker yields errors, not hangs. It does nothing for "kafka".
+func (b *Broker) StopEmbeddedForTest() {
+	if b.fake != nil {
+		b.fake.Close()
+	}
+}

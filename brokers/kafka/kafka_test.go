@@ -1,0 +1,97 @@
+package kafka_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/brokers/brokertest"
+	"github.com/inboxbench/inboxbench/brokers/kafka"
+	"github.com/inboxbench/inboxbench/internal/testenv"
+)
+
+func newReal(tb testing.TB) brokers.Broker {
+	cfg := testenv.Require(tb, testenv.Kafka)
+	b, err := kafka.New(context.Background(), cfg, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			tb.Errorf("close: %v", err)
+		}
+	})
+	return b
+}
+
+func newEmbedded(tb testing.TB) brokers.Broker {
+	b, err := kafka.NewEmbedded(context.Background(), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			tb.Errorf("close: %v", err)
+		}
+	})
+	return b
+}
+
+func TestConformance(t *testing.T)         { brokertest.Run(t, newReal) }
+func TestConformanceEmbedded(t *testing.T) { brokertest.Run(t, newEmbedded) }
+
+func BenchmarkRaw1KiB(b *testing.B) {
+	brokertest.Bench(b, newReal, brokertest.BenchOptions{Size: 1024})
+}
+func BenchmarkRaw1KiBEmbedded(b *testing.B) {
+	brokertest.Bench(b, newEmbedded, brokertest.BenchOptions{Size: 1024})
+}
+
+func TestOptionsRejectUnknown(t *testing.T) {
+	_, err := kafka.NewEmbedded(context.Background(), brokers.Options{"replication-fctor": "1"})
+	if err == nil || !strings.Contains(err.Error(), "replication-fctor") {
+		t.Fatalf("want an error naming the unknown option, got %v", err)
+	}
+}
+
+// A cluster that disappears mid-test yields an error naming the broker
+// within the caller's deadline, not a hang.
+func TestStoppedClusterFailsFast(t *testing.T) {
+	b, err := kafka.NewEmbedded(context.Background(), brokers.Options{kafka.OptDeliveryTimeout: "3s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topic := brokertest.UniqueName(t, "ib")
+	if err := b.Setup(ctx, topic, 2); err != nil {
+		t.Fatal(err)
+	}
+	b.StopEmbeddedForTest()
+	start := time.Now()
+	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer pcancel()
+	err = brokers.FirstError(b.Publish(pctx, topic, brokertest.Events(t, "e", 1, 1, 0)))
+	if err == nil || !strings.Contains(err.Error(), "kafka-embedded") {
+		t.Fatalf("publish to a stopped cluster: want an error naming kafka-embedded, got %v", err)
+	}
+	if time.Since(start) > 12*time.Second {
+		t.Errorf("publish to a stopped cluster took %v", time.Since(start))
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Close() }()
+	select {
+	case <-done:
+	case <-time.After(40 * time.Second):
+		t.Fatal("Close hung after the cluster stopped")
+	}
+}
+
+func TestRegistered(t *testing.T) {
+	names := strings.Join(brokers.Names(), ",")
+	if !strings.Contains(names, kafka.Name) || !strings.Contains(names, kafka.EmbeddedName) {
+		t.Fatalf("registry holds %s", names)
+	}
+}

@@ -1,0 +1,457 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
+)
+
+// DefaultGroup is used when Subscribe is given an empty group.
+const DefaultGroup = "inboxbench"
+
+type subscription struct {
+	b     *Broker
+	topic string
+	group string
+	opts  brokers.SubscribeOptions
+	h     brokers.Handler
+	cl    *kgo.Client
+	life  *driverutil.Lifecycle
+	stats brokers.Counters
+
+	ctx    context.Context // cancelled by Close and Crash: stops polling and handlers
+	cancel context.CancelFunc
+
+	crashed   atomic.Bool
+	closeOnce sync.Once
+
+	mu      sync.Mutex
+	workers map[int32]*worker
+	done    map[int32]kgo.EpochOffset // next offset to commit, per partition, finished by a handler
+	// commitMu serialises commits, so a periodic commit can never land
+	// after the revoke commit of the same partition.
+	commitMu  sync.Mutex
+	committed map[int32]int64
+
+	loops sync.WaitGroup // poll loop and committer
+}
+
+// worker handles one partition's records in order.
+type worker struct {
+	p      int32
+	ctx    context.Context
+	cancel context.CancelFunc
+	exited chan struct{}
+
+	mu     sync.Mutex
+	queue  []*kgo.Record
+	paused bool
+	wake   chan struct{} // cap 1
+}
+
+// Subscribe implements brokers.Broker. The group's committed offsets are
+// the starting point; a new group starts at the earliest record.
+func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts brokers.SubscribeOptions, h brokers.Handler) (brokers.Subscription, error) {
+	if group == "" {
+		group = DefaultGroup
+	}
+	s := &subscription{
+		b: b, topic: topic, group: group, opts: opts.WithDefaults(), h: h,
+		life:      driverutil.NewLifecycle(),
+		workers:   map[int32]*worker{},
+		done:      map[int32]kgo.EpochOffset{},
+		committed: map[int32]int64{},
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	cl, err := kgo.NewClient(append(b.base[:len(b.base):len(b.base)],
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit(),
+		// Revoke callbacks run only between polls, so records handed to
+		// workers are never for a partition that was already revoked.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(s.assigned),
+		kgo.OnPartitionsRevoked(s.revoked),
+		kgo.OnPartitionsLost(s.lost),
+		kgo.FetchMaxWait(250*time.Millisecond),
+		kgo.SessionTimeout(10*time.Second),
+		kgo.RebalanceTimeout(30*time.Second),
+	)...)
+	if err != nil {
+		s.cancel()
+		return nil, b.errorf("subscribe %s as %s: %w", topic, group, err)
+	}
+	s.cl = cl
+	if err := b.track(s); err != nil {
+		s.cancel()
+		cl.Close()
+		return nil, err
+	}
+	// Fail fast on an unreachable cluster or a missing topic instead of
+	// polling forever: the caller's ctx bounds this check.
+	if err := s.checkTopic(ctx); err != nil {
+		s.cancel()
+		closeBounded(cl)
+		b.untrack(s)
+		return nil, err
+	}
+	s.loops.Add(2)
+	go s.poll()
+	go s.committer()
+	return s, nil
+}
+
+func (s *subscription) checkTopic(ctx context.Context) error {
+	details, err := s.b.adm.ListTopics(ctx, s.topic)
+	if err != nil {
+		return s.b.errorf("subscribe %s: %w", s.topic, err)
+	}
+	if d, ok := details[s.topic]; !ok || d.Err != nil {
+		return s.b.errorf("subscribe %s: topic does not exist (run Setup first): %v", s.topic, d.Err)
+	}
+	return nil
+}
+
+func (s *subscription) Done() <-chan struct{} { return s.life.Done() }
+func (s *subscription) Err() error            { return s.life.Err() }
+func (s *subscription) Stats() brokers.Stats  { return s.stats.Stats() }
+
+// Close implements brokers.Subscription.
+func (s *subscription) Close() error {
+	s.shutdown(nil)
+	<-s.life.Done()
+	if err := s.life.Err(); err != nil && !errors.Is(err, brokers.ErrCrashed) {
+		return err
+	}
+	return nil
+}
+
+// shutdown ends the subscription once: stop polling, stop workers (their
+// running handler finishes), commit what finished unless crashed, leave the
+// group, close the client.
+func (s *subscription) shutdown(cause error) {
+	s.closeOnce.Do(func() {
+		go func() {
+			s.cancel()
+			s.loops.Wait()
+			s.mu.Lock()
+			ws := make([]*worker, 0, len(s.workers))
+			for _, w := range s.workers {
+				ws = append(ws, w)
+			}
+			s.mu.Unlock()
+			stopWorkers(ws)
+			var errs []error
+			if cause != nil {
+				errs = append(errs, cause)
+			}
+			if !s.crashed.Load() {
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := s.commit(cctx, nil); err != nil {
+					errs = append(errs, err)
+				}
+				cancel()
+			}
+			// The final revoke (inside Close) finds no workers and, after a
+			// crash, commits nothing.
+			s.cl.AllowRebalance()
+			if !closeBounded(s.cl) {
+				errs = append(errs, s.b.errorf("consumer of %s did not close within 15s (unreachable cluster?)", s.topic))
+			}
+			s.b.untrack(s)
+			s.life.Finish(errors.Join(errs...))
+		}()
+	})
+}
+
+func (s *subscription) crash() {
+	if s.crashed.CompareAndSwap(false, true) {
+		s.stats.Crashed()
+		s.shutdown(brokers.ErrCrashed)
+	}
+}
+
+// poll fetches and hands each partition's records to its worker. With
+// BlockRebalanceOnPoll a rebalance waits for AllowRebalance, so dispatch
+// never races a revoke.
+func (s *subscription) poll() {
+	defer s.loops.Done()
+	for {
+		fetches := s.cl.PollRecords(s.ctx, 1000)
+		if s.ctx.Err() != nil || fetches.IsClientClosed() {
+			return
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				slog.Warn("kafka: fetch error", "broker", s.b.name, "topic", t, "partition", p, "err", err)
+			}
+		})
+		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
+			if len(ftp.Records) == 0 {
+				return
+			}
+			s.mu.Lock()
+			w := s.workers[ftp.Partition]
+			s.mu.Unlock()
+			if w == nil {
+				return // not ours any more: the new owner starts from the committed offset
+			}
+			w.push(s, ftp.Records)
+		})
+		s.cl.AllowRebalance()
+	}
+}
+
+// highWater is the per-partition backlog above which fetching pauses, so a
+// partition stuck in Retry cannot buffer without bound.
+func (s *subscription) highWater() int { return max(4*s.opts.Prefetch, 1000) }
+
+func (w *worker) push(s *subscription, recs []*kgo.Record) {
+	w.mu.Lock()
+	w.queue = append(w.queue, recs...)
+	pause := !w.paused && len(w.queue) > s.highWater()
+	if pause {
+		w.paused = true
+	}
+	w.mu.Unlock()
+	if pause {
+		s.cl.PauseFetchPartitions(map[string][]int32{s.topic: {w.p}})
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) pop(s *subscription) (*kgo.Record, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.queue) == 0 {
+		return nil, false
+	}
+	r := w.queue[0]
+	w.queue[0] = nil
+	w.queue = w.queue[1:]
+	if w.paused && len(w.queue) < s.highWater()/2 {
+		w.paused = false
+		s.cl.ResumeFetchPartitions(map[string][]int32{s.topic: {w.p}})
+	}
+	return r, true
+}
+
+func (s *subscription) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range m[s.topic] {
+		if s.workers[p] != nil || s.ctx.Err() != nil {
+			continue
+		}
+		w := &worker{p: p, exited: make(chan struct{}), wake: make(chan struct{}, 1)}
+		w.ctx, w.cancel = context.WithCancel(s.ctx)
+		s.workers[p] = w
+		go s.run(w)
+	}
+}
+
+// revoked stops the revoked partitions' workers (a running handler
+// finishes; queued records are dropped for the next owner), then commits
+// what they finished — nothing more — before the partitions move.
+func (s *subscription) revoked(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
+	parts := s.detach(m[s.topic])
+	if len(parts) == 0 || s.crashed.Load() {
+		s.forget(parts)
+		return
+	}
+	if err := s.commit(ctx, parts); err != nil {
+		slog.Warn("kafka: commit on revoke failed; those records will be redelivered", "broker", s.b.name, "err", err)
+	}
+	s.forget(parts)
+}
+
+// lost is revoked without the commit: the partitions already belong to
+// someone else.
+func (s *subscription) lost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.forget(s.detach(m[s.topic]))
+}
+
+func (s *subscription) detach(parts []int32) []int32 {
+	s.mu.Lock()
+	var ws []*worker
+	for _, p := range parts {
+		if w := s.workers[p]; w != nil {
+			ws = append(ws, w)
+			delete(s.workers, p)
+		}
+	}
+	s.mu.Unlock()
+	stopWorkers(ws)
+	return parts
+}
+
+func (s *subscription) forget(parts []int32) {
+	s.mu.Lock()
+	for _, p := range parts {
+		delete(s.done, p)
+	}
+	s.mu.Unlock()
+	s.commitMu.Lock()
+	for _, p := range parts {
+		delete(s.committed, p)
+	}
+	s.commitMu.Unlock()
+}
+
+func stopWorkers(ws []*worker) {
+	for _, w := range ws {
+		w.cancel()
+	}
+	for _, w := range ws {
+		<-w.exited
+	}
+}
+
+// run is a partition worker: one record at a time, in offset order.
+func (s *subscription) run(w *worker) {
+	defer close(w.exited)
+	for {
+		r, ok := w.pop(s)
+		if !ok {
+			select {
+			case <-w.ctx.Done():
+				return
+			case <-w.wake:
+				continue
+			}
+		}
+		if w.ctx.Err() != nil {
+			return
+		}
+		d := &brokers.Delivery{
+			Message:     message(r),
+			TransportID: transportID(r),
+			Shard:       strconv.Itoa(int(r.Partition)),
+			BrokerTime:  r.Timestamp,
+		}
+		v, finished := driverutil.Handle(w.ctx, s.h, d, s.opts, &s.stats)
+		if !finished {
+			return
+		}
+		switch v {
+		case brokers.Ack:
+			s.stats.Acked()
+		case brokers.Reject:
+			if err := s.deadLetter(w.ctx, r); err != nil {
+				// Not finished: stop this partition so the record is
+				// redelivered rather than skipped.
+				s.shutdown(err)
+				return
+			}
+			s.stats.DeadLettered()
+		default: // Crash, or a verdict this driver does not know: nothing more is acked
+			s.crash()
+			return
+		}
+		s.mu.Lock()
+		s.done[r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+		s.mu.Unlock()
+	}
+}
+
+func (s *subscription) deadLetter(ctx context.Context, r *kgo.Record) error {
+	dl := &kgo.Record{
+		Topic:   s.topic + DLQSuffix,
+		Key:     r.Key,
+		Value:   r.Value,
+		Headers: append(append([]kgo.RecordHeader(nil), r.Headers...), kgo.RecordHeader{Key: headerSource, Value: []byte(transportID(r))}),
+	}
+	if err := s.b.prod.ProduceSync(ctx, dl).FirstErr(); err != nil {
+		return s.b.errorf("dead-letter %s to %s: %w", transportID(r), dl.Topic, err)
+	}
+	return nil
+}
+
+// committer commits finished offsets every commit interval.
+func (s *subscription) committer() {
+	defer s.loops.Done()
+	t := time.NewTicker(s.b.commitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			if err := s.commit(s.ctx, nil); err != nil && s.ctx.Err() == nil {
+				slog.Warn("kafka: periodic commit failed; will retry", "broker", s.b.name, "err", err)
+			}
+		}
+	}
+}
+
+// commit commits the finished offsets of parts (all when nil) that moved
+// since the last commit.
+func (s *subscription) commit(ctx context.Context, parts []int32) error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.crashed.Load() {
+		return nil
+	}
+	offsets := map[int32]kgo.EpochOffset{}
+	s.mu.Lock()
+	for p, eo := range s.done {
+		if parts != nil && !contains(parts, p) {
+			continue
+		}
+		if c, ok := s.committed[p]; ok && c >= eo.Offset {
+			continue
+		}
+		offsets[p] = eo
+	}
+	s.mu.Unlock()
+	if len(offsets) == 0 {
+		return nil
+	}
+	var cerr error
+	s.cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.topic: offsets}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+					cerr = fmt.Errorf("partition %d: %w", p.Partition, perr)
+					return
+				}
+			}
+		}
+	})
+	if cerr != nil {
+		return s.b.errorf("commit offsets for %s: %w", s.topic, cerr)
+	}
+	for p, eo := range offsets {
+		s.committed[p] = eo.Offset
+	}
+	return nil
+}
+
+func contains(ps []int32, p int32) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}

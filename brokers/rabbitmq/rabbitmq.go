@@ -1,0 +1,399 @@
+// Package rabbitmq is the RabbitMQ driver (amqp091-go), registered as
+// "rabbitmq".
+//
+// Topology per topic: durable quorum queues "<topic>.0" … "<topic>.<N-1>",
+// each with single-active-consumer, and a quorum dead-letter queue
+// "<topic>.dlq" fed by the shard queues' dead-letter settings (default
+// exchange, at-least-once dead-lettering). Publishing goes through the
+// default exchange with the routing key of the shard queue; the driver
+// hashes the ordering key onto a shard (FNV-1a), so one key always lands in
+// one queue. Messages are persistent and mandatory, and Publish waits for
+// each publisher confirm; a message the broker returns as unroutable is an
+// error, not a silent drop.
+//
+// Ordering: single-active-consumer means one consumer per queue at a time,
+// and the driver handles a queue's deliveries one at a time in order (one
+// goroutine per queue). Acks are manual, per delivery, only after the
+// Handler returned Ack.
+//
+// Retry: a nacked-and-requeued message goes to the back of a quorum queue,
+// which would let later messages of the same key overtake it. So Retry is
+// done in place: the goroutine keeps the delivery, backs off and calls the
+// Handler again; later deliveries of that queue wait (prefetched, unacked).
+//
+// Reject: basic.nack(requeue=false) dead-letters the message into
+// "<topic>.dlq" (x-death records why); counted in Stats.DeadLettered.
+//
+// Crash: the subscription's connection (and with it the channel) is closed
+// without acking the in-flight delivery; the broker requeues every unacked
+// delivery and the next consumer sees it with redelivered=true and a
+// quorum-queue x-delivery-count.
+//
+// BrokerTime: RabbitMQ stores no broker timestamp (without the
+// message_timestamp plugin) and the AMQP timestamp property has one-second
+// resolution, so the publisher's send time travels in header "ib-sent"
+// (unix nanoseconds) and is reported as BrokerTime.
+//
+// Consumer groups are not modelled: every subscription of a topic competes
+// for the same shard queues (single-active-consumer picks one per queue),
+// whatever its group name.
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/config"
+)
+
+// Name is the driver name.
+const Name = "rabbitmq"
+
+// Reserved headers.
+const (
+	headerKey  = "ib-key"  // the ordering key
+	headerSent = "ib-sent" // publisher send time, unix ns
+	headerSeq  = "ib-seq"  // per-publisher sequence, to match basic.return to the message
+)
+
+// DLQSuffix names the dead-letter queue: "<topic>.dlq".
+const DLQSuffix = ".dlq"
+
+// Option keys accepted in brokers.Options.
+const (
+	// OptPublishChannels is the number of confirm-mode channels Publish
+	// spreads concurrent calls over (default 4).
+	OptPublishChannels = "publish-channels"
+)
+
+const dialTimeout = 10 * time.Second
+
+func init() {
+	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
+		return New(ctx, cfg, opts)
+	})
+}
+
+// Broker is the RabbitMQ driver.
+type Broker struct {
+	url string
+	pub []*publisher
+	rr  uint64
+
+	mu     sync.Mutex
+	shards map[string]int
+	subs   map[*subscription]struct{}
+	closed bool
+	conn   *amqp.Connection // for publishing and topology; reopened when lost
+}
+
+// New validates the options; connections are opened on first use.
+func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, error) {
+	if err := brokers.CheckOptions(Name, opts, OptPublishChannels); err != nil {
+		return nil, err
+	}
+	n := 4
+	if v, ok := opts[OptPublishChannels]; ok {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 64 {
+			return nil, fmt.Errorf("rabbitmq: option %s=%q: want 1…64", OptPublishChannels, v)
+		}
+	}
+	b := &Broker{url: cfg.RabbitMQURL, shards: map[string]int{}, subs: map[*subscription]struct{}{}}
+	for i := 0; i < n; i++ {
+		b.pub = append(b.pub, &publisher{b: b})
+	}
+	return b, nil
+}
+
+// Name implements brokers.Broker.
+func (b *Broker) Name() string { return Name }
+
+// Capabilities implements brokers.Broker.
+func (b *Broker) Capabilities() brokers.Capabilities {
+	return brokers.Capabilities{
+		PerKeyOrder:    true,
+		RedeliveryFlag: true,
+		DeliveryCount:  true,
+		DeadLetter:     true,
+		Description: "RabbitMQ via amqp091-go: key hashed onto N quorum queues with single-active-consumer, " +
+			"publisher confirms, manual acks, retry in place (a requeue would go to the back), " +
+			"Reject → <topic>.dlq via dead-lettering, Crash closes the connection unacked",
+	}
+}
+
+func dial(url, name string) (*amqp.Connection, error) {
+	return amqp.DialConfig(url, amqp.Config{
+		Dial:       amqp.DefaultDial(dialTimeout),
+		Heartbeat:  10 * time.Second,
+		Properties: amqp.Table{"connection_name": name},
+	})
+}
+
+// connection returns the shared publishing/topology connection, dialling
+// it when missing or closed.
+func (b *Broker) connection() (*amqp.Connection, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, errors.New("rabbitmq: broker is closed")
+	}
+	if b.conn != nil && !b.conn.IsClosed() {
+		return b.conn, nil
+	}
+	conn, err := dial(b.url, "inboxbench-publisher")
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: connect: %w", err)
+	}
+	b.conn = conn
+	return conn, nil
+}
+
+// channel opens a short-lived channel for topology work: a failed declare
+// closes its channel, so none is shared.
+func (b *Broker) channel() (*amqp.Channel, error) {
+	conn, err := b.connection()
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: open channel: %w", err)
+	}
+	return ch, nil
+}
+
+func queueName(topic string, shard int) string { return topic + "." + strconv.Itoa(shard) }
+
+// Setup declares the shard queues and the dead-letter queue. Declaring is
+// idempotent; a queue that exists with other arguments is an error
+// (PRECONDITION_FAILED), and so is a topic that already has more shards.
+func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
+	if shards < 1 {
+		return fmt.Errorf("rabbitmq: setup %s: shards must be at least 1, got %d", topic, shards)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("rabbitmq: setup %s: %w", topic, ctx.Err())
+	}
+	if ok, err := b.queueExists(queueName(topic, shards)); err != nil {
+		return fmt.Errorf("rabbitmq: setup %s: %w", topic, err)
+	} else if ok {
+		return fmt.Errorf("rabbitmq: setup %s: queue %s exists, so the topic has more than the %d shards asked for: delete its queues or use another topic name", topic, queueName(topic, shards), shards)
+	}
+	ch, err := b.channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	dlq := topic + DLQSuffix
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		return fmt.Errorf("rabbitmq: declare %s: %w", dlq, err)
+	}
+	for i := 0; i < shards; i++ {
+		q := queueName(topic, i)
+		_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{
+			"x-queue-type":              "quorum",
+			"x-single-active-consumer":  true,
+			"x-dead-letter-exchange":    "",
+			"x-dead-letter-routing-key": dlq,
+			// at-least-once dead-lettering keeps a rejected message until
+			// the DLQ confirmed it; it requires reject-publish overflow.
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		})
+		if err != nil {
+			return fmt.Errorf("rabbitmq: declare %s: %w", q, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("rabbitmq: setup %s: %w", topic, ctx.Err())
+		}
+	}
+	b.mu.Lock()
+	b.shards[topic] = shards
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *Broker) queueExists(q string) (bool, error) {
+	ch, err := b.channel()
+	if err != nil {
+		return false, err
+	}
+	defer ch.Close()
+	_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("check queue %s: %w", q, err)
+	}
+	return true, nil
+}
+
+// shardCount returns the topic's shard count: from Setup in this process,
+// or else by probing "<topic>.0", "<topic>.1", … (so another process can
+// publish or consume a topic it did not set up).
+func (b *Broker) shardCount(topic string) (int, error) {
+	b.mu.Lock()
+	n, ok := b.shards[topic]
+	b.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	for n = 0; n < 4096; n++ {
+		ok, err := b.queueExists(queueName(topic, n))
+		if err != nil {
+			return 0, fmt.Errorf("rabbitmq: find shards of %s: %w", topic, err)
+		}
+		if !ok {
+			break
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("rabbitmq: topic %s has no queues (%s missing): run Setup first", topic, queueName(topic, 0))
+	}
+	b.mu.Lock()
+	b.shards[topic] = n
+	b.mu.Unlock()
+	return n, nil
+}
+
+// Publish implements brokers.Broker: one of the confirm channels is taken
+// for the whole batch, so a batch's messages go out in order.
+func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Message) []error {
+	errs := make([]error, len(msgs))
+	if len(msgs) == 0 {
+		return errs
+	}
+	n, err := b.shardCount(topic)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	b.mu.Lock()
+	p := b.pub[b.rr%uint64(len(b.pub))]
+	b.rr++
+	b.mu.Unlock()
+	p.publish(ctx, topic, n, msgs, errs)
+	return errs
+}
+
+// Close implements brokers.Broker.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	subs := make([]*subscription, 0, len(b.subs))
+	for s := range b.subs {
+		subs = append(subs, s)
+	}
+	conn := b.conn
+	b.mu.Unlock()
+	var errs []error
+	for _, s := range subs {
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, p := range b.pub {
+		p.close()
+	}
+	if conn != nil && !conn.IsClosed() {
+		if err := conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+			errs = append(errs, fmt.Errorf("rabbitmq: close connection: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DeadLetters implements brokers.DeadLetterReader with basic.get on
+// "<topic>.dlq"; what it returns is acked, i.e. removed from the queue.
+func (b *Broker) DeadLetters(ctx context.Context, topic string, want int) ([]brokers.Message, error) {
+	ch, err := b.channel()
+	if err != nil {
+		return nil, err
+	}
+	defer ch.Close()
+	var out []brokers.Message
+	for len(out) < want {
+		d, ok, err := ch.Get(topic+DLQSuffix, false)
+		if err != nil {
+			return out, fmt.Errorf("rabbitmq: read %s%s: %w", topic, DLQSuffix, err)
+		}
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return out, fmt.Errorf("rabbitmq: read %s%s: got %d of %d: %w", topic, DLQSuffix, len(out), want, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		out = append(out, message(&d))
+		if err := d.Ack(false); err != nil {
+			return out, fmt.Errorf("rabbitmq: ack dead letter in %s%s: %w", topic, DLQSuffix, err)
+		}
+	}
+	return out, nil
+}
+
+// message rebuilds the published Message from a delivery.
+func message(d *amqp.Delivery) brokers.Message {
+	m := brokers.Message{ID: d.MessageId, Body: d.Body}
+	for k, v := range d.Headers {
+		switch {
+		case k == headerKey:
+			m.Key, _ = v.(string)
+		case strings.HasPrefix(k, "ib-") || strings.HasPrefix(k, "x-"):
+		default:
+			if m.Headers == nil {
+				m.Headers = map[string]string{}
+			}
+			if s, ok := v.(string); ok {
+				m.Headers[k] = s
+			} else {
+				m.Headers[k] = fmt.Sprint(v)
+			}
+		}
+	}
+	return m
+}
+
+// DeleteTopic implements brokers.TopicDeleter: it deletes the shard
+// queues and the DLQ.
+func (b *Broker) DeleteTopic(_ context.Context, topic string) error {
+	n, err := b.shardCount(topic)
+	if err != nil {
+		return nil // no queues: nothing to delete
+	}
+	b.mu.Lock()
+	delete(b.shards, topic)
+	b.mu.Unlock()
+	ch, err := b.channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	for i := 0; i < n; i++ {
+		if _, err := ch.QueueDelete(queueName(topic, i), false, false, false); err != nil {
+			return fmt.Errorf("rabbitmq: delete %s: %w", queueName(topic, i), err)
+		}
+	}
+	if _, err := ch.QueueDelete(topic+DLQSuffix, false, false, false); err != nil {
+		return fmt.Errorf("rabbitmq: delete %s%s: %w", topic, DLQSuffix, err)
+	}
+	return nil
+}

@@ -1,0 +1,31 @@
+package rocketmq_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/brokers/brokertest"
+	"github.com/inboxbench/inboxbench/brokers/rocketmq"
+	"github.com/inboxbench/inboxbench/internal/testenv"
+)
+
+func newBroker(tb testing.TB) brokers.Broker {
+	cfg := testenv.Require(tb, testenv.RocketMQ)
+	b, err := rocketmq.New(context.Background(), cfg, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			tb.Errorf("close: %v", err)
+		}
+	})
+	return b
+}
+
+func TestConformance(t *testing.T) { brokertest.Run(t, newBroker) }
+
+func BenchmarkRaw1KiB(b *testing.B) {
+	brokertest.Bench(b, newBroker, brokertest.BenchOptions{Size: 1024})
+}
