@@ -95,7 +95,7 @@ flags or these environment variables:
 		}
 		return nil
 	}
-	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg))
+	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg))
 	for _, c := range root.Commands() {
 		groupOnly(c)
 	}

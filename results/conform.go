@@ -1,0 +1,201 @@
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// ConformFile is the file name `bench conform` writes into a run directory.
+const ConformFile = "conform.json"
+
+// Conformance is one conform.json: every scenario × broker × strategy that
+// `bench conform` ran, each with what was expected and what the checker
+// found. Broken strategies (negative controls) are expected to FAIL; a
+// conformance run proves the checker catches them (the mutation score) as
+// much as it proves the correct strategies pass.
+type Conformance struct {
+	SchemaVersion int            `json:"schema_version"`
+	RunID         string         `json:"run_id"`
+	StartedAt     time.Time      `json:"started_at"`
+	FinishedAt    time.Time      `json:"finished_at"`
+	Env           Env            `json:"env"`
+	Rows          []ConformRow   `json:"rows"`
+	Summary       ConformSummary `json:"summary"`
+}
+
+// Verdict values used by Invariants.Verdict and ConformRow.
+const (
+	VerdictPass = "PASS"
+	VerdictFail = "FAIL"
+)
+
+// ConformRow is one scenario run on one broker with one strategy.
+type ConformRow struct {
+	Scenario string `json:"scenario"`
+	Broker   string `json:"broker"`
+	Strategy string `json:"strategy"`
+	// Broken marks a negative-control strategy.
+	Broken bool `json:"broken"`
+	// Expected is PASS for correct strategies. For a negative control it
+	// is FAIL when the scenario is designed to catch that bug, PASS when
+	// it does not target it (a split-commit bug needs a crash to show).
+	Expected string `json:"expected"`
+	// Verdict is what the checker said: PASS, FAIL, or ERROR when the
+	// scenario could not run (Error says why).
+	Verdict   string              `json:"verdict"`
+	Anomalies map[string]int64    `json:"anomalies"`
+	Examples  map[string][]string `json:"examples,omitempty"`
+	DurationS float64             `json:"duration_s"`
+	Error     string              `json:"error,omitempty"`
+}
+
+// AsExpected reports whether the row's verdict matches its expectation.
+// A negative control caught by a scenario that does not target it is
+// still as expected: catching more is never a conformance failure.
+func (r ConformRow) AsExpected() bool {
+	if r.Error != "" {
+		return false
+	}
+	return r.Verdict == r.Expected || (r.Broken && r.Verdict == VerdictFail)
+}
+
+// ConformSummary sums a conformance run up.
+type ConformSummary struct {
+	Rows       int `json:"rows"`
+	AsExpected int `json:"as_expected"`
+	// BrokenTotal counts distinct broken strategies that ran; BrokenCaught
+	// those that FAILed in at least one row (a mutant is killed as soon as
+	// one scenario on one broker catches it).
+	BrokenTotal   int      `json:"broken_total"`
+	BrokenCaught  int      `json:"broken_caught"`
+	MutationScore float64  `json:"mutation_score"` // BrokenCaught / BrokenTotal, 0 when none ran
+	Survivors     []string `json:"survivors,omitempty"`
+	// Verdict is PASS when every row went as expected.
+	Verdict string `json:"verdict"`
+}
+
+// Summarize computes the summary from rows; `bench conform` stores it and
+// the report recomputes it so a hand-edited file cannot disagree with itself.
+func Summarize(rows []ConformRow) ConformSummary {
+	s := ConformSummary{Rows: len(rows), Verdict: VerdictPass}
+	caught := map[string]bool{}
+	for _, r := range rows {
+		if r.AsExpected() {
+			s.AsExpected++
+		} else {
+			s.Verdict = VerdictFail
+		}
+		if r.Broken {
+			caught[r.Strategy] = caught[r.Strategy] || r.Verdict == VerdictFail
+		}
+	}
+	s.BrokenTotal = len(caught)
+	for _, name := range sortedKeys(caught) {
+		if caught[name] {
+			s.BrokenCaught++
+		} else {
+			s.Survivors = append(s.Survivors, name)
+		}
+	}
+	if s.BrokenTotal > 0 {
+		s.MutationScore = float64(s.BrokenCaught) / float64(s.BrokenTotal)
+	}
+	return s
+}
+
+// Write stores c as dir/conform.json, with its summary recomputed.
+func (c *Conformance) Write(dir string) (string, error) {
+	if c.SchemaVersion == 0 {
+		c.SchemaVersion = SchemaVersion
+	}
+	c.Summary = Summarize(c.Rows)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, ConformFile)
+	return p, os.WriteFile(p, append(b, '\n'), 0o644)
+}
+
+// ReadConform loads a run directory's conform.json (or the file itself).
+func ReadConform(path string) (*Conformance, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, ConformFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var c Conformance
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("%s: not a conform.json: %w", path, err)
+	}
+	if c.SchemaVersion != SchemaVersion {
+		return nil, fmt.Errorf("%s: schema_version %d, this bench reads %d", path, c.SchemaVersion, SchemaVersion)
+	}
+	c.Summary = Summarize(c.Rows)
+	return &c, nil
+}
+
+// matrix arranges rows for display: one line per scenario, one column per
+// broker/strategy pair, both in first-seen order so the report follows the
+// order `bench conform` ran them in.
+type conformMatrix struct {
+	Scenarios []string
+	Columns   []conformColumn
+	Cell      map[[2]string]*ConformRow // (scenario, column key) → row
+}
+
+type conformColumn struct {
+	Broker, Strategy string
+	Broken           bool
+}
+
+func (c conformColumn) key() string { return c.Broker + "/" + c.Strategy }
+
+func newConformMatrix(rows []ConformRow) conformMatrix {
+	m := conformMatrix{Cell: map[[2]string]*ConformRow{}}
+	seenS, seenC := map[string]bool{}, map[string]bool{}
+	for i := range rows {
+		r := &rows[i]
+		if !seenS[r.Scenario] {
+			seenS[r.Scenario] = true
+			m.Scenarios = append(m.Scenarios, r.Scenario)
+		}
+		col := conformColumn{Broker: r.Broker, Strategy: r.Strategy, Broken: r.Broken}
+		if !seenC[col.key()] {
+			seenC[col.key()] = true
+			m.Columns = append(m.Columns, col)
+		}
+		m.Cell[[2]string{r.Scenario, col.key()}] = r
+	}
+	// Correct strategies first, negative controls after them: the reader
+	// looks for green on the left and red on the right.
+	sort.SliceStable(m.Columns, func(i, j int) bool { return !m.Columns[i].Broken && m.Columns[j].Broken })
+	return m
+}
+
+// conformOutcome is the short text of one matrix cell.
+func conformOutcome(r *ConformRow) string {
+	switch {
+	case r == nil:
+		return "—"
+	case r.Error != "":
+		return "ERROR"
+	case r.AsExpected() && r.Verdict == VerdictFail:
+		return "FAIL (expected)"
+	case r.AsExpected() && r.Broken:
+		return "PASS (not targeted)"
+	case r.AsExpected():
+		return "PASS"
+	default:
+		return fmt.Sprintf("%s (expected %s)", r.Verdict, r.Expected)
+	}
+}

@@ -1,0 +1,304 @@
+package results
+
+import (
+	_ "embed"
+	"fmt"
+	"html/template"
+	"io"
+	"strings"
+)
+
+// report.html is one self-contained file: inline CSS, charts as inline
+// SVG rendered in Go, no script, no font or stylesheet fetched from
+// anywhere, so it opens offline from disk, as a CI artifact or an email
+// attachment, and renders the same in ten years.
+
+//go:embed report.html.tmpl
+var htmlTemplate string
+
+var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
+	"svg": func(s string) template.HTML { return template.HTML(s) }, // rendered by go-analyze/charts, which escapes text
+}).Parse(htmlTemplate))
+
+// HTML writes report.html.
+func HTML(w io.Writer, r *Report) error {
+	v, err := newHTMLView(r)
+	if err != nil {
+		return err
+	}
+	if err := reportTmpl.Execute(w, v); err != nil {
+		return fmt.Errorf("report.html template: %w", err)
+	}
+	return nil
+}
+
+// htmlView is everything the template shows, already formatted: the
+// template only lays it out.
+type htmlView struct {
+	Title      string
+	RunID      string
+	Banners    []banner
+	Facts      []string
+	HasRun     bool
+	Summary    []summaryRowView
+	Charts     *runCharts
+	Latency    []latencyRowView
+	ByResult   []latencyRowView
+	Counters   counterTableView
+	Contention []contentionRowView
+	Statements []statementView
+	Anomalies  []anomalyView
+	Errors     []kv
+	Conform    *conformView
+	Env        []kv
+	Workload   []kv
+}
+
+// banner is one headline verdict: the run's, and the conformance run's
+// when conform.json is present; each is judged on its own.
+type banner struct {
+	OK   bool
+	Text string
+}
+
+type verdictView struct {
+	Text  string
+	Class string // pass, fail, caught, missed, error, unchecked
+}
+
+func cellVerdict(c *Cell) verdictView {
+	class := map[Outcome]string{OutcomePass: "pass", OutcomeCaught: "caught", OutcomeUnchecked: "unchecked",
+		OutcomeFail: "fail", OutcomeNotCaught: "missed", OutcomeError: "error"}[c.Outcome()]
+	return verdictView{Text: c.VerdictText(), Class: class}
+}
+
+type summaryRowView struct {
+	Broker, Strategy                      string
+	Broken                                bool
+	Rate, P50, P99, P999, DedupP99, Share string
+	Verdict                               verdictView
+}
+
+type latencyRowView struct {
+	Cell, Kind, Meaning             string
+	Count, P50, P90, P99, P999, Max string
+	First                           bool // first row of a cell: draws a separator
+}
+
+type counterTableView struct {
+	Header []string
+	Rows   [][]string
+}
+
+type contentionRowView struct {
+	Cell, Samples, Share, BlockedMax, Deadlocks, Rollbacks, Commits string
+	Waits                                                           []kv
+}
+
+type statementView struct {
+	Cell, Calls, Mean, Total, Query string
+}
+
+type anomalyView struct {
+	Cell, Strategy, Name, Count string
+	Verdict                     verdictView
+	Examples                    []string
+	More                        int
+}
+
+type conformView struct {
+	OK       bool
+	Summary  string
+	Columns  []string
+	Broken   []bool
+	Rows     []conformRowView
+	Details  []conformDetailView
+	Mutation string
+}
+
+type conformRowView struct {
+	Scenario string
+	Cells    []verdictView
+}
+
+type conformDetailView struct {
+	Scenario, Broker, Strategy, Expected, Got, Anomalies, Time string
+	Class                                                      string
+	Examples                                                   []string
+}
+
+func newHTMLView(r *Report) (*htmlView, error) {
+	v := &htmlView{}
+	if r.Run != nil {
+		if err := v.fillRun(r.Run); err != nil {
+			return nil, err
+		}
+		v.Env = envRows(r.Run.Env)
+	} else {
+		v.RunID = r.Conform.RunID
+		v.Title = "inboxbench conformance: " + r.Conform.RunID
+		v.Env = envRows(r.Conform.Env)
+	}
+	if r.Conform != nil {
+		v.Conform = newConformView(r.Conform)
+		v.Banners = append(v.Banners, banner{OK: v.Conform.OK, Text: v.Conform.Summary})
+	}
+	return v, nil
+}
+
+func (v *htmlView) fillRun(run *Run) error {
+	v.HasRun = true
+	v.RunID = run.RunID
+	v.Title = "inboxbench report: " + run.RunID
+	ok, text := run.RunVerdict()
+	v.Banners = append(v.Banners, banner{OK: ok, Text: "Run " + text})
+	if name := workloadName(run.Workload); name != "" {
+		v.Facts = append(v.Facts, "workload "+name)
+	}
+	if !run.StartedAt.IsZero() {
+		v.Facts = append(v.Facts, "started "+run.StartedAt.UTC().Format("2006-01-02 15:04:05 MST"))
+	}
+	if run.FinishedAt.After(run.StartedAt) && !run.StartedAt.IsZero() {
+		v.Facts = append(v.Facts, "took "+formatSeconds(run.FinishedAt.Sub(run.StartedAt).Seconds()))
+	}
+	v.Facts = append(v.Facts, fmt.Sprintf("%d cells (broker × strategy)", len(run.Cells)))
+
+	var err error
+	if v.Charts, err = buildCharts(run); err != nil {
+		return err
+	}
+	for i := range run.Cells {
+		c := &run.Cells[i]
+		l := &c.Latency
+		v.Summary = append(v.Summary, summaryRowView{Broker: c.Broker, Strategy: c.Strategy, Broken: c.Broken,
+			Rate: FormatRate(c.Throughput.EventsPerS), P50: latencyCell(l.E2E, l.E2E.P50), P99: latencyCell(l.E2E, l.E2E.P99),
+			P999: latencyCell(l.E2E, l.E2E.P999), DedupP99: latencyCell(l.Dedup, l.Dedup.P99),
+			Share: FormatShare(c.Contention.LockWaitShare), Verdict: cellVerdict(c)})
+		for j, k := range latencyKinds {
+			v.Latency = append(v.Latency, latencyRow(c.Name(), k.Name, k.Meaning, k.Get(l), j == 0))
+		}
+		for j, k := range sortedKeys(l.ApplyByResult) {
+			v.ByResult = append(v.ByResult, latencyRow(c.Name(), k, "", l.ApplyByResult[k], j == 0))
+		}
+
+		ct := &c.Contention
+		row := contentionRowView{Cell: c.Name(), Samples: Thousands(int64(ct.Samples)), Share: FormatShare(ct.LockWaitShare),
+			BlockedMax: fmt.Sprint(ct.BlockedMax), Deadlocks: Thousands(ct.Deadlocks), Rollbacks: Thousands(ct.Rollbacks), Commits: Thousands(ct.Commits)}
+		for _, k := range topWaits(ct.LockWaitSamples) {
+			row.Waits = append(row.Waits, kv{k, Thousands(ct.LockWaitSamples[k])})
+		}
+		v.Contention = append(v.Contention, row)
+		for j, s := range ct.TopStatements {
+			if j == 5 {
+				break
+			}
+			v.Statements = append(v.Statements, statementView{Cell: c.Name(), Calls: Thousands(s.Calls), Mean: formatMs(s.MeanMs),
+				Total: formatMs(s.TotalMs), Query: compactSQL(s.Query)})
+		}
+
+		for _, a := range sortedKeys(c.Invariants.Anomalies) {
+			n := c.Invariants.Anomalies[a]
+			if n == 0 {
+				continue
+			}
+			ex := c.Invariants.Examples[a]
+			av := anomalyView{Cell: c.Name(), Strategy: c.StrategyLabel(), Name: a, Count: Thousands(n), Verdict: cellVerdict(c)}
+			if len(ex) > 5 {
+				av.More = len(ex) - 5
+				ex = ex[:5]
+			}
+			av.Examples = ex
+			v.Anomalies = append(v.Anomalies, av)
+		}
+		if c.Error != "" {
+			v.Errors = append(v.Errors, kv{c.Name(), c.Error})
+		}
+	}
+	v.Counters.Header = []string{"cell"}
+	for _, col := range counterColumns {
+		v.Counters.Header = append(v.Counters.Header, col.Name)
+	}
+	for i := range run.Cells {
+		c := &run.Cells[i]
+		row := []string{c.Name()}
+		for _, col := range counterColumns {
+			row = append(row, Thousands(col.Get(&c.Counters)))
+		}
+		v.Counters.Rows = append(v.Counters.Rows, row)
+	}
+	v.Workload, err = flattenJSON(run.Workload)
+	return err
+}
+
+func latencyRow(cell, kind, meaning string, s Summary, first bool) latencyRowView {
+	r := summaryRow(s)
+	return latencyRowView{Cell: cell, Kind: kind, Meaning: meaning, Count: r[0], P50: r[1], P90: r[2], P99: r[3], P999: r[4], Max: r[5], First: first}
+}
+
+func newConformView(c *Conformance) *conformView {
+	s := c.Summary
+	cv := &conformView{OK: s.Verdict == VerdictPass, Mutation: mutationText(s),
+		Summary: fmt.Sprintf("Conformance %s: %d of %d rows as expected; %s", s.Verdict, s.AsExpected, s.Rows, mutationText(s))}
+	mx := newConformMatrix(c.Rows)
+	for _, col := range mx.Columns {
+		cv.Columns = append(cv.Columns, col.key())
+		cv.Broken = append(cv.Broken, col.Broken)
+	}
+	for _, sc := range mx.Scenarios {
+		row := conformRowView{Scenario: sc}
+		for _, col := range mx.Columns {
+			r := mx.Cell[[2]string{sc, col.key()}]
+			row.Cells = append(row.Cells, verdictView{Text: conformOutcome(r), Class: conformClass(r)})
+		}
+		cv.Rows = append(cv.Rows, row)
+	}
+	for _, r := range c.Rows {
+		d := conformDetailView{Scenario: r.Scenario, Broker: r.Broker, Strategy: r.Strategy, Expected: r.Expected, Got: r.Verdict,
+			Anomalies: anomalyList(r.Anomalies), Time: formatSeconds(r.DurationS), Class: conformClass(&r)}
+		if r.Error != "" {
+			d.Got, d.Anomalies = "ERROR", r.Error
+		}
+		if d.Anomalies == "" {
+			d.Anomalies = "none"
+		}
+		for _, a := range sortedKeys(r.Examples) {
+			d.Examples = append(d.Examples, r.Examples[a]...)
+		}
+		if len(d.Examples) > 3 {
+			d.Examples = d.Examples[:3]
+		}
+		cv.Details = append(cv.Details, d)
+	}
+	return cv
+}
+
+func conformClass(r *ConformRow) string {
+	switch {
+	case r == nil:
+		return "unchecked"
+	case r.Error != "":
+		return "error"
+	case r.AsExpected() && r.Verdict == VerdictFail:
+		return "caught"
+	case r.AsExpected() && r.Broken:
+		return "unchecked"
+	case r.AsExpected():
+		return "pass"
+	case r.Broken:
+		return "missed"
+	default:
+		return "fail"
+	}
+}
+
+// Used by the template to join wait events compactly.
+func (r contentionRowView) WaitText() string {
+	if len(r.Waits) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(r.Waits))
+	for i, w := range r.Waits {
+		parts[i] = w.Key + " " + w.Value
+	}
+	return strings.Join(parts, ", ")
+}

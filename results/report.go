@@ -1,0 +1,286 @@
+package results
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Report is what `bench report` renders: a run directory's result.json,
+// its conform.json, or both. Measuring and rendering stay apart (vegeta's
+// attack/report split): the writers only read these files.
+type Report struct {
+	Dir     string
+	Run     *Run         // nil when the directory holds only conform.json
+	Conform *Conformance // nil when there is no conform.json
+}
+
+// Load reads a run directory. It needs at least one of result.json and
+// conform.json.
+func Load(dir string) (*Report, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("run directory %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory: pass the run directory that holds result.json (e.g. results/<run-id>)", dir)
+	}
+	rep := &Report{Dir: dir}
+	if rep.Run, err = Read(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if rep.Conform, err = ReadConform(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if rep.Run == nil && rep.Conform == nil {
+		return nil, fmt.Errorf("%s holds neither result.json nor %s: run 'bench run --out %s' or 'bench conform' first", dir, ConformFile, filepath.Dir(dir))
+	}
+	return rep, nil
+}
+
+// Encoder renders a report to w; Markdown, HTML, CellsCSV and SeriesCSV
+// are Encoders.
+type Encoder func(w io.Writer, r *Report) error
+
+// Output names one file a report writes and the encoder for it.
+type Output struct {
+	Name   string
+	Encode Encoder
+}
+
+// Outputs lists what WriteFiles writes; csv adds the spreadsheets.
+func Outputs(csv bool) []Output {
+	out := []Output{{"report.md", Markdown}, {"report.html", HTML}}
+	if csv {
+		out = append(out, Output{"cells.csv", CellsCSV}, Output{"series.csv", SeriesCSV})
+	}
+	return out
+}
+
+// WriteFiles renders every output into dir and returns the paths written.
+// Each file is rendered fully in memory first, so a failing encoder never
+// leaves a half-written report behind.
+func WriteFiles(dir string, r *Report, outs []Output) ([]string, error) {
+	var paths []string
+	for _, o := range outs {
+		var buf bytes.Buffer
+		if err := o.Encode(&buf, r); err != nil {
+			return paths, fmt.Errorf("render %s: %w", o.Name, err)
+		}
+		p := filepath.Join(dir, o.Name)
+		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+			return paths, fmt.Errorf("write %s: %w (is the run directory writable?)", p, err)
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// Name is the cell's "broker/strategy" label.
+func (c *Cell) Name() string { return c.Broker + "/" + c.Strategy }
+
+// StrategyLabel is the strategy as a reader should see it: negative
+// controls say so, because for them FAIL is the expected outcome.
+func (c *Cell) StrategyLabel() string {
+	if c.Broken {
+		return c.Strategy + " (negative control)"
+	}
+	return c.Strategy
+}
+
+// Expected is the verdict the cell should get.
+func (c *Cell) Expected() string {
+	if c.Broken {
+		return VerdictFail
+	}
+	return VerdictPass
+}
+
+// Outcome classifies a cell for display and for the overall verdict.
+type Outcome int
+
+// Outcomes, from good to bad.
+const (
+	OutcomePass      Outcome = iota // correct strategy, PASS
+	OutcomeCaught                   // negative control, FAIL as expected
+	OutcomeUnchecked                // no verdict recorded (checker off)
+	OutcomeFail                     // correct strategy, FAIL
+	OutcomeNotCaught                // negative control, PASS: the checker missed it
+	OutcomeError                    // the cell did not complete
+)
+
+// Outcome tells how the cell's verdict compares with what was expected.
+func (c *Cell) Outcome() Outcome {
+	switch {
+	case c.Error != "":
+		return OutcomeError
+	case c.Invariants.Verdict == "":
+		return OutcomeUnchecked
+	case c.Broken && c.Invariants.Verdict == VerdictFail:
+		return OutcomeCaught
+	case c.Broken:
+		return OutcomeNotCaught
+	case c.Invariants.Verdict == VerdictPass:
+		return OutcomePass
+	default:
+		return OutcomeFail
+	}
+}
+
+// Good reports whether the outcome is the expected one.
+func (o Outcome) Good() bool { return o == OutcomePass || o == OutcomeCaught }
+
+// VerdictText is the verdict column: plain PASS/FAIL for correct
+// strategies, and "expected FAIL, got …" for negative controls so nobody
+// mistakes a caught control for a broken inbox.
+func (c *Cell) VerdictText() string {
+	switch c.Outcome() {
+	case OutcomeError:
+		return "ERROR"
+	case OutcomeUnchecked:
+		return "not checked"
+	case OutcomeCaught, OutcomeNotCaught:
+		return "expected FAIL, got " + c.Invariants.Verdict
+	default:
+		return c.Invariants.Verdict
+	}
+}
+
+// RunVerdict sums a run up in one line.
+func (r *Run) RunVerdict() (ok bool, text string) {
+	var pass, fail, caught, missed, errs, unchecked, controls int
+	for i := range r.Cells {
+		c := &r.Cells[i]
+		if c.Broken {
+			controls++
+		}
+		switch c.Outcome() {
+		case OutcomePass:
+			pass++
+		case OutcomeFail:
+			fail++
+		case OutcomeCaught:
+			caught++
+		case OutcomeNotCaught:
+			missed++
+		case OutcomeError:
+			errs++
+		case OutcomeUnchecked:
+			unchecked++
+		}
+	}
+	if len(r.Cells) == 0 {
+		return false, "FAIL: the run has no cells (no broker × strategy completed)"
+	}
+	ok = fail == 0 && missed == 0 && errs == 0
+	var parts []string
+	parts = append(parts, fmt.Sprintf("%d of %d correct-strategy cells PASS", pass, len(r.Cells)-controls))
+	if controls > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d negative controls caught (expected FAIL, got FAIL)", caught, controls))
+	}
+	if errs > 0 {
+		parts = append(parts, fmt.Sprintf("%d cells did not complete", errs))
+	}
+	if unchecked > 0 {
+		parts = append(parts, fmt.Sprintf("%d cells not checked", unchecked))
+	}
+	head := "PASS"
+	if !ok {
+		head = "FAIL"
+	}
+	return ok, head + ": " + strings.Join(parts, "; ")
+}
+
+// anomalyTotal sums a cell's anomaly counts.
+func anomalyTotal(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// kv is one flattened configuration entry.
+type kv struct{ Key, Value string }
+
+// flattenJSON turns the workload spec into dotted key/value rows in the
+// order the spec was written, so the report reads like the YAML file.
+func flattenJSON(raw json.RawMessage) ([]kv, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var out []kv
+	var walk func(prefix string) error
+	walk = func(prefix string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				n := 0
+				for dec.More() {
+					kt, err := dec.Token()
+					if err != nil {
+						return err
+					}
+					key := kt.(string)
+					if prefix != "" {
+						key = prefix + "." + key
+					}
+					if err := walk(key); err != nil {
+						return err
+					}
+					n++
+				}
+				if n == 0 {
+					out = append(out, kv{prefix, "{}"})
+				}
+			case '[':
+				i := 0
+				for dec.More() {
+					if err := walk(prefix + "[" + strconv.Itoa(i) + "]"); err != nil {
+						return err
+					}
+					i++
+				}
+				if i == 0 {
+					out = append(out, kv{prefix, "[]"})
+				}
+			}
+			_, err := dec.Token() // the closing delimiter
+			return err
+		case nil:
+			out = append(out, kv{prefix, "null"})
+		case string:
+			out = append(out, kv{prefix, t})
+		default:
+			out = append(out, kv{prefix, fmt.Sprint(t)})
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return nil, fmt.Errorf("workload JSON: %w", err)
+	}
+	return out, nil
+}
+
+// workloadName is the spec's name field, if any.
+func workloadName(raw json.RawMessage) string {
+	var w struct {
+		Name string `json:"name"`
+	}
+	_ = json.Unmarshal(raw, &w)
+	return w.Name
+}

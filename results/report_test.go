@@ -1,0 +1,344 @@
+package results
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// golden compares got with testdata/name, or rewrites it under -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run 'go test ./results -update' to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		gl, wl := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+		for i := 0; i < len(gl) || i < len(wl); i++ {
+			var g, w string
+			if i < len(gl) {
+				g = gl[i]
+			}
+			if i < len(wl) {
+				w = wl[i]
+			}
+			if g != w {
+				t.Fatalf("%s differs at line %d:\n got: %q\nwant: %q\n(if the change is intended, run 'go test ./results -update' and review the diff)", path, i+1, g, w)
+			}
+		}
+	}
+}
+
+func loadFixture(t *testing.T, dir string) *Report {
+	t.Helper()
+	r, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func render(t *testing.T, enc Encoder, r *Report) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := enc(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func TestMarkdownGolden(t *testing.T) {
+	r := loadFixture(t, "testdata")
+	if r.Run == nil || r.Conform == nil {
+		t.Fatal("fixture should hold both result.json and conform.json")
+	}
+	golden(t, "report.golden.md", render(t, Markdown, r))
+}
+
+func TestMarkdownConformOnlyGolden(t *testing.T) {
+	r := loadFixture(t, filepath.Join("testdata", "conform-only"))
+	if r.Run != nil {
+		t.Fatal("conform-only fixture has a result.json")
+	}
+	golden(t, "report.conform-only.golden.md", render(t, Markdown, r))
+}
+
+func TestMarkdownSaysWhatIsExpected(t *testing.T) {
+	md := string(render(t, Markdown, loadFixture(t, "testdata")))
+	for _, want := range []string{
+		"broken-split (negative control)",
+		"expected FAIL, got FAIL",
+		"**Verdict: PASS",
+		"inbox-without-effect",
+		"mutation score 2/2",
+		"| kafka | tx | 200 | 2.41ms | 12.5ms |",
+		`evt-000417 \| acct-17 v4`, // pipes inside examples stay in their cell
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	empty := t.TempDir()
+	if _, err := Load(empty); err == nil || !strings.Contains(err.Error(), "neither result.json nor conform.json") {
+		t.Errorf("empty dir: got %v", err)
+	}
+	if _, err := Load(filepath.Join(empty, "missing")); err == nil {
+		t.Error("missing dir: no error")
+	}
+	if _, err := Load(filepath.Join("testdata", "result.json")); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("file instead of dir: got %v", err)
+	}
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "result.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(bad); err == nil || !strings.Contains(err.Error(), "not a result.json") {
+		t.Errorf("broken JSON: got %v", err)
+	}
+}
+
+func TestWriteFiles(t *testing.T) {
+	dir := t.TempDir()
+	paths, err := WriteFiles(dir, loadFixture(t, "testdata"), Outputs(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"report.md", "report.html", "cells.csv", "series.csv"} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || st.Size() == 0 {
+			t.Errorf("%s not written (%v)", name, err)
+		}
+	}
+	if len(paths) != 4 {
+		t.Errorf("paths = %v", paths)
+	}
+	paths, err = WriteFiles(t.TempDir(), loadFixture(t, "testdata"), Outputs(false))
+	if err != nil || len(paths) != 2 {
+		t.Errorf("without CSV: %v %v", paths, err)
+	}
+}
+
+// networkRef finds anything a browser would fetch: scripts, stylesheets,
+// fonts, images, imports. The SVG namespace URI is an identifier, not a
+// fetch, and is the only URL allowed.
+var networkRef = regexp.MustCompile(`(?i)<script|<link|<img|<iframe|@import|url\(|\bsrc=|https?://`)
+
+func TestHTMLSelfContained(t *testing.T) {
+	r := loadFixture(t, "testdata")
+	page := string(render(t, HTML, r))
+	stripped := strings.ReplaceAll(page, "http://www.w3.org/2000/svg", "")
+	stripped = strings.ReplaceAll(stripped, "http://www.w3.org/1999/xlink", "")
+	if m := networkRef.FindString(stripped); m != "" {
+		i := strings.Index(stripped, m)
+		t.Fatalf("report.html references something outside the file (%q) near: %s", m, stripped[max(0, i-80):min(len(stripped), i+80)])
+	}
+	rc, err := buildCharts(r.Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charts := rc.all()
+	// 2 overview bars, throughput, e2e spectrum, dedup + apply spectra,
+	// lock-share bar, 4 contention charts, counters.
+	if len(charts) != 12 {
+		t.Errorf("built %d charts, want 12", len(charts))
+	}
+	for _, c := range charts {
+		if !strings.Contains(page, `data-chart="`+c.ID+`"`) {
+			t.Errorf("chart %s missing from the page", c.ID)
+		}
+	}
+	for _, want := range []string{"expected FAIL, got FAIL", "(negative control)", `class="v pass"`, `class="v caught"`,
+		"Conformance matrix", "PASS (expected FAIL)", "Lock/transactionid", "workloads/contention.yaml", "p99.9"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+}
+
+func TestHTMLConformOnly(t *testing.T) {
+	page := string(render(t, HTML, loadFixture(t, filepath.Join("testdata", "conform-only"))))
+	if strings.Contains(page, `<figure class="chart`) {
+		t.Error("a conform-only report has no run charts")
+	}
+	for _, want := range []string{"Conformance matrix", "mutation score 2/2", "consumer-crash"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("conform-only report.html lacks %q", want)
+		}
+	}
+}
+
+// chromiumPath finds the browser; CI installs Debian's chromium package,
+// so a missing browser fails the test instead of skipping it.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("INBOXBENCH_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, p := range []string{"/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	t.Fatal("headless Chromium not found at /usr/bin/chromium: install the Debian package with 'apt-get install -y chromium' " +
+		"(make test and CI install it), or point INBOXBENCH_CHROMIUM at a Chromium binary")
+	return ""
+}
+
+func runChromium(t *testing.T, bin, profile string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--user-data-dir=" + profile}
+	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.Env = append(os.Environ(), "HOME="+profile)
+	out, err := cmd.Output()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("chromium %v did not finish within 60s; stderr:\n%s", args, tail(stderr.String(), 2000))
+	}
+	if err != nil {
+		t.Fatalf("chromium %v: %v; stderr:\n%s", args, err, tail(stderr.String(), 2000))
+	}
+	return out
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+var (
+	figureRe = regexp.MustCompile(`(?s)<figure class="chart[^"]*"[^>]*data-chart="([^"]+)"[^>]*>(.*?)</figure>`)
+	drawRe   = regexp.MustCompile(`<(path|rect|circle|polyline|polygon|line)\b`)
+	textRe   = regexp.MustCompile(`<text\b[^>]*>[^<]+</text>`)
+)
+
+// TestHTMLInChromium opens report.html from disk in headless Chromium,
+// checks from the DOM Chromium built that every chart rendered drawing
+// elements and labels, and takes a screenshot.
+func TestHTMLInChromium(t *testing.T) {
+	bin := chromiumPath(t)
+	dir := t.TempDir()
+	r := loadFixture(t, "testdata")
+	if _, err := WriteFiles(dir, r, Outputs(false)); err != nil {
+		t.Fatal(err)
+	}
+	url := "file://" + filepath.Join(dir, "report.html")
+
+	dom := string(runChromium(t, bin, filepath.Join(dir, "profile-dom"), "--dump-dom", url))
+	rc, err := buildCharts(r.Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	figures := figureRe.FindAllStringSubmatch(dom, -1)
+	if len(figures) != len(rc.all()) {
+		t.Fatalf("Chromium's DOM has %d chart figures, the report built %d", len(figures), len(rc.all()))
+	}
+	for _, f := range figures {
+		id, body := f[1], f[2]
+		if !strings.Contains(body, "<svg") {
+			t.Errorf("chart %s: no <svg> in the DOM", id)
+			continue
+		}
+		draw, text := len(drawRe.FindAllString(body, -1)), len(textRe.FindAllString(body, -1))
+		if draw == 0 || text == 0 {
+			t.Errorf("chart %s rendered %d drawing elements and %d labels; want both > 0", id, draw, text)
+		}
+	}
+	if !strings.Contains(dom, "expected FAIL, got FAIL") {
+		t.Error("Chromium's DOM lacks the negative-control verdict")
+	}
+
+	shot := filepath.Join(dir, "report.png")
+	runChromium(t, bin, filepath.Join(dir, "profile-shot"), "--screenshot="+shot, "--window-size=1400,4000", "--hide-scrollbars", url)
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("screenshot %s is not a PNG: %v", shot, err)
+	}
+	if b := img.Bounds(); b.Dx() < 1000 || b.Dy() < 3000 {
+		t.Errorf("screenshot is %v, want about 1400×4000", b)
+	}
+	// A blank page compresses to almost nothing and has one colour; a
+	// rendered report has many.
+	colours := map[uint32]bool{}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y += 7 {
+		for x := b.Min.X; x < b.Max.X; x += 7 {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			colours[r>>8<<16|g>>8<<8|bl>>8] = true
+		}
+	}
+	if st.Size() < 50_000 || len(colours) < 50 {
+		t.Errorf("screenshot looks blank: %d bytes, %d distinct colours", st.Size(), len(colours))
+	}
+	t.Logf("screenshot: %s (%d bytes, %d colours sampled)", shot, st.Size(), len(colours))
+}
+
+// TestSparseRuns renders runs with missing pieces: no cells; a cell that
+// errored before measuring anything; a cell with summaries but no
+// spectrum or series (older or partial result.json files).
+func TestSparseRuns(t *testing.T) {
+	summaryOnly := Cell{Broker: "kafka", Strategy: "cte", Invariants: Invariants{Verdict: VerdictPass},
+		Throughput: Throughput{EventsPerS: 50},
+		Latency:    Latencies{E2E: Summary{Count: 10, P50: 800, P90: 900, P99: 1200, P999: 1500, Max: 2000}},
+		Contention: Contention{Samples: 3}}
+	for name, run := range map[string]*Run{
+		"no cells":     {SchemaVersion: SchemaVersion, RunID: "empty"},
+		"errored cell": {SchemaVersion: SchemaVersion, RunID: "err", Cells: []Cell{{Broker: "rocketmq", Strategy: "tx", Error: "broker unreachable"}}},
+		"summary only": {SchemaVersion: SchemaVersion, RunID: "old", Cells: []Cell{summaryOnly}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := &Report{Run: run}
+			md := string(render(t, Markdown, r))
+			page := string(render(t, HTML, r))
+			render(t, CellsCSV, r)
+			render(t, SeriesCSV, r)
+			switch name {
+			case "errored cell":
+				if !strings.Contains(md, "broker unreachable") || !strings.Contains(page, "broker unreachable") || !strings.Contains(md, "**Verdict: FAIL") {
+					t.Error("the cell's error is not reported as a failure")
+				}
+			case "summary only":
+				if !strings.Contains(page, "drawn from the summary percentiles only") {
+					t.Error("a spectrum drawn from summary percentiles is not labelled as such")
+				}
+			}
+		})
+	}
+}
