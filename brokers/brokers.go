@@ -3,14 +3,15 @@
 //
 // The interface is deliberately small (go-ycsb / OpenMessaging Benchmark
 // size): create a topic with N shards, publish a batch with per-message
-// publisher confirmation, subscribe with a handler whose return value is the
-// acknowledgement (benthos' "ack as a value"), close. What differs between
+// publisher confirmation, subscribe with a handler whose return values are
+// the acknowledgements (benthos' "ack as a value"), close. What differs between
 // brokers is declared in Capabilities, which the conformance suite
 // (brokers/brokertest) and the runner read instead of guessing.
 //
 // This package knows nothing of PostgreSQL or the inbox: a Handler is where
-// the caller's transaction runs, and the driver acknowledges only what the
-// Handler's Verdict says, only after the Handler returned.
+// the caller's transaction runs — one per batch of one shard's deliveries
+// if it likes (SubscribeOptions.MaxBatch) — and the driver acknowledges
+// only what the Handler's Verdicts say, only after the Handler returned.
 //
 // Drivers register by name from their init():
 //
@@ -64,7 +65,8 @@ type Delivery struct {
 	DeliveryCount int
 	// Attempt counts Handler calls for this delivery within this
 	// subscription: 1 on the first call, +1 for each in-place retry after
-	// a Retry verdict.
+	// a Retry verdict (its own, or one for an earlier delivery of its
+	// batch). RocketMQ reports ReconsumeTimes + 1.
 	Attempt int
 	// TransportID identifies this delivery or stored copy for diagnostics
 	// (delivery tag, topic/partition@offset, msgId@queue:offset). Never use
@@ -115,12 +117,54 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("verdict(%d)", int(v))
 }
 
-// Handler processes one delivery. Handlers for different shards may run
-// concurrently; for one shard they run one at a time, in order, when the
-// driver claims PerKeyOrder. ctx is cancelled when the subscription closes
-// or crashes; a Handler should then return promptly (its verdict may be
-// ignored: an unfinished delivery is redelivered).
-type Handler func(ctx context.Context, d *Delivery) Verdict
+// Handler processes deliveries of one shard, in shard order: ds is a batch
+// of up to SubscribeOptions.MaxBatch deliveries that were already
+// available (a driver never waits to fill a batch), and the result holds
+// one verdict per delivery: len(result) must equal len(ds). Batches exist
+// so a caller can apply N events in one database transaction; with
+// MaxBatch 1 (the default) every call gets exactly one delivery.
+//
+// The driver obeys the verdicts in order, per delivery:
+//   - Ack and Reject before the first Retry are acknowledged /
+//     dead-lettered;
+//   - from the first Retry on, nothing is acknowledged: after a backoff the
+//     Handler is called again with the deliveries from that Retry onward,
+//     in the same order (whatever it answered for the later ones), so no
+//     later delivery of the shard overtakes the retried one. RocketMQ
+//     cannot acknowledge part of a batch: there the whole batch comes back,
+//     acked ones included (see its package doc);
+//   - if any verdict is Crash, nothing of this call is acknowledged or
+//     dead-lettered and the subscription crashes (deliveries acknowledged
+//     by earlier calls stay acknowledged).
+//
+// Handlers for different shards may run concurrently; for one shard they
+// run one call at a time, in order, when the driver claims PerKeyOrder. ctx
+// is cancelled when the subscription closes or crashes; a Handler should
+// then return promptly (its verdicts may be ignored: an unfinished delivery
+// is redelivered). A Handler must not keep ds or its elements after it
+// returned.
+type Handler func(ctx context.Context, ds []*Delivery) []Verdict
+
+// PerDelivery adapts a one-at-a-time function to a Handler: f is called for
+// each delivery of a batch in order. It stops at the first verdict other
+// than Ack or Reject and answers the same for the rest of the batch, so a
+// later delivery is never handled ahead of one that must be retried (and a
+// Crash stops the batch where it happened).
+func PerDelivery(f func(ctx context.Context, d *Delivery) Verdict) Handler {
+	return func(ctx context.Context, ds []*Delivery) []Verdict {
+		vs := make([]Verdict, len(ds))
+		for i, d := range ds {
+			vs[i] = f(ctx, d)
+			if vs[i] != Ack && vs[i] != Reject {
+				for j := i + 1; j < len(ds); j++ {
+					vs[j] = vs[i]
+				}
+				break
+			}
+		}
+		return vs
+	}
+}
 
 // ErrCrashed is the Subscription error after a Crash verdict.
 var ErrCrashed = errors.New("subscription crashed on purpose (Crash verdict): unacked deliveries will be redelivered")
@@ -165,12 +209,25 @@ type SubscribeOptions struct {
 	RetryBackoff time.Duration
 	// MaxRetryBackoff caps the backoff. Default 2s.
 	MaxRetryBackoff time.Duration
+	// MaxBatch is the most deliveries of one shard passed to one Handler
+	// call. Drivers never wait to fill a batch: they take the first
+	// delivery, then whatever is already buffered, up to MaxBatch.
+	// Default 1. Prefetch is raised to at least MaxBatch.
+	MaxBatch int
 }
 
 // WithDefaults returns o with zero fields replaced by the defaults.
 func (o SubscribeOptions) WithDefaults() SubscribeOptions {
 	if o.Prefetch <= 0 {
 		o.Prefetch = 64
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1
+	}
+	if o.Prefetch < o.MaxBatch {
+		// A batch is made of buffered deliveries: fewer could never
+		// fill it.
+		o.Prefetch = o.MaxBatch
 	}
 	if o.RetryBackoff <= 0 {
 		o.RetryBackoff = 50 * time.Millisecond
@@ -210,8 +267,8 @@ type Broker interface {
 	// The result has len(msgs) entries; entry i is nil when msgs[i] is
 	// durably accepted. Messages of one key are sent in slice order.
 	Publish(ctx context.Context, topic string, msgs []Message) []error
-	// Subscribe starts consuming topic as group and calls h for each
-	// delivery until the subscription is closed, crashes or fails. ctx
+	// Subscribe starts consuming topic as group and calls h with batches
+	// of deliveries until the subscription is closed, crashes or fails. ctx
 	// bounds the start-up only; use Subscription.Close to stop.
 	Subscribe(ctx context.Context, topic, group string, opts SubscribeOptions, h Handler) (Subscription, error)
 	// Close closes every subscription and connection of this instance.
@@ -237,9 +294,9 @@ type Subscription interface {
 
 // Stats counts what a subscription did; a Reject is never silent.
 type Stats struct {
-	Deliveries   int64 // Handler calls, retries included
+	Deliveries   int64 // deliveries passed to the Handler, retries included
 	Acked        int64
-	Retried      int64 // Retry verdicts
+	Retried      int64 // Handler calls answered with a Retry (the batch is retried from there)
 	DeadLettered int64 // Reject verdicts moved to the dead-letter destination
 	Crashed      int64 // Crash verdicts (0 or 1)
 }

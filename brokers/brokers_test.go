@@ -1,7 +1,9 @@
 package brokers_test
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +52,44 @@ func TestVerdictString(t *testing.T) {
 		if v.String() != want {
 			t.Errorf("%d: %q", int(v), v.String())
 		}
+	}
+}
+
+// PerDelivery must not handle a later delivery ahead of one that is to be
+// retried, nor after a crash.
+func TestPerDeliveryStopsAtRetryAndCrash(t *testing.T) {
+	for _, stop := range []brokers.Verdict{brokers.Retry, brokers.Crash} {
+		var seen []string
+		h := brokers.PerDelivery(func(_ context.Context, d *brokers.Delivery) brokers.Verdict {
+			seen = append(seen, d.ID)
+			switch d.ID {
+			case "b":
+				return brokers.Reject
+			case "c":
+				return stop
+			}
+			return brokers.Ack
+		})
+		var ds []*brokers.Delivery
+		for _, id := range []string{"a", "b", "c", "d"} {
+			ds = append(ds, &brokers.Delivery{Message: brokers.Message{ID: id}})
+		}
+		vs := h(context.Background(), ds)
+		if want := []brokers.Verdict{brokers.Ack, brokers.Reject, stop, stop}; !slices.Equal(vs, want) {
+			t.Errorf("%v: verdicts %v, want %v", stop, vs, want)
+		}
+		if !slices.Equal(seen, []string{"a", "b", "c"}) {
+			t.Errorf("%v: handled %v: d must not be handled after c", stop, seen)
+		}
+	}
+}
+
+func TestMaxBatchRaisesPrefetch(t *testing.T) {
+	if o := (brokers.SubscribeOptions{}).WithDefaults(); o.MaxBatch != 1 {
+		t.Errorf("default MaxBatch %d, want 1", o.MaxBatch)
+	}
+	o := brokers.SubscribeOptions{Prefetch: 16, MaxBatch: 100}.WithDefaults()
+	if o.Prefetch != 100 || o.MaxBatch != 100 {
+		t.Errorf("Prefetch %d MaxBatch %d, want both 100", o.Prefetch, o.MaxBatch)
 	}
 }

@@ -96,7 +96,7 @@ func Publish(tb testing.TB, b brokers.Broker, topic string, msgs []brokers.Messa
 	}
 }
 
-// Collector is a Handler that records what arrives and checks it: every id
+// Collector is a handler that records what arrives and checks it: every id
 // expected, nothing unexpected, per-key order (when checked) and no two
 // handler calls of one key at the same time.
 type Collector struct {
@@ -144,7 +144,8 @@ func (c *Collector) Expect(msgs []brokers.Message) {
 	}
 }
 
-// Handle is the brokers.Handler.
+// Handle handles one delivery; brokers.PerDelivery(c.Handle) is the
+// brokers.Handler.
 func (c *Collector) Handle(_ context.Context, d *brokers.Delivery) brokers.Verdict {
 	ev, err := envelope.Unmarshal(d.Body)
 	c.mu.Lock()

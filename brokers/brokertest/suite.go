@@ -51,6 +51,8 @@ func Run(t *testing.T, newBroker NewBroker) {
 		{"RetryNotLost", testRetryNotLost},
 		{"RejectDeadLetters", testRejectDeadLetters},
 		{"PerKeyOrder10k", testPerKeyOrder},
+		{"BatchDelivery", testBatchDelivery},
+		{"BatchCrash", testBatchCrash},
 		{"Capabilities", testCapabilities},
 	}
 	for _, tc := range tests {
@@ -135,7 +137,7 @@ func testPublishConsumeAll(t *testing.T, newBroker NewBroker) {
 	c := NewCollector(b.Name(), msgs)
 	start := time.Now()
 	Publish(t, b, topic, msgs[:400], publishTimeout)
-	sub := subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, c.Handle)
+	sub := subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, brokers.PerDelivery(c.Handle))
 	Publish(t, b, topic, msgs[400:], publishTimeout)
 	c.WaitAll(t, waitTimeout)
 	c.Check(t, b.Capabilities().PerKeyOrder)
@@ -165,7 +167,7 @@ func testPublisherRetryKeepsID(t *testing.T, newBroker NewBroker) {
 	c := NewCollector(b.Name(), []brokers.Message{first})
 	Publish(t, b, topic, []brokers.Message{first}, publishTimeout)
 	Publish(t, b, topic, []brokers.Message{retry}, publishTimeout)
-	subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, c.Handle)
+	subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, brokers.PerDelivery(c.Handle))
 	c.WaitFor(t, "both copies of "+first.ID, waitTimeout, func() bool { return len(c.Deliveries(first.ID)) >= 2 })
 	ds := c.Deliveries(first.ID)
 	attempts := map[int]bool{}
@@ -207,7 +209,7 @@ func testCrashRedelivers(t *testing.T, newBroker NewBroker) {
 	Publish(t, b, topic, msgs, publishTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	first, err := b.Subscribe(ctx, topic, group, brokers.SubscribeOptions{}, c.Handle)
+	first, err := b.Subscribe(ctx, topic, group, brokers.SubscribeOptions{}, brokers.PerDelivery(c.Handle))
 	if err != nil {
 		t.Fatalf("%s: subscribe: %v", b.Name(), err)
 	}
@@ -222,7 +224,7 @@ func testCrashRedelivers(t *testing.T, newBroker NewBroker) {
 		t.Errorf("%s: Close after crash: %v", b.Name(), err)
 	}
 
-	subscribe(t, b, topic, group, brokers.SubscribeOptions{}, c.Handle)
+	subscribe(t, b, topic, group, brokers.SubscribeOptions{}, brokers.PerDelivery(c.Handle))
 	c.WaitFor(t, "redelivery of "+target, waitTimeout, func() bool { return len(c.Deliveries(target)) >= 2 })
 	c.WaitAll(t, waitTimeout)
 	c.Check(t, caps.PerKeyOrder)
@@ -252,7 +254,7 @@ func testRestartMidStream(t *testing.T, newBroker NewBroker) {
 	Publish(t, b, topic, msgs, publishTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	first, err := b.Subscribe(ctx, topic, group, brokers.SubscribeOptions{Prefetch: 16}, c.Handle)
+	first, err := b.Subscribe(ctx, topic, group, brokers.SubscribeOptions{Prefetch: 16}, brokers.PerDelivery(c.Handle))
 	if err != nil {
 		t.Fatalf("%s: subscribe: %v", b.Name(), err)
 	}
@@ -262,7 +264,7 @@ func testRestartMidStream(t *testing.T, newBroker NewBroker) {
 		t.Errorf("%s: Err() after a clean Close = %v, want nil", b.Name(), err)
 	}
 	t.Logf("%s: restarted after %d of %d", b.Name(), c.AckedCount(), len(msgs))
-	subscribe(t, b, topic, group, brokers.SubscribeOptions{Prefetch: 16}, c.Handle)
+	subscribe(t, b, topic, group, brokers.SubscribeOptions{Prefetch: 16}, brokers.PerDelivery(c.Handle))
 	c.WaitAll(t, waitTimeout)
 	c.Check(t, b.Capabilities().PerKeyOrder)
 }
@@ -289,7 +291,7 @@ func testRetryNotLost(t *testing.T, newBroker NewBroker) {
 		return brokers.Ack
 	}
 	Publish(t, b, topic, msgs, publishTimeout)
-	sub := subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond}, c.Handle)
+	sub := subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 200 * time.Millisecond}, brokers.PerDelivery(c.Handle))
 	c.WaitAll(t, waitTimeout)
 	c.Check(t, b.Capabilities().PerKeyOrder)
 	for id := range retried {
@@ -332,7 +334,7 @@ func testRejectDeadLetters(t *testing.T, newBroker NewBroker) {
 		return brokers.Ack
 	}
 	Publish(t, b, topic, msgs, publishTimeout)
-	sub := subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, c.Handle)
+	sub := subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, brokers.PerDelivery(c.Handle))
 	c.WaitAll(t, waitTimeout)
 	c.WaitFor(t, "the dead-letter counter", waitTimeout, func() bool { return sub.Stats().DeadLettered >= int64(len(poison)) })
 	c.Check(t, false)
@@ -378,7 +380,7 @@ func testPerKeyOrder(t *testing.T, newBroker NewBroker) {
 	topic := setup(t, b, 8)
 	msgs := Events(t, UniqueName(t, "e"), 16, 625, 0)
 	c := NewCollector(b.Name(), msgs)
-	subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, c.Handle)
+	subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, brokers.PerDelivery(c.Handle))
 	Publish(t, b, topic, msgs, publishTimeout)
 	c.WaitAll(t, 90*time.Second)
 	c.Check(t, true)

@@ -6,7 +6,9 @@
 // key always lands on one partition; the idempotent producer with acks=all
 // keeps a partition's records in send order across retries. The consumer
 // runs one goroutine per assigned partition, so a partition's records are
-// handled one at a time, in offset order.
+// handled one Handler call at a time, in offset order. A batch is the
+// records of the partition already fetched (up to MaxBatch): the worker
+// never waits to fill one.
 //
 // Offsets: auto-commit is disabled. A record's offset becomes committable
 // only after its Handler returned Ack (or Reject and the dead-letter copy is
@@ -14,8 +16,9 @@
 // OnPartitionsRevoked stops the revoked partitions' workers, then commits
 // what they finished — never ahead of the database.
 //
-// Retry: the partition's worker holds the record, backs off and calls the
-// Handler again (in place); later records of that partition wait.
+// Retry: the partition's worker holds the records from the first Retry
+// on (those before it are finished), backs off and calls the Handler again
+// with them (in place); later records of that partition wait.
 // Reject: the record is produced to "<topic>.dlq" (same key, headers plus
 // ib-dlq-source) and then counts as finished.
 // Crash: the consumer client is closed without committing anything more;

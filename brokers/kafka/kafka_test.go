@@ -43,10 +43,16 @@ func TestConformance(t *testing.T)         { brokertest.Run(t, newReal) }
 func TestConformanceEmbedded(t *testing.T) { brokertest.Run(t, newEmbedded) }
 
 func BenchmarkRaw1KiB(b *testing.B) {
-	brokertest.Bench(b, newReal, brokertest.BenchOptions{Size: 1024})
+	brokertest.BenchMaxBatch(b, newReal, brokertest.BenchOptions{Size: 1024}, 1, 100)
+}
+
+// BenchmarkDrain1KiB times consuming a preloaded backlog: the consumer
+// side alone, where MaxBatch shows.
+func BenchmarkDrain1KiB(b *testing.B) {
+	brokertest.BenchMaxBatch(b, newReal, brokertest.BenchOptions{Size: 1024, Preload: true}, 1, 100)
 }
 func BenchmarkRaw1KiBEmbedded(b *testing.B) {
-	brokertest.Bench(b, newEmbedded, brokertest.BenchOptions{Size: 1024})
+	brokertest.BenchMaxBatch(b, newEmbedded, brokertest.BenchOptions{Size: 1024}, 1, 100)
 }
 
 func TestOptionsRejectUnknown(t *testing.T) {

@@ -236,20 +236,24 @@ func (w *worker) push(s *subscription, recs []*kgo.Record) {
 	}
 }
 
-func (w *worker) pop(s *subscription) (*kgo.Record, bool) {
+// pop takes up to n buffered records (what was already fetched: it never
+// waits for more).
+func (w *worker) pop(s *subscription, n int) []*kgo.Record {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.queue) == 0 {
-		return nil, false
+	n = min(n, len(w.queue))
+	if n == 0 {
+		return nil
 	}
-	r := w.queue[0]
-	w.queue[0] = nil
-	w.queue = w.queue[1:]
+	recs := make([]*kgo.Record, n)
+	copy(recs, w.queue)
+	clear(w.queue[:n]) // let the GC have them once handled
+	w.queue = w.queue[n:]
 	if w.paused && len(w.queue) < s.highWater()/2 {
 		w.paused = false
 		s.cl.ResumeFetchPartitions(map[string][]int32{s.topic: {w.p}})
 	}
-	return r, true
+	return recs
 }
 
 func (s *subscription) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
@@ -323,12 +327,13 @@ func stopWorkers(ws []*worker) {
 	}
 }
 
-// run is a partition worker: one record at a time, in offset order.
+// run is a partition worker: batches of the records already fetched, in
+// offset order, one Handler call at a time.
 func (s *subscription) run(w *worker) {
 	defer close(w.exited)
 	for {
-		r, ok := w.pop(s)
-		if !ok {
+		recs := w.pop(s, s.opts.MaxBatch)
+		if len(recs) == 0 {
 			select {
 			case <-w.ctx.Done():
 				return
@@ -339,35 +344,56 @@ func (s *subscription) run(w *worker) {
 		if w.ctx.Err() != nil {
 			return
 		}
-		d := &brokers.Delivery{
-			Message:     message(r),
-			TransportID: transportID(r),
-			Shard:       strconv.Itoa(int(r.Partition)),
-			BrokerTime:  r.Timestamp,
-		}
-		v, finished := driverutil.Handle(w.ctx, s.h, d, s.opts, &s.stats)
-		if !finished {
-			return
-		}
-		switch v {
-		case brokers.Ack:
-			s.stats.Acked()
-		case brokers.Reject:
-			if err := s.deadLetter(w.ctx, r); err != nil {
-				// Not finished: stop this partition so the record is
-				// redelivered rather than skipped.
-				s.shutdown(err)
-				return
+		ds := make([]*brokers.Delivery, len(recs))
+		for i, r := range recs {
+			ds[i] = &brokers.Delivery{
+				Message:     message(r),
+				TransportID: transportID(r),
+				Shard:       strconv.Itoa(int(r.Partition)),
+				BrokerTime:  r.Timestamp,
 			}
-			s.stats.DeadLettered()
-		default: // Crash, or a verdict this driver does not know: nothing more is acked
+		}
+		next := 0 // HandleBatch settles consecutive prefixes of the batch
+		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
+			mine := recs[next : next+len(ds)]
+			next += len(ds)
+			for i, v := range vs {
+				if v != brokers.Reject {
+					continue
+				}
+				if err := s.deadLetter(w.ctx, mine[i]); err != nil {
+					// Not finished: what precedes it is, the rest is
+					// redelivered rather than skipped.
+					if i > 0 {
+						s.finished(mine[i-1])
+					}
+					return err
+				}
+			}
+			s.finished(mine[len(mine)-1])
+			return nil
+		}
+		switch out, err := driverutil.HandleBatch(w.ctx, s.h, ds, s.opts, &s.stats, settle); out {
+		case driverutil.Settled:
+		case driverutil.Unfinished:
+			return
+		case driverutil.Crashed:
 			s.crash()
 			return
+		default:
+			s.shutdown(s.b.errorf("%s partition %d: %w", s.topic, w.p, err))
+			return
 		}
-		s.mu.Lock()
-		s.done[r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
-		s.mu.Unlock()
 	}
+}
+
+// finished makes everything up to r committable: the Handler finished r
+// (Ack, or Reject with the dead-letter copy confirmed) and every record
+// of the partition before it.
+func (s *subscription) finished(r *kgo.Record) {
+	s.mu.Lock()
+	s.done[r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
+	s.mu.Unlock()
 }
 
 func (s *subscription) deadLetter(ctx context.Context, r *kgo.Record) error {
@@ -378,7 +404,7 @@ func (s *subscription) deadLetter(ctx context.Context, r *kgo.Record) error {
 		Headers: append(append([]kgo.RecordHeader(nil), r.Headers...), kgo.RecordHeader{Key: headerSource, Value: []byte(transportID(r))}),
 	}
 	if err := s.b.prod.ProduceSync(ctx, dl).FirstErr(); err != nil {
-		return s.b.errorf("dead-letter %s to %s: %w", transportID(r), dl.Topic, err)
+		return fmt.Errorf("dead-letter %s to %s: %w", transportID(r), dl.Topic, err)
 	}
 	return nil
 }

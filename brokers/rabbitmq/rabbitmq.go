@@ -12,20 +12,28 @@
 // error, not a silent drop.
 //
 // Ordering: single-active-consumer means one consumer per queue at a time,
-// and the driver handles a queue's deliveries one at a time in order (one
-// goroutine per queue). Acks are manual, per delivery, only after the
-// Handler returned Ack.
+// and the driver handles a queue's deliveries in order (one channel and one
+// goroutine per queue). Acks are manual, only after the Handler returned
+// Ack.
+//
+// Batches: the queue's goroutine waits for one delivery, then takes what
+// the broker already sent (buffered, never waited for) up to MaxBatch.
+// The Ack prefix of a batch is acknowledged with one basic.ack
+// multiple=true up to its last acked tag — safe because the channel
+// belongs to this queue alone and everything before the batch is already
+// settled — after rejected deliveries were nacked one by one.
 //
 // Retry: a nacked-and-requeued message goes to the back of a quorum queue,
 // which would let later messages of the same key overtake it. So Retry is
-// done in place: the goroutine keeps the delivery, backs off and calls the
-// Handler again; later deliveries of that queue wait (prefetched, unacked).
+// done in place: the goroutine keeps the deliveries from the first Retry
+// on, backs off and calls the Handler again with them; later deliveries of
+// that queue wait (prefetched, unacked).
 //
 // Reject: basic.nack(requeue=false) dead-letters the message into
 // "<topic>.dlq" (x-death records why); counted in Stats.DeadLettered.
 //
-// Crash: the subscription's connection (and with it the channel) is closed
-// without acking the in-flight delivery; the broker requeues every unacked
+// Crash: the subscription's connection (and with it every channel) is
+// closed without acking anything of the batch; the broker requeues every unacked
 // delivery and the next consumer sees it with redelivered=true and a
 // quorum-queue x-delivery-count.
 //

@@ -21,7 +21,6 @@ type subscription struct {
 	opts  brokers.SubscribeOptions
 	h     brokers.Handler
 	conn  *amqp.Connection
-	ch    *amqp.Channel
 	life  *driverutil.Lifecycle
 	stats brokers.Counters
 
@@ -31,13 +30,22 @@ type subscription struct {
 	crashed atomic.Bool
 	endOnce sync.Once
 	workers sync.WaitGroup
-	tags    []string
 }
 
-// Subscribe implements brokers.Broker: one connection and channel per
-// subscription (so Crash can drop exactly this consumer), basic.qos
-// prefetch per consumer, one consumer and one goroutine per shard queue.
-// group is ignored (see the package doc).
+// shardConsumer is one shard queue's consumer: its own channel, so that
+// basic.ack with multiple=true covers only this queue's deliveries (tags
+// are per channel), and basic.qos applies per queue.
+type shardConsumer struct {
+	q      string
+	ch     *amqp.Channel
+	in     <-chan amqp.Delivery
+	closed chan *amqp.Error // the channel's close reason, if the broker closed it
+}
+
+// Subscribe implements brokers.Broker: one connection per subscription (so
+// Crash can drop exactly this consumer), one channel, consumer and
+// goroutine per shard queue, basic.qos prefetch per channel. group is
+// ignored (see the package doc).
 func (b *Broker) Subscribe(ctx context.Context, topic, _ string, opts brokers.SubscribeOptions, h brokers.Handler) (brokers.Subscription, error) {
 	n, err := b.shardCount(topic)
 	if err != nil {
@@ -57,20 +65,25 @@ func (b *Broker) Subscribe(ctx context.Context, topic, _ string, opts brokers.Su
 		_ = conn.Close()
 		return nil, err
 	}
-	if s.ch, err = conn.Channel(); err != nil {
-		return fail(fmt.Errorf("rabbitmq: subscribe %s: open channel: %w", topic, err))
-	}
-	if err := s.ch.Qos(s.opts.Prefetch, 0, false); err != nil {
-		return fail(fmt.Errorf("rabbitmq: subscribe %s: set prefetch %d: %w", topic, s.opts.Prefetch, err))
-	}
-	queues := make([]<-chan amqp.Delivery, n)
-	for i := 0; i < n; i++ {
-		q := queueName(topic, i)
-		tag := fmt.Sprintf("inboxbench-%s-%d", q, time.Now().UnixNano())
+	consumers := make([]shardConsumer, n)
+	for i := range consumers {
+		c := &consumers[i]
+		c.q = queueName(topic, i)
+		if ctx.Err() != nil {
+			return fail(fmt.Errorf("rabbitmq: subscribe %s: %w", topic, ctx.Err()))
+		}
+		if c.ch, err = conn.Channel(); err != nil {
+			return fail(fmt.Errorf("rabbitmq: subscribe %s: open channel for %s: %w", topic, c.q, err))
+		}
+		c.closed = c.ch.NotifyClose(make(chan *amqp.Error, 1))
+		if err := c.ch.Qos(s.opts.Prefetch, 0, false); err != nil {
+			return fail(fmt.Errorf("rabbitmq: subscribe %s: set prefetch %d on %s: %w", topic, s.opts.Prefetch, c.q, err))
+		}
+		tag := fmt.Sprintf("inboxbench-%s-%d", c.q, time.Now().UnixNano())
 		// Not ctx: amqp091 cancels the consumer when that context ends, and
 		// ctx only bounds start-up.
-		if queues[i], err = s.ch.ConsumeWithContext(context.Background(), q, tag, false, false, false, false, nil); err != nil {
-			return fail(fmt.Errorf("rabbitmq: subscribe %s: consume %s: %w", topic, q, err))
+		if c.in, err = c.ch.ConsumeWithContext(context.Background(), c.q, tag, false, false, false, false, nil); err != nil {
+			return fail(fmt.Errorf("rabbitmq: subscribe %s: consume %s: %w", topic, c.q, err))
 		}
 	}
 	b.mu.Lock()
@@ -91,11 +104,31 @@ func (b *Broker) Subscribe(ctx context.Context, topic, _ string, opts brokers.Su
 		case <-s.ctx.Done():
 		}
 	}()
-	for i, dc := range queues {
+	for _, c := range consumers {
+		// amqp091 hands deliveries over an unbuffered channel, so a
+		// non-blocking receive finds nothing whenever its buffering
+		// goroutine has not looped back yet. The pump keeps what the
+		// broker already sent (at most Prefetch) in a buffered channel,
+		// filled while the handler runs, which is what a batch drains.
+		buf := make(chan amqp.Delivery, s.opts.Prefetch)
+		go pump(s.ctx, c.in, buf)
 		s.workers.Add(1)
-		go s.run(queueName(topic, i), dc)
+		go s.run(c, buf)
 	}
 	return s, nil
+}
+
+// pump forwards deliveries until in closes (channel or connection closed)
+// or ctx ends, then closes out.
+func pump(ctx context.Context, in <-chan amqp.Delivery, out chan<- amqp.Delivery) {
+	defer close(out)
+	for d := range in {
+		select {
+		case out <- d:
+		case <-ctx.Done():
+			return // unacked: returned to the queue when the connection closes
+		}
+	}
 }
 
 func (s *subscription) Done() <-chan struct{} { return s.life.Done() }
@@ -143,61 +176,122 @@ func (s *subscription) end(cause error) {
 	})
 }
 
-// run handles one queue's deliveries in order.
-func (s *subscription) run(q string, deliveries <-chan amqp.Delivery) {
+// run handles one queue's deliveries in order, in batches: it waits for
+// one delivery, then takes whatever else is already buffered, up to
+// MaxBatch.
+func (s *subscription) run(c shardConsumer, buf <-chan amqp.Delivery) {
 	defer s.workers.Done()
+	batch := make([]amqp.Delivery, 0, s.opts.MaxBatch)
 	for {
-		var d amqp.Delivery
-		var ok bool
+		batch = batch[:0]
+		open := true
 		select {
 		case <-s.ctx.Done():
 			return
-		case d, ok = <-deliveries:
+		case d, ok := <-buf:
 			if !ok {
-				if s.ctx.Err() == nil {
-					s.end(fmt.Errorf("rabbitmq: consumer of %s was cancelled by the broker (queue deleted?)", q))
-				}
+				s.consumerEnded(c)
 				return
 			}
+			batch = append(batch, d)
 		}
-		del := &brokers.Delivery{
-			Message:     message(&d),
-			Redelivered: d.Redelivered,
-			TransportID: q + "#" + strconv.FormatUint(d.DeliveryTag, 10),
-			Shard:       q,
-		}
-		del.DeliveryCount = deliveryCount(&d)
-		if ns, err := strconv.ParseInt(fmt.Sprint(d.Headers[headerSent]), 10, 64); err == nil {
-			del.BrokerTime = time.Unix(0, ns)
-		}
-		v, finished := driverutil.Handle(s.ctx, s.h, del, s.opts, &s.stats)
-		if !finished {
-			return // left unacked: returned to the queue when the channel closes
-		}
-		var err error
-		switch v {
-		case brokers.Ack:
-			if err = d.Ack(false); err == nil {
-				s.stats.Acked()
+	drain:
+		for len(batch) < s.opts.MaxBatch {
+			select {
+			case d, ok := <-buf:
+				if !ok {
+					open = false // handle what we have; the next receive reports it
+					break drain
+				}
+				batch = append(batch, d)
+			default:
+				break drain
 			}
-		case brokers.Reject:
-			if err = d.Nack(false, false); err == nil {
-				s.stats.DeadLettered()
+		}
+		ds := make([]*brokers.Delivery, len(batch))
+		tags := make([]uint64, len(batch))
+		for i := range batch {
+			ds[i] = delivery(c.q, &batch[i])
+			tags[i] = batch[i].DeliveryTag
+		}
+		next := 0 // HandleBatch settles consecutive prefixes of the batch
+		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
+			mine := tags[next : next+len(ds)]
+			next += len(ds)
+			var lastAck uint64
+			// Rejects first, one by one: the multiple ack below must not
+			// cover a delivery that is to be dead-lettered.
+			for i, v := range vs {
+				if v == brokers.Reject {
+					if err := c.ch.Nack(mine[i], false, false); err != nil {
+						return fmt.Errorf("reject delivery %s of %s: %w", ds[i].TransportID, ds[i].ID, err)
+					}
+				} else {
+					lastAck = mine[i]
+				}
 			}
-		default: // Crash, or a verdict this driver does not know: ack nothing more
+			// One frame acks the whole prefix: every earlier tag of this
+			// channel is already settled, every later one is not covered.
+			if lastAck != 0 {
+				if err := c.ch.Ack(lastAck, true); err != nil {
+					return fmt.Errorf("ack deliveries of %s up to tag %d: %w", c.q, lastAck, err)
+				}
+			}
+			return nil
+		}
+		switch out, err := driverutil.HandleBatch(s.ctx, s.h, ds, s.opts, &s.stats, settle); out {
+		case driverutil.Settled:
+		case driverutil.Unfinished:
+			return // left unacked: returned to the queue when the connection closes
+		case driverutil.Crashed:
 			if s.crashed.CompareAndSwap(false, true) {
 				s.stats.Crashed()
 				s.end(brokers.ErrCrashed)
 			}
 			return
-		}
-		if err != nil {
+		default:
 			if !s.crashed.Load() {
-				s.end(fmt.Errorf("rabbitmq: %s delivery %s of %s: %w", v, del.TransportID, del.ID, err))
+				s.end(fmt.Errorf("rabbitmq: %s: %w", c.q, err))
 			}
 			return
 		}
+		if !open {
+			s.consumerEnded(c)
+			return
+		}
 	}
+}
+
+// consumerEnded ends the subscription when a queue's delivery channel
+// closed by itself (not by Close or Crash).
+func (s *subscription) consumerEnded(c shardConsumer) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	var reason error = errors.New("consumer cancelled by the broker (queue deleted?)")
+	select {
+	case e, ok := <-c.closed:
+		if ok && e != nil {
+			reason = e
+		}
+	default:
+	}
+	s.end(fmt.Errorf("rabbitmq: consumer of %s ended: %w", c.q, reason))
+}
+
+// delivery converts an AMQP delivery of queue q.
+func delivery(q string, d *amqp.Delivery) *brokers.Delivery {
+	del := &brokers.Delivery{
+		Message:       message(d),
+		Redelivered:   d.Redelivered,
+		DeliveryCount: deliveryCount(d),
+		TransportID:   q + "#" + strconv.FormatUint(d.DeliveryTag, 10),
+		Shard:         q,
+	}
+	if ns, err := strconv.ParseInt(fmt.Sprint(d.Headers[headerSent]), 10, 64); err == nil {
+		del.BrokerTime = time.Unix(0, ns)
+	}
+	return del
 }
 
 // deliveryCount is 1 + the quorum queue's x-delivery-count (the number of

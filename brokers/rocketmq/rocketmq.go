@@ -6,11 +6,23 @@
 // always lands in one message queue; one key's messages within a Publish
 // call are sent one after another with SendSync. The consumer is an orderly
 // (clustering) push consumer: each queue is locked on the broker and
-// consumed by one goroutine at a time, one message per callback.
+// consumed by one goroutine at a time. Each callback gets a batch of up to
+// MaxBatch messages of one queue that the client already pulled
+// (consumer.WithConsumeMessageBatchMaxSize, at most 1024), and makes one
+// Handler call with it.
+//
+// Batches are the unit of acknowledgement: an orderly callback answers
+// once for all its messages, so the verdicts of a batch are mapped onto
+// one result. All Ack/Reject: the rejects are dead-lettered, then
+// ConsumeSuccess. Any Crash: as below, nothing acked. Any Retry: the whole
+// batch is suspended and comes back — the deliveries before the Retry that
+// the Handler acked included, with ReconsumeTimes+1 (so Attempt counts up
+// for them too). Handlers must tolerate re-seeing acked deliveries; the
+// inbox deduplicates them. Other drivers ack the prefix before a Retry.
 //
 // Retry: the callback sets the suspend time on the orderly context and
-// returns SuspendCurrentQueueAMoment; the client keeps the message, blocks
-// the queue for that time and hands the same message back with
+// returns SuspendCurrentQueueAMoment; the client keeps the batch, blocks
+// the queue for that time and hands the same messages back with
 // ReconsumeTimes+1. MaxReconsumeTimes is -1 (unlimited), so a retried
 // message never leaves for the retry/DLQ topics behind the handler's back.
 // ConsumeRetryLater is never returned: in orderly mode this client version
@@ -19,8 +31,10 @@
 //
 // Reject: the driver publishes the message to "<topic>-DLQ" (created by
 // Setup; same key, properties, ib-dlq-source) and then acknowledges it;
-// counted in Stats.DeadLettered. If the dead-letter send fails the message
-// is suspended and retried, never dropped.
+// counted in Stats.DeadLettered. If the dead-letter send fails the batch
+// is suspended and retried, never dropped (a reject of the same batch that
+// was sent before may then reach the DLQ twice: dead-lettering is
+// at-least-once).
 //
 // Crash: the callback returns SuspendCurrentQueueAMoment without acking and
 // the consumer is shut down; its offsets stay at the last acked message, and

@@ -27,5 +27,11 @@ func newBroker(tb testing.TB) brokers.Broker {
 func TestConformance(t *testing.T) { brokertest.Run(t, newBroker) }
 
 func BenchmarkRaw1KiB(b *testing.B) {
-	brokertest.Bench(b, newBroker, brokertest.BenchOptions{Size: 1024})
+	brokertest.BenchMaxBatch(b, newBroker, brokertest.BenchOptions{Size: 1024}, 1, 100)
+}
+
+// BenchmarkDrain1KiB times consuming a preloaded backlog: the consumer
+// side alone, where MaxBatch shows.
+func BenchmarkDrain1KiB(b *testing.B) {
+	brokertest.BenchMaxBatch(b, newBroker, brokertest.BenchOptions{Size: 1024, Preload: true}, 1, 100)
 }

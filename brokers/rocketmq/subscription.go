@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,10 @@ import (
 
 // DefaultGroup is used when Subscribe is given an empty group.
 const DefaultGroup = "inboxbench"
+
+// maxBatch is rocketmq-client-go's upper bound for
+// ConsumeMessageBatchMaxSize (its Start rejects more).
+const maxBatch = 1024
 
 // pushConsumer is the part of the client's push consumer the driver uses.
 type pushConsumer interface {
@@ -61,6 +66,9 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		return nil, err
 	}
 	s := &subscription{b: b, topic: topic, group: group, opts: opts.WithDefaults(), h: h, life: driverutil.NewLifecycle()}
+	if s.opts.MaxBatch > maxBatch {
+		return nil, fmt.Errorf("rocketmq: subscribe %s: MaxBatch %d exceeds the client's limit of %d messages per callback", topic, s.opts.MaxBatch, maxBatch)
+	}
 	s.idle = sync.NewCond(&s.mu)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	copts := []consumer.Option{
@@ -73,7 +81,9 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		// -1: unlimited local re-consumption, so a message in Retry never
 		// moves to %RETRY%/%DLQ% without the handler saying Reject.
 		consumer.WithMaxReconsumeTimes(-1),
-		consumer.WithConsumeMessageBatchMaxSize(1),
+		// The client hands an orderly callback up to this many messages of
+		// one queue that it already pulled; it never waits to fill one.
+		consumer.WithConsumeMessageBatchMaxSize(s.opts.MaxBatch),
 		consumer.WithPullBatchSize(int32(min(s.opts.Prefetch, 1024))),
 		consumer.WithPullThresholdForQueue(int64(max(s.opts.Prefetch, 64))),
 	}
@@ -179,17 +189,29 @@ func suspend(ctx context.Context, d time.Duration) (consumer.ConsumeResult, erro
 	return consumer.SuspendCurrentQueueAMoment, nil
 }
 
-// consume is the orderly callback: one message (batch size 1), one
-// handler call, the verdict mapped onto the orderly results.
+// consume is the orderly callback: one batch of one queue (up to
+// MaxBatch messages the client already pulled), one Handler call, the
+// verdicts mapped onto one orderly result for the whole batch — the
+// client acknowledges or suspends a batch as a unit:
+//   - all Ack/Reject: rejects are sent to the DLQ topic, then
+//     ConsumeSuccess;
+//   - any Retry: SuspendCurrentQueueAMoment; the whole batch comes back
+//     (ReconsumeTimes+1 for each), the acked deliveries before the Retry
+//     included, and nothing is dead-lettered yet;
+//   - any Crash: nothing is acked and the consumer shuts down.
 func (s *subscription) consume(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 	if !s.enter() {
 		// Closing or crashed: leave everything unacked for the next owner.
 		return suspend(ctx, time.Second)
 	}
 	defer s.leave()
+	if len(msgs) == 0 {
+		return consumer.ConsumeSuccess, nil
+	}
+	ds := make([]*brokers.Delivery, len(msgs))
 	for i, m := range msgs {
 		attempt := int(m.ReconsumeTimes) + 1
-		d := &brokers.Delivery{
+		ds[i] = &brokers.Delivery{
 			Message:       message(m),
 			Redelivered:   m.ReconsumeTimes > 0,
 			DeliveryCount: attempt,
@@ -199,24 +221,22 @@ func (s *subscription) consume(ctx context.Context, msgs ...*primitive.MessageEx
 			BrokerTime:    time.UnixMilli(m.StoreTimestamp),
 		}
 		s.stats.Delivered()
-		switch v := s.h(s.ctx, d); v {
-		case brokers.Ack:
-			s.stats.Acked()
+	}
+	vs := s.h(s.ctx, ds)
+	if len(vs) != len(ds) {
+		// Guessing which delivery a missing verdict belongs to could ack
+		// something the caller never committed: ack nothing, fail.
+		s.end(fmt.Errorf("rocketmq: %s: handler returned %d verdicts for a batch of %d deliveries (first %s): it must return one per delivery", ds[0].Shard, len(vs), len(ds), ds[0].TransportID))
+		return suspend(ctx, time.Second)
+	}
+	retry := -1
+	for i, v := range vs {
+		switch v {
+		case brokers.Ack, brokers.Reject:
 		case brokers.Retry:
-			if i > 0 {
-				// Cannot happen with batch size 1; a partial batch cannot be
-				// acked in orderly mode, so the whole batch comes back.
-				return suspend(ctx, s.opts.Backoff(attempt))
+			if retry < 0 {
+				retry = i
 			}
-			s.stats.Retried()
-			return suspend(ctx, s.opts.Backoff(attempt))
-		case brokers.Reject:
-			err := s.b.send(s.ctx, s.b.prod, s.topic+DLQSuffix, d.Message, map[string]string{propSource: d.TransportID})
-			if err != nil {
-				// Not dead-lettered, so not acked: try the whole thing again.
-				return suspend(ctx, s.opts.Backoff(attempt))
-			}
-			s.stats.DeadLettered()
 		default: // Crash, or a verdict this driver does not know: ack nothing
 			if s.crashed.CompareAndSwap(false, true) {
 				s.stats.Crashed()
@@ -224,6 +244,32 @@ func (s *subscription) consume(ctx context.Context, msgs ...*primitive.MessageEx
 			}
 			return suspend(ctx, time.Second)
 		}
+	}
+	if retry >= 0 {
+		// Dead-lettering the rejects now would copy them again when the
+		// batch comes back: they are rejected (and sent) on the round
+		// that succeeds.
+		s.stats.Retried()
+		return suspend(ctx, s.opts.Backoff(ds[retry].Attempt))
+	}
+	rejected := 0
+	for i, v := range vs {
+		if v != brokers.Reject {
+			continue
+		}
+		if err := s.b.send(s.ctx, s.b.prod, s.topic+DLQSuffix, ds[i].Message, map[string]string{propSource: ds[i].TransportID}); err != nil {
+			// Not dead-lettered, so not acked: the whole batch again (a
+			// reject sent before this one may then reach the DLQ twice).
+			slog.Warn("rocketmq: dead-letter send failed; the batch will be handed to the handler again", "topic", s.topic, "id", ds[i].ID, "err", err)
+			return suspend(ctx, s.opts.Backoff(ds[i].Attempt))
+		}
+		rejected++
+	}
+	for range rejected {
+		s.stats.DeadLettered()
+	}
+	for range len(vs) - rejected {
+		s.stats.Acked()
 	}
 	return consumer.ConsumeSuccess, nil
 }
@@ -237,7 +283,7 @@ func (b *Broker) DeadLetters(ctx context.Context, topic string, want int) ([]bro
 		got = make(chan struct{}, 1)
 	)
 	sub, err := b.Subscribe(ctx, topic+DLQSuffix, fmt.Sprintf("inboxbench-dlq-reader-%d", time.Now().UnixNano()), brokers.SubscribeOptions{},
-		func(_ context.Context, d *brokers.Delivery) brokers.Verdict {
+		brokers.PerDelivery(func(_ context.Context, d *brokers.Delivery) brokers.Verdict {
 			mu.Lock()
 			out = append(out, d.Message)
 			mu.Unlock()
@@ -246,7 +292,7 @@ func (b *Broker) DeadLetters(ctx context.Context, topic string, want int) ([]bro
 			default:
 			}
 			return brokers.Ack
-		})
+		}))
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: read dead letters of %s: %w", topic, err)
 	}

@@ -1,9 +1,11 @@
 // Package driverutil holds the pieces every broker driver needs in the same
-// shape: the subscription life cycle, in-place retry and key hashing.
+// shape: the subscription life cycle, batch handling with in-place retry
+// and key hashing.
 package driverutil
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"sync"
 	"time"
@@ -43,34 +45,99 @@ func (l *Lifecycle) Err() error {
 	return l.err
 }
 
-// Handle calls h for d until it returns something other than Retry, waiting
-// opts.Backoff between attempts (the in-place retry that keeps a shard's
-// order: the delivery is held, not requeued). It returns the final verdict
-// and false when ctx ended first; the delivery is then unfinished and must
-// be left for redelivery. Deliveries and Retried are counted in c.
-func Handle(ctx context.Context, h brokers.Handler, d *brokers.Delivery, opts brokers.SubscribeOptions, c *brokers.Counters) (brokers.Verdict, bool) {
-	for d.Attempt = 1; ; d.Attempt++ {
+// Settle acknowledges (Ack) or dead-letters (Reject) ds in order; vs[i] is
+// ds[i]'s verdict, always Ack or Reject. Successive calls for one batch
+// cover consecutive deliveries from its start (the first call a prefix,
+// the next one the prefix of the rest, …), so a driver can keep its
+// transport handles in a slice parallel to the batch. An error ends the
+// subscription: nothing after it is settled.
+type Settle func(ds []*brokers.Delivery, vs []brokers.Verdict) error
+
+// Outcome is how HandleBatch ended.
+type Outcome int
+
+const (
+	// Settled: every delivery of the batch was acked or dead-lettered.
+	Settled Outcome = iota
+	// Crashed: a Crash verdict (or one the driver does not know); nothing
+	// of the last Handler call was settled. The driver crashes.
+	Crashed
+	// Unfinished: ctx ended before the batch was settled; the rest is left
+	// unacknowledged for redelivery.
+	Unfinished
+	// Failed: the Handler broke its contract or settling failed; the error
+	// says which, and the driver ends the subscription with it.
+	Failed
+)
+
+// HandleBatch calls h with ds (one shard's deliveries, in order) until
+// every delivery is settled, obeying the verdicts as brokers.Handler
+// documents: the Ack/Reject prefix before the first Retry is settled right
+// away (so a retry backoff never delays acks), then, after
+// opts.Backoff, the Handler gets the deliveries from that Retry onward
+// again — held in place, not requeued, which is what keeps a shard's
+// order. Any Crash settles nothing of that call. Deliveries, Acked,
+// DeadLettered and Retried are counted in c; Attempt is set on each
+// delivery before each call.
+func HandleBatch(ctx context.Context, h brokers.Handler, ds []*brokers.Delivery, opts brokers.SubscribeOptions, c *brokers.Counters, settle Settle) (Outcome, error) {
+	for _, d := range ds {
+		d.Attempt = 0
+	}
+	for {
 		if ctx.Err() != nil {
-			return brokers.Retry, false
+			return Unfinished, nil
 		}
-		c.Delivered()
-		v := h(ctx, d)
-		if v != brokers.Retry {
-			return v, true
+		for _, d := range ds {
+			d.Attempt++
+			c.Delivered()
+		}
+		vs := h(ctx, ds)
+		if len(vs) != len(ds) {
+			// Guessing which delivery a missing verdict belongs to could ack
+			// something the caller never committed: settle nothing.
+			return Failed, fmt.Errorf("handler returned %d verdicts for a batch of %d deliveries (first %s): it must return one per delivery", len(vs), len(ds), ds[0].TransportID)
+		}
+		cut := len(vs) // index of the first Retry
+		for i, v := range vs {
+			switch v {
+			case brokers.Ack, brokers.Reject:
+			case brokers.Retry:
+				cut = min(cut, i)
+			default: // Crash, or a verdict the driver does not know: ack nothing
+				return Crashed, nil
+			}
+		}
+		if cut > 0 {
+			if err := settle(ds[:cut], vs[:cut]); err != nil {
+				return Failed, err
+			}
+			for _, v := range vs[:cut] {
+				if v == brokers.Ack {
+					c.Acked()
+				} else {
+					c.DeadLettered()
+				}
+			}
+		}
+		if cut == len(ds) {
+			return Settled, nil
 		}
 		c.Retried()
-		t := time.NewTimer(opts.Backoff(d.Attempt))
+		ds = ds[cut:]
+		t := time.NewTimer(opts.Backoff(ds[0].Attempt))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return brokers.Retry, false
+			return Unfinished, nil
 		case <-t.C:
 		}
 	}
 }
 
 // Shard maps an ordering key onto one of n shards (FNV-1a, as RocketMQ's
-// hash queue selector does), so equal keys always share a shard.
+// hash queue selector does), so equal keys always share a shard. The
+// rabbitmq and none drivers both use it, so they spread a workload's keys
+// over their shards identically.
 func Shard(key string, n int) int {
 	h := fnv.New32a()
 	h.Write([]byte(key))

@@ -2,41 +2,138 @@ package driverutil
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
 )
 
-func TestHandleRetriesInPlace(t *testing.T) {
+// settled records what a Settle call was given.
+type settled struct {
+	ids []string
+	vs  []brokers.Verdict
+}
+
+func recorder(out *[]settled) Settle {
+	return func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
+		s := settled{vs: append([]brokers.Verdict(nil), vs...)}
+		for _, d := range ds {
+			s.ids = append(s.ids, d.ID)
+		}
+		*out = append(*out, s)
+		return nil
+	}
+}
+
+func batch(ids ...string) []*brokers.Delivery {
+	var ds []*brokers.Delivery
+	for _, id := range ids {
+		ds = append(ds, &brokers.Delivery{Message: brokers.Message{ID: id}})
+	}
+	return ds
+}
+
+func ids(ds []*brokers.Delivery) string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.ID)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestHandleBatchRetriesFromTheFirstRetry(t *testing.T) {
 	var c brokers.Counters
-	calls := 0
-	h := func(_ context.Context, d *brokers.Delivery) brokers.Verdict {
-		calls++
-		if d.Attempt != calls {
-			t.Errorf("attempt %d on call %d", d.Attempt, calls)
+	var calls []string
+	var attempts []int
+	h := func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
+		calls = append(calls, ids(ds))
+		attempts = append(attempts, ds[0].Attempt)
+		switch len(calls) {
+		case 1: // a b c d → ack, reject, retry, ack: settle a, b; retry c, d
+			return []brokers.Verdict{brokers.Ack, brokers.Reject, brokers.Retry, brokers.Ack}
+		case 2: // c d → ack, retry: settle c; retry d
+			return []brokers.Verdict{brokers.Ack, brokers.Retry}
 		}
-		if calls < 3 {
-			return brokers.Retry
-		}
-		return brokers.Ack
+		return []brokers.Verdict{brokers.Ack}
 	}
+	var got []settled
 	opts := brokers.SubscribeOptions{RetryBackoff: time.Millisecond}.WithDefaults()
-	v, ok := Handle(context.Background(), h, &brokers.Delivery{}, opts, &c)
-	if v != brokers.Ack || !ok || calls != 3 {
-		t.Fatalf("verdict %v finished %v calls %d", v, ok, calls)
+	out, err := HandleBatch(context.Background(), h, batch("a", "b", "c", "d"), opts, &c, recorder(&got))
+	if out != Settled || err != nil {
+		t.Fatalf("outcome %v, %v", out, err)
 	}
-	if st := c.Stats(); st.Deliveries != 3 || st.Retried != 2 {
+	if want := []string{"a,b,c,d", "c,d", "d"}; !slices.Equal(calls, want) {
+		t.Fatalf("handler calls %q, want %q", calls, want)
+	}
+	if want := []int{1, 2, 3}; !slices.Equal(attempts, want) {
+		t.Errorf("attempts of the first delivery per call %v, want %v", attempts, want)
+	}
+	want := []settled{
+		{[]string{"a", "b"}, []brokers.Verdict{brokers.Ack, brokers.Reject}},
+		{[]string{"c"}, []brokers.Verdict{brokers.Ack}},
+		{[]string{"d"}, []brokers.Verdict{brokers.Ack}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("settled %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if !slices.Equal(got[i].ids, want[i].ids) || !slices.Equal(got[i].vs, want[i].vs) {
+			t.Errorf("settle %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if st := c.Stats(); st.Deliveries != 7 || st.Retried != 2 || st.Acked != 3 || st.DeadLettered != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
 
-func TestHandleStopsOnCancel(t *testing.T) {
+func TestHandleBatchCrashSettlesNothing(t *testing.T) {
+	var got []settled
+	h := func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
+		return []brokers.Verdict{brokers.Ack, brokers.Reject, brokers.Crash}
+	}
+	out, err := HandleBatch(context.Background(), h, batch("a", "b", "c"), brokers.SubscribeOptions{}.WithDefaults(), &brokers.Counters{}, recorder(&got))
+	if out != Crashed || err != nil || len(got) != 0 {
+		t.Fatalf("outcome %v err %v settled %+v", out, err, got)
+	}
+}
+
+func TestHandleBatchWrongVerdictCount(t *testing.T) {
+	var got []settled
+	h := func(context.Context, []*brokers.Delivery) []brokers.Verdict { return []brokers.Verdict{brokers.Ack} }
+	out, err := HandleBatch(context.Background(), h, batch("a", "b"), brokers.SubscribeOptions{}.WithDefaults(), &brokers.Counters{}, recorder(&got))
+	if out != Failed || err == nil || !strings.Contains(err.Error(), "1 verdicts for a batch of 2") || len(got) != 0 {
+		t.Fatalf("outcome %v err %v settled %+v", out, err, got)
+	}
+}
+
+func TestHandleBatchSettleError(t *testing.T) {
+	boom := errors.New("boom")
+	h := func(context.Context, []*brokers.Delivery) []brokers.Verdict { return []brokers.Verdict{brokers.Ack} }
+	out, err := HandleBatch(context.Background(), h, batch("a"), brokers.SubscribeOptions{}.WithDefaults(), &brokers.Counters{},
+		func([]*brokers.Delivery, []brokers.Verdict) error { return boom })
+	if out != Failed || !errors.Is(err, boom) {
+		t.Fatalf("outcome %v err %v", out, err)
+	}
+}
+
+func TestHandleBatchStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := func(context.Context, *brokers.Delivery) brokers.Verdict { cancel(); return brokers.Retry }
+	var got []settled
+	h := func(context.Context, []*brokers.Delivery) []brokers.Verdict {
+		cancel()
+		return []brokers.Verdict{brokers.Ack, brokers.Retry}
+	}
 	opts := brokers.SubscribeOptions{RetryBackoff: time.Hour}.WithDefaults()
-	if _, ok := Handle(ctx, h, &brokers.Delivery{}, opts, &brokers.Counters{}); ok {
-		t.Fatal("a cancelled retry counted as finished")
+	out, _ := HandleBatch(ctx, h, batch("a", "b"), opts, &brokers.Counters{}, recorder(&got))
+	if out != Unfinished {
+		t.Fatalf("a cancelled retry ended as %v", out)
+	}
+	// The handler finished a before the cancel: that ack is kept.
+	if len(got) != 1 || !slices.Equal(got[0].ids, []string{"a"}) {
+		t.Fatalf("settled %+v, want a", got)
 	}
 }
 
