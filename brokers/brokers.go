@@ -193,6 +193,12 @@ type Capabilities struct {
 	// NotPerformanceTarget marks drivers that exist for quick functional
 	// runs (kafka-embedded): their figures must not be compared.
 	NotPerformanceTarget bool
+	// RedeliveryDelay bounds how long after a consumer crash its unacked
+	// deliveries can take to reach another (or a restarted) consumer of
+	// the group: 0 when it is immediate. Callers waiting for progress
+	// after a crash must wait at least this long before calling it a
+	// stall.
+	RedeliveryDelay time.Duration
 	// Description says in one line what the driver runs against and how it
 	// maps ordering, retry, dead-letter and crash.
 	Description string

@@ -197,6 +197,12 @@ func (*RocketMQ) command(java string, e *Env, heap []string, mainClass, conf, lo
 		// The bundled configs trigger deprecation warnings, which make
 		// logback dump ~200 status lines to stdout on every start.
 		"-Dlogback.statusListenerClass=org.apache.rocketmq.logging.ch.qos.logback.core.status.NopStatusListener",
+		// An orderly consumer holds a broker-side lock per queue. When a
+		// consumer dies (or rocketmq-client-go's Shutdown fails to unlock,
+		// which it does when its remoting client closes first), the queue
+		// waits for the lock to expire: 60s by default. 15s keeps failover
+		// tests short; the Go driver re-locks every 5s, well inside it.
+		"-Drocketmq.broker.rebalance.lockMaxLiveTime=15000",
 		"-cp", classpath(filepath.Join(home, "lib")),
 		mainClass, "-c", conf)
 	cmd := exec.Command(java, args...)

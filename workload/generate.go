@@ -215,7 +215,16 @@ func chance(seed int64, fault, key string, ratio float64) bool {
 	h.Write(b[:])
 	h.Write([]byte(fault))
 	h.Write([]byte(key))
-	return float64(h.Sum64()>>11)/float64(1<<53) < ratio
+	// FNV's top bits barely change between keys that differ only at the
+	// end (acct-000001-v7, acct-000001-v8), so finish with splitmix64's
+	// mixer before taking them.
+	return float64(mix64(h.Sum64())>>11)/float64(1<<53) < ratio
+}
+
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // CrashAfterCommit reports whether the consumer must crash after

@@ -146,6 +146,17 @@ func TestPerEventFaultsArePure(t *testing.T) {
 	if f := float64(crashes) / float64(len(p.Events)); f < 0.25 || f > 0.35 {
 		t.Fatalf("crash share %.3f, want about 0.3", f)
 	}
+	// Small ratios must fire too (similar keys must not share their fate).
+	s.Faults.CrashAfterCommit = 0.01
+	crashes = 0
+	for _, e := range p.Events {
+		if s.CrashAfterCommit(e) {
+			crashes++
+		}
+	}
+	if crashes < 50 || crashes > 150 {
+		t.Fatalf("%d crashes at 1%% of %d events, want about 100", crashes, len(p.Events))
+	}
 	retry := *p.Events[0]
 	retry.Attempt = 1
 	if s.CrashAfterCommit(&retry) {

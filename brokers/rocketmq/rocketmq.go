@@ -151,7 +151,10 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 	if len(cfg.RocketMQNamesrv) == 0 {
 		return nil, errors.New("rocketmq: no name server configured (INBOXBENCH_ROCKETMQ_NAMESRV / --rocketmq-namesrv)")
 	}
-	level := "error"
+	// The client logs routine teardown (and the chatter of goroutines that
+	// outlive Shutdown) at error level; the driver reports real failures
+	// itself, so the library stays silent unless asked.
+	level := "fatal"
 	if v, ok := opts[OptLogLevel]; ok {
 		switch v {
 		case "debug", "info", "warn", "error", "fatal":
@@ -194,6 +197,11 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 		PerKeyOrder:    true,
 		ConsumerGroups: true,
 		DeadLetter:     true,
+		// The Go client reassigns queues on its 20s rebalance tick, and an
+		// orderly consumer must then lock each queue at the broker, whose
+		// lock of the dead owner lasts up to lockMaxLiveTime (60s by
+		// default; the local stack sets 15s).
+		RedeliveryDelay: 80 * time.Second,
 		Description: "RocketMQ via rocketmq-client-go/v2: hash queue selector on the sharding key, orderly " +
 			"clustering push consumer, retry by SuspendCurrentQueueAMoment (never ConsumeRetryLater), " +
 			"MaxReconsumeTimes -1, Reject → <topic>-DLQ, no redelivered flag after a crash",

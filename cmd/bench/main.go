@@ -14,6 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	_ "github.com/inboxbench/inboxbench/brokers/all" // every broker driver registers itself
+
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 )
@@ -95,7 +97,7 @@ flags or these environment variables:
 		}
 		return nil
 	}
-	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg))
+	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg))
 	for _, c := range root.Commands() {
 		groupOnly(c)
 	}

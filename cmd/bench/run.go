@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/compose"
+	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/runner"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+func newRunCmd(cfg *config.Config) *cobra.Command {
+	var (
+		brokerList, strategyList, workloadPath, out, runID string
+		noMeasure, noAudit                                 bool
+		stall                                              time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run a workload through brokers into the inbox, measure it, and check every event took effect once",
+		Long: `Runs the same deterministic workload through each broker × strategy cell into a
+fresh inbox schema, measures it, then checks the database against the
+workload's oracle. Cells run one after another, so they never compete.
+
+Per cell it records throughput (durable effects/s, per-second series),
+latencies (end-to-end from the intended publish time to the commit,
+publish→confirm, apply by result, and dedup: delivery → DUPLICATE → ack),
+counters (published, deliveries, executions, effects, duplicates,
+redeliveries, gaps, parked, stale, conflicts, retries, errors), lock
+contention sampled every 100ms, and the checker's verdict with named
+anomalies (lost-effect, duplicate-effect, version-gap, stale-applied,
+inbox-without-effect, effect-without-inbox, parked-stuck, conflict-accepted).
+
+--brokers none drives the same events straight into the inbox with the same
+concurrency: the database-only baseline to compare broker cells with.
+
+Results go to OUT/RUN_ID/result.json. Exit 1 if a correct strategy fails its
+check; negative controls (broken-*) are expected to fail.`,
+		Example: `  bench run --brokers none,kafka --workload smoke
+  bench run --brokers rabbitmq,kafka,rocketmq --workload workloads/faults.yaml --strategies tx,batch
+  bench run --brokers kafka --workload smoke --strategies broken-split`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			spec, err := workload.Load(workloadPath)
+			if err != nil {
+				return usageError{err}
+			}
+			bs, err := parseBrokers(brokerList)
+			if err != nil {
+				return err
+			}
+			strategies := []string{spec.Strategy}
+			if strategyList != "" {
+				ss, err := inbox.Resolve(strategyList)
+				if err != nil {
+					return usagef("--strategies %q: %v", strategyList, err)
+				}
+				strategies = strategies[:0]
+				for _, s := range ss {
+					strategies = append(strategies, s.Name())
+				}
+			} else if _, err := inbox.Lookup(spec.Strategy); err != nil {
+				return usagef("workload %s: strategy: %v", workloadPath, err)
+			}
+			servers, err := checkServices(c.Context(), cfg, bs)
+			if err != nil {
+				return err
+			}
+			tty := term.IsTerminal(int(os.Stderr.Fd()))
+			run, dir, err := runner.Run(c.Context(), runner.Options{
+				Cfg: *cfg, Spec: spec, Brokers: bs, Strategies: strategies, OutDir: out, RunID: runID,
+				Measure: !noMeasure, Audit: !noAudit, Progress: os.Stderr, TTY: tty, StallTimeout: stall,
+				Args: os.Args, Servers: servers,
+			})
+			if run != nil {
+				printSummary(run)
+				fmt.Printf("\nresult: %s\n", filepath.Join(dir, "result.json"))
+			}
+			if err != nil {
+				return err
+			}
+			return verdictError(run)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&brokerList, "brokers", "none,rabbitmq,kafka,rocketmq", "comma-separated brokers: "+strings.Join(brokers.Names(), ", "))
+	f.StringVar(&workloadPath, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
+	f.StringVar(&strategyList, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
+	f.StringVar(&out, "out", "results", "directory that receives the run directory")
+	f.StringVar(&runID, "run-id", "", "name of the run directory (default: UTC timestamp)")
+	f.BoolVar(&noMeasure, "no-measure", false, "record no latency histograms (to measure what measuring costs)")
+	f.BoolVar(&noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only)")
+	f.DurationVar(&stall, "stall-timeout", 30*time.Second, "end a cell that makes no progress for this long")
+	return cmd
+}
+
+func parseBrokers(list string) ([]string, error) {
+	known := map[string]bool{}
+	for _, n := range brokers.Names() {
+		known[n] = true
+	}
+	var out []string
+	for _, b := range strings.Split(list, ",") {
+		b = strings.TrimSpace(b)
+		if b == "" {
+			continue
+		}
+		if !known[b] {
+			return nil, usagef("--brokers: unknown broker %q: choose from %s", b, strings.Join(brokers.Names(), ", "))
+		}
+		out = append(out, b)
+	}
+	if len(out) == 0 {
+		return nil, usagef("--brokers is empty: choose from %s", strings.Join(brokers.Names(), ", "))
+	}
+	return out, nil
+}
+
+// checkServices checks the services a run needs before any event is
+// published, so a stopped broker is a clear error naming it, and returns
+// their versions for the result's env.
+func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[string]string, error) {
+	need := []string{"postgres"}
+	for _, b := range bs {
+		switch b {
+		case "rabbitmq", "kafka", "rocketmq":
+			need = append(need, b)
+		}
+	}
+	svcs, err := compose.Select(need)
+	if err != nil {
+		return nil, err
+	}
+	dir, _ := compose.AbsDir(cfg.StackDir)
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	versions := map[string]string{}
+	var bad []string
+	for _, r := range compose.Status(ctx, &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, svcs) {
+		if !r.Healthy {
+			bad = append(bad, fmt.Sprintf("%s at %s: %s", r.Service, r.Address, r.Detail))
+			continue
+		}
+		versions[r.Service] = r.Version
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("not reachable:\n  %s\nstart the local stack with 'bench stack up' or point the flags/INBOXBENCH_* variables at your servers", strings.Join(bad, "\n  "))
+	}
+	return versions, nil
+}
+
+// printSummary prints broker × strategy → events/s, e2e p50/p99, dedup
+// p99, lock-wait share, verdict.
+func printSummary(run *results.Run) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "BROKER\tSTRATEGY\tEVENTS/S\tvs none\tE2E P50\tE2E P99\tDEDUP P99\tLOCK WAIT\tVERDICT\t")
+	base := map[string]float64{}
+	for _, c := range run.Cells {
+		if c.Broker == "none" {
+			base[c.Strategy] = c.Throughput.EventsPerS
+		}
+	}
+	for _, c := range run.Cells {
+		ratio := "-"
+		if b := base[c.Strategy]; b > 0 && c.Broker != "none" {
+			ratio = fmt.Sprintf("%.0f%%", 100*c.Throughput.EventsPerS/b)
+		}
+		verdict := c.Invariants.Verdict
+		if c.Broken {
+			verdict += " (negative control: FAIL expected)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.1f%%\t%s\t\n", c.Broker, c.Strategy, c.Throughput.EventsPerS, ratio,
+			us(c.Latency.E2E.P50), us(c.Latency.E2E.P99), us(c.Latency.Dedup.P99), 100*c.Contention.LockWaitShare, verdict)
+	}
+	tw.Flush()
+	for _, c := range run.Cells {
+		if c.Error != "" {
+			fmt.Printf("\n%s/%s: %s\n", c.Broker, c.Strategy, c.Error)
+		}
+		for _, n := range runner.AnomalyNames {
+			if k := c.Invariants.Anomalies[n]; k > 0 {
+				fmt.Printf("%s/%s: %s × %d, e.g. %s\n", c.Broker, c.Strategy, n, k, strings.Join(c.Invariants.Examples[n], "; "))
+			}
+		}
+	}
+}
+
+func us(v int64) string {
+	if v == 0 {
+		return "-"
+	}
+	return (time.Duration(v) * time.Microsecond).Round(10 * time.Microsecond).String()
+}
+
+// verdictError fails the command when a correct strategy did not pass.
+func verdictError(run *results.Run) error {
+	var bad []string
+	for _, c := range run.Cells {
+		if !c.Broken && c.Invariants.Verdict != "PASS" {
+			bad = append(bad, c.Broker+"/"+c.Strategy)
+		}
+	}
+	if len(bad) > 0 {
+		return failure{fmt.Sprintf("check failed for %s", strings.Join(bad, ", "))}
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package runner
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/inboxbench/inboxbench/results"
+)
+
+// Latencies are recorded in microseconds from 1µs to 5 minutes with three
+// significant digits.
+const (
+	histMin    = 1
+	histMax    = int64(5 * time.Minute / time.Microsecond)
+	histDigits = 3
+)
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, histDigits) }
+
+func micros(d time.Duration) int64 {
+	us := d.Microseconds()
+	if us < histMin {
+		return histMin
+	}
+	if us > histMax {
+		return histMax
+	}
+	return us
+}
+
+// meter is one writer's histograms: each shard's deliveries are handled one
+// at a time, so a meter per shard has a single writer and its mutex is
+// uncontended except when progress reads it once a second. No global lock
+// sits on the hot path.
+type meter struct {
+	mu      sync.Mutex
+	e2e     *hdrhistogram.Histogram
+	apply   *hdrhistogram.Histogram
+	dedup   *hdrhistogram.Histogram
+	byKind  map[string]*hdrhistogram.Histogram
+	recent  *hdrhistogram.Histogram // e2e since the last progress line
+	enabled bool
+}
+
+func newMeter(enabled bool) *meter {
+	return &meter{e2e: newHist(), apply: newHist(), dedup: newHist(), recent: newHist(),
+		byKind: map[string]*hdrhistogram.Histogram{}, enabled: enabled}
+}
+
+func (m *meter) record(kind string, e2e, apply, dedup time.Duration, measured bool) {
+	if !m.enabled {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.apply.RecordValue(micros(apply))
+	h := m.byKind[kind]
+	if h == nil {
+		h = newHist()
+		m.byKind[kind] = h
+	}
+	h.RecordValue(micros(apply))
+	if dedup > 0 {
+		m.dedup.RecordValue(micros(dedup))
+	}
+	if measured && e2e > 0 {
+		m.e2e.RecordValue(micros(e2e))
+		m.recent.RecordValue(micros(e2e))
+	}
+}
+
+// meters hands out one meter per shard and merges them.
+type meters struct {
+	enabled bool
+	m       sync.Map // shard → *meter
+	publish *hdrhistogram.Histogram
+	pubMu   sync.Mutex
+}
+
+func newMeters(enabled bool) *meters { return &meters{enabled: enabled, publish: newHist()} }
+
+func (ms *meters) get(shard string) *meter {
+	if v, ok := ms.m.Load(shard); ok {
+		return v.(*meter)
+	}
+	v, _ := ms.m.LoadOrStore(shard, newMeter(ms.enabled))
+	return v.(*meter)
+}
+
+// recordPublish is called by the (single) publisher goroutine per batch.
+func (ms *meters) recordPublish(d time.Duration, n int) {
+	if !ms.enabled {
+		return
+	}
+	ms.pubMu.Lock()
+	ms.publish.RecordValues(micros(d), int64(n))
+	ms.pubMu.Unlock()
+}
+
+// recentP99 merges and resets the per-shard "recent" histograms.
+func (ms *meters) recentP99() int64 {
+	all := newHist()
+	ms.m.Range(func(_, v any) bool {
+		m := v.(*meter)
+		m.mu.Lock()
+		all.Merge(m.recent)
+		m.recent.Reset()
+		m.mu.Unlock()
+		return true
+	})
+	return all.ValueAtQuantile(99)
+}
+
+func (ms *meters) latencies() results.Latencies {
+	e2e, apply, dedup := newHist(), newHist(), newHist()
+	by := map[string]*hdrhistogram.Histogram{}
+	ms.m.Range(func(_, v any) bool {
+		m := v.(*meter)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		e2e.Merge(m.e2e)
+		apply.Merge(m.apply)
+		dedup.Merge(m.dedup)
+		for k, h := range m.byKind {
+			if by[k] == nil {
+				by[k] = newHist()
+			}
+			by[k].Merge(h)
+		}
+		return true
+	})
+	ms.pubMu.Lock()
+	pub := summary(ms.publish)
+	ms.pubMu.Unlock()
+	l := results.Latencies{E2E: summary(e2e), Publish: pub, Apply: summary(apply), Dedup: summary(dedup),
+		ApplyByResult: map[string]results.Summary{}, Spectrum: map[string][]results.Point{
+			"e2e": spectrum(e2e), "dedup": spectrum(dedup), "apply": spectrum(apply)}}
+	for k, h := range by {
+		l.ApplyByResult[k] = summary(h)
+	}
+	return l
+}
+
+func summary(h *hdrhistogram.Histogram) results.Summary {
+	if h.TotalCount() == 0 {
+		return results.Summary{}
+	}
+	return results.Summary{Count: h.TotalCount(), P50: h.ValueAtQuantile(50), P90: h.ValueAtQuantile(90),
+		P99: h.ValueAtQuantile(99), P999: h.ValueAtQuantile(99.9), Max: h.Max()}
+}
+
+// spectrum samples the percentile curve at 0, 50, 75, 87.5 … (each step
+// halves the distance to 100), as HdrHistogram's percentile plots do.
+func spectrum(h *hdrhistogram.Histogram) []results.Point {
+	if h.TotalCount() == 0 {
+		return nil
+	}
+	var out []results.Point
+	for k := 0; k <= 16; k++ {
+		p := 100 * (1 - math.Pow(2, -float64(k)))
+		out = append(out, results.Point{Percentile: p, Micros: h.ValueAtQuantile(p)})
+	}
+	out = append(out, results.Point{Percentile: 100, Micros: h.Max()})
+	return out
+}
+
+// counters are shared atomics: one add per event, no lock.
+type counters struct {
+	published, deliveries, executions, effects, duplicates, redeliveries,
+	gaps, parked, stale, conflicts, retries, errors, crashes, rejected atomic.Int64
+}
+
+func (c *counters) snapshot() results.Counters {
+	return results.Counters{
+		Published: c.published.Load(), Deliveries: c.deliveries.Load(), Executions: c.executions.Load(),
+		Effects: c.effects.Load(), Duplicates: c.duplicates.Load(), Redeliveries: c.redeliveries.Load(),
+		Gaps: c.gaps.Load(), Parked: c.parked.Load(), Stale: c.stale.Load(), Conflicts: c.conflicts.Load(),
+		Retries: c.retries.Load(), Errors: c.errors.Load(), Crashes: c.crashes.Load(), Rejected: c.rejected.Load(),
+	}
+}

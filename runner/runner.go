@@ -1,0 +1,737 @@
+// Package runner runs a workload through brokers into the inbox, one cell
+// per broker × strategy, measures it, and checks the exactly-once-effect
+// invariants against the workload's oracle.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/envelope"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// Options of one run.
+type Options struct {
+	Cfg        config.Config
+	Spec       *workload.Spec
+	Brokers    []string
+	Strategies []string
+	// OutDir is the parent of the run directory (results/).
+	OutDir string
+	RunID  string
+	// Measure switches latency histograms on (default); off, the run only
+	// counts, to measure what measuring costs.
+	Measure bool
+	// Audit installs the checker's audit trigger (default on).
+	Audit bool
+	// Progress receives live progress; TTY selects a redrawn line instead
+	// of one line every few seconds.
+	Progress io.Writer
+	TTY      bool
+	// StallTimeout ends a cell that makes no progress for this long; what
+	// never arrived is then reported by the checker.
+	StallTimeout time.Duration
+	Log          *slog.Logger
+	// Args is the command line, recorded in the result.
+	Args []string
+	// Servers maps service name to server version (the CLI asks the
+	// stack), recorded in the result's env.
+	Servers map[string]string
+}
+
+// NewRunID returns a sortable, readable run id.
+func NewRunID() string { return time.Now().UTC().Format("20060102-150405") }
+
+// Run executes every cell and writes result.json; the returned run is what
+// was written.
+func Run(ctx context.Context, o Options) (*results.Run, string, error) {
+	if o.RunID == "" {
+		o.RunID = NewRunID()
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = 30 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	dir := filepath.Join(o.OutDir, o.RunID)
+	wl, err := json.Marshal(o.Spec)
+	if err != nil {
+		return nil, "", err
+	}
+	run := &results.Run{SchemaVersion: results.SchemaVersion, RunID: o.RunID, StartedAt: time.Now().UTC(),
+		Workload: wl, Env: environment(o)}
+	plan := workload.Generate(o.Spec)
+	fmt.Fprintf(o.Progress, "run %s: workload %s, %d events over %d aggregates (%d sends with faults), %d cells\n",
+		o.RunID, o.Spec.Name, len(plan.Events), o.Spec.Aggregates, len(plan.Publishes), len(o.Brokers)*len(o.Strategies))
+	for _, b := range o.Brokers {
+		for _, s := range o.Strategies {
+			if ctx.Err() != nil {
+				break
+			}
+			c := runCell(ctx, o, plan, b, s)
+			run.Cells = append(run.Cells, c)
+			fmt.Fprintf(o.Progress, "%-15s %-26s %s  %8.0f events/s  e2e p99 %s  %s\n", b, s, c.Invariants.Verdict,
+				c.Throughput.EventsPerS, fmtMicros(c.Latency.E2E.P99), strings.TrimSpace(anomalyLine(c)))
+		}
+	}
+	run.FinishedAt = time.Now().UTC()
+	if _, err := run.Write(dir); err != nil {
+		return run, dir, fmt.Errorf("write result: %w", err)
+	}
+	return run, dir, ctx.Err()
+}
+
+func anomalyLine(c results.Cell) string {
+	if c.Error != "" {
+		return "error: " + c.Error
+	}
+	var parts []string
+	for _, n := range AnomalyNames {
+		if v := c.Invariants.Anomalies[n]; v > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", n, v))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+var unsafeIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// cellID names the cell's schema, topic and consumer: fresh per run.
+func cellID(runID, broker, strategy string) string {
+	id := strings.ToLower(fmt.Sprintf("ib_%s_%s_%s", runID, broker, strategy))
+	id = unsafeIdent.ReplaceAllString(id, "_")
+	if len(id) > 60 {
+		id = id[:60]
+	}
+	return id
+}
+
+// cell is the state of one broker × strategy run.
+type cell struct {
+	o        Options
+	plan     *workload.Plan
+	broker   string
+	id       string
+	consumer string
+	in       *inbox.Inbox
+	strategy inbox.Strategy
+	// stall ends a cell without progress: the run's stall timeout, or
+	// longer when the broker takes that long to hand a crashed consumer's
+	// deliveries to another.
+	stall time.Duration
+	// ackFirst: the strategy is a consumer-level negative control that
+	// acks before its commit (broken-ack-before-commit).
+	ackFirst bool
+	meters   *meters
+	c        counters
+	// handled counts distinct messages answered with Ack or Reject
+	// (final); done remembers which, so redeliveries are not counted twice.
+	handled  atomic.Int64
+	done     sync.Map
+	progress atomic.Int64 // bumps on every verdict, for stall detection
+	start    time.Time    // publishing started
+	warmEnd  time.Time
+	// crashed remembers events whose crash fault already fired, so a
+	// redelivery is not crashed again (Kafka has no redelivered flag).
+	crashed sync.Map
+	// firstEffect/lastEffect bound the throughput window (unix nanos).
+	firstEffect, lastEffect atomic.Int64
+	effectsAtWarm           atomic.Int64
+	series                  []float64
+}
+
+func runCell(ctx context.Context, o Options, plan *workload.Plan, broker, strategy string) results.Cell {
+	id := cellID(o.RunID, broker, strategy)
+	res := results.Cell{Broker: broker, Strategy: strategy, Consumer: "balance-" + id, Schema: id}
+	st, err := inbox.Lookup(strategy)
+	if err != nil {
+		res.Error = err.Error()
+		res.Invariants.Verdict = "ERROR"
+		return res
+	}
+	res.Broken = st.Broken()
+	c := &cell{o: o, plan: plan, broker: broker, id: id, consumer: res.Consumer, strategy: st, meters: newMeters(o.Measure)}
+	if a, ok := st.(inbox.AckOrdering); ok {
+		c.ackFirst = a.AckBeforeCommit()
+	}
+	if err := c.run(ctx, &res); err != nil {
+		res.Error = err.Error()
+		if res.Invariants.Verdict == "" {
+			res.Invariants.Verdict = "ERROR"
+		}
+	}
+	return res
+}
+
+func (c *cell) run(ctx context.Context, res *results.Cell) error {
+	o := c.o
+	pcfg, err := pgxpool.ParseConfig(o.Cfg.PGURL)
+	if err != nil {
+		return fmt.Errorf("postgres URL: %w", err)
+	}
+	// One connection per consumer, plus room for storms and draining.
+	pcfg.MaxConns = int32(o.Spec.Consumers*2 + o.Spec.Faults.StormConsumers + 4)
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "inboxbench/" + c.id
+	iopt := inbox.DefaultOptions()
+	iopt.Schema = c.id
+	iopt.DisableParking = !o.Spec.ParkingOn()
+	iopt.BatchSize = o.Spec.BatchSize
+	inbox.ConfigurePool(pcfg, iopt)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer pool.Close()
+	if _, err := inbox.Migrate(ctx, pool, c.id); err != nil {
+		return fmt.Errorf("postgres: migrate schema %s: %w", c.id, err)
+	}
+	if o.Audit {
+		if err := InstallAudit(ctx, pool, c.id); err != nil {
+			return err
+		}
+	}
+	c.in, err = inbox.New(pool, iopt)
+	if err != nil {
+		return err
+	}
+
+	b, err := brokers.Open(ctx, c.broker, o.Cfg, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.broker, err)
+	}
+	defer b.Close()
+	c.stall = max(o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second)
+	topic := strings.ReplaceAll(c.id, "_", "-")
+	setupCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = b.Setup(setupCtx, topic, o.Spec.Shards)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%s: set up topic %s: %w", c.broker, topic, err)
+	}
+
+	sampler, err := inbox.StartContention(ctx, o.Cfg.PGURL, "inboxbench/"+c.id, 100*time.Millisecond)
+	if err != nil {
+		return err
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	consumeErr := make(chan error, o.Spec.Consumers)
+	restartAt := c.restartSchedule()
+	for i := range o.Spec.Consumers {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if err := c.consume(runCtx, b, topic, i, restartAt); err != nil {
+				consumeErr <- err
+			}
+		}(i)
+	}
+
+	c.start = time.Now()
+	c.warmEnd = c.start.Add(o.Spec.Warmup.D())
+	warm := time.AfterFunc(o.Spec.Warmup.D(), func() { c.effectsAtWarm.Store(c.c.effects.Load()) })
+	defer warm.Stop()
+	seriesDone := make(chan struct{})
+	go c.sampleSeries(runCtx, seriesDone)
+	pubErr := c.publish(runCtx, b, topic)
+	var cellErr error
+	if pubErr != nil {
+		cellErr = pubErr
+	} else {
+		cellErr = c.waitDone(runCtx, consumeErr)
+	}
+	stop()
+	wg.Wait()
+	<-seriesDone
+	rep, serr := sampler.Stop(ctx)
+	if serr != nil && cellErr == nil {
+		o.Log.Warn("contention sampler", "err", serr)
+	}
+
+	// Anything still parked gets one last chance to drain (its predecessor
+	// may have committed as the consumers stopped); what remains is stuck.
+	if _, err := c.in.DrainParked(ctx, c.consumer); err != nil {
+		o.Log.Warn("final drain", "err", err)
+	}
+	inv, effects, err := Check(ctx, pool, c.id, c.consumer, c.plan, o.Audit)
+	if err != nil {
+		return errors.Join(cellErr, err)
+	}
+	res.Invariants = inv
+	c.fill(res, rep)
+	// Durable effects are a fact of the database, not of what the
+	// consumers believe they did.
+	res.Counters.Effects = effects
+	return cellErr
+}
+
+// restartSchedule spreads the planned consumer restarts over the stream:
+// restart k fires once that many messages have been handled.
+func (c *cell) restartSchedule() []int64 {
+	n := c.o.Spec.Faults.ConsumerRestarts
+	var at []int64
+	for k := 1; k <= n; k++ {
+		at = append(at, int64(len(c.plan.Publishes))*int64(k)/int64(n+1))
+	}
+	return at
+}
+
+// consume runs one consumer: it subscribes, and subscribes again after a
+// crash fault or a planned restart, until the run ends.
+func (c *cell) consume(ctx context.Context, b brokers.Broker, topic string, idx int, restartAt []int64) error {
+	group := "ib-" + c.id
+	opts := brokers.SubscribeOptions{MaxBatch: c.batchSize()}
+	next := 0
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		sub, err := b.Subscribe(sctx, topic, group, opts, c.handle)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("%s: consumer %d: subscribe: %w", c.broker, idx, err)
+		}
+		// Consumer 0 performs the planned restarts.
+		var restart <-chan time.Time
+		if idx == 0 && next < len(restartAt) {
+			restart = tick.C
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				sub.Close()
+				return nil
+			case <-sub.Done():
+				if errors.Is(sub.Err(), brokers.ErrCrashed) {
+					c.c.crashes.Add(1)
+					break wait
+				}
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%s: consumer %d: %w", c.broker, idx, sub.Err())
+			case <-restart:
+				if next < len(restartAt) && c.handled.Load() >= restartAt[next] {
+					next++
+					sub.Close()
+					break wait
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (c *cell) batchSize() int {
+	if c.strategy.Name() == "batch" || c.strategy.Name() == "pipeline" {
+		return c.o.Spec.BatchSize
+	}
+	return 1
+}
+
+// handle is the consumer's handler: decode, apply through the inbox, answer
+// the broker only after the database decided.
+func (c *cell) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.Verdict {
+	received := time.Now()
+	verdicts := make([]brokers.Verdict, len(ds))
+	byDelivery := make([]*envelope.Event, len(ds)) // nil for poison
+	evs := make([]*envelope.Event, 0, len(ds))
+	idx := make([]int, 0, len(ds))
+	crash := false
+	for i, d := range ds {
+		c.c.deliveries.Add(1)
+		if d.Redelivered || d.DeliveryCount > 1 || d.Attempt > 1 {
+			c.c.redeliveries.Add(1)
+		}
+		ev, err := envelope.Unmarshal(d.Body)
+		if err != nil {
+			// Poison: dead-lettered by the driver and counted, never
+			// silently acked.
+			c.c.rejected.Add(1)
+			verdicts[i] = brokers.Reject
+			continue
+		}
+		if c.o.Spec.CrashAfterCommit(ev) {
+			if _, done := c.crashed.LoadOrStore(ev.Key(), true); !done {
+				crash = true
+			}
+		}
+		byDelivery[i] = ev
+		evs = append(evs, ev)
+		idx = append(idx, i)
+	}
+	if len(evs) > 0 {
+		if c.ackFirst && crash {
+			// The negative control acks first; the crash then lands
+			// between the ack and the commit: the events are gone.
+			for _, i := range idx {
+				verdicts[i] = brokers.Ack
+			}
+			c.verdicts(ds, byDelivery, verdicts)
+			return verdicts
+		}
+		c.c.executions.Add(int64(len(evs)))
+		release, wait := c.storms(ctx, evs)
+		release()
+		outs, _ := c.strategy.ApplyBatch(ctx, c.in, c.consumer, evs)
+		wait()
+		now := time.Now()
+		m := c.meters.get(ds[0].Shard)
+		for j, out := range outs {
+			verdicts[idx[j]] = c.account(m, evs[j], out, received, now)
+		}
+	}
+	if crash {
+		// Committed, then "died" before the ack: nothing of this batch is
+		// acknowledged; the broker redelivers it.
+		for i := range verdicts {
+			verdicts[i] = brokers.Crash
+		}
+	}
+	c.verdicts(ds, byDelivery, verdicts)
+	return verdicts
+}
+
+// storms prepares StormConsumers-1 extra appliers for each storm-marked
+// event, each on its own connection, that race the regular apply once
+// released: exactly one of all of them may win the inbox key.
+func (c *cell) storms(ctx context.Context, evs []*envelope.Event) (release, wait func()) {
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for _, ev := range evs {
+		if !c.o.Spec.Storm(ev) {
+			continue
+		}
+		for range c.o.Spec.Faults.StormConsumers - 1 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-gate
+				c.c.executions.Add(1)
+				out, _ := c.in.Apply(ctx, c.strategy, c.consumer, ev)
+				c.count(out)
+			}()
+		}
+	}
+	return func() { close(gate) }, wg.Wait
+}
+
+// verdicts records which messages reached a final verdict. A message is
+// identified by its event identity and attempt (a republish is a second
+// message of the same event); an undecodable one by its transport id.
+func (c *cell) verdicts(ds []*brokers.Delivery, evs []*envelope.Event, vs []brokers.Verdict) {
+	for i, v := range vs {
+		if v != brokers.Ack && v != brokers.Reject {
+			continue
+		}
+		id := "poison " + ds[i].TransportID
+		if evs[i] != nil {
+			id = evs[i].Key() + "#" + strconv.Itoa(evs[i].Attempt)
+		}
+		if _, seen := c.done.LoadOrStore(id, struct{}{}); !seen {
+			c.handled.Add(1)
+		}
+	}
+	c.progress.Add(1)
+}
+
+// count updates counters for one outcome (and what its commit drained).
+func (c *cell) count(out inbox.Outcome) {
+	switch out.Result {
+	case inbox.Applied:
+		c.effect()
+	case inbox.Duplicate:
+		c.c.duplicates.Add(1)
+	case inbox.Gap:
+		c.c.gaps.Add(1)
+	case inbox.Parked:
+		c.c.parked.Add(1)
+	case inbox.Stale:
+		c.c.stale.Add(1)
+	case inbox.Conflict:
+		c.c.conflicts.Add(1)
+	}
+	if out.Attempts > 1 {
+		c.c.retries.Add(int64(out.Attempts - 1))
+	}
+	if out.Err != nil {
+		c.c.errors.Add(1)
+	}
+	for _, d := range out.Drained {
+		c.count(d)
+	}
+}
+
+func (c *cell) effect() {
+	c.c.effects.Add(1)
+	now := time.Now().UnixNano()
+	c.firstEffect.CompareAndSwap(0, now)
+	c.lastEffect.Store(now)
+}
+
+// account counts an outcome, records its latencies and picks the verdict.
+func (c *cell) account(m *meter, ev *envelope.Event, out inbox.Outcome, received, decided time.Time) brokers.Verdict {
+	c.count(out)
+	measured := !ev.IntendedAt.IsZero() && !ev.IntendedAt.Before(c.warmEnd)
+	var e2e, dedup time.Duration
+	switch out.Result {
+	case inbox.Applied:
+		if measured {
+			e2e = decided.Sub(ev.IntendedAt)
+		}
+	case inbox.Duplicate:
+		dedup = decided.Sub(received)
+	}
+	if out.Result != inbox.NoResult {
+		m.record(out.Result.String(), e2e, out.Duration, dedup, measured)
+	}
+	switch {
+	case out.Err != nil:
+		// Nothing committed: the broker redelivers. Never ack an event
+		// without a decision.
+		return brokers.Retry
+	case out.Result == inbox.Gap:
+		// Parking is off or full: the predecessor must come first.
+		return brokers.Retry
+	default:
+		// APPLIED, DUPLICATE, PARKED (durably held), STALE and CONFLICT
+		// (decided and counted: redelivery cannot change them).
+		return brokers.Ack
+	}
+}
+
+// publish sends the plan in order, open loop at the spec's rate.
+func (c *cell) publish(ctx context.Context, b brokers.Broker, topic string) error {
+	const batch = 256
+	rate := c.o.Spec.PublishRate
+	pubs := c.plan.Publishes
+	msgs := make([]brokers.Message, 0, batch)
+	for i := 0; i < len(pubs); i += batch {
+		end := min(i+batch, len(pubs))
+		intended := time.Now()
+		if rate > 0 {
+			intended = c.start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+			if d := time.Until(intended); d > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(d):
+				}
+			}
+		}
+		msgs = msgs[:0]
+		for j := i; j < end; j++ {
+			ev := *pubs[j].Event
+			ev.IntendedAt = intended
+			if rate > 0 {
+				ev.IntendedAt = c.start.Add(time.Duration(float64(j) / rate * float64(time.Second)))
+			}
+			body, err := c.o.Spec.Encode(&ev)
+			if err != nil {
+				return fmt.Errorf("encode %s: %w", ev.ID, err)
+			}
+			msgs = append(msgs, brokers.Message{Key: ev.Subject, ID: ev.Key(), Body: body})
+		}
+		sent := time.Now()
+		errs := b.Publish(ctx, topic, msgs)
+		c.meters.recordPublish(time.Since(sent), len(msgs))
+		if err := brokers.FirstError(errs); err != nil {
+			return fmt.Errorf("%s: publish to %s: %w", c.broker, topic, err)
+		}
+		c.c.published.Add(int64(len(msgs)))
+		if c.o.Spec.Duration > 0 && time.Since(c.start) > c.o.Spec.Duration.D() {
+			break
+		}
+	}
+	return nil
+}
+
+// waitDone returns once every published message got a final verdict and
+// nothing is parked, or when the cell stalls.
+func (c *cell) waitDone(ctx context.Context, consumeErr <-chan error) error {
+	last, lastChange := c.progress.Load(), time.Now()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	report, lastSweep, emptySweeps := time.Now(), time.Now(), 0
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-consumeErr:
+			return err
+		case <-t.C:
+		}
+		if p := c.progress.Load(); p != last {
+			last, lastChange = p, time.Now()
+		}
+		if c.handled.Load() >= c.c.published.Load() {
+			n, err := c.parkedNow(ctx)
+			if err == nil && n == 0 {
+				return nil
+			}
+			// Everything was delivered but some events are still parked:
+			// their predecessor committed while their drain check ran (the
+			// one-statement strategies drain after their commit). A
+			// consumer sweeps for them, as a production one would.
+			if err == nil && time.Since(lastSweep) > time.Second {
+				lastSweep = time.Now()
+				outs, _ := c.in.DrainParked(ctx, c.consumer)
+				for _, o := range outs {
+					c.count(o)
+				}
+				if len(outs) > 0 {
+					c.progress.Add(1)
+					emptySweeps = 0
+				} else if emptySweeps++; emptySweeps >= 3 {
+					// Every message has its final answer and nothing
+					// parked can move: its predecessor will never come.
+					// The checker reports what stays parked.
+					return nil
+				}
+			}
+		}
+		if time.Since(lastChange) > c.stall {
+			return fmt.Errorf("stalled: no delivery for %s with %d of %d messages answered (the checker lists what is missing)",
+				c.stall, c.handled.Load(), c.c.published.Load())
+		}
+		if every := c.progressEvery(); time.Since(report) >= every {
+			report = time.Now()
+			c.printProgress()
+		}
+	}
+}
+
+func (c *cell) parkedNow(ctx context.Context) (int64, error) {
+	var n int64
+	err := c.in.Pool().QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{c.id}.Sanitize()+".parked WHERE consumer = $1", c.consumer).Scan(&n)
+	return n, err
+}
+
+func (c *cell) progressEvery() time.Duration {
+	if c.o.TTY {
+		return time.Second
+	}
+	return 5 * time.Second
+}
+
+func (c *cell) printProgress() {
+	s := c.c.snapshot()
+	el := time.Since(c.start).Seconds()
+	rate := float64(s.Effects) / max(el, 0.001)
+	left := "?"
+	if rate > 0 {
+		remaining := float64(int64(len(c.plan.Events)) - s.Effects)
+		left = (time.Duration(max(remaining, 0)/rate) * time.Second).Round(time.Second).String()
+	}
+	line := fmt.Sprintf("%s/%s: %d/%d effects, %.0f/s, backlog %d, dedup hits %d, e2e p99 %s, ~%s left",
+		c.broker, c.strategy.Name(), s.Effects, len(c.plan.Events), rate, s.Published-c.handled.Load(),
+		s.Duplicates, fmtMicros(c.meters.recentP99()), left)
+	if c.o.TTY {
+		fmt.Fprintf(c.o.Progress, "\r\033[K%s", line)
+	} else {
+		fmt.Fprintln(c.o.Progress, line)
+	}
+}
+
+// sampleSeries records effects per second.
+func (c *cell) sampleSeries(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var prev int64
+	for {
+		select {
+		case <-ctx.Done():
+			if c.o.TTY {
+				fmt.Fprint(c.o.Progress, "\r\033[K")
+			}
+			return
+		case <-t.C:
+			n := c.c.effects.Load()
+			c.series = append(c.series, float64(n-prev))
+			prev = n
+		}
+	}
+}
+
+// fill copies measurements into the result cell.
+func (c *cell) fill(res *results.Cell, rep inbox.ContentionReport) {
+	res.Counters = c.c.snapshot()
+	res.Latency = c.meters.latencies()
+	first, last := c.firstEffect.Load(), c.lastEffect.Load()
+	// Throughput: effects after warm-up over the time from the later of
+	// the first effect and the end of warm-up to the last effect.
+	if last > first {
+		from, effects := first, res.Counters.Effects
+		if w := c.warmEnd.UnixNano(); w > first {
+			from, effects = w, effects-c.effectsAtWarm.Load()
+		}
+		if last > from {
+			res.Throughput.EventsPerS = float64(effects) / time.Duration(last-from).Seconds()
+		}
+		res.DurationS = time.Duration(last - first).Seconds()
+	}
+	res.Throughput.Series = c.series
+	res.Contention = results.Contention{Samples: rep.Samples, LockWaitSamples: rep.LockWaits, LockWaitShare: rep.LockWaitShare(),
+		BlockedMax: rep.BlockedMax, Deadlocks: rep.Deadlocks, Rollbacks: rep.Rollbacks, Commits: rep.Commits}
+	for _, s := range rep.Top {
+		res.Contention.TopStatements = append(res.Contention.TopStatements, results.Statement{Query: s.Query, Calls: s.Calls, MeanMs: s.MeanMs, TotalMs: s.TotalMs})
+	}
+	for _, p := range rep.Series {
+		res.Contention.Series = append(res.Contention.Series, results.WaitPoint{AtS: p.At.Seconds(), Waiting: p.LockWaits, Blocked: p.Blocked})
+	}
+}
+
+func fmtMicros(us int64) string {
+	if us == 0 {
+		return "-"
+	}
+	return (time.Duration(us) * time.Microsecond).Round(10 * time.Microsecond).String()
+}
+
+// environment records where the figures come from.
+func environment(o Options) results.Env {
+	e := results.Env{GoVersion: runtime.Version(), Cores: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		Brokers: map[string]string{}, Clients: clientVersions(), Measure: o.Measure, CommandArg: o.Args, GitCommit: gitCommit()}
+	for name, v := range o.Servers {
+		if name == "postgres" {
+			e.Postgres = v
+		} else {
+			e.Brokers[name] = v
+		}
+	}
+	e.Hostname, _ = os.Hostname()
+	e.MemoryMiB = memoryMiB()
+	return e
+}

@@ -1,0 +1,139 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	_ "github.com/inboxbench/inboxbench/brokers/all"
+	_ "github.com/inboxbench/inboxbench/brokers/none"
+	"github.com/inboxbench/inboxbench/internal/testenv"
+	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// faultsSpec is a small workload with every fault of the plan.
+func faultsSpec(t *testing.T, extra string) *workload.Spec {
+	t.Helper()
+	s, err := workload.Parse([]byte(`
+name: test-faults
+seed: 5
+aggregates: 12
+events: 600
+message_size: 128
+consumers: 2
+shards: 4
+batch_size: 50
+faults:
+  duplicate_republish: 0.05
+  crash_after_commit: 0.01
+  consumer_restarts: 1
+  out_of_order: 0.05
+  concurrent_duplicates: 0.05
+  storm_consumers: 3
+` + extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func runCells(t *testing.T, spec *workload.Spec, brokers, strategies []string) *results.Run {
+	t.Helper()
+	cfg := testenv.Require(t, testenv.Postgres)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: brokers, Strategies: strategies,
+		OutDir: t.TempDir(), RunID: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9), Measure: true, Audit: true,
+		StallTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return run
+}
+
+func describe(c results.Cell) string {
+	return fmt.Sprintf("%s/%s: verdict %s, error %q, anomalies %v, examples %v, counters %+v",
+		c.Broker, c.Strategy, c.Invariants.Verdict, c.Error, c.Invariants.Anomalies, c.Invariants.Examples, c.Counters)
+}
+
+// TestCorrectStrategiesPassUnderFaults runs every correct strategy through
+// the database-only baseline and the in-process Kafka with every fault of
+// the plan, and requires a PASS with the faults really exercised.
+func TestCorrectStrategiesPassUnderFaults(t *testing.T) {
+	spec := faultsSpec(t, "")
+	plan := workload.Generate(spec)
+	run := runCells(t, spec, []string{"none", "kafka-embedded"}, []string{"tx", "cte", "batch", "pipeline"})
+	for _, c := range run.Cells {
+		if c.Invariants.Verdict != "PASS" || c.Error != "" {
+			t.Errorf("%s", describe(c))
+			continue
+		}
+		k := c.Counters
+		if k.Effects != int64(len(plan.Events)) {
+			t.Errorf("%s/%s: %d effects, want %d (one per event)", c.Broker, c.Strategy, k.Effects, len(plan.Events))
+		}
+		if k.Duplicates == 0 || k.Crashes == 0 || k.Published != int64(len(plan.Publishes)) {
+			t.Errorf("%s/%s: faults not exercised: %+v", c.Broker, c.Strategy, k)
+		}
+		if c.Latency.E2E.Count == 0 || c.Throughput.EventsPerS <= 0 {
+			t.Errorf("%s/%s: no measurements: e2e %+v, %.0f events/s", c.Broker, c.Strategy, c.Latency.E2E, c.Throughput.EventsPerS)
+		}
+	}
+}
+
+// TestNegativeControlsAreCaught proves the checker names the anomaly each
+// broken strategy's mistake predicts.
+func TestNegativeControlsAreCaught(t *testing.T) {
+	spec := faultsSpec(t, "")
+	for _, tc := range []struct {
+		strategy string
+		want     []string // at least one of these
+	}{
+		{"broken-split", []string{InboxWithoutEffect}},
+		{"broken-no-version", []string{VersionGap, StaleApplied}},
+		{"broken-aggregate-key", []string{LostEffect}},
+		{"broken-ack-before-commit", []string{LostEffect}},
+		{"broken-check-then-insert", []string{DuplicateEffect}},
+	} {
+		t.Run(tc.strategy, func(t *testing.T) {
+			s := spec
+			if tc.strategy == "broken-check-then-insert" {
+				// Widen the race: many storms of four.
+				s = faultsSpec(t, "")
+				s.Faults.ConcurrentDuplicates, s.Faults.StormConsumers = 0.5, 4
+			}
+			run := runCells(t, s, []string{"none"}, []string{tc.strategy})
+			c := run.Cells[0]
+			if c.Invariants.Verdict != "FAIL" || !c.Broken {
+				t.Fatalf("negative control not caught: %s", describe(c))
+			}
+			for _, a := range tc.want {
+				if c.Invariants.Anomalies[a] > 0 {
+					if len(c.Invariants.Examples[a]) == 0 {
+						t.Errorf("%s counted without an example", a)
+					}
+					return
+				}
+			}
+			t.Fatalf("want one of %v: %s", tc.want, describe(c))
+		})
+	}
+}
+
+// TestRealBrokersPassUnderFaults runs the fault workload through each real
+// broker with the article's strategy and the batch strategy.
+func TestRealBrokersPassUnderFaults(t *testing.T) {
+	testenv.Require(t, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ)
+	spec := faultsSpec(t, "")
+	// A RocketMQ consumer crash costs up to two 20s rebalance ticks
+	// before its queues move: keep the crashes few so the test stays short.
+	spec.Faults.CrashAfterCommit = 0.004
+	run := runCells(t, spec, []string{"rabbitmq", "kafka", "rocketmq"}, []string{"tx", "batch"})
+	for _, c := range run.Cells {
+		if c.Invariants.Verdict != "PASS" || c.Error != "" {
+			t.Errorf("%s", describe(c))
+		}
+	}
+}
