@@ -72,6 +72,13 @@
 // never a default, are never matched by a wildcard in Resolve, and are
 // labelled "(broken: negative control)" by Label.
 //
+// User strategies come from SQL files (LoadStrategyFile, FileStrategy):
+// a team's own inbox SQL with named parameters, run in the same schema
+// after the built-in migration and judged by the same checker. They are
+// not registered: a runner takes them beside the registry's names. They
+// never park and never fall back to a built-in path. The format and the
+// contract are in examples/strategies/README.md.
+//
 // # Timeouts and retries
 //
 // lock_timeout and statement_timeout are set on every connection

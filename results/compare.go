@@ -108,12 +108,12 @@ func Compare(base, next *Run, opt CompareOptions) (*Comparison, error) {
 	newCells := map[key]*Cell{}
 	for i := range next.Cells {
 		c := &next.Cells[i]
-		newCells[key{c.Broker, c.Strategy}] = c
+		newCells[key{c.Broker, compareKey(c.Strategy)}] = c
 	}
 	seen := map[key]bool{}
 	for i := range base.Cells {
 		b := &base.Cells[i]
-		k := key{b.Broker, b.Strategy}
+		k := key{b.Broker, compareKey(b.Strategy)}
 		n := newCells[k]
 		if n == nil {
 			cmp.OnlyBase = append(cmp.OnlyBase, b.Name())
@@ -133,11 +133,24 @@ func Compare(base, next *Run, opt CompareOptions) (*Comparison, error) {
 	}
 	for i := range next.Cells {
 		c := &next.Cells[i]
-		if !seen[key{c.Broker, c.Strategy}] {
+		if !seen[key{c.Broker, compareKey(c.Strategy)}] {
 			cmp.OnlyNew = append(cmp.OnlyNew, c.Name())
 		}
 	}
 	return cmp, nil
+}
+
+// compareKey is the strategy part of the key cells are matched by. A user
+// strategy file is named file:NAME.sql@HASH; the hash changes with every
+// edit of its SQL, and comparing the edited SQL with the previous one is
+// what a CI gate is for, so files are matched by name alone.
+func compareKey(strategy string) string {
+	if strings.HasPrefix(strategy, "file:") {
+		if i := strings.LastIndexByte(strategy, '@'); i > 0 {
+			return strategy[:i]
+		}
+	}
+	return strategy
 }
 
 func verdictOrNone(v string) string {
@@ -150,6 +163,10 @@ func verdictOrNone(v string) string {
 func compareCell(b, n *Cell, limit float64) CellDiff {
 	d := CellDiff{Broker: b.Broker, Strategy: b.Strategy, Broken: b.Broken || n.Broken,
 		BaseVerdict: cellVerdictWord(b), NewVerdict: cellVerdictWord(n)}
+	if n.Strategy != b.Strategy {
+		// A user strategy file whose SQL changed: the point of the gate.
+		d.Strategy = b.Strategy + " → " + n.Strategy
+	}
 	lat := func(v float64) string { return formatMicrosF(v) }
 	d.Deltas = append(d.Deltas,
 		delta("events/s", b.Throughput.EventsPerS, n.Throughput.EventsPerS, HigherIsBetter, limit, FormatRate,

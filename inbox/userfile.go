@@ -1,0 +1,603 @@
+package inbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// This file reads strategy files: the format (header, sections,
+// statements), named parameters and the {{schema}} placeholder, with every
+// error pointing at file:line:col, the statement and the parameter. The
+// strategy that runs them is in userstrategy.go; the format is documented
+// in examples/strategies/README.md.
+
+// ErrStrategyFile marks a problem in a user strategy file (format, unknown
+// parameter, SQL the server rejects): the user fixes the file. The CLI
+// exits 2 on it. Failures to reach the database do not match it.
+var ErrStrategyFile = errors.New("bad strategy file")
+
+// FileError is an error in a strategy file. Every field that is known is
+// named in the message, so a user can go straight to the line.
+type FileError struct {
+	Path      string
+	Line, Col int    // 0 when the error is about the whole file
+	Section   string // "ddl", "apply", "claim", "effect", "prune"; "" for the header
+	Index     int    // 1-based statement number within Section; 0 for the section
+	Param     string // the parameter, without its colon
+	Msg       string
+	Err       error // the server's error, if any
+}
+
+func (e *FileError) Error() string {
+	var b strings.Builder
+	b.WriteString("strategy file ")
+	b.WriteString(e.Path)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d:%d", e.Line, e.Col)
+	}
+	b.WriteString(": ")
+	if e.Section != "" {
+		b.WriteString("@" + e.Section)
+		if e.Index > 0 {
+			fmt.Fprintf(&b, " statement %d", e.Index)
+		}
+		b.WriteString(": ")
+	}
+	if e.Param != "" {
+		fmt.Fprintf(&b, "parameter :%s: ", e.Param)
+	}
+	b.WriteString(e.Msg)
+	if e.Err != nil {
+		if e.Msg != "" {
+			b.WriteString(": ")
+		}
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+func (e *FileError) Unwrap() error        { return e.Err }
+func (e *FileError) Is(target error) bool { return target == ErrStrategyFile }
+
+// Outcome modes of a strategy file.
+const (
+	// OutcomeResult: the (last) @apply statement returns a text column
+	// named result holding a result name.
+	OutcomeResult = "result"
+	// OutcomeRows: the article's rule on affected rows: @claim (0 rows →
+	// DUPLICATE), then @effect (1 row → APPLIED; 0 → the version decides
+	// STALE or GAP).
+	OutcomeRows = "rows"
+)
+
+// Transaction modes of an OutcomeRows file.
+const (
+	// TxOne runs claim and effect in one transaction: the correct way.
+	TxOne = "one"
+	// TxSplit commits the claim on its own before the effect's
+	// transaction: the article's split-commit bug, for negative controls.
+	TxSplit = "split"
+)
+
+// EventParams are the parameters an @apply, @claim or @effect statement may
+// use, each with what it carries. Values are bound with their Go types
+// (text, bigint, timestamptz); cast where PostgreSQL cannot infer a type.
+var EventParams = map[string]string{
+	"consumer":        "the consumer name (text): the processing responsibility, first part of the inbox key",
+	"source":          "the event's CloudEvents source (text)",
+	"event_id":        "the event's CloudEvents id (text); (source, event_id) is the identity",
+	"event_type":      "the event's CloudEvents type (text)",
+	"event_time":      "the event's occurrence time (timestamptz, NULL when absent)",
+	"aggregate_id":    "the aggregate (account) id, the CloudEvents subject (text)",
+	"version":         "the aggregate version the event carries (bigint)",
+	"amount":          "the increment, or the full balance of a snapshot (bigint)",
+	"kind":            "'increment' or 'snapshot' (text)",
+	"idempotency_key": "the client idempotency key, '' when absent (text)",
+	"tenant":          "the idempotency key's tenant, '' when absent (text)",
+	"operation":       "the idempotency key's operation, '' when absent (text)",
+	"request_hash":    "hex SHA-256 of the request content (tenant, operation, subject, kind, amount) for idempotency conflicts (text)",
+}
+
+// PruneParams are the parameters a @prune statement may use.
+var PruneParams = map[string]string{
+	"before": "delete inbox rows applied before this time (timestamptz)",
+	"limit":  "delete at most this many rows per statement (bigint)",
+}
+
+// headerKeys are the settings a file's header may hold.
+var headerKeys = map[string]string{
+	"name":        "a display name (the strategy's registry name is always file:NAME.sql@HASH)",
+	"description": "one line saying what the SQL does",
+	"broken":      "true for a negative control that is expected to FAIL",
+	"outcome":     "result or rows",
+	"transaction": "one (default) or split (negative controls only)",
+}
+
+// sections a file may have, in no particular order.
+var sectionNames = map[string]bool{"ddl": true, "apply": true, "claim": true, "effect": true, "prune": true}
+
+// fileStmt is one statement of a section.
+type fileStmt struct {
+	section string
+	index   int    // 1-based within the section
+	text    string // source text, trimmed
+	off     int    // byte offset of text in the file
+	params  []paramRef
+	names   []string // distinct parameter names in $n order
+}
+
+// paramRef is one :name in a statement (offsets relative to text).
+type paramRef struct {
+	start, end int // the span of ":name"
+	name       string
+}
+
+// parsedFile is a strategy file after the syntax checks.
+type parsedFile struct {
+	path, base, hash string
+	content          string
+	header           map[string]string
+	sections         map[string][]*fileStmt
+}
+
+var (
+	headerLine  = regexp.MustCompile(`^--\s*([a-z_]+)\s*:\s*(.*?)\s*$`)
+	sectionLine = regexp.MustCompile(`^--\s*@([A-Za-z_]+)\s*$`)
+	placeholder = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
+)
+
+// parseStrategyFile checks a file's format and parameters without a
+// database.
+func parseStrategyFile(path string, content []byte) (*parsedFile, error) {
+	sum := sha256.Sum256(content)
+	f := &parsedFile{path: path, base: filepath.Base(path), hash: hex.EncodeToString(sum[:])[:8], content: string(content),
+		header: map[string]string{}, sections: map[string][]*fileStmt{}}
+	ferr := func(off int, msg string, a ...any) error {
+		line, col := f.lineCol(off)
+		return &FileError{Path: path, Line: line, Col: col, Msg: fmt.Sprintf(msg, a...)}
+	}
+	if !utf8.Valid(content) {
+		return nil, &FileError{Path: path, Msg: "not UTF-8 text"}
+	}
+	if strings.ContainsAny(f.base, ", *") {
+		return nil, &FileError{Path: path, Msg: "the file name must not contain commas, spaces or '*' (it names the strategy)"}
+	}
+
+	// Lines before the first section marker are the header: "-- key: value"
+	// settings among free comments. Section markers "-- @name" open a
+	// section that runs to the next marker.
+	type span struct {
+		name       string
+		start, end int
+		markerOff  int
+	}
+	var spans []span
+	off := 0
+	for _, line := range strings.SplitAfter(f.content, "\n") {
+		lineOff := off
+		off += len(line)
+		t := strings.TrimSpace(line)
+		if m := sectionLine.FindStringSubmatch(t); m != nil {
+			name := m[1]
+			if !sectionNames[name] {
+				return nil, ferr(lineOff, "unknown section @%s: sections are @ddl, @apply, @claim, @effect and @prune", name)
+			}
+			for _, s := range spans {
+				if s.name == name {
+					return nil, ferr(lineOff, "section @%s appears twice (first at line %d)", name, f.line(s.markerOff))
+				}
+			}
+			if n := len(spans); n > 0 {
+				spans[n-1].end = lineOff
+			}
+			spans = append(spans, span{name: name, start: off, end: len(f.content), markerOff: lineOff})
+			continue
+		}
+		if len(spans) > 0 {
+			continue
+		}
+		// The header.
+		if t == "" || !strings.HasPrefix(t, "--") {
+			if t != "" {
+				return nil, ferr(lineOff, "SQL before the first section marker: start each part with a line '-- @ddl', '-- @apply', '-- @claim', '-- @effect' or '-- @prune'")
+			}
+			continue
+		}
+		m := headerLine.FindStringSubmatch(t)
+		if m == nil {
+			continue // a free comment
+		}
+		key, val := m[1], m[2]
+		if _, ok := headerKeys[key]; !ok {
+			// A typo must not silently change what the file means.
+			return nil, ferr(lineOff, "unknown header setting %q: settings are %s (write free comments without 'word:' at the start)", key, strings.Join(sortedKeys(headerKeys), ", "))
+		}
+		if _, dup := f.header[key]; dup {
+			return nil, ferr(lineOff, "header setting %q appears twice", key)
+		}
+		f.header[key] = val
+	}
+	for _, s := range spans {
+		stmts, err := f.splitStatements(s.name, s.start, s.end)
+		if err != nil {
+			return nil, err
+		}
+		f.sections[s.name] = stmts
+	}
+	if err := f.checkShape(); err != nil {
+		return nil, err
+	}
+	// Render once to find unknown {{placeholders}} now, not at the first
+	// cell.
+	for _, stmts := range f.sections {
+		for _, st := range stmts {
+			if _, err := f.render(st, `"inboxbench"`); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return f, nil
+}
+
+// checkShape checks the header values against the sections present.
+func (f *parsedFile) checkShape() error {
+	bad := func(section, msg string, a ...any) error {
+		return &FileError{Path: f.path, Section: section, Msg: fmt.Sprintf(msg, a...)}
+	}
+	switch v := f.header["broken"]; v {
+	case "", "false", "true":
+	default:
+		return bad("", "header broken: %q: want true or false", v)
+	}
+	outcome := f.header["outcome"]
+	if outcome == "" {
+		// Inferred from the sections, so a minimal file needs no header.
+		outcome = OutcomeResult
+		if len(f.sections["claim"]) > 0 || len(f.sections["effect"]) > 0 {
+			outcome = OutcomeRows
+		}
+		f.header["outcome"] = outcome
+	}
+	switch outcome {
+	case OutcomeResult:
+		if len(f.sections["apply"]) == 0 {
+			return bad("apply", "outcome: result needs an @apply section with at least one statement (the last one returns the result column)")
+		}
+		for _, s := range []string{"claim", "effect"} {
+			if _, ok := f.sections[s]; ok {
+				return bad(s, "@%s belongs to outcome: rows; with outcome: result everything is in @apply", s)
+			}
+		}
+	case OutcomeRows:
+		if n := len(f.sections["claim"]); n != 1 {
+			return bad("claim", "outcome: rows needs exactly one @claim statement (the inbox INSERT … ON CONFLICT DO NOTHING whose row count says first or duplicate), found %d", n)
+		}
+		if len(f.sections["effect"]) == 0 {
+			return bad("effect", "outcome: rows needs an @effect section with at least one statement (the conditional business update)")
+		}
+		if _, ok := f.sections["apply"]; ok {
+			return bad("apply", "@apply belongs to outcome: result; with outcome: rows use @claim and @effect")
+		}
+	default:
+		return bad("", "header outcome: %q: want result (a returned result column) or rows (affected-row counts)", outcome)
+	}
+	switch tx := f.header["transaction"]; tx {
+	case "", TxOne:
+		f.header["transaction"] = TxOne
+	case TxSplit:
+		if outcome != OutcomeRows {
+			return bad("", "header transaction: split needs outcome: rows (it commits the @claim before the @effect)")
+		}
+		if f.header["broken"] != "true" {
+			return bad("", "header transaction: split is the article's split-commit bug: only a negative control (broken: true) may use it")
+		}
+	default:
+		return bad("", "header transaction: %q: want one or split", tx)
+	}
+	for _, s := range []string{"ddl", "apply", "claim", "effect", "prune"} {
+		allowed := EventParams
+		switch s {
+		case "ddl":
+			allowed = nil
+		case "prune":
+			allowed = PruneParams
+		}
+		for _, st := range f.sections[s] {
+			for _, p := range st.params {
+				if _, ok := allowed[p.name]; ok {
+					continue
+				}
+				line, col := f.lineCol(st.off + p.start)
+				e := &FileError{Path: f.path, Line: line, Col: col, Section: s, Index: st.index, Param: p.name}
+				switch {
+				case allowed == nil:
+					e.Msg = "@ddl takes no parameters (it runs once, before any event)"
+				default:
+					e.Msg = "unknown parameter: known are " + paramList(allowed)
+				}
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+func paramList(m map[string]string) string {
+	keys := sortedKeys(m)
+	for i, k := range keys {
+		keys[i] = ":" + k
+	}
+	return strings.Join(keys, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (f *parsedFile) line(off int) int {
+	l, _ := f.lineCol(off)
+	return l
+}
+
+// lineCol turns a byte offset into a 1-based line and column (in
+// characters).
+func (f *parsedFile) lineCol(off int) (int, int) {
+	off = max(0, min(off, len(f.content)))
+	before := f.content[:off]
+	line := strings.Count(before, "\n") + 1
+	col := utf8.RuneCountInString(before[strings.LastIndexByte(before, '\n')+1:]) + 1
+	return line, col
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+
+func isIdentChar(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' || c == '$' }
+
+// splitStatements lexes content[start:end] as PostgreSQL does where it
+// matters here (quotes, dollar quotes, comments, casts), splits it at
+// top-level semicolons and finds :name parameters outside quotes and
+// comments.
+func (f *parsedFile) splitStatements(section string, start, end int) ([]*fileStmt, error) {
+	s := f.content[:end]
+	var out []*fileStmt
+	stmtStart := start
+	hasCode := false
+	var params []paramRef
+	ferr := func(off int, msg string, a ...any) error {
+		line, col := f.lineCol(off)
+		return &FileError{Path: f.path, Line: line, Col: col, Section: section, Index: len(out) + 1, Msg: fmt.Sprintf(msg, a...)}
+	}
+	flush := func(at int) {
+		if hasCode {
+			raw := s[stmtStart:at]
+			lead := len(raw) - len(strings.TrimLeft(raw, " \t\r\n"))
+			text := strings.TrimSpace(raw)
+			st := &fileStmt{section: section, index: len(out) + 1, text: text, off: stmtStart + lead}
+			seen := map[string]bool{}
+			for _, p := range params {
+				p.start -= st.off
+				p.end -= st.off
+				st.params = append(st.params, p)
+				if !seen[p.name] {
+					seen[p.name] = true
+					st.names = append(st.names, p.name)
+				}
+			}
+			out = append(out, st)
+		}
+		stmtStart, hasCode, params = at+1, false, nil
+	}
+	i := start
+	for i < end {
+		c := s[i]
+		switch {
+		case c == '-' && i+1 < end && s[i+1] == '-':
+			for i < end && s[i] != '\n' {
+				i++
+			}
+			continue
+		case c == '/' && i+1 < end && s[i+1] == '*':
+			depth, j := 1, i+2
+			for j < end && depth > 0 {
+				switch {
+				case s[j] == '/' && j+1 < end && s[j+1] == '*':
+					depth, j = depth+1, j+2
+				case s[j] == '*' && j+1 < end && s[j+1] == '/':
+					depth, j = depth-1, j+2
+				default:
+					j++
+				}
+			}
+			if depth > 0 {
+				return nil, ferr(i, "unterminated /* comment")
+			}
+			i = j
+			continue
+		case c == ';':
+			flush(i)
+			i++
+			continue
+		case c == ' ' || c == '\t' || c == '\r' || c == '\n':
+			i++
+			continue
+		}
+		hasCode = true
+		switch {
+		case c == '\'':
+			j, err := skipQuoted(s, i, end, '\'', false)
+			if err != nil {
+				return nil, ferr(i, "unterminated string literal")
+			}
+			i = j
+		case c == '"':
+			j, err := skipQuoted(s, i, end, '"', false)
+			if err != nil {
+				return nil, ferr(i, "unterminated quoted identifier")
+			}
+			i = j
+		case isIdentStart(c):
+			j := i
+			for j < end && isIdentChar(s[j]) {
+				j++
+			}
+			// E'…' strings take backslash escapes.
+			if j == i+1 && (c == 'e' || c == 'E') && j < end && s[j] == '\'' {
+				k, err := skipQuoted(s, j, end, '\'', true)
+				if err != nil {
+					return nil, ferr(i, "unterminated string literal")
+				}
+				j = k
+			}
+			i = j
+		case c == '$':
+			j := i + 1
+			if j < end && s[j] >= '0' && s[j] <= '9' {
+				return nil, ferr(i, "positional parameter %s: use named parameters (:event_id, :version …), which are numbered for you", s[i:j+1])
+			}
+			for j < end && isIdentChar(s[j]) && s[j] != '$' {
+				j++
+			}
+			if j < end && s[j] == '$' {
+				tag := s[i : j+1]
+				k := strings.Index(s[j+1:end], tag)
+				if k < 0 {
+					return nil, ferr(i, "unterminated dollar-quoted string %s", tag)
+				}
+				i = j + 1 + k + len(tag)
+			} else {
+				i++
+			}
+		case c == ':':
+			switch {
+			case i+1 < end && s[i+1] == ':':
+				i += 2 // a cast
+			case i+1 < end && isIdentStart(s[i+1]) && s[i+1] < 0x80:
+				j := i + 1
+				for j < end && (isIdentStart(s[j]) || s[j] >= '0' && s[j] <= '9') && s[j] < 0x80 {
+					j++
+				}
+				params = append(params, paramRef{start: i, end: j, name: s[i+1 : j]})
+				i = j
+			default:
+				i++
+			}
+		default:
+			i++
+		}
+	}
+	flush(end)
+	return out, nil
+}
+
+// skipQuoted returns the offset after the quoted token starting at i.
+func skipQuoted(s string, i, end int, q byte, backslash bool) (int, error) {
+	j := i + 1
+	for j < end {
+		switch {
+		case backslash && s[j] == '\\':
+			j += 2
+		case s[j] == q && j+1 < end && s[j+1] == q:
+			j += 2
+		case s[j] == q:
+			return j + 1, nil
+		default:
+			j++
+		}
+	}
+	return 0, errors.New("unterminated")
+}
+
+// renderedStmt is a statement ready for the server: parameters numbered,
+// {{schema}} replaced, and a map back to the file for error positions.
+type renderedStmt struct {
+	*fileStmt
+	sql   string
+	srcOf []int // for each byte of sql, the byte offset in fileStmt.text
+	// asText marks parameters the server typed as text (e.g. :version in
+	// "CASE WHEN :version = '1'"): pgx cannot encode an int64 or a time
+	// as text, so they are sent as their text form. Set by Prepare.
+	asText []bool
+}
+
+// render produces the statement for schema (already quoted). The
+// placeholder is replaced everywhere, quotes and function bodies included,
+// because DDL function bodies need the schema too.
+func (f *parsedFile) render(st *fileStmt, quotedSchema string) (*renderedStmt, error) {
+	num := map[string]int{}
+	for i, n := range st.names {
+		num[n] = i + 1
+	}
+	var b strings.Builder
+	var srcOf []int
+	emit := func(text string, src int, verbatim bool) {
+		for k := 0; k < len(text); k++ {
+			if verbatim {
+				srcOf = append(srcOf, src+k)
+			} else {
+				srcOf = append(srcOf, src)
+			}
+		}
+		b.WriteString(text)
+	}
+	copyText := func(from, to int) error {
+		seg := st.text[from:to]
+		last := 0
+		for _, m := range placeholder.FindAllStringSubmatchIndex(seg, -1) {
+			name := seg[m[2]:m[3]]
+			if name != "schema" {
+				line, col := f.lineCol(st.off + from + m[0])
+				return &FileError{Path: f.path, Line: line, Col: col, Section: st.section, Index: st.index,
+					Msg: fmt.Sprintf("unknown placeholder {{%s}}: the only placeholder is {{schema}}", name)}
+			}
+			emit(seg[last:m[0]], from+last, true)
+			emit(quotedSchema, from+m[0], false)
+			last = m[1]
+		}
+		emit(seg[last:], from+last, true)
+		return nil
+	}
+	pos := 0
+	for _, p := range st.params {
+		if err := copyText(pos, p.start); err != nil {
+			return nil, err
+		}
+		emit(fmt.Sprintf("$%d", num[p.name]), p.start, false)
+		pos = p.end
+	}
+	if err := copyText(pos, len(st.text)); err != nil {
+		return nil, err
+	}
+	return &renderedStmt{fileStmt: st, sql: b.String(), srcOf: srcOf}, nil
+}
+
+// errorAt turns a server error position (1-based, in characters of the
+// rendered SQL) into the file's line and column; 0 means the statement's
+// start.
+func (f *parsedFile) errorAt(r *renderedStmt, position int32) (int, int) {
+	off := 0
+	if position > 0 {
+		chars := 0
+		for i := range r.sql {
+			if chars == int(position)-1 {
+				off = r.srcOf[i]
+				break
+			}
+			chars++
+		}
+	}
+	return f.lineCol(r.off + off)
+}

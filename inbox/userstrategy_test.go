@@ -1,0 +1,482 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inboxbench/inboxbench/envelope"
+)
+
+const examplesDir = "../examples/strategies"
+
+// fileStrategy loads an example file and prepares it in in's schema.
+func fileStrategy(t testing.TB, in *Inbox, name string) *FileStrategy {
+	t.Helper()
+	s, err := LoadStrategyFile(filepath.Join(examplesDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Prepare(ctxT(t), in.Pool(), in.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// forEachExample runs f per correct example file, each in its own schema.
+func forEachExample(t *testing.T, mutate func(*Options), f func(t *testing.T, in *Inbox, s Strategy)) {
+	for _, name := range []string{"tx.sql", "cte.sql"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			in := newInbox(t, mutate)
+			f(t, in, fileStrategy(t, in, name))
+		})
+	}
+}
+
+func TestStrategyFileNameAndHeader(t *testing.T) {
+	s, err := LoadStrategyFile(filepath.Join(examplesDir, "cte.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(s.Name(), "file:cte.sql@") || len(s.Name()) != len("file:cte.sql@")+8 {
+		t.Fatalf("name %q, want file:cte.sql@<8 hex digits>", s.Name())
+	}
+	if s.Broken() || s.Outcome() != OutcomeResult || Label(s) != s.Name() {
+		t.Fatalf("cte.sql: broken %t, outcome %s, label %q", s.Broken(), s.Outcome(), Label(s))
+	}
+	b, err := LoadStrategyFile(filepath.Join(examplesDir, "broken-split.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Broken() || !strings.Contains(Label(b), "negative control") {
+		t.Fatalf("broken-split.sql: broken %t, label %q", b.Broken(), Label(b))
+	}
+	// The hash follows the content, not the path.
+	content, _ := os.ReadFile(filepath.Join(examplesDir, "cte.sql"))
+	same, err := ParseStrategyFile("elsewhere/cte.sql", content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, err := ParseStrategyFile("cte.sql", append(content, []byte("\n-- a comment changes the hash\n")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.Name() != s.Name() || changed.Name() == s.Name() {
+		t.Fatalf("names %q, %q, %q: the hash must follow the content", s.Name(), same.Name(), changed.Name())
+	}
+}
+
+// mixedStream is a deterministic sequence exercising every decision with
+// parking off: in-order increments, redeliveries, gaps (applied once their
+// predecessor came), stale new ids, and snapshots older and newer.
+func mixedStream() []*envelope.Event {
+	rng := rand.New(rand.NewPCG(42, 7))
+	var out []*envelope.Event
+	next := map[string]int64{}
+	var sent []*envelope.Event
+	for i := range 400 {
+		agg := fmt.Sprintf("acc-%d", rng.IntN(6))
+		switch r := rng.IntN(10); {
+		case r < 5 || len(sent) == 0:
+			next[agg]++
+			v := next[agg]
+			e := ev(fmt.Sprintf("%s-v%d", agg, v), agg, v, int64(1+rng.IntN(50)))
+			if v > 1 && rng.IntN(6) == 0 {
+				e = snap(e.ID, agg, v, int64(100+rng.IntN(1000)))
+			}
+			out = append(out, e)
+			sent = append(sent, e)
+		case r < 7: // a redelivery of something sent
+			c := *sent[rng.IntN(len(sent))]
+			c.Attempt = 1
+			out = append(out, &c)
+		case r < 8: // a gap: a version two ahead (applied later, once reached)
+			v := next[agg] + 2
+			out = append(out, ev(fmt.Sprintf("%s-v%d", agg, v), agg, v, 3))
+		case r < 9: // stale: a new id carrying an old version
+			out = append(out, ev(fmt.Sprintf("%s-stale-%d", agg, i), agg, max(next[agg], 1), 7))
+		default: // an older snapshot
+			out = append(out, snap(fmt.Sprintf("%s-oldsnap-%d", agg, i), agg, max(next[agg]-1, 1), 999))
+		}
+	}
+	return out
+}
+
+type tableDump struct {
+	Accounts []string
+	Inbox    []string
+}
+
+func dumpTables(t *testing.T, in *Inbox) tableDump {
+	t.Helper()
+	var d tableDump
+	q := fmt.Sprintf("%q", in.Schema())
+	for _, x := range []struct {
+		sql string
+		dst *[]string
+	}{
+		{"SELECT id || ' ' || balance || ' v' || version FROM " + q + ".account ORDER BY id", &d.Accounts},
+		{"SELECT consumer || ' ' || source || ' ' || event_id || ' ' || aggregate_id || ' v' || aggregate_version FROM " + q + ".inbox ORDER BY 1", &d.Inbox},
+	} {
+		rows, err := in.Pool().Query(context.Background(), x.sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			*x.dst = append(*x.dst, s)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// TestStrategyFileExamplesMatchBuiltins runs the same events through each
+// example file and its built-in twin and requires the same result for
+// every event and the same accounts and inbox rows at the end.
+func TestStrategyFileExamplesMatchBuiltins(t *testing.T) {
+	for _, tc := range []struct{ file, builtin string }{{"tx.sql", "tx"}, {"cte.sql", "cte"}} {
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			fileIn, builtIn := newInbox(t, parkingOff), newInbox(t, parkingOff)
+			fs, bs := fileStrategy(t, fileIn, tc.file), mustStrategy(t, tc.builtin)
+			stream := mixedStream()
+			// Events that came too early are redelivered after each pass,
+			// as a broker would, until nothing changes.
+			pending := stream
+			got := map[Result]int{}
+			for pass := 0; len(pending) > 0 && pass < 20; pass++ {
+				var again []*envelope.Event
+				for i, e := range pending {
+					fo := apply(t, fileIn, fs, consumer, e)
+					bo := apply(t, builtIn, bs, consumer, e)
+					if fo.Result != bo.Result {
+						t.Fatalf("pass %d event %d %s (%s %s v%d): file %s, built-in %s", pass, i, e.ID, e.Kind, e.Subject, e.AggregateVersion, fo.Result, bo.Result)
+					}
+					got[fo.Result]++
+					if fo.Result == Gap {
+						again = append(again, e)
+					}
+				}
+				pending = again
+			}
+			for _, r := range []Result{Applied, Duplicate, Gap, Stale} {
+				if got[r] == 0 {
+					t.Errorf("the stream never produced %s (results %v): it must exercise every decision", r, got)
+				}
+			}
+			if f, b := dumpTables(t, fileIn), dumpTables(t, builtIn); !reflect.DeepEqual(f, b) {
+				t.Fatalf("final state differs:\nfile     %v\nbuilt-in %v", f, b)
+			}
+			t.Logf("%s ≡ %s over %d events: %v", tc.file, tc.builtin, len(stream), got)
+		})
+	}
+}
+
+// The article's experiments for the example files (see
+// experiments_test.go for the built-ins).
+
+func TestStrategyFileExperimentDuplicate(t *testing.T) {
+	forEachExample(t, parkingOff, func(t *testing.T, in *Inbox, s Strategy) {
+		resetAccount(t, in, consumer, order42)
+		e := ev("payment-recorded-42-1", order42, 1, 10)
+		expect(t, apply(t, in, s, consumer, e), Applied)
+		again := *e
+		again.Attempt = 1
+		expect(t, apply(t, in, s, consumer, &again), Duplicate)
+		wantAccount(t, in, order42, 10, 1)
+		if n := inboxRows(t, in, consumer); n != 1 {
+			t.Fatalf("inbox=%d, want 1", n)
+		}
+		t.Log("duplicate: redelivered=true duplicateSkipped=true balance=10 inbox=1")
+	})
+}
+
+func TestStrategyFileExperimentSplit(t *testing.T) {
+	for _, tc := range []struct {
+		file                  string
+		wantRedelivery        Result
+		wantBalance, wantVers int64
+	}{
+		{"broken-split.sql", Duplicate, 0, 0}, // the article's bug
+		{"tx.sql", Applied, 10, 1},            // the claim rolled back with the update
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			t.Parallel()
+			var fail atomic32
+			fail.set(1)
+			in := newInbox(t, func(o *Options) {
+				o.DisableParking, o.MaxAttempts = true, 1
+				o.BeforeEffect = func(context.Context, string, *envelope.Event) error {
+					if fail.get() == 1 {
+						return ErrInjected
+					}
+					return nil
+				}
+			})
+			s := fileStrategy(t, in, tc.file)
+			resetAccount(t, in, consumer, order42)
+			e := ev("payment-recorded-42-1", order42, 1, 10)
+			o, err := in.Apply(ctxT(t), s, consumer, e)
+			if !errors.Is(err, ErrInjected) || o.Result != NoResult {
+				t.Fatalf("first delivery: result %s, err %v; want no result and the injected failure", o.Result, err)
+			}
+			fail.set(0)
+			expect(t, apply(t, in, s, consumer, e), tc.wantRedelivery)
+			wantAccount(t, in, order42, tc.wantBalance, tc.wantVers)
+			if n := inboxRows(t, in, consumer); n != 1 {
+				t.Fatalf("inbox=%d, want 1", n)
+			}
+		})
+	}
+}
+
+func TestStrategyFileExperimentConcurrent(t *testing.T) {
+	const iterations = 50
+	forEachExample(t, parkingOff, func(t *testing.T, in *Inbox, s Strategy) {
+		ctx := ctxT(t)
+		for it := range iterations {
+			resetAccount(t, in, consumer, order42)
+			e := ev(fmt.Sprintf("payment-recorded-42-%d", it), order42, 1, 10)
+			barrier := make(chan struct{})
+			var wg sync.WaitGroup
+			outs := make([]Outcome, 2)
+			errs := make([]error, 2)
+			for g := range 2 {
+				wg.Go(func() {
+					<-barrier
+					outs[g], errs[g] = in.Apply(ctx, s, consumer, e)
+				})
+			}
+			close(barrier)
+			wg.Wait()
+			got := map[Result]int{}
+			for g := range 2 {
+				if errs[g] != nil {
+					t.Fatalf("iteration %d: %v", it, errs[g])
+				}
+				got[outs[g].Result]++
+			}
+			if got[Applied] != 1 || got[Duplicate] != 1 {
+				t.Fatalf("iteration %d: results %v, want one APPLIED and one DUPLICATE", it, got)
+			}
+			wantAccount(t, in, order42, 10, 1)
+			if n := inboxRows(t, in, consumer); n != 1 {
+				t.Fatalf("iteration %d: inbox=%d, want 1", it, n)
+			}
+		}
+	})
+}
+
+func TestStrategyFileExperimentOrder(t *testing.T) {
+	forEachExample(t, parkingOff, func(t *testing.T, in *Inbox, s Strategy) {
+		resetAccount(t, in, consumer, order42)
+		e1 := ev("payment-recorded-42-1", order42, 1, 10)
+		e2 := ev("payment-recorded-42-2", order42, 2, 20)
+		expect(t, apply(t, in, s, consumer, e2), Gap)
+		if n := inboxRows(t, in, consumer); n != 0 {
+			t.Fatalf("after the gap: inbox=%d, want 0 (the claim rolls back with it)", n)
+		}
+		wantAccount(t, in, order42, 0, 0)
+		expect(t, apply(t, in, s, consumer, e1), Applied)
+		expect(t, apply(t, in, s, consumer, e2), Applied)
+		wantAccount(t, in, order42, 30, 2)
+		expect(t, apply(t, in, s, consumer, e2), Duplicate)
+		expect(t, apply(t, in, s, consumer, ev("payment-recorded-42-1-corrected", order42, 1, 10)), Stale)
+		wantAccount(t, in, order42, 30, 2)
+		if n := inboxRows(t, in, consumer); n != 2 {
+			t.Fatalf("inbox=%d, want 2", n)
+		}
+		t.Log("order: gapRejected=true recoveredVersion=2 duplicateSkipped=true staleRejected=true balance=30 inbox=2")
+	})
+}
+
+// TestStrategyFileConcurrentVersions: many goroutines apply one
+// aggregate's versions in random order, redelivering gaps, as consumers
+// would; each version takes effect once, in order.
+func TestStrategyFileConcurrentVersions(t *testing.T) {
+	forEachExample(t, parkingOff, func(t *testing.T, in *Inbox, s Strategy) {
+		ctx := ctxT(t)
+		const versions = 40
+		var want int64
+		evs := make(chan *envelope.Event, versions)
+		for v := int64(1); v <= versions; v++ {
+			want += v
+			evs <- ev(fmt.Sprintf("cv-%d", v), "acc-c", v, v)
+		}
+		close(evs)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		applied := 0
+		for range 4 {
+			wg.Go(func() {
+				for e := range evs {
+					for {
+						o, err := in.Apply(ctx, s, consumer, e)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if o.Result == Applied {
+							mu.Lock()
+							applied++
+							mu.Unlock()
+						}
+						if o.Result != Gap {
+							break
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if applied != versions {
+			t.Fatalf("%d applied, want %d", applied, versions)
+		}
+		wantAccount(t, in, "acc-c", want, versions)
+	})
+}
+
+func TestStrategyFilePrune(t *testing.T) {
+	in := newInbox(t, parkingOff)
+	s := fileStrategy(t, in, "tx.sql")
+	if !s.HasPrune() {
+		t.Fatal("tx.sql has a @prune section")
+	}
+	for v := int64(1); v <= 5; v++ {
+		expect(t, apply(t, in, s, consumer, ev(fmt.Sprintf("p-%d", v), "acc-p", v, 1)), Applied)
+	}
+	n, err := s.Prune(ctxT(t), in, time.Now().Add(time.Hour), 3)
+	if err != nil || n != 3 {
+		t.Fatalf("prune: %d rows, %v; want 3", n, err)
+	}
+	if left := inboxRows(t, in, consumer); left != 2 {
+		t.Fatalf("inbox=%d after pruning 3 of 5", left)
+	}
+}
+
+// badFile writes content as NAME in a temp dir and returns its path.
+func badFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const goodClaim = `-- @claim
+INSERT INTO {{schema}}.inbox (consumer, source, event_id, aggregate_id, aggregate_version)
+VALUES (:consumer, :source, :event_id, :aggregate_id, :version) ON CONFLICT DO NOTHING
+`
+
+// TestStrategyFileBadInput: every mistake is an ErrStrategyFile naming the
+// file, the section and statement, the line:col, and the parameter.
+func TestStrategyFileBadInput(t *testing.T) {
+	in := newInbox(t, parkingOff)
+	for _, tc := range []struct {
+		name, content string
+		atLoad        bool // found without the database
+		want          []string
+	}{
+		{"unknown-param.sql", "-- outcome: result\n-- @apply\nSELECT 'APPLIED' AS result\nWHERE :evnt_id IS NOT NULL\n", true,
+			[]string{"unknown-param.sql:4:7", "@apply statement 1", "parameter :evnt_id", "unknown parameter", ":event_id"}},
+		{"param-in-ddl.sql", "-- @ddl\nCREATE TABLE {{schema}}.x (a int);\nCREATE INDEX ON {{schema}}.x (a) WHERE a > :version;\n-- @apply\nSELECT 'APPLIED' AS result\n", true,
+			[]string{"param-in-ddl.sql:3:", "@ddl statement 2", "parameter :version", "no parameters"}},
+		{"positional.sql", "-- @apply\nSELECT 'APPLIED' AS result WHERE $1 = 'x'\n", true,
+			[]string{"positional.sql:2:34", "@apply statement 1", "positional parameter $1"}},
+		{"typo-header.sql", "-- outcom: rows\n-- @apply\nSELECT 'APPLIED' AS result\n", true,
+			[]string{"typo-header.sql:1:1", `unknown header setting "outcom"`}},
+		{"unknown-section.sql", "-- @applly\nSELECT 1\n", true, []string{"unknown-section.sql:1:1", "unknown section @applly"}},
+		{"split-correct.sql", "-- transaction: split\n" + goodClaim + "-- @effect\nSELECT 1\n", true,
+			[]string{"split-correct.sql", "negative control"}},
+		{"placeholder.sql", "-- @apply\nSELECT 'APPLIED' AS result FROM {{schema}}.inbox, {{shema}}.account\n", true,
+			[]string{"placeholder.sql:2:", "unknown placeholder {{shema}}"}},
+		{"no-result.sql", "-- @apply\nSELECT 'APPLIED' AS outcome, 1 AS n\n", false,
+			[]string{"no-result.sql:2:1", "@apply statement 1", "missing result column", "outcome, n"}},
+		{"ddl-syntax.sql", "-- @ddl\nCREATE INDEX ON {{schema}}.inbox (aggregate_id);\nALTER TABLE {{schema}}.inbox ADD COLUMNN note text;\n-- @apply\nSELECT 'APPLIED' AS result\n", false,
+			[]string{"ddl-syntax.sql:3:", "@ddl statement 2", "syntax error", "42601"}},
+		{"stmt-syntax.sql", "-- @apply\nWITH ins AS (\n  INSERT INTO {{schema}}.inbox (consumer, source, event_id, aggregate_id, aggregate_version)\n  VALUES (:consumer, :source, :event_id, :aggregate_id, :version) ON CONFLICT DO NOTHIN\n  RETURNING 1)\nSELECT 'APPLIED' AS result\n", false,
+			[]string{"stmt-syntax.sql:4:", "@apply statement 1", "syntax error", "42601"}},
+		{"stmt-column.sql", goodClaim + "-- @effect\nUPDATE {{schema}}.account SET balance = balance + :amount WHERE id = :aggregate_id AND versoin = :version - 1\n", false,
+			[]string{"stmt-column.sql:5:88", "@effect statement 1", "versoin", "42703"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := badFile(t, tc.name, tc.content)
+			s, err := LoadStrategyFile(path)
+			if err == nil {
+				if tc.atLoad {
+					t.Fatalf("loaded; want an error found at load")
+				}
+				err = s.Prepare(ctxT(t), in.Pool(), in.Schema())
+			} else if !tc.atLoad {
+				t.Fatalf("load: %v; want it to load and fail against the server", err)
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, ErrStrategyFile) {
+				t.Errorf("error %v does not match ErrStrategyFile", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestStrategyFileValidate: the scratch-schema check catches a server-side
+// error and leaves no schema behind.
+func TestStrategyFileValidate(t *testing.T) {
+	in := newInbox(t, nil)
+	bad, err := LoadStrategyFile(badFile(t, "bad.sql", "-- @apply\nSELECT 'APPLIED' AS result FROM {{schema}}.nope\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scratch := in.Schema() + "_chk"
+	if err := bad.Validate(ctxT(t), in.Pool(), scratch); !errors.Is(err, ErrStrategyFile) || !strings.Contains(err.Error(), "bad.sql:2:") {
+		t.Fatalf("validate: %v", err)
+	}
+	var n int
+	if err := in.Pool().QueryRow(ctxT(t), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", scratch).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("scratch schema left behind: %d, %v", n, err)
+	}
+	good, err := LoadStrategyFile(filepath.Join(examplesDir, "broken-split.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := good.Validate(ctxT(t), in.Pool(), scratch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStrategyFileTextTypedParams: a number or time the server types as
+// text (no cast in the SQL) is still bound.
+func TestStrategyFileTextTypedParams(t *testing.T) {
+	in := newInbox(t, parkingOff)
+	s, err := ParseStrategyFile("text.sql", []byte("-- @apply\nSELECT CASE WHEN :version = '1' AND :amount = '5' AND :event_time <> '' THEN 'STALE' ELSE 'GAP' END AS result\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Prepare(ctxT(t), in.Pool(), in.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, apply(t, in, s, consumer, ev("x", "acc-x", 1, 5)), Stale)
+}

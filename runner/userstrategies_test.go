@@ -1,0 +1,156 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/internal/testenv"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// noGapSpec has every fault but out_of_order (user strategies do not
+// park), and snapshots, which a strategy file must handle itself.
+func noGapSpec(t *testing.T) *workload.Spec {
+	t.Helper()
+	s, err := workload.Parse([]byte(`
+name: test-files
+seed: 11
+aggregates: 12
+events: 600
+snapshot_ratio: 0.05
+message_size: 128
+consumers: 2
+shards: 4
+batch_size: 50
+faults:
+  duplicate_republish: 0.05
+  crash_after_commit: 0.01
+  consumer_restarts: 1
+  concurrent_duplicates: 0.05
+  storm_consumers: 3
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func loadExamples(t *testing.T, names ...string) []inbox.Strategy {
+	t.Helper()
+	var out []inbox.Strategy
+	for _, n := range names {
+		s, err := inbox.LoadStrategyFile(filepath.Join("..", "examples", "strategies", n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func runWithExtra(t *testing.T, spec *workload.Spec, strategies []string, extra []inbox.Strategy) Options {
+	t.Helper()
+	cfg := testenv.Require(t, testenv.Postgres)
+	return Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: strategies, Extra: extra,
+		OutDir: t.TempDir(), RunID: fmt.Sprintf("f%d", time.Now().UnixNano()%1e9), Measure: true, Audit: true,
+		StallTimeout: 20 * time.Second}
+}
+
+// TestStrategyFilesJudgedBesideBuiltins: the example files run through
+// the same workload and checker as the built-ins, in the same run; the
+// correct ones pass with one effect per event, the split example fails
+// with inbox-without-effect.
+func TestStrategyFilesJudgedBesideBuiltins(t *testing.T) {
+	spec := noGapSpec(t)
+	plan := workload.Generate(spec)
+	extra := loadExamples(t, "tx.sql", "cte.sql", "broken-split.sql")
+	o := runWithExtra(t, spec, []string{"tx"}, extra)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run, dir, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(run.Cells) != 4 {
+		t.Fatalf("%d cells, want tx and the three files", len(run.Cells))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "result.json")); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range run.Cells {
+		want := []string{"tx", extra[0].Name(), extra[1].Name(), extra[2].Name()}[i]
+		if c.Strategy != want {
+			t.Errorf("cell %d is %s, want %s", i, c.Strategy, want)
+		}
+		if c.Strategy == extra[2].Name() {
+			if !c.Broken || c.Invariants.Verdict != "FAIL" || c.Invariants.Anomalies[InboxWithoutEffect] == 0 {
+				t.Errorf("the split example must FAIL with %s: %s", InboxWithoutEffect, describe(c))
+			}
+			t.Logf("negative control: %s", describe(c))
+			continue
+		}
+		if c.Broken || c.Invariants.Verdict != "PASS" || c.Error != "" {
+			t.Errorf("%s", describe(c))
+			continue
+		}
+		if k := c.Counters; k.Effects != int64(len(plan.Events)) || k.Duplicates == 0 || k.Crashes == 0 {
+			t.Errorf("%s: %d effects (want %d), faults exercised: %+v", c.Strategy, k.Effects, len(plan.Events), k)
+		}
+	}
+}
+
+// TestStrategyFilesRefusedBeforePublishing: a bad file, or a workload
+// whose gaps only parking resolves, fails the run before any cell starts.
+func TestStrategyFilesRefusedBeforePublishing(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.sql")
+	if err := os.WriteFile(bad, []byte("-- @apply\nSELECT 'APPLIED' AS result FROM {{schema}}.acount\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badS, err := inbox.LoadStrategyFile(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaps := noGapSpec(t)
+	gaps.Faults.OutOfOrder = 0.05
+	for name, tc := range map[string]struct {
+		spec  *workload.Spec
+		extra []inbox.Strategy
+		want  string
+	}{
+		"bad SQL":      {noGapSpec(t), []inbox.Strategy{badS}, "bad.sql:2:"},
+		"out of order": {gaps, loadExamples(t, "tx.sql"), "out_of_order"},
+		"twice":        {noGapSpec(t), loadExamples(t, "tx.sql", "tx.sql"), "given twice"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := runWithExtra(t, tc.spec, []string{"tx"}, tc.extra)
+			run, _, err := Run(context.Background(), o)
+			if !errors.Is(err, inbox.ErrStrategyFile) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v: want an inbox.ErrStrategyFile mentioning %q", err, tc.want)
+			}
+			if run != nil {
+				t.Fatalf("a run was returned: %+v", run.Cells)
+			}
+			if entries, _ := os.ReadDir(o.OutDir); len(entries) != 0 {
+				t.Fatalf("the run directory was written: %v", entries)
+			}
+		})
+	}
+}
+
+func TestCellIDKeepsLongNamesApart(t *testing.T) {
+	a := cellID("20260102-150405", "kafka-embedded", "file:production-inbox-statement-a.sql@1a2b3c4d")
+	b := cellID("20260102-150405", "kafka-embedded", "file:production-inbox-statement-b.sql@5e6f7a8b")
+	if a == b || len(a) > 60 || len(b) > 60 {
+		t.Fatalf("cell ids %q and %q: want distinct, at most 60 bytes", a, b)
+	}
+	if got := cellID("r1", "none", "tx"); got != "ib_r1_none_tx" {
+		t.Fatalf("short ids must not change: %q", got)
+	}
+}
