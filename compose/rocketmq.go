@@ -200,9 +200,10 @@ func (*RocketMQ) command(java string, e *Env, heap []string, mainClass, conf, lo
 		// An orderly consumer holds a broker-side lock per queue. When a
 		// consumer dies (or rocketmq-client-go's Shutdown fails to unlock,
 		// which it does when its remoting client closes first), the queue
-		// waits for the lock to expire: 60s by default. 15s keeps failover
-		// tests short; the Go driver re-locks every 5s, well inside it.
-		"-Drocketmq.broker.rebalance.lockMaxLiveTime=15000",
+		// waits for the lock to expire: 60s by default. 6s keeps the
+		// crash scenarios short; the Go driver renews every 2s, well
+		// inside it.
+		"-Drocketmq.broker.rebalance.lockMaxLiveTime=6000",
 		"-cp", classpath(filepath.Join(home, "lib")),
 		mainClass, "-c", conf)
 	cmd := exec.Command(java, args...)

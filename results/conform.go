@@ -51,6 +51,9 @@ type ConformRow struct {
 	Examples  map[string][]string `json:"examples,omitempty"`
 	DurationS float64             `json:"duration_s"`
 	Error     string              `json:"error,omitempty"`
+	// Line is the scenario's one-line account (the article's experiments
+	// print their exact expected lines).
+	Line string `json:"line,omitempty"`
 }
 
 // AsExpected reports whether the row's verdict matches its expectation.

@@ -58,6 +58,9 @@ type Cell struct {
 	Contention Contention `json:"contention"`
 	Invariants Invariants `json:"invariants"`
 	Error      string     `json:"error,omitempty"`
+	// Notes are what happened to the cell besides its figures (injected
+	// faults and their outcome).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Throughput is durable effects per second, overall (after warm-up) and as

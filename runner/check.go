@@ -257,6 +257,17 @@ func Check(ctx context.Context, pool *pgxpool.Pool, schema, consumer string, pla
 		}
 	}
 
+	// Replays under a new event id and requests reusing an idempotency key
+	// with other content must have had no effect at all.
+	for _, e := range plan.MustNotApply {
+		if inInbox[e.Key()] {
+			add(ConflictAccepted, fmt.Sprintf("%s (key %s/%s/%s, amount %d) was accepted: it has an inbox row", e.ID, e.Tenant, e.Operation, e.IdempotencyKey, e.Amount))
+			flagged[e.Subject] = true
+		} else if st, ok := accounts[e.Subject]; ok && plan.Expected[e.Subject] == (workload.State{}) && (st.Version != 0 || st.Balance != 0) {
+			add(ConflictAccepted, fmt.Sprintf("%s (key %s/%s/%s) changed %s to balance %d", e.ID, e.Tenant, e.Operation, e.IdempotencyKey, e.Subject, st.Balance))
+		}
+	}
+
 	// Final state against the oracle; reported only where no per-event
 	// anomaly already explains the aggregate, so one mistake counts once.
 	aggs := make([]string, 0, len(plan.Expected))

@@ -5,6 +5,8 @@ package runner
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +39,9 @@ type Options struct {
 	Spec       *workload.Spec
 	Brokers    []string
 	Strategies []string
+	// Extra are strategies outside the registry (user strategy files,
+	// inbox.LoadStrategyFile); their cells follow Strategies' (userstrategies.go).
+	Extra []inbox.Strategy
 	// OutDir is the parent of the run directory (results/).
 	OutDir string
 	RunID  string
@@ -58,6 +63,34 @@ type Options struct {
 	// Servers maps service name to server version (the CLI asks the
 	// stack), recorded in the result's env.
 	Servers map[string]string
+	// Plan, when set, is used instead of generating one from Spec
+	// (scenarios build their own streams).
+	Plan *workload.Plan
+	// Poison bodies are published among the events (malformed payloads
+	// the consumers must dead-letter and count, never ack silently).
+	Poison [][]byte
+	// NoWrite skips writing result.json (conform keeps its own file).
+	NoWrite bool
+	// Actions run once during each cell, when the given share of the
+	// published messages has been answered (fault injection: restart the
+	// broker, kill database connections …).
+	Actions []Action
+}
+
+// Action is a mid-stream fault.
+type Action struct {
+	Name string
+	// At is the share of messages answered (0..1) that triggers it.
+	At float64
+	Do func(ctx context.Context, c CellInfo) error
+}
+
+// CellInfo tells an action what it acts on.
+type CellInfo struct {
+	Broker, Strategy, Schema, Consumer, Topic string
+	// AppName is the application_name of the cell's database
+	// connections (pg_terminate_backend targets them).
+	AppName string
 }
 
 // NewRunID returns a sortable, readable run id.
@@ -78,6 +111,9 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
+	if err := checkExtras(ctx, o); err != nil {
+		return nil, "", err
+	}
 	dir := filepath.Join(o.OutDir, o.RunID)
 	wl, err := json.Marshal(o.Spec)
 	if err != nil {
@@ -85,21 +121,27 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 	}
 	run := &results.Run{SchemaVersion: results.SchemaVersion, RunID: o.RunID, StartedAt: time.Now().UTC(),
 		Workload: wl, Env: environment(o)}
-	plan := workload.Generate(o.Spec)
+	plan := o.Plan
+	if plan == nil {
+		plan = workload.Generate(o.Spec)
+	}
 	fmt.Fprintf(o.Progress, "run %s: workload %s, %d events over %d aggregates (%d sends with faults), %d cells\n",
-		o.RunID, o.Spec.Name, len(plan.Events), o.Spec.Aggregates, len(plan.Publishes), len(o.Brokers)*len(o.Strategies))
+		o.RunID, o.Spec.Name, len(plan.Events), o.Spec.Aggregates, len(plan.Publishes), len(o.Brokers)*len(cellStrategies(o)))
 	for _, b := range o.Brokers {
-		for _, s := range o.Strategies {
+		for _, s := range cellStrategies(o) {
 			if ctx.Err() != nil {
 				break
 			}
 			c := runCell(ctx, o, plan, b, s)
 			run.Cells = append(run.Cells, c)
-			fmt.Fprintf(o.Progress, "%-15s %-26s %s  %8.0f events/s  e2e p99 %s  %s\n", b, s, c.Invariants.Verdict,
-				c.Throughput.EventsPerS, fmtMicros(c.Latency.E2E.P99), strings.TrimSpace(anomalyLine(c)))
+			fmt.Fprintf(o.Progress, "%-15s %-26s %s  %s events/s  e2e p99 %s  %s\n", b, s, c.Invariants.Verdict,
+				results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), strings.TrimSpace(anomalyLine(c)))
 		}
 	}
 	run.FinishedAt = time.Now().UTC()
+	if o.NoWrite {
+		return run, "", ctx.Err()
+	}
 	if _, err := run.Write(dir); err != nil {
 		return run, dir, fmt.Errorf("write result: %w", err)
 	}
@@ -126,7 +168,10 @@ func cellID(runID, broker, strategy string) string {
 	id := strings.ToLower(fmt.Sprintf("ib_%s_%s_%s", runID, broker, strategy))
 	id = unsafeIdent.ReplaceAllString(id, "_")
 	if len(id) > 60 {
-		id = id[:60]
+		// Keep a hash of the whole id: long strategy names (user files)
+		// that share a prefix must not share a schema.
+		h := sha256.Sum256([]byte(id))
+		id = id[:51] + "_" + hex.EncodeToString(h[:4])
 	}
 	return id
 }
@@ -160,6 +205,12 @@ type cell struct {
 	// redelivery is not crashed again (Kafka has no redelivered flag).
 	crashed sync.Map
 	// firstEffect/lastEffect bound the throughput window (unix nanos).
+	// info, fired, acting and notes serve the mid-stream actions.
+	info                    CellInfo
+	fired                   []bool
+	acting                  atomic.Int32
+	noteMu                  sync.Mutex
+	notes                   []string
 	firstEffect, lastEffect atomic.Int64
 	effectsAtWarm           atomic.Int64
 	series                  []float64
@@ -168,7 +219,7 @@ type cell struct {
 func runCell(ctx context.Context, o Options, plan *workload.Plan, broker, strategy string) results.Cell {
 	id := cellID(o.RunID, broker, strategy)
 	res := results.Cell{Broker: broker, Strategy: strategy, Consumer: "balance-" + id, Schema: id}
-	st, err := inbox.Lookup(strategy)
+	st, err := lookupStrategy(o, strategy)
 	if err != nil {
 		res.Error = err.Error()
 		res.Invariants.Verdict = "ERROR"
@@ -210,6 +261,13 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if _, err := inbox.Migrate(ctx, pool, c.id); err != nil {
 		return fmt.Errorf("postgres: migrate schema %s: %w", c.id, err)
 	}
+	// A user strategy file's DDL runs after the built-in migration, and its
+	// statements are checked by the server, before anything is published.
+	if p, ok := c.strategy.(inbox.Preparer); ok {
+		if err := p.Prepare(ctx, pool, c.id); err != nil {
+			return err
+		}
+	}
 	if o.Audit {
 		if err := InstallAudit(ctx, pool, c.id); err != nil {
 			return err
@@ -227,6 +285,8 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	defer b.Close()
 	c.stall = max(o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second)
 	topic := strings.ReplaceAll(c.id, "_", "-")
+	c.info = CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: topic, AppName: "inboxbench/" + c.id}
+	c.fired = make([]bool, len(o.Actions))
 	setupCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = b.Setup(setupCtx, topic, o.Spec.Shards)
 	cancel()
@@ -286,6 +346,9 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	}
 	res.Invariants = inv
 	c.fill(res, rep)
+	c.noteMu.Lock()
+	res.Notes = append(res.Notes, c.notes...)
+	c.noteMu.Unlock()
 	// Durable effects are a fact of the database, not of what the
 	// consumers believe they did.
 	res.Counters.Effects = effects
@@ -449,13 +512,13 @@ func (c *cell) storms(ctx context.Context, evs []*envelope.Event) (release, wait
 
 // verdicts records which messages reached a final verdict. A message is
 // identified by its event identity and attempt (a republish is a second
-// message of the same event); an undecodable one by its transport id.
+// message of the same event); an undecodable one by its message id.
 func (c *cell) verdicts(ds []*brokers.Delivery, evs []*envelope.Event, vs []brokers.Verdict) {
 	for i, v := range vs {
 		if v != brokers.Ack && v != brokers.Reject {
 			continue
 		}
-		id := "poison " + ds[i].TransportID
+		id := "poison " + ds[i].ID
 		if evs[i] != nil {
 			id = evs[i].Key() + "#" + strconv.Itoa(evs[i].Attempt)
 		}
@@ -561,7 +624,7 @@ func (c *cell) publish(ctx context.Context, b brokers.Broker, topic string) erro
 			if err != nil {
 				return fmt.Errorf("encode %s: %w", ev.ID, err)
 			}
-			msgs = append(msgs, brokers.Message{Key: ev.Subject, ID: ev.Key(), Body: body})
+			msgs = append(msgs, brokers.Message{Key: pubs[j].OrderingKey(), ID: ev.Key(), Body: body})
 		}
 		sent := time.Now()
 		errs := b.Publish(ctx, topic, msgs)
@@ -570,11 +633,56 @@ func (c *cell) publish(ctx context.Context, b brokers.Broker, topic string) erro
 			return fmt.Errorf("%s: publish to %s: %w", c.broker, topic, err)
 		}
 		c.c.published.Add(int64(len(msgs)))
+		if i == 0 && len(c.o.Poison) > 0 {
+			if err := c.publishPoison(ctx, b, topic); err != nil {
+				return err
+			}
+		}
 		if c.o.Spec.Duration > 0 && time.Since(c.start) > c.o.Spec.Duration.D() {
 			break
 		}
 	}
 	return nil
+}
+
+// publishPoison sends the malformed bodies after the first batch, so they
+// sit in the middle of the stream.
+func (c *cell) publishPoison(ctx context.Context, b brokers.Broker, topic string) error {
+	msgs := make([]brokers.Message, len(c.o.Poison))
+	for i, body := range c.o.Poison {
+		msgs[i] = brokers.Message{Key: fmt.Sprintf("poison-%d", i), ID: fmt.Sprintf("poison-%d", i), Body: body}
+	}
+	if err := brokers.FirstError(b.Publish(ctx, topic, msgs)); err != nil {
+		return fmt.Errorf("%s: publish poison to %s: %w", c.broker, topic, err)
+	}
+	c.c.published.Add(int64(len(msgs)))
+	return nil
+}
+
+// runActions fires each mid-stream action once its share of the stream
+// has been answered. Stall detection pauses while one runs.
+func (c *cell) runActions(ctx context.Context, total int64) {
+	for i := range c.o.Actions {
+		a := &c.o.Actions[i]
+		if c.fired[i] || float64(c.handled.Load()) < a.At*float64(total) {
+			continue
+		}
+		c.fired[i] = true
+		c.acting.Add(1)
+		go func() {
+			defer c.acting.Add(-1)
+			defer c.progress.Add(1)
+			if err := a.Do(ctx, c.info); err != nil {
+				c.noteMu.Lock()
+				c.notes = append(c.notes, fmt.Sprintf("action %s: %v", a.Name, err))
+				c.noteMu.Unlock()
+			} else {
+				c.noteMu.Lock()
+				c.notes = append(c.notes, fmt.Sprintf("action %s done at %.0f%% of the stream", a.Name, 100*a.At))
+				c.noteMu.Unlock()
+			}
+		}()
+	}
 }
 
 // waitDone returns once every published message got a final verdict and
@@ -620,6 +728,10 @@ func (c *cell) waitDone(ctx context.Context, consumeErr <-chan error) error {
 					return nil
 				}
 			}
+		}
+		c.runActions(ctx, int64(len(c.plan.Publishes)+len(c.o.Poison)))
+		if c.acting.Load() > 0 {
+			lastChange = time.Now()
 		}
 		if time.Since(lastChange) > c.stall {
 			return fmt.Errorf("stalled: no delivery for %s with %d of %d messages answered (the checker lists what is missing)",
@@ -717,7 +829,7 @@ func fmtMicros(us int64) string {
 	if us == 0 {
 		return "-"
 	}
-	return (time.Duration(us) * time.Microsecond).Round(10 * time.Microsecond).String()
+	return results.FormatMicros(us)
 }
 
 // environment records where the figures come from.

@@ -24,6 +24,17 @@ type Publish struct {
 	Event *envelope.Event
 	// Republish marks a duplicate send of an event already in the stream.
 	Republish bool
+	// Key is the ordering key when it is not the event's aggregate: a
+	// request replay or conflict travels behind its original.
+	Key string
+}
+
+// OrderingKey is the broker's ordering key for the publish.
+func (p Publish) OrderingKey() string {
+	if p.Key != "" {
+		return p.Key
+	}
+	return p.Event.Subject
 }
 
 // Plan is the generated stream and what it must produce.
@@ -37,6 +48,10 @@ type Plan struct {
 	Publishes []Publish
 	// Expected is the oracle: the final state of every aggregate.
 	Expected map[string]State
+	// MustNotApply are sends that must never take effect: replays of a
+	// request under a new event id, and requests that reuse an
+	// idempotency key with other content (CONFLICT).
+	MustNotApply []*envelope.Event
 	// OutOfOrder counts successor-before-predecessor swaps; Republished
 	// counts duplicate sends.
 	OutOfOrder, Republished int
@@ -164,6 +179,34 @@ func faults(s *Spec, rng *rand.Rand, p *Plan) []Publish {
 			pos[pubs[i].Event.ID], pos[pubs[j].Event.ID] = i, j
 			p.OutOfOrder++
 		}
+	}
+	if s.Faults.IdempotencyConflicts > 0 || s.Faults.PublisherRetry > 0 {
+		out := make([]Publish, 0, len(pubs))
+		for _, pb := range pubs {
+			out = append(out, pb)
+			e := pb.Event
+			if s.Faults.PublisherRetry > 0 && rng.Float64() < s.Faults.PublisherRetry {
+				c := *e
+				c.Attempt = 1
+				out = append(out, Publish{Event: &c, Republish: true})
+				p.Republished++
+			}
+			if s.Faults.IdempotencyConflicts > 0 && e.Kind == envelope.Increment && rng.Float64() < s.Faults.IdempotencyConflicts {
+				e.IdempotencyKey, e.Tenant, e.Operation = "req-"+e.ID, "tenant-1", "credit"
+				// The client retried the same request and the producer
+				// emitted it again under a new id: same content.
+				replay := *e
+				replay.ID = e.ID + "-replay"
+				// Another request reusing the key with a different amount,
+				// for another account: it must be rejected.
+				conflict := *e
+				conflict.ID, conflict.Subject, conflict.AggregateVersion = e.ID+"-conflict", "conflict-"+e.ID, 1
+				conflict.Amount = e.Amount + 1
+				out = append(out, Publish{Event: &replay, Key: e.Subject}, Publish{Event: &conflict, Key: e.Subject})
+				p.MustNotApply = append(p.MustNotApply, &replay, &conflict)
+			}
+		}
+		pubs = out
 	}
 	if s.Faults.DuplicateRepublish > 0 {
 		// A republished copy follows its original after up to 1000 other

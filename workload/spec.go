@@ -91,6 +91,14 @@ type Faults struct {
 	// once (they race on the inbox primary key).
 	ConcurrentDuplicates float64 `yaml:"concurrent_duplicates" json:"concurrent_duplicates"`
 	StormConsumers       int     `yaml:"storm_consumers" json:"storm_consumers"`
+	// PublisherRetry re-sends an event right after itself (a producer that
+	// timed out waiting for its confirm and sent again).
+	PublisherRetry float64 `yaml:"publisher_retry" json:"publisher_retry"`
+	// IdempotencyConflicts gives events a client idempotency key and, right
+	// after each, sends a replay of the same request under a new event id
+	// (must not take effect again) and a different request reusing the key
+	// (must be rejected as CONFLICT).
+	IdempotencyConflicts float64 `yaml:"idempotency_conflicts" json:"idempotency_conflicts"`
 }
 
 // Duration is a time.Duration written as "30s", "2m" in YAML and JSON.
@@ -173,7 +181,7 @@ func cleanYAMLError(err error) string {
 func fieldNames() []string {
 	return []string{"name", "seed", "aggregates", "events", "duration", "warmup", "amount{distribution,min,max}",
 		"key_skew{kind,s,hot_share}", "snapshot_ratio", "message_size", "publish_rate", "consumers", "shards",
-		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers}"}
+		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts}"}
 }
 
 // Validate names the first bad field and the values it accepts.
@@ -225,10 +233,14 @@ func (s *Spec) Validate() error {
 		v float64
 	}{{"snapshot_ratio", s.SnapshotRatio}, {"faults.duplicate_republish", s.Faults.DuplicateRepublish},
 		{"faults.crash_after_commit", s.Faults.CrashAfterCommit}, {"faults.out_of_order", s.Faults.OutOfOrder},
-		{"faults.concurrent_duplicates", s.Faults.ConcurrentDuplicates}} {
+		{"faults.concurrent_duplicates", s.Faults.ConcurrentDuplicates}, {"faults.publisher_retry", s.Faults.PublisherRetry},
+		{"faults.idempotency_conflicts", s.Faults.IdempotencyConflicts}} {
 		if err := ratio(r.n, r.v); err != nil {
 			return err
 		}
+	}
+	if s.Faults.IdempotencyConflicts > 0 && s.Faults.OutOfOrder > 0 {
+		return fmt.Errorf("faults.idempotency_conflicts with faults.out_of_order: a reordered original could meet its conflicting request first; use one or the other")
 	}
 	if s.Faults.OutOfOrder > 0 && !s.ParkingOn() {
 		return fmt.Errorf("faults.out_of_order: %v with parking off: gaps would be rejected and retried by redelivery; turn parking on or set out_of_order to 0", s.Faults.OutOfOrder)

@@ -86,11 +86,11 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		consumer.WithConsumeMessageBatchMaxSize(s.opts.MaxBatch),
 		consumer.WithPullBatchSize(int32(min(s.opts.Prefetch, 1024))),
 		consumer.WithPullThresholdForQueue(int64(max(s.opts.Prefetch, 64))),
-		// Renew (and retry) the broker-side queue locks every 5s instead of
+		// Renew (and retry) the broker-side queue locks every 2s instead of
 		// 20s: after a consumer dies, its queues move as soon as the
 		// broker lets its locks expire (rocketmq.broker.rebalance.
-		// lockMaxLiveTime, 60s by default, 15s on the local stack).
-		consumer.WithRebalanceLockInterval(5 * time.Second),
+		// lockMaxLiveTime, 60s by default, 6s on the local stack).
+		consumer.WithRebalanceLockInterval(2 * time.Second),
 	}
 	if b.creds.AccessKey != "" {
 		copts = append(copts, consumer.WithCredentials(b.creds))

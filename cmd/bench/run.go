@@ -26,6 +26,7 @@ func newRunCmd(cfg *config.Config) *cobra.Command {
 		brokerList, strategyList, workloadPath, out, runID string
 		noMeasure, noAudit                                 bool
 		stall                                              time.Duration
+		strategyFiles                                      []string
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -50,7 +51,8 @@ Results go to OUT/RUN_ID/result.json. Exit 1 if a correct strategy fails its
 check; negative controls (broken-*) are expected to fail.`,
 		Example: `  bench run --brokers none,kafka --workload smoke
   bench run --brokers rabbitmq,kafka,rocketmq --workload workloads/faults.yaml --strategies tx,batch
-  bench run --brokers kafka --workload smoke --strategies broken-split`,
+  bench run --brokers kafka --workload smoke --strategies broken-split
+  bench run --brokers none,kafka --workload smoke --strategies tx --strategy-file my-inbox.sql`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			spec, err := workload.Load(workloadPath)
@@ -74,13 +76,20 @@ check; negative controls (broken-*) are expected to fail.`,
 			} else if _, err := inbox.Lookup(spec.Strategy); err != nil {
 				return usagef("workload %s: strategy: %v", workloadPath, err)
 			}
+			extra, err := loadStrategyFiles(strategyFiles)
+			if err != nil {
+				return err
+			}
+			if len(extra) > 0 && strategyList == "" {
+				strategies = nil // only the files, unless --strategies adds built-ins beside them
+			}
 			servers, err := checkServices(c.Context(), cfg, bs)
 			if err != nil {
 				return err
 			}
 			tty := term.IsTerminal(int(os.Stderr.Fd()))
 			run, dir, err := runner.Run(c.Context(), runner.Options{
-				Cfg: *cfg, Spec: spec, Brokers: bs, Strategies: strategies, OutDir: out, RunID: runID,
+				Cfg: *cfg, Spec: spec, Brokers: bs, Strategies: strategies, Extra: extra, OutDir: out, RunID: runID,
 				Measure: !noMeasure, Audit: !noAudit, Progress: os.Stderr, TTY: tty, StallTimeout: stall,
 				Args: os.Args, Servers: servers,
 			})
@@ -89,7 +98,7 @@ check; negative controls (broken-*) are expected to fail.`,
 				fmt.Printf("\nresult: %s\n", filepath.Join(dir, "result.json"))
 			}
 			if err != nil {
-				return err
+				return strategyFileErr(err)
 			}
 			return verdictError(run)
 		},
@@ -97,6 +106,7 @@ check; negative controls (broken-*) are expected to fail.`,
 	f := cmd.Flags()
 	f.StringVar(&brokerList, "brokers", "none,rabbitmq,kafka,rocketmq", "comma-separated brokers: "+strings.Join(brokers.Names(), ", "))
 	f.StringVar(&workloadPath, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
+	f.StringArrayVar(&strategyFiles, "strategy-file", nil, strategyFileHelp)
 	f.StringVar(&strategyList, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
 	f.StringVar(&out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&runID, "run-id", "", "name of the run directory (default: UTC timestamp)")
@@ -181,8 +191,8 @@ func printSummary(run *results.Run) {
 		if c.Broken {
 			verdict += " (negative control: FAIL expected)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.1f%%\t%s\t\n", c.Broker, c.Strategy, c.Throughput.EventsPerS, ratio,
-			us(c.Latency.E2E.P50), us(c.Latency.E2E.P99), us(c.Latency.Dedup.P99), 100*c.Contention.LockWaitShare, verdict)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Broker, c.Strategy, results.FormatRate(c.Throughput.EventsPerS), ratio,
+			us(c.Latency.E2E.P50), us(c.Latency.E2E.P99), us(c.Latency.Dedup.P99), results.FormatShare(c.Contention.LockWaitShare), verdict)
 	}
 	tw.Flush()
 	for _, c := range run.Cells {
@@ -201,7 +211,7 @@ func us(v int64) string {
 	if v == 0 {
 		return "-"
 	}
-	return (time.Duration(v) * time.Microsecond).Round(10 * time.Microsecond).String()
+	return results.FormatMicros(v)
 }
 
 // verdictError fails the command when a correct strategy did not pass.

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inboxbench/inboxbench/compose"
+	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/conform"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/runner"
+)
+
+func newConformCmd(cfg *config.Config) *cobra.Command {
+	var (
+		brokerList, scenarioList, strategyList, out, runID string
+		list                                               bool
+		files                                              []string
+	)
+	cmd := &cobra.Command{
+		Use:   "conform",
+		Short: "Judge broker + inbox setups: the article's experiments and real faults on every broker × strategy",
+		Long: `Runs named scenarios — the article's four experiments (duplicate, split,
+concurrent, order) and the faults that happen in production (lost acks,
+republishes, rebalances, reordering, duplicate storms, a hot aggregate,
+snapshots, idempotency conflicts, retention shorter than the replay window,
+killed database connections, poison messages, a broker restart) — on every
+broker × strategy, and compares each outcome with the expectation declared
+in code: every correct strategy passes every scenario; every negative
+control (broken-*) is caught by the scenarios that target it.
+
+Prints the matrix, the article's lines, and the mutation score (negative
+controls caught / run); writes OUT/RUN_ID/conform.json for 'bench report'.
+Exit 1 if any cell is not as expected — a negative control that passes is a
+failure of the suite.`,
+		Example: `  bench conform --list
+  bench conform --brokers rabbitmq --scenarios duplicate --strategies tx
+  bench conform --brokers kafka,rocketmq --scenarios order,reorder`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if list {
+				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "SCENARIO\tTIMEOUT\tCATCHES\tPROVES")
+				for _, s := range conform.Scenarios() {
+					catches := strings.Join(s.Catches, ",")
+					if catches == "" {
+						catches = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Timeout, catches, s.Proves)
+				}
+				return tw.Flush()
+			}
+			var names []string
+			if scenarioList != "" {
+				names = strings.Split(scenarioList, ",")
+			}
+			scs, err := conform.Select(names)
+			if err != nil {
+				return usageError{err}
+			}
+			bs, err := parseBrokers(brokerList)
+			if err != nil {
+				return err
+			}
+			sts, err := conformStrategies(strategyList)
+			if err != nil {
+				return err
+			}
+			extra, err := loadStrategyFiles(files)
+			if err != nil {
+				return err
+			}
+			sts = append(sts, extra...)
+			servers, err := checkServices(c.Context(), cfg, bs)
+			if err != nil {
+				return err
+			}
+			if runID == "" {
+				runID = runner.NewRunID() + "-conform"
+			}
+			stackDir, _ := compose.AbsDir(cfg.StackDir)
+			start := time.Now().UTC()
+			fmt.Fprintf(os.Stderr, "conform %s: %d scenarios × %d brokers, strategies %s\n", runID, len(scs), len(bs), strategyNames(sts))
+			rows := conform.Run(c.Context(), conform.Options{
+				Env:       conform.Env{Cfg: *cfg, StackDir: stackDir, Out: os.Stdout},
+				Scenarios: scs, Brokers: bs, Strategies: sts, Progress: os.Stderr,
+			})
+			doc := &results.Conformance{RunID: runID, StartedAt: start, FinishedAt: time.Now().UTC(), Rows: rows,
+				Env: results.Env{Brokers: map[string]string{}, Notes: []string{"scenarios: " + scenarioList}}}
+			for k, v := range servers {
+				if k == "postgres" {
+					doc.Env.Postgres = v
+				} else {
+					doc.Env.Brokers[k] = v
+				}
+			}
+			path, err := doc.Write(filepath.Join(out, runID))
+			if err != nil {
+				return err
+			}
+			printMatrix(rows)
+			sum := results.Summarize(rows)
+			fmt.Printf("\n%d of %d cells as expected; mutation score %d/%d", sum.AsExpected, sum.Rows, sum.BrokenCaught, sum.BrokenTotal)
+			if sum.BrokenTotal > 0 {
+				fmt.Printf(" (%.0f%%)", 100*sum.MutationScore)
+			}
+			if len(sum.Survivors) > 0 {
+				fmt.Printf("; not caught: %s", strings.Join(sum.Survivors, ", "))
+			}
+			fmt.Printf("\nresult: %s\n", path)
+			if c.Context().Err() != nil {
+				return c.Context().Err()
+			}
+			if sum.Verdict != results.VerdictPass || len(sum.Survivors) > 0 {
+				return failure{"conformance: some cells were not as expected"}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&brokerList, "brokers", "rabbitmq,kafka,rocketmq", "comma-separated brokers (none and kafka-embedded work too)")
+	f.StringVar(&scenarioList, "scenarios", "", "comma-separated scenarios (default: all; see --list)")
+	f.StringVar(&strategyList, "strategies", "all,broken", "comma-separated strategies; 'all' = every correct one, 'broken' = every negative control")
+	f.StringVar(&out, "out", "results", "directory that receives the run directory")
+	f.StringVar(&runID, "run-id", "", "name of the run directory (default: UTC timestamp + -conform)")
+	f.BoolVar(&list, "list", false, "list the scenarios with what each proves, and exit")
+	f.StringArrayVar(&files, "strategy-file", nil, strategyFileHelp)
+	return cmd
+}
+
+// conformStrategies resolves the list; "broken" adds every negative
+// control (each named in full in the output).
+func conformStrategies(list string) ([]inbox.Strategy, error) {
+	var out []inbox.Strategy
+	seen := map[string]bool{}
+	for _, part := range strings.Split(list, ",") {
+		part = strings.TrimSpace(part)
+		var ss []inbox.Strategy
+		switch part {
+		case "":
+			continue
+		case "broken":
+			for _, s := range inbox.Strategies() {
+				if s.Broken() {
+					ss = append(ss, s)
+				}
+			}
+		default:
+			r, err := inbox.Resolve(part)
+			if err != nil {
+				return nil, usagef("--strategies %q: %v", part, err)
+			}
+			ss = r
+		}
+		for _, s := range ss {
+			if !seen[s.Name()] {
+				seen[s.Name()] = true
+				out = append(out, s)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, usagef("--strategies is empty: see 'bench inbox strategies'")
+	}
+	return out, nil
+}
+
+func strategyNames(ss []inbox.Strategy) string {
+	var n []string
+	for _, s := range ss {
+		n = append(n, s.Name())
+	}
+	return strings.Join(n, ",")
+}
+
+// printMatrix prints scenario × broker → one mark per strategy.
+func printMatrix(rows []results.ConformRow) {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nSCENARIO\tBROKER\tSTRATEGY\tEXPECTED\tVERDICT\tANOMALIES / ERROR")
+	for _, r := range rows {
+		mark := ""
+		if !r.AsExpected() {
+			mark = "  <-- not as expected"
+		}
+		detail := r.Error
+		if detail == "" {
+			var parts []string
+			for name, n := range r.Anomalies {
+				if n > 0 {
+					ex := ""
+					if len(r.Examples[name]) > 0 {
+						ex = " e.g. " + r.Examples[name][0]
+					}
+					parts = append(parts, fmt.Sprintf("%s=%d%s", name, n, ex))
+				}
+			}
+			detail = strings.Join(parts, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", r.Scenario, r.Broker, r.Strategy, r.Expected, r.Verdict, detail, mark)
+	}
+	tw.Flush()
+}

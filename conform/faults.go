@@ -1,0 +1,187 @@
+package conform
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxbench/inboxbench/compose"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/runner"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// Production faults at small scale: each runs a short deterministic
+// workload through the runner (the same publisher, consumers, fault plan
+// and checker as `bench run`) with one fault turned up.
+func init() {
+	stream := func(name, proves string, catches []string, faults string, opts ...func(*runner.Options, *Env)) *Scenario {
+		return &Scenario{Name: name, Proves: proves, Timeout: 4 * time.Minute, Catches: catches,
+			Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
+				return runStream(ctx, e, name, broker, st, faults, opts...)
+			}}
+	}
+	register(stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
+		[]string{"broken-ack-before-commit"}, "crash_after_commit: 0.015"))
+	register(stream("publisher-retry", "a producer re-sends 20% of events right after themselves with the same id: each takes effect once",
+		nil, "publisher_retry: 0.2"))
+	register(stream("republish-new-message", "upstream republishes 20% of events later as new transport messages with the same event id: each takes effect once",
+		nil, "duplicate_republish: 0.2"))
+	register(stream("rebalance", "consumers leave and rejoin the group twice mid-stream: partitions/queues move without loss or double effect",
+		nil, "consumer_restarts: 2", func(o *runner.Options, e *Env) { o.Spec.Consumers = 3 }))
+	register(stream("reorder", "10% of successors are published before their predecessor: gaps are parked and drained in order, never skipped",
+		[]string{"broken-no-version", "broken-split"}, "out_of_order: 0.1"))
+	register(stream("duplicate-storm", "30% of events are delivered to four consumers at once: the primary key lets exactly one apply",
+		[]string{"broken-check-then-insert"}, "concurrent_duplicates: 0.3\n  storm_consumers: 4"))
+	register(stream("hot-aggregate", "80% of events hit one aggregate with four consumers: contention on one row, still one effect each",
+		[]string{"broken-aggregate-key"}, "", func(o *runner.Options, e *Env) {
+			o.Spec.Skew = workload.Skew{Kind: "hot", HotShare: 0.8}
+			o.Spec.Consumers = 4
+		}))
+	register(stream("snapshot", "30% of events are full-state snapshots (keep-latest), some out of order: snapshots overwrite older state, increments are never skipped",
+		nil, "out_of_order: 0.05", func(o *runner.Options, e *Env) { o.Spec.SnapshotRatio = 0.3 }))
+	register(stream("idempotency-conflict", "requests are replayed under new event ids and their keys reused with other amounts: replays return the stored result, conflicts are rejected",
+		nil, "idempotency_conflicts: 0.2"))
+	register(stream("db-connection-kill", "the consumers' database connections are terminated twice mid-transaction: the events are retried, none lost or doubled",
+		nil, "", func(o *runner.Options, e *Env) {
+			o.Actions = append(o.Actions,
+				runner.Action{Name: "pg_terminate_backend on consumer connections", At: 0.3, Do: killConnections(e)},
+				runner.Action{Name: "pg_terminate_backend on consumer connections", At: 0.6, Do: killConnections(e)})
+		}))
+	register(stream("poison", "malformed payloads among valid events: each is dead-lettered and counted, the stream continues",
+		nil, "", func(o *runner.Options, e *Env) { o.Poison = poisonBodies() }))
+	register(&Scenario{Name: "broker-restart", Timeout: 6 * time.Minute,
+		Proves:  "the broker is stopped and started mid-stream through bench stack: consumers reconnect, nothing lost or doubled",
+		Brokers: []string{"rabbitmq", "kafka", "rocketmq"},
+		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
+			return runStream(ctx, e, "broker-restart", broker, st, "", func(o *runner.Options, e *Env) {
+				o.Actions = append(o.Actions, runner.Action{Name: "restart " + broker, At: 0.3, Do: restartBroker(e)})
+			})
+		}})
+}
+
+// baseSpec is the small stream every fault scenario starts from.
+const baseSpec = `
+seed: 11
+aggregates: 16
+events: 400
+message_size: 128
+consumers: 2
+shards: 4
+batch_size: 50
+`
+
+func runStream(ctx context.Context, e *Env, name, broker string, st inbox.Strategy, faults string, opts ...func(*runner.Options, *Env)) Outcome {
+	y := baseSpec + "name: " + name + "\n"
+	if faults != "" {
+		y += "faults:\n  " + faults + "\n"
+	}
+	spec, err := workload.Parse([]byte(y))
+	if err != nil {
+		return fail(fmt.Errorf("scenario %s: workload: %w", name, err))
+	}
+	o := runner.Options{Cfg: e.Cfg, Spec: spec, Brokers: []string{broker}, RunID: uniqueName(name), Measure: false,
+		Audit: true, StallTimeout: 20 * time.Second, Progress: io.Discard, NoWrite: true}
+	if reg, err := inbox.Lookup(st.Name()); err == nil && reg == st {
+		o.Strategies = []string{st.Name()}
+	} else {
+		o.Extra = []inbox.Strategy{st}
+	}
+	for _, f := range opts {
+		f(&o, e)
+	}
+	run, _, err := runner.Run(ctx, o)
+	if err != nil {
+		return fail(err)
+	}
+	c := run.Cells[0]
+	out := Outcome{Verdict: c.Invariants.Verdict, Anomalies: c.Invariants.Anomalies, Examples: c.Invariants.Examples, Notes: c.Notes}
+	if c.Error != "" {
+		out.Notes = append(out.Notes, c.Error)
+	}
+	if len(o.Poison) > 0 && c.Counters.Rejected != int64(len(o.Poison)) {
+		out.Anomalies[PoisonUncounted] += int64(len(o.Poison)) - c.Counters.Rejected
+		out.Examples[PoisonUncounted] = []string{fmt.Sprintf("%d malformed messages sent, %d dead-lettered", len(o.Poison), c.Counters.Rejected)}
+		out.Verdict = verdict(out.Anomalies)
+	}
+	for _, n := range c.Notes {
+		if len(n) > 7 && n[:7] == "action " && !endsWith(n, "of the stream") {
+			return fail(fmt.Errorf("%s", n))
+		}
+	}
+	return out
+}
+
+// PoisonUncounted is counted when a malformed message was not
+// dead-lettered (acked silently, or lost).
+const PoisonUncounted = "poison-uncounted"
+
+func endsWith(s, suffix string) bool {
+	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
+}
+
+func poisonBodies() [][]byte {
+	return [][]byte{
+		[]byte("not json at all"),
+		[]byte(`{"specversion":"1.0","source":"payments","id":"p-1","type":"t","subject":"acct-x","aggregateversion":1,"kind":"increment","amout":5}`),
+		[]byte(`{"specversion":"1.0","source":"payments","type":"t","subject":"acct-x","aggregateversion":1,"kind":"increment","amount":5}`),
+		[]byte(`{"specversion":"1.0","source":"payments","id":"p-3","type":"t","subject":"acct-x","aggregateversion":1,"kind":"delta","amount":5}`),
+		[]byte(`{"specversion":"1.0","source":"payments","id":"p-4","type":"t","subject":"acct-x","aggregateversion":0,"kind":"increment","amount":5}`),
+	}
+}
+
+func pruneAll(e *Env) func(ctx context.Context, c runner.CellInfo) error {
+	return func(ctx context.Context, c runner.CellInfo) error {
+		conn, err := pgx.Connect(ctx, e.Cfg.PGURL)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.Background())
+		// Retention shorter than the replay window: everything applied so
+		// far is forgotten.
+		_, err = inbox.Prune(ctx, conn, c.Schema, time.Nanosecond, 1000)
+		return err
+	}
+}
+
+func killConnections(e *Env) func(ctx context.Context, c runner.CellInfo) error {
+	return func(ctx context.Context, c runner.CellInfo) error {
+		return terminate(ctx, e, c)
+	}
+}
+
+func terminate(ctx context.Context, e *Env, c runner.CellInfo) error {
+	conn, err := pgx.Connect(ctx, e.Cfg.PGURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM (
+		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid()) t`, c.AppName).Scan(&n)
+	if err == nil && n == 0 {
+		return fmt.Errorf("no consumer connection of %s to terminate", c.AppName)
+	}
+	return err
+}
+
+func restartBroker(e *Env) func(ctx context.Context, c runner.CellInfo) error {
+	return func(ctx context.Context, c runner.CellInfo) error {
+		svcs, err := compose.Select([]string{c.Broker})
+		if err != nil {
+			return err
+		}
+		env := &compose.Env{Dir: e.StackDir, Cfg: e.Cfg, Out: io.Discard}
+		if _, ours := svcs[0].Procs(env)[0].PID(); !ours {
+			return fmt.Errorf("%s is not run by this stack (%s): restart it yourself or skip broker-restart", c.Broker, e.StackDir)
+		}
+		if err := compose.Down(ctx, env, svcs, false); err != nil {
+			return fmt.Errorf("stop %s: %w", c.Broker, err)
+		}
+		return compose.Up(ctx, env, svcs)
+	}
+}

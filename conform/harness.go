@@ -1,0 +1,203 @@
+package conform
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/envelope"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/runner"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// lab is one scenario cell's database and broker: a fresh schema with the
+// checker's audit trigger, an inbox bound to it, and a topic of its own.
+type lab struct {
+	e        *Env
+	pool     *pgxpool.Pool
+	in       *inbox.Inbox
+	st       inbox.Strategy
+	b        brokers.Broker
+	schema   string
+	consumer string
+}
+
+var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
+
+func uniqueName(parts ...string) string {
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	n := strings.ToLower("cf_" + strings.Join(parts, "_"))
+	n = unsafe.ReplaceAllString(n, "_")
+	if len(n) > 50 {
+		n = n[:50]
+	}
+	return n + "_" + hex.EncodeToString(r[:])
+}
+
+// newLab prepares a cell. opt adjusts the inbox options (parking, hooks).
+func newLab(ctx context.Context, e *Env, scenario, broker string, st inbox.Strategy, opt func(*inbox.Options)) (*lab, error) {
+	schema := uniqueName(scenario, broker, st.Name())
+	pcfg, err := pgxpool.ParseConfig(e.Cfg.PGURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres URL: %w", err)
+	}
+	pcfg.MaxConns = 12
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "inboxbench/" + schema
+	io := inbox.DefaultOptions()
+	io.Schema = schema
+	if opt != nil {
+		opt(&io)
+	}
+	inbox.ConfigurePool(pcfg, io)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	l := &lab{e: e, pool: pool, st: st, schema: schema, consumer: "balance-v1"}
+	if _, err := inbox.Migrate(ctx, pool, schema); err != nil {
+		l.close()
+		return nil, fmt.Errorf("postgres: migrate %s: %w", schema, err)
+	}
+	// A user strategy file brings its own DDL and statements, checked by
+	// the server here, after the built-in schema and before the audit.
+	if p, ok := st.(inbox.Preparer); ok {
+		if err := p.Prepare(ctx, pool, schema); err != nil {
+			l.close()
+			return nil, err
+		}
+	}
+	if err := runner.InstallAudit(ctx, pool, schema); err != nil {
+		l.close()
+		return nil, err
+	}
+	if l.in, err = inbox.New(pool, io); err != nil {
+		l.close()
+		return nil, err
+	}
+	if l.b, err = brokers.Open(ctx, broker, e.Cfg, nil); err != nil {
+		l.close()
+		return nil, fmt.Errorf("%s: %w", broker, err)
+	}
+	return l, nil
+}
+
+func (l *lab) close() {
+	if l.b != nil {
+		l.b.Close()
+	}
+	if l.pool != nil {
+		l.pool.Close()
+	}
+}
+
+// topic creates a one-shard topic for the cell.
+func (l *lab) topic(ctx context.Context, suffix string) (string, error) {
+	t := strings.ReplaceAll(l.schema, "_", "-") + suffix
+	if err := l.b.Setup(ctx, t, 1); err != nil {
+		return "", fmt.Errorf("%s: set up %s: %w", l.b.Name(), t, err)
+	}
+	return t, nil
+}
+
+func (l *lab) publish(ctx context.Context, topic string, evs ...*envelope.Event) error {
+	msgs := make([]brokers.Message, len(evs))
+	for i, ev := range evs {
+		body, err := envelope.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		msgs[i] = brokers.Message{Key: ev.Subject, ID: ev.Key(), Body: body}
+	}
+	if err := brokers.FirstError(l.b.Publish(ctx, topic, msgs)); err != nil {
+		return fmt.Errorf("%s: publish to %s: %w", l.b.Name(), topic, err)
+	}
+	return nil
+}
+
+// got is one delivery and what the inbox decided for it.
+type got struct {
+	d   *brokers.Delivery
+	ev  *envelope.Event
+	out inbox.Outcome
+}
+
+// policy decides the verdict for a delivery after its apply.
+type policy func(n int, g got) brokers.Verdict
+
+// consume subscribes with a handler that applies each delivery with the
+// cell's strategy, reports it on the returned channel and answers what
+// pol says. n counts deliveries across subscriptions of the same channel.
+func (l *lab) consume(ctx context.Context, topic, group string, pol policy, ch chan got, count *int, mu *sync.Mutex) (brokers.Subscription, error) {
+	h := brokers.PerDelivery(func(hctx context.Context, d *brokers.Delivery) brokers.Verdict {
+		ev, err := envelope.Unmarshal(d.Body)
+		if err != nil {
+			return brokers.Reject
+		}
+		outs, _ := l.st.ApplyBatch(hctx, l.in, l.consumer, []*envelope.Event{ev})
+		g := got{d: d, ev: ev, out: outs[0]}
+		mu.Lock()
+		*count++
+		n := *count
+		mu.Unlock()
+		v := pol(n, g)
+		select {
+		case ch <- g:
+		case <-hctx.Done():
+		}
+		return v
+	})
+	return l.b.Subscribe(ctx, topic, group, brokers.SubscribeOptions{Prefetch: 1}, h)
+}
+
+// next waits for the next reported delivery.
+func next(ctx context.Context, ch <-chan got, what string) (got, error) {
+	select {
+	case g := <-ch:
+		return g, nil
+	case <-ctx.Done():
+		return got{}, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+	}
+}
+
+// state reads order-42's balance and version and the consumer's inbox rows.
+func (l *lab) state(ctx context.Context, agg string) (balance, version, inboxRows int64, err error) {
+	s := pgx.Identifier{l.schema}.Sanitize()
+	err = l.pool.QueryRow(ctx, "SELECT coalesce(sum(balance),0), coalesce(max(version),0) FROM "+s+".account WHERE id = $1", agg).Scan(&balance, &version)
+	if err != nil {
+		return
+	}
+	err = l.pool.QueryRow(ctx, "SELECT count(*) FROM "+s+".inbox WHERE consumer = $1", l.consumer).Scan(&inboxRows)
+	return
+}
+
+// check runs the runner's checker against a hand-made plan.
+func (l *lab) check(ctx context.Context, events []*envelope.Event, expected map[string]workload.State) (Outcome, error) {
+	inv, _, err := runner.Check(ctx, l.pool, l.schema, l.consumer, &workload.Plan{Events: events, Expected: expected}, true)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Verdict: inv.Verdict, Anomalies: inv.Anomalies, Examples: inv.Examples}, nil
+}
+
+// event builds one of the article's events for order-42.
+func event(id string, version, amount int64) *envelope.Event {
+	return &envelope.Event{SpecVersion: envelope.SpecVersion, Source: "payments", ID: id, Type: "payment.recorded",
+		Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Subject: "order-42", AggregateVersion: version,
+		Kind: envelope.Increment, Amount: amount}
+}
+
+func fail(err error) Outcome { return Outcome{Verdict: "ERROR", Err: err} }
+
+var errNotRedelivered = errors.New("the unacknowledged delivery did not come back")
