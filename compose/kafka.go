@@ -23,10 +23,9 @@ package compose
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
+	kafkabroker "github.com/inboxbench/inboxbench/brokers/kafka"
 	"net"
 	"os"
 	"os/exec"
@@ -37,8 +36,6 @@ import (
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 const (
@@ -196,7 +193,7 @@ func (k *Kafka) Start(ctx context.Context, e *Env) error {
 // least one broker. The version is the installed Maven version when the
 // running broker is ours, else a guess from ApiVersions.
 func (k *Kafka) Ready(ctx context.Context, e *Env) (string, error) {
-	opts, err := kafkaClientOpts(e.Cfg)
+	opts, err := kafkabroker.ClientOpts(e.Cfg)
 	if err != nil {
 		return "", err
 	}
@@ -229,40 +226,4 @@ func (k *Kafka) Ready(ctx context.Context, e *Env) (string, error) {
 		}
 	}
 	return "Kafka (version unknown)", nil
-}
-
-// kafkaClientOpts turns the endpoint configuration into franz-go options:
-// seeds, TLS (system roots or KafkaCAFile) and SASL (plain, SCRAM).
-func kafkaClientOpts(c config.Config) ([]kgo.Opt, error) {
-	if len(c.KafkaBrokers) == 0 {
-		return nil, errors.New("no Kafka seed brokers configured (INBOXBENCH_KAFKA_BROKERS / --kafka-brokers)")
-	}
-	opts := []kgo.Opt{kgo.SeedBrokers(c.KafkaBrokers...)}
-	if c.KafkaTLS || c.KafkaCAFile != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if c.KafkaCAFile != "" {
-			pem, err := os.ReadFile(c.KafkaCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("kafka CA file (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file): %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("kafka CA file %s holds no PEM certificate (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file)", c.KafkaCAFile)
-			}
-			tc.RootCAs = pool
-		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
-	}
-	switch strings.ToLower(c.KafkaSASL) {
-	case "":
-	case "plain":
-		opts = append(opts, kgo.SASL(plain.Auth{User: c.KafkaUser, Pass: c.KafkaPassword}.AsMechanism()))
-	case "scram-sha-256":
-		opts = append(opts, kgo.SASL(scram.Auth{User: c.KafkaUser, Pass: c.KafkaPassword}.AsSha256Mechanism()))
-	case "scram-sha-512":
-		opts = append(opts, kgo.SASL(scram.Auth{User: c.KafkaUser, Pass: c.KafkaPassword}.AsSha512Mechanism()))
-	default:
-		return nil, fmt.Errorf("kafka SASL mechanism %q is not supported: use plain, scram-sha-256 or scram-sha-512 (INBOXBENCH_KAFKA_SASL / --kafka-sasl)", c.KafkaSASL)
-	}
-	return opts, nil
 }

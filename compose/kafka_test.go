@@ -3,6 +3,7 @@ package compose
 import (
 	"context"
 	"fmt"
+	kafkabroker "github.com/inboxbench/inboxbench/brokers/kafka"
 	"os"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestKafkaStack(t *testing.T) {
 	}
 	t.Logf("kafka version: %s", version)
 
-	opts, err := kafkaClientOpts(cfg)
+	opts, err := kafkabroker.ClientOpts(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,21 +42,15 @@ package compose
 //     run/rocketmq-namesrv.pid, run/rocketmq-broker.pid
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	rocketmqbroker "github.com/inboxbench/inboxbench/brokers/rocketmq"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/inboxbench/inboxbench/config"
@@ -274,7 +268,7 @@ func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	}
 	var errs []error
 	for _, ns := range e.Cfg.RocketMQNamesrv {
-		ci, err := RocketMQClusterInfo(ctx, ns)
+		ci, err := rocketmqbroker.ClusterInfo(ctx, ns)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -289,11 +283,11 @@ func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
 		// still proves it is up.
 		answered := false
 		for _, a := range addrs {
-			v, err := RocketMQBrokerVersion(ctx, a)
+			v, err := rocketmqbroker.BrokerVersion(ctx, a)
 			if err == nil && v != "" {
 				return "RocketMQ " + v, nil
 			}
-			var re *remotingError
+			var re *rocketmqbroker.RemotingError
 			if err == nil || errors.As(err, &re) {
 				answered = true
 			} else {
@@ -311,162 +305,4 @@ func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
 		return "RocketMQ (version unknown)", nil
 	}
 	return "", errors.Join(errs...)
-}
-
-// RocketMQClusterInfoResult is the name server's answer to
-// GET_BROKER_CLUSTER_INFO.
-type RocketMQClusterInfoResult struct {
-	BrokerAddrTable map[string]struct {
-		Cluster     string            `json:"cluster"`
-		BrokerName  string            `json:"brokerName"`
-		BrokerAddrs map[string]string `json:"brokerAddrs"` // broker id → host:port
-	} `json:"brokerAddrTable"`
-	ClusterAddrTable map[string][]string `json:"clusterAddrTable"`
-}
-
-// BrokerAddrs lists every registered broker address, masters (id 0) first.
-func (ci *RocketMQClusterInfoResult) BrokerAddrs() []string {
-	var masters, others []string
-	for _, b := range ci.BrokerAddrTable {
-		for id, a := range b.BrokerAddrs {
-			if id == "0" {
-				masters = append(masters, a)
-			} else {
-				others = append(others, a)
-			}
-		}
-	}
-	sort.Strings(masters)
-	sort.Strings(others)
-	return append(masters, others...)
-}
-
-// Remoting request codes (org.apache.rocketmq.remoting.protocol.RequestCode).
-const (
-	rmqGetBrokerRuntimeInfo = 28
-	rmqGetBrokerClusterInfo = 106
-)
-
-// RocketMQClusterInfo sends GET_BROKER_CLUSTER_INFO to a name server.
-func RocketMQClusterInfo(ctx context.Context, namesrv string) (*RocketMQClusterInfoResult, error) {
-	body, err := remotingCall(ctx, namesrv, rmqGetBrokerClusterInfo, nil)
-	if err != nil {
-		return nil, fmt.Errorf("rocketmq name server %s: cluster info: %w", namesrv, err)
-	}
-	var ci RocketMQClusterInfoResult
-	if err := json.Unmarshal(fastjsonToJSON(body), &ci); err != nil {
-		return nil, fmt.Errorf("rocketmq name server %s: cluster info: %w (body %.200q)", namesrv, err, body)
-	}
-	return &ci, nil
-}
-
-// RocketMQBrokerVersion asks a broker for its runtime info and returns its
-// version ("5.3.3" from brokerVersionDesc "V5_3_3").
-func RocketMQBrokerVersion(ctx context.Context, broker string) (string, error) {
-	body, err := remotingCall(ctx, broker, rmqGetBrokerRuntimeInfo, nil)
-	if err != nil {
-		return "", fmt.Errorf("rocketmq broker %s: runtime info: %w", broker, err)
-	}
-	var kv struct {
-		Table map[string]string `json:"table"`
-	}
-	if err := json.Unmarshal(fastjsonToJSON(body), &kv); err != nil {
-		return "", fmt.Errorf("rocketmq broker %s: runtime info: %w", broker, err)
-	}
-	v := kv.Table["brokerVersionDesc"]
-	v = strings.ReplaceAll(strings.TrimPrefix(v, "V"), "_", ".")
-	return v, nil
-}
-
-var rmqOpaque atomic.Int32
-
-type remotingHeader struct {
-	Code      int               `json:"code"`
-	Language  string            `json:"language"`
-	Version   int               `json:"version"`
-	Opaque    int32             `json:"opaque"`
-	Flag      int               `json:"flag"`
-	Remark    string            `json:"remark,omitempty"`
-	ExtFields map[string]string `json:"extFields,omitempty"`
-}
-
-// remotingCall sends one request over RocketMQ's remoting protocol (JSON
-// headers) and returns the response body; a non-zero response code is an
-// error carrying the server's remark. The wire format is
-// [total length][serialize type<<24 | header length][header][body], big endian.
-func remotingCall(ctx context.Context, addr string, code int, ext map[string]string) ([]byte, error) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(5 * time.Second)
-	}
-	d := net.Dialer{Deadline: deadline}
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(deadline)
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
-	defer stop()
-
-	h := remotingHeader{Code: code, Language: "GO", Version: 317, Opaque: rmqOpaque.Add(1), ExtFields: ext}
-	hb, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
-	}
-	frame := make([]byte, 8, 8+len(hb))
-	binary.BigEndian.PutUint32(frame[0:4], uint32(4+len(hb)))
-	binary.BigEndian.PutUint32(frame[4:8], uint32(len(hb))) // serialize type 0 = JSON
-	frame = append(frame, hb...)
-	if _, err := conn.Write(frame); err != nil {
-		return nil, err
-	}
-	for {
-		var pre [8]byte
-		if _, err := io.ReadFull(conn, pre[:]); err != nil {
-			return nil, err
-		}
-		total := binary.BigEndian.Uint32(pre[0:4])
-		hlen := binary.BigEndian.Uint32(pre[4:8]) & 0xFFFFFF
-		if total < 4+hlen || total > 64<<20 {
-			return nil, fmt.Errorf("bad remoting frame (length %d, header %d)", total, hlen)
-		}
-		rest := make([]byte, total-4)
-		if _, err := io.ReadFull(conn, rest); err != nil {
-			return nil, err
-		}
-		if pre[4] != 0 {
-			return nil, fmt.Errorf("unsupported remoting serialize type %d", pre[4])
-		}
-		var rh remotingHeader
-		if err := json.Unmarshal(rest[:hlen], &rh); err != nil {
-			return nil, fmt.Errorf("remoting header: %w", err)
-		}
-		if rh.Opaque != h.Opaque || rh.Flag&1 == 0 {
-			continue // not our response (e.g. a server-initiated request)
-		}
-		if rh.Code != 0 {
-			return nil, &remotingError{Code: rh.Code, Remark: rh.Remark}
-		}
-		return rest[hlen:], nil
-	}
-}
-
-// remotingError is a response with a non-zero code: the server answered
-// but refused or failed the request.
-type remotingError struct {
-	Code   int
-	Remark string
-}
-
-func (e *remotingError) Error() string {
-	return fmt.Sprintf("remoting response code %d: %s", e.Code, e.Remark)
-}
-
-// fastjsonKeyRE finds the unquoted integer map keys fastjson writes
-// ({0:"127.0.0.1:10911"}), which encoding/json rejects.
-var fastjsonKeyRE = regexp.MustCompile(`([{,])(-?\d+):`)
-
-func fastjsonToJSON(b []byte) []byte {
-	return fastjsonKeyRE.ReplaceAll(bytes.TrimSpace(b), []byte(`$1"$2":`))
 }

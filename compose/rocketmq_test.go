@@ -2,8 +2,8 @@ package compose
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	rocketmqbroker "github.com/inboxbench/inboxbench/brokers/rocketmq"
 	"os"
 	"strings"
 	"sync"
@@ -19,9 +19,6 @@ import (
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
-
-// rmqGetRouteInfoByTopic is GET_ROUTEINFO_BY_TOPIC.
-const rmqGetRouteInfoByTopic = 105
 
 // TestRocketMQStack is an integration smoke test of the running RocketMQ
 // (the local stack or the configured cluster; it does not start anything):
@@ -42,7 +39,7 @@ func TestRocketMQStack(t *testing.T) {
 	}
 	t.Logf("rocketmq version: %s", version)
 
-	ci, err := RocketMQClusterInfo(ctx, cfg.RocketMQNamesrv[0])
+	ci, err := rocketmqbroker.ClusterInfo(ctx, cfg.RocketMQNamesrv[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,20 +78,11 @@ func TestRocketMQStack(t *testing.T) {
 	// The name server must route the new topic (the broker registers it).
 	queues := 0
 	for queues == 0 {
-		body, err := remotingCall(ctx, cfg.RocketMQNamesrv[0], rmqGetRouteInfoByTopic, map[string]string{"topic": topic})
-		if err == nil {
-			var route struct {
-				QueueDatas []struct {
-					WriteQueueNums int `json:"writeQueueNums"`
-				} `json:"queueDatas"`
-			}
-			if err := json.Unmarshal(fastjsonToJSON(body), &route); err != nil {
-				t.Fatalf("route of %s: %v", topic, err)
-			}
-			for _, q := range route.QueueDatas {
-				queues += q.WriteQueueNums
-			}
+		n, err := rocketmqbroker.RouteQueues(ctx, cfg.RocketMQNamesrv[0], topic)
+		if err != nil {
+			t.Fatalf("route of %s: %v", topic, err)
 		}
+		queues = n
 		if queues == 0 {
 			select {
 			case <-ctx.Done():
@@ -202,20 +190,6 @@ func TestRocketMQStack(t *testing.T) {
 		if d.queue != sentQueue {
 			t.Errorf("message %d came from queue %d, sent to %d", i, d.queue, sentQueue)
 		}
-	}
-}
-
-// TestFastjsonToJSON needs no server: the name server's cluster info uses
-// fastjson's unquoted integer keys.
-func TestFastjsonToJSON(t *testing.T) {
-	body := []byte(`{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.0.1:50911",1:"127.0.0.1:50921"},"brokerName":"broker-a","cluster":"DefaultCluster"}},"clusterAddrTable":{"DefaultCluster":["broker-a"]}}`)
-	var ci RocketMQClusterInfoResult
-	if err := json.Unmarshal(fastjsonToJSON(body), &ci); err != nil {
-		t.Fatal(err)
-	}
-	got := ci.BrokerAddrs()
-	if len(got) != 2 || got[0] != "127.0.0.1:50911" || got[1] != "127.0.0.1:50921" {
-		t.Fatalf("BrokerAddrs = %v, want master 127.0.0.1:50911 first, then the slave", got)
 	}
 }
 

@@ -135,6 +135,43 @@ func parseOptions(driver string, opts brokers.Options) (settings, error) {
 	return s, nil
 }
 
+// ClientOpts turns the endpoint configuration into franz-go options:
+// seeds, TLS (system roots, or KafkaCAFile; a CA file implies TLS) and SASL
+// (plain, SCRAM). The stack's readiness check uses it too, so a cluster
+// that `bench stack status` reaches is one the driver reaches.
+func ClientOpts(cfg config.Config) ([]kgo.Opt, error) {
+	if len(cfg.KafkaBrokers) == 0 {
+		return nil, errors.New("kafka: no seed brokers configured (INBOXBENCH_KAFKA_BROKERS / --kafka-brokers)")
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)}
+	if cfg.KafkaTLS || cfg.KafkaCAFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.KafkaCAFile != "" {
+			pem, err := os.ReadFile(cfg.KafkaCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("kafka: read CA file (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file): %w", err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("kafka: CA file %s holds no PEM certificate (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file)", cfg.KafkaCAFile)
+			}
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	switch strings.ToLower(cfg.KafkaSASL) {
+	case "":
+	case "plain":
+		opts = append(opts, kgo.SASL(plain.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsMechanism()))
+	case "scram-sha-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsSha256Mechanism()))
+	case "scram-sha-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsSha512Mechanism()))
+	default:
+		return nil, fmt.Errorf("kafka: SASL mechanism %q is not supported: use plain, scram-sha-256 or scram-sha-512 (INBOXBENCH_KAFKA_SASL / --kafka-sasl)", cfg.KafkaSASL)
+	}
+	return opts, nil
+}
+
 // New connects to the cluster in cfg (seeds, TLS, SASL). Connections are
 // made lazily; Setup is the first call that needs the cluster.
 func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, error) {
@@ -142,34 +179,9 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.KafkaBrokers) == 0 {
-		return nil, errors.New("kafka: no seed brokers configured (INBOXBENCH_KAFKA_BROKERS / --kafka-brokers)")
-	}
-	base := []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)}
-	if cfg.KafkaTLS {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.KafkaCAFile != "" {
-			pem, err := os.ReadFile(cfg.KafkaCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("kafka: read CA file: %w", err)
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("kafka: CA file %s holds no PEM certificate", cfg.KafkaCAFile)
-			}
-		}
-		base = append(base, kgo.DialTLSConfig(tc))
-	}
-	switch strings.ToLower(cfg.KafkaSASL) {
-	case "":
-	case "plain":
-		base = append(base, kgo.SASL(plain.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsMechanism()))
-	case "scram-sha-256":
-		base = append(base, kgo.SASL(scram.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsSha256Mechanism()))
-	case "scram-sha-512":
-		base = append(base, kgo.SASL(scram.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsSha512Mechanism()))
-	default:
-		return nil, fmt.Errorf("kafka: SASL mechanism %q is not supported: use plain, scram-sha-256 or scram-sha-512", cfg.KafkaSASL)
+	base, err := ClientOpts(cfg)
+	if err != nil {
+		return nil, err
 	}
 	return newBroker(Name, base, s, nil)
 }

@@ -272,9 +272,14 @@ func (b *Broker) masters(ctx context.Context) ([]string, error) {
 	}
 	var errs []error
 	for _, ns := range b.namesrv {
-		addrs, err := clusterMasters(ctx, ns)
-		if err == nil && len(addrs) > 0 {
-			return addrs, nil
+		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		ci, err := ClusterInfo(cctx, ns)
+		cancel()
+		if err == nil {
+			if addrs := ci.Masters(); len(addrs) > 0 {
+				return addrs, nil
+			}
+			err = errors.New("no master broker registered")
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", ns, err))
 	}
