@@ -54,7 +54,7 @@ func newLab(ctx context.Context, e *Env, scenario, broker string, st inbox.Strat
 		return nil, fmt.Errorf("postgres URL: %w", err)
 	}
 	pcfg.MaxConns = 12
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "inboxbench/" + schema
+	pcfg.ConnConfig.RuntimeParams["application_name"] = runner.AppName(schema)
 	io := inbox.DefaultOptions()
 	io.Schema = schema
 	if opt != nil {

@@ -91,16 +91,25 @@ func (pipelineStrategy) Broken() bool { return false }
 func (pipelineStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
 	outs := make([]Outcome, len(events))
 	var fast []int
+	// Events are decided in delivery order: the pipelined run before a
+	// slow-path event (snapshot, idempotency key) is flushed first, so an
+	// aggregate's versions and a request's replays meet the inbox in the
+	// order the broker delivered them.
+	flush := func() {
+		for start := 0; start < len(fast); start += in.opt.BatchSize {
+			in.pipelineChunk(ctx, consumer, events, fast[start:min(start+in.opt.BatchSize, len(fast))], outs)
+		}
+		fast = fast[:0]
+	}
 	for i, ev := range events {
 		if validate(consumer, ev) != nil || !fastPath(ev) {
+			flush()
 			outs[i] = in.applyOne(ctx, "pipeline", consumer, ev, in.defaultApplyOpts())
 			continue
 		}
 		fast = append(fast, i)
 	}
-	for start := 0; start < len(fast); start += in.opt.BatchSize {
-		in.pipelineChunk(ctx, consumer, events, fast[start:min(start+in.opt.BatchSize, len(fast))], outs)
-	}
+	flush()
 	return outs, joinOutcomeErrors(outs)
 }
 

@@ -116,6 +116,8 @@ type Counters struct {
 	Errors       int64 `json:"errors"`
 	Crashes      int64 `json:"crashes"`
 	Rejected     int64 `json:"rejected"`
+	// PublishRetries counts batches sent again after a failed confirm.
+	PublishRetries int64 `json:"publish_retries"`
 }
 
 // Contention is what the sampler saw during the cell.

@@ -172,6 +172,7 @@ func spectrum(h *hdrhistogram.Histogram) []results.Point {
 type counters struct {
 	published, deliveries, executions, effects, duplicates, redeliveries,
 	gaps, parked, stale, conflicts, retries, errors, crashes, rejected atomic.Int64
+	publishRetries atomic.Int64
 }
 
 func (c *counters) snapshot() results.Counters {
@@ -180,5 +181,6 @@ func (c *counters) snapshot() results.Counters {
 		Effects: c.effects.Load(), Duplicates: c.duplicates.Load(), Redeliveries: c.redeliveries.Load(),
 		Gaps: c.gaps.Load(), Parked: c.parked.Load(), Stale: c.stale.Load(), Conflicts: c.conflicts.Load(),
 		Retries: c.retries.Load(), Errors: c.errors.Load(), Crashes: c.crashes.Load(), Rejected: c.rejected.Load(),
+		PublishRetries: c.publishRetries.Load(),
 	}
 }

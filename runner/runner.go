@@ -93,6 +93,18 @@ type CellInfo struct {
 	AppName string
 }
 
+// AppName is the application_name of a cell's connections, which the
+// contention sampler and fault actions select by. PostgreSQL keeps 63
+// bytes of it, so it is cut to that here: a longer name would match
+// nothing in pg_stat_activity.
+func AppName(cellID string) string {
+	n := "inboxbench/" + cellID
+	if len(n) > 63 {
+		n = n[:63]
+	}
+	return n
+}
+
 // NewRunID returns a sortable, readable run id.
 func NewRunID() string { return time.Now().UTC().Format("20060102-150405") }
 
@@ -204,13 +216,16 @@ type cell struct {
 	// crashed remembers events whose crash fault already fired, so a
 	// redelivery is not crashed again (Kafka has no redelivered flag).
 	crashed sync.Map
+	// ctx, info, fired, acting, notes and actionErr serve the mid-stream
+	// actions.
+	ctx       context.Context
+	actionErr error
+	info      CellInfo
+	fired     []bool
+	acting    atomic.Int32
+	noteMu    sync.Mutex
+	notes     []string
 	// firstEffect/lastEffect bound the throughput window (unix nanos).
-	// info, fired, acting and notes serve the mid-stream actions.
-	info                    CellInfo
-	fired                   []bool
-	acting                  atomic.Int32
-	noteMu                  sync.Mutex
-	notes                   []string
 	firstEffect, lastEffect atomic.Int64
 	effectsAtWarm           atomic.Int64
 	series                  []float64
@@ -247,7 +262,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	}
 	// One connection per consumer, plus room for storms and draining.
 	pcfg.MaxConns = int32(o.Spec.Consumers*2 + o.Spec.Faults.StormConsumers + 4)
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "inboxbench/" + c.id
+	pcfg.ConnConfig.RuntimeParams["application_name"] = AppName(c.id)
 	iopt := inbox.DefaultOptions()
 	iopt.Schema = c.id
 	iopt.DisableParking = !o.Spec.ParkingOn()
@@ -285,8 +300,9 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	defer b.Close()
 	c.stall = max(o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second)
 	topic := strings.ReplaceAll(c.id, "_", "-")
-	c.info = CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: topic, AppName: "inboxbench/" + c.id}
+	c.info = CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: topic, AppName: AppName(c.id)}
 	c.fired = make([]bool, len(o.Actions))
+	c.ctx = ctx
 	setupCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = b.Setup(setupCtx, topic, o.Spec.Shards)
 	cancel()
@@ -294,7 +310,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		return fmt.Errorf("%s: set up topic %s: %w", c.broker, topic, err)
 	}
 
-	sampler, err := inbox.StartContention(ctx, o.Cfg.PGURL, "inboxbench/"+c.id, 100*time.Millisecond)
+	sampler, err := inbox.StartContention(ctx, o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -320,6 +336,9 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	defer warm.Stop()
 	seriesDone := make(chan struct{})
 	go c.sampleSeries(runCtx, seriesDone)
+	if len(o.Actions) > 0 {
+		go c.watchActions(runCtx)
+	}
 	pubErr := c.publish(runCtx, b, topic)
 	var cellErr error
 	if pubErr != nil {
@@ -348,6 +367,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	c.fill(res, rep)
 	c.noteMu.Lock()
 	res.Notes = append(res.Notes, c.notes...)
+	cellErr = errors.Join(cellErr, c.actionErr)
 	c.noteMu.Unlock()
 	// Durable effects are a fact of the database, not of what the
 	// consumers believe they did.
@@ -371,7 +391,7 @@ func (c *cell) restartSchedule() []int64 {
 func (c *cell) consume(ctx context.Context, b brokers.Broker, topic string, idx int, restartAt []int64) error {
 	group := "ib-" + c.id
 	opts := brokers.SubscribeOptions{MaxBatch: c.batchSize()}
-	next := 0
+	next, first := 0, true
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for ctx.Err() == nil {
@@ -382,8 +402,19 @@ func (c *cell) consume(ctx context.Context, b brokers.Broker, topic string, idx 
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("%s: consumer %d: subscribe: %w", c.broker, idx, err)
+			if first {
+				return fmt.Errorf("%s: consumer %d: subscribe: %w", c.broker, idx, err)
+			}
+			// The broker may be restarting: keep trying, as a production
+			// consumer would; the stall timeout ends a broker that never
+			// comes back, and the error is in the cell's notes.
+			c.note(fmt.Sprintf("consumer %d: subscribe again: %v", idx, err))
+			if !sleep(ctx, time.Second) {
+				return nil
+			}
+			continue
 		}
+		first = false
 		// Consumer 0 performs the planned restarts.
 		var restart <-chan time.Time
 		if idx == 0 && next < len(restartAt) {
@@ -403,7 +434,13 @@ func (c *cell) consume(ctx context.Context, b brokers.Broker, topic string, idx 
 				if ctx.Err() != nil {
 					return nil
 				}
-				return fmt.Errorf("%s: consumer %d: %w", c.broker, idx, sub.Err())
+				// Connection lost (a broker restart, a network fault):
+				// unacked deliveries come back; subscribe again.
+				c.note(fmt.Sprintf("consumer %d: subscription ended: %v; subscribing again", idx, sub.Err()))
+				if !sleep(ctx, 500*time.Millisecond) {
+					return nil
+				}
+				break wait
 			case <-restart:
 				if next < len(restartAt) && c.handled.Load() >= restartAt[next] {
 					next++
@@ -626,11 +663,8 @@ func (c *cell) publish(ctx context.Context, b brokers.Broker, topic string) erro
 			}
 			msgs = append(msgs, brokers.Message{Key: pubs[j].OrderingKey(), ID: ev.Key(), Body: body})
 		}
-		sent := time.Now()
-		errs := b.Publish(ctx, topic, msgs)
-		c.meters.recordPublish(time.Since(sent), len(msgs))
-		if err := brokers.FirstError(errs); err != nil {
-			return fmt.Errorf("%s: publish to %s: %w", c.broker, topic, err)
+		if err := c.send(ctx, b, topic, msgs); err != nil {
+			return err
 		}
 		c.c.published.Add(int64(len(msgs)))
 		if i == 0 && len(c.o.Poison) > 0 {
@@ -645,6 +679,56 @@ func (c *cell) publish(ctx context.Context, b brokers.Broker, topic string) erro
 	return nil
 }
 
+// send publishes one batch and waits for its confirmations. A failed batch
+// is sent again, whole, with the same event ids (a producer's retry: what
+// was confirmed before arrives twice and is deduplicated), for up to two
+// minutes: a broker restart must not end the run, a dead broker must.
+func (c *cell) send(ctx context.Context, b brokers.Broker, topic string, msgs []brokers.Message) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	backoff := 200 * time.Millisecond
+	for {
+		sent := time.Now()
+		errs := b.Publish(ctx, topic, msgs)
+		err := brokers.FirstError(errs)
+		if err == nil {
+			c.meters.recordPublish(time.Since(sent), len(msgs))
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("%s: publish to %s: %w", c.broker, topic, err)
+		}
+		c.c.publishRetries.Add(1)
+		c.note(fmt.Sprintf("publish to %s failed, sending the batch again: %v", topic, err))
+		if !sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// note records something that happened to the cell, once per text.
+func (c *cell) note(text string) {
+	c.noteMu.Lock()
+	defer c.noteMu.Unlock()
+	for _, n := range c.notes {
+		if n == text {
+			return
+		}
+	}
+	if len(c.notes) < 50 {
+		c.notes = append(c.notes, text)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
 // publishPoison sends the malformed bodies after the first batch, so they
 // sit in the middle of the stream.
 func (c *cell) publishPoison(ctx context.Context, b brokers.Broker, topic string) error {
@@ -652,37 +736,88 @@ func (c *cell) publishPoison(ctx context.Context, b brokers.Broker, topic string
 	for i, body := range c.o.Poison {
 		msgs[i] = brokers.Message{Key: fmt.Sprintf("poison-%d", i), ID: fmt.Sprintf("poison-%d", i), Body: body}
 	}
-	if err := brokers.FirstError(b.Publish(ctx, topic, msgs)); err != nil {
-		return fmt.Errorf("%s: publish poison to %s: %w", c.broker, topic, err)
+	if err := c.send(ctx, b, topic, msgs); err != nil {
+		return err
 	}
 	c.c.published.Add(int64(len(msgs)))
 	return nil
 }
 
 // runActions fires each mid-stream action once its share of the stream
-// has been answered. Stall detection pauses while one runs.
-func (c *cell) runActions(ctx context.Context, total int64) {
+// has been answered. Stall detection pauses while one runs, and the cell
+// is not done before every action finished. An action runs on a context
+// of its own: ending the cell must not cut a broker restart in half.
+func (c *cell) watchActions(ctx context.Context) {
+	total := int64(len(c.plan.Publishes) + len(c.o.Poison))
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !c.allFired() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.runActions(total)
+		}
+	}
+}
+
+// runActions fires the next due action, one at a time: two faults
+// injected in the same instant would hide each other.
+func (c *cell) runActions(total int64) {
+	if c.acting.Load() > 0 {
+		return
+	}
 	for i := range c.o.Actions {
 		a := &c.o.Actions[i]
-		if c.fired[i] || float64(c.handled.Load()) < a.At*float64(total) {
+		handled := c.handled.Load()
+		if c.isFired(i) {
 			continue
 		}
-		c.fired[i] = true
+		if float64(handled) < a.At*float64(total) {
+			return
+		}
+		c.fire(i)
 		c.acting.Add(1)
 		go func() {
 			defer c.acting.Add(-1)
 			defer c.progress.Add(1)
-			if err := a.Do(ctx, c.info); err != nil {
-				c.noteMu.Lock()
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 5*time.Minute)
+			defer cancel()
+			err := a.Do(ctx, c.info)
+			c.noteMu.Lock()
+			defer c.noteMu.Unlock()
+			if err != nil {
 				c.notes = append(c.notes, fmt.Sprintf("action %s: %v", a.Name, err))
-				c.noteMu.Unlock()
-			} else {
-				c.noteMu.Lock()
-				c.notes = append(c.notes, fmt.Sprintf("action %s done at %.0f%% of the stream", a.Name, 100*a.At))
-				c.noteMu.Unlock()
+				c.actionErr = errors.Join(c.actionErr, fmt.Errorf("action %s: %w", a.Name, err))
+				return
 			}
+			c.notes = append(c.notes, fmt.Sprintf("action %s done with %d of %d messages answered", a.Name, handled, total))
 		}()
+		return
 	}
+}
+
+func (c *cell) fire(i int) {
+	c.noteMu.Lock()
+	c.fired[i] = true
+	c.noteMu.Unlock()
+}
+
+func (c *cell) isFired(i int) bool {
+	c.noteMu.Lock()
+	defer c.noteMu.Unlock()
+	return c.fired[i]
+}
+
+func (c *cell) allFired() bool {
+	c.noteMu.Lock()
+	defer c.noteMu.Unlock()
+	for _, f := range c.fired {
+		if !f {
+			return false
+		}
+	}
+	return true
 }
 
 // waitDone returns once every published message got a final verdict and
@@ -703,7 +838,10 @@ func (c *cell) waitDone(ctx context.Context, consumeErr <-chan error) error {
 		if p := c.progress.Load(); p != last {
 			last, lastChange = p, time.Now()
 		}
-		if c.handled.Load() >= c.c.published.Load() {
+		if c.acting.Load() > 0 {
+			lastChange = time.Now()
+		}
+		if c.handled.Load() >= c.c.published.Load() && c.acting.Load() == 0 && c.allFired() {
 			n, err := c.parkedNow(ctx)
 			if err == nil && n == 0 {
 				return nil
@@ -728,10 +866,6 @@ func (c *cell) waitDone(ctx context.Context, consumeErr <-chan error) error {
 					return nil
 				}
 			}
-		}
-		c.runActions(ctx, int64(len(c.plan.Publishes)+len(c.o.Poison)))
-		if c.acting.Load() > 0 {
-			lastChange = time.Now()
 		}
 		if time.Since(lastChange) > c.stall {
 			return fmt.Errorf("stalled: no delivery for %s with %d of %d messages answered (the checker lists what is missing)",

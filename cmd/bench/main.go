@@ -77,8 +77,11 @@ end-to-end latency and lock contention, and then proves that every business
 event took effect exactly once.
 
 Start with:
-  bench stack up        start PostgreSQL, RabbitMQ, Kafka and RocketMQ locally
-  bench stack status    show what is running, with versions
+  bench stack up                     start PostgreSQL, RabbitMQ, Kafka and RocketMQ locally
+  bench stack status                 show what is running, with versions
+  bench run --workload smoke         a few seconds through every broker, measured and checked
+  bench report results/RUN_ID        report.md and a self-contained report.html with charts
+  bench conform --list               the scenarios that judge a broker + inbox setup
 
 Endpoints default to the local stack; point them at your own clusters with
 flags or these environment variables:
