@@ -27,6 +27,7 @@ const maxBatch = 1024
 type pushConsumer interface {
 	Start() error
 	Shutdown() error
+	Rebalance()
 }
 
 type subscription struct {
@@ -115,7 +116,29 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		<-s.life.Done()
 		return nil, fmt.Errorf("rocketmq: start consumer of %s as %s: %w", topic, group, err)
 	}
+	go s.nudge()
 	return s, nil
+}
+
+// nudge rebalances every second. The client rebalances at start and then
+// every 20s; a consumer joining a group computes its share at start, but
+// cannot lock those queues until their old owner (notified of the join)
+// has let go a moment later, so without a nudge it idles for 20s. Each
+// rebalance is one consumer-list query per topic.
+func (s *subscription) nudge() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			if s.enter() {
+				s.pc.Rebalance()
+				s.leave()
+			}
+		}
+	}
 }
 
 func (s *subscription) Done() <-chan struct{} { return s.life.Done() }
