@@ -148,6 +148,15 @@ func Load(path string) (*Spec, error) {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			var names []string
+			if m, _ := filepath.Glob(filepath.Join("workloads", "*.yaml")); len(m) > 0 {
+				for _, f := range m {
+					names = append(names, strings.TrimSuffix(filepath.Base(f), ".yaml"))
+				}
+				return nil, fmt.Errorf("workload %s does not exist: give a file path, or one of %s", path, strings.Join(names, ", "))
+			}
+		}
 		return nil, fmt.Errorf("workload %s: %w", path, err)
 	}
 	s, err := Parse(b)
