@@ -527,6 +527,9 @@ func (c *cell) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.Ver
 // event, each on its own connection, that race the regular apply once
 // released: exactly one of all of them may win the inbox key.
 func (c *cell) storms(ctx context.Context, evs []*envelope.Event) (release, wait func()) {
+	if c.o.Spec.Faults.ConcurrentDuplicates == 0 {
+		return func() {}, func() {} // the common case costs the hot path nothing
+	}
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
 	for _, ev := range evs {

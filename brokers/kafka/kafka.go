@@ -35,6 +35,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -49,6 +50,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/config"
 )
 
@@ -348,17 +350,9 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.closed = true
-	subs := make([]*subscription, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
+	subs := maps.Clone(b.subs)
 	b.mu.Unlock()
-	var errs []error
-	for _, s := range subs {
-		if err := s.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := []error{driverutil.CloseAll(subs)}
 	if !closeBounded(b.prod) {
 		errs = append(errs, b.errorf("producer did not close within 15s (unreachable cluster?)"))
 	}

@@ -132,11 +132,7 @@ func (s *subscription) Stats() brokers.Stats  { return s.stats.Stats() }
 // Close implements brokers.Subscription.
 func (s *subscription) Close() error {
 	s.shutdown(nil)
-	<-s.life.Done()
-	if err := s.life.Err(); err != nil && !errors.Is(err, brokers.ErrCrashed) {
-		return err
-	}
-	return nil
+	return s.life.Wait()
 }
 
 // shutdown ends the subscription once: stop polling, stop workers (their

@@ -266,18 +266,9 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.closed = true
-	subs := make([]*subscription, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
+	subs := maps.Clone(b.subs)
 	b.mu.Unlock()
-	var errs []error
-	for _, s := range subs {
-		if err := s.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return driverutil.CloseAll(subs)
 }
 
 // subscription runs one worker per shard; a worker handles its shard only
@@ -333,11 +324,7 @@ func (s *subscription) Stats() brokers.Stats  { return s.stats.Stats() }
 // they finished is acknowledged; the rest stays queued.
 func (s *subscription) Close() error {
 	s.end(nil)
-	<-s.life.Done()
-	if err := s.life.Err(); err != nil && !errors.Is(err, brokers.ErrCrashed) {
-		return err
-	}
-	return nil
+	return s.life.Wait()
 }
 
 // end stops the subscription once; Done closes when every worker left

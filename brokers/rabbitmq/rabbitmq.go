@@ -51,6 +51,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/config"
 )
 
@@ -305,18 +307,10 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.closed = true
-	subs := make([]*subscription, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
+	subs := maps.Clone(b.subs)
 	conn := b.conn
 	b.mu.Unlock()
-	var errs []error
-	for _, s := range subs {
-		if err := s.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := []error{driverutil.CloseAll(subs)}
 	for _, p := range b.pub {
 		p.close()
 	}

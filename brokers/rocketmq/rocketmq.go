@@ -62,6 +62,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -462,18 +463,10 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.closed = true
-	subs := make([]*subscription, 0, len(b.subs))
-	for s := range b.subs {
-		subs = append(subs, s)
-	}
+	subs := maps.Clone(b.subs)
 	a := b.adm
 	b.mu.Unlock()
-	var errs []error
-	for _, s := range subs {
-		if err := s.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs := []error{driverutil.CloseAll(subs)}
 	b.prodOnce.Do(func() {}) // no producer may start after Close
 	if b.prod != nil && !driverutil.Bounded(15*time.Second, func() { _ = b.prod.Shutdown() }) {
 		errs = append(errs, errors.New("rocketmq: producer shutdown did not finish within 15s"))

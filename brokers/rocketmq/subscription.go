@@ -148,11 +148,7 @@ func (s *subscription) Stats() brokers.Stats  { return s.stats.Stats() }
 // Close implements brokers.Subscription.
 func (s *subscription) Close() error {
 	s.end(nil)
-	<-s.life.Done()
-	if err := s.life.Err(); err != nil && !errors.Is(err, brokers.ErrCrashed) {
-		return err
-	}
-	return nil
+	return s.life.Wait()
 }
 
 // end stops the subscription once: no handler starts any more, running

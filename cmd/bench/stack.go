@@ -37,12 +37,14 @@ SERVICE arguments restrict a command to some services (default: all).`,
 		}
 		return &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stdout}, nil
 	}
-	pick := func(args []string) ([]compose.Service, error) {
-		s, err := compose.Select(args)
+	// resolve turns SERVICE arguments into services and the stack's Env.
+	resolve := func(args []string) (*compose.Env, []compose.Service, error) {
+		svcs, err := compose.Select(args)
 		if err != nil {
-			return nil, usageError{err}
+			return nil, nil, usageError{err}
 		}
-		return s, nil
+		e, err := dirEnv()
+		return e, svcs, err
 	}
 	up := &cobra.Command{
 		Use:   "up [SERVICE...]",
@@ -54,11 +56,7 @@ A healthy service is reused, so running it twice is harmless. On failure it
 names the service, the command it ran and the log file to read.`,
 		ValidArgs: compose.Names(),
 		RunE: func(c *cobra.Command, args []string) error {
-			svcs, err := pick(args)
-			if err != nil {
-				return err
-			}
-			e, err := dirEnv()
+			e, svcs, err := resolve(args)
 			if err != nil {
 				return err
 			}
@@ -70,11 +68,7 @@ names the service, the command it ran and the log file to read.`,
 		Use:   "down [SERVICE...]",
 		Short: "Stop the services that 'up' started (data is kept unless --wipe)",
 		RunE: func(c *cobra.Command, args []string) error {
-			svcs, err := pick(args)
-			if err != nil {
-				return err
-			}
-			e, err := dirEnv()
+			e, svcs, err := resolve(args)
 			if err != nil {
 				return err
 			}
@@ -89,11 +83,7 @@ names the service, the command it ran and the log file to read.`,
 configured address (so it also works against compose or remote clusters).
 Exits 1 when any selected service is unhealthy.`,
 		RunE: func(c *cobra.Command, args []string) error {
-			svcs, err := pick(args)
-			if err != nil {
-				return err
-			}
-			e, err := dirEnv()
+			e, svcs, err := resolve(args)
 			if err != nil {
 				return err
 			}
@@ -121,11 +111,7 @@ Exits 1 when any selected service is unhealthy.`,
 		Short: "Print the tail of a service's log files",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			svcs, err := pick(args)
-			if err != nil {
-				return err
-			}
-			e, err := dirEnv()
+			e, svcs, err := resolve(args)
 			if err != nil {
 				return err
 			}

@@ -5,6 +5,7 @@ package driverutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sync"
@@ -43,6 +44,34 @@ func (l *Lifecycle) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
+}
+
+// Wait blocks until the first Finish and returns what a Subscription's
+// Close reports: nil after a clean end or a deliberate crash (ErrCrashed is
+// the caller's own doing), else the error that ended it.
+func (l *Lifecycle) Wait() error {
+	<-l.done
+	if err := l.Err(); err != nil && !errors.Is(err, brokers.ErrCrashed) {
+		return err
+	}
+	return nil
+}
+
+// CloseAll closes every subscription and joins their errors. Drivers copy
+// their set under their lock (maps.Clone; an ending subscription removes
+// itself from the original), mark themselves closed, and call it unlocked:
+// a subscription's Close waits for running handlers.
+func CloseAll[S interface {
+	comparable
+	Close() error
+}](set map[S]struct{}) error {
+	var errs []error
+	for s := range set {
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Settle acknowledges (Ack) or dead-letters (Reject) ds in order; vs[i] is
