@@ -193,6 +193,10 @@ type Capabilities struct {
 	// NotPerformanceTarget marks drivers that exist for quick functional
 	// runs (kafka-embedded): their figures must not be compared.
 	NotPerformanceTarget bool
+	// InProcess: the "broker" lives inside the process that opened it
+	// (none, kafka-embedded), so another process cannot consume what this
+	// one publishes; worker processes do not apply.
+	InProcess bool
 	// RedeliveryDelay bounds how long after a consumer crash its unacked
 	// deliveries can take to reach another (or a restarted) consumer of
 	// the group: 0 when it is immediate. Callers waiting for progress

@@ -10,6 +10,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -170,4 +171,22 @@ func parseBool(s string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("not a boolean: use true or false")
+}
+
+// Environ returns the configuration as INBOXBENCH_* assignments, for a
+// child process (a `bench worker` started by a run) to see exactly the
+// settings its parent resolved from flags and environment.
+func (c *Config) Environ() []string {
+	var out []string
+	for _, v := range c.vars() {
+		switch {
+		case v.str != nil:
+			out = append(out, v.name+"="+*v.str)
+		case v.list != nil:
+			out = append(out, v.name+"="+strings.Join(*v.list, ","))
+		case v.boolean != nil:
+			out = append(out, v.name+"="+strconv.FormatBool(*v.boolean))
+		}
+	}
+	return out
 }

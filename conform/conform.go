@@ -31,6 +31,9 @@ type Env struct {
 	Log      *slog.Logger
 	// Out receives the scenarios' printed lines (the article's).
 	Out io.Writer
+	// WorkerCmd starts a `bench worker` process (consumer-crash kills
+	// real ones): the bench executable and "worker".
+	WorkerCmd []string
 }
 
 // Outcome is what one scenario run on one broker with one strategy found.
@@ -43,6 +46,9 @@ type Outcome struct {
 	Line  string
 	Notes []string
 	Err   error
+	// crashes counts the crash faults that fired (processes killed in
+	// worker mode).
+	crashes int64
 }
 
 // Scenario is a named, deterministic program of publishes, deliveries and
@@ -189,7 +195,7 @@ func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.S
 		}
 	}()
 	out := sc.Run(ctx, e, broker, st)
-	row.Verdict, row.Anomalies, row.Examples, row.Line = out.Verdict, out.Anomalies, out.Examples, out.Line
+	row.Verdict, row.Anomalies, row.Examples, row.Line, row.Notes = out.Verdict, out.Anomalies, out.Examples, out.Line, out.Notes
 	if out.Err != nil {
 		row.Verdict = "ERROR"
 		row.Error = out.Err.Error()

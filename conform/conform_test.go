@@ -36,7 +36,7 @@ func run(t *testing.T, brokers, scenarios []string, sts []inbox.Strategy) ([]res
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	rows := Run(ctx, Options{Env: Env{Cfg: cfg, Out: &out}, Scenarios: scs, Brokers: brokers, Strategies: sts})
+	rows := Run(ctx, Options{Env: Env{Cfg: cfg, Out: &out, WorkerCmd: testenv.BenchWorkerCmd(t)}, Scenarios: scs, Brokers: brokers, Strategies: sts})
 	for _, r := range rows {
 		if !r.AsExpected() {
 			t.Errorf("%s/%s/%s: expected %s, got %s (anomalies %v, error %q)", r.Scenario, r.Broker, r.Strategy, r.Expected, r.Verdict, r.Anomalies, r.Error)
@@ -82,9 +82,30 @@ func TestEveryNegativeControlIsCaught(t *testing.T) {
 }
 
 // TestFaultScenariosOnKafka runs the production faults through the real
-// Kafka with the batch strategy.
+// Kafka with the batch strategy, consumer-crash with real worker processes
+// killed by kill -9.
 func TestFaultScenariosOnKafka(t *testing.T) {
 	testenv.Require(t, testenv.Kafka)
-	run(t, []string{"kafka"}, []string{"ack-lost", "reorder", "duplicate-storm", "idempotency-conflict", "db-connection-kill", "poison"},
+	rows, _ := run(t, []string{"kafka"}, []string{"ack-lost", "reorder", "duplicate-storm", "idempotency-conflict", "db-connection-kill", "poison", "consumer-crash"},
 		strategies(t, "batch"))
+	requireKills(t, rows)
+}
+
+// TestConsumerCrashOnRocketMQ kills worker processes consuming RocketMQ's
+// orderly queues: their queue locks must pass to the replacement without
+// loss, and the negative control must be caught.
+func TestConsumerCrashOnRocketMQ(t *testing.T) {
+	testenv.Require(t, testenv.RocketMQ)
+	rows, _ := run(t, []string{"rocketmq"}, []string{"consumer-crash"}, strategies(t, "tx", "broken-ack-before-commit"))
+	requireKills(t, rows)
+}
+
+// requireKills checks that consumer-crash really killed processes.
+func requireKills(t *testing.T, rows []results.ConformRow) {
+	t.Helper()
+	for _, r := range rows {
+		if r.Scenario == "consumer-crash" && !r.Broken && !strings.Contains(strings.Join(r.Notes, "\n"), "killed with SIGKILL") {
+			t.Errorf("consumer-crash/%s/%s: no worker process was killed: notes %q", r.Broker, r.Strategy, r.Notes)
+		}
+	}
 }

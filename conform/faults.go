@@ -29,6 +29,25 @@ func init() {
 	}
 	register(stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
 		[]string{"broken-ack-before-commit"}, "crash_after_commit: 0.015"))
+	register(&Scenario{Name: "consumer-crash", Timeout: 5 * time.Minute, Catches: []string{"broken-ack-before-commit"},
+		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced: every redelivery is deduplicated, nothing is lost",
+		Brokers: []string{"rabbitmq", "kafka", "rocketmq"},
+		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
+			if len(e.WorkerCmd) == 0 {
+				return fail(errors.New("consumer-crash needs the bench program to start workers with (conform.Env.WorkerCmd)"))
+			}
+			out := runStream(ctx, e, "consumer-crash", broker, st, "crash_after_commit: 0.015", func(o *runner.Options, e *Env) {
+				o.Workers, o.WorkerCmd = 2, e.WorkerCmd
+				o.Spec.Consumers = 2
+			})
+			if out.Err == nil && out.crashes == 0 && !st.Broken() {
+				return fail(errors.New("no worker process was killed: the scenario proved nothing"))
+			}
+			if out.Err == nil {
+				out.Line = fmt.Sprintf("consumer-crash: %s/%s workers=2 killed=%d", broker, st.Name(), out.crashes)
+			}
+			return out
+		}})
 	register(stream("publisher-retry", "a producer re-sends 20% of events right after themselves with the same id: each takes effect once",
 		nil, "publisher_retry: 0.2"))
 	register(stream("republish-new-message", "upstream republishes 20% of events later as new transport messages with the same event id: each takes effect once",
@@ -117,7 +136,8 @@ func runStream(ctx context.Context, e *Env, name, broker string, st inbox.Strate
 	if c.Invariants.Verdict == "ERROR" || c.Invariants.Verdict == "" {
 		return fail(fmt.Errorf("%s", c.Error))
 	}
-	out := Outcome{Verdict: c.Invariants.Verdict, Anomalies: c.Invariants.Anomalies, Examples: c.Invariants.Examples, Notes: c.Notes}
+	out := Outcome{Verdict: c.Invariants.Verdict, Anomalies: c.Invariants.Anomalies, Examples: c.Invariants.Examples, Notes: c.Notes,
+		crashes: c.Counters.Crashes}
 	if c.Error != "" {
 		out.Notes = append(out.Notes, c.Error)
 	}

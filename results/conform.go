@@ -54,6 +54,9 @@ type ConformRow struct {
 	// Line is the scenario's one-line account (the article's experiments
 	// print their exact expected lines).
 	Line string `json:"line,omitempty"`
+	// Notes are what happened during the run (faults injected, workers
+	// killed and replaced, reconnects): the evidence behind the verdict.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // AsExpected reports whether the row's verdict matches its expectation.

@@ -1,7 +1,9 @@
 package runner
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,4 +185,93 @@ func (c *counters) snapshot() results.Counters {
 		Retries: c.retries.Load(), Errors: c.errors.Load(), Crashes: c.crashes.Load(), Rejected: c.rejected.Load(),
 		PublishRetries: c.publishRetries.Load(),
 	}
+}
+
+// setConsumerSide stores what the workers counted (workers.go): every
+// counter but the publisher's own.
+func (c *counters) setConsumerSide(s results.Counters) {
+	c.deliveries.Store(s.Deliveries)
+	c.executions.Store(s.Executions)
+	c.effects.Store(s.Effects)
+	c.duplicates.Store(s.Duplicates)
+	c.redeliveries.Store(s.Redeliveries)
+	c.gaps.Store(s.Gaps)
+	c.parked.Store(s.Parked)
+	c.stale.Store(s.Stale)
+	c.conflicts.Store(s.Conflicts)
+	c.retries.Store(s.Retries)
+	c.errors.Store(s.Errors)
+	c.crashes.Store(s.Crashes)
+	c.rejected.Store(s.Rejected)
+}
+
+func addCounters(a, b results.Counters) results.Counters {
+	return results.Counters{
+		Published: a.Published + b.Published, Deliveries: a.Deliveries + b.Deliveries, Executions: a.Executions + b.Executions,
+		Effects: a.Effects + b.Effects, Duplicates: a.Duplicates + b.Duplicates, Redeliveries: a.Redeliveries + b.Redeliveries,
+		Gaps: a.Gaps + b.Gaps, Parked: a.Parked + b.Parked, Stale: a.Stale + b.Stale, Conflicts: a.Conflicts + b.Conflicts,
+		Retries: a.Retries + b.Retries, Errors: a.Errors + b.Errors, Crashes: a.Crashes + b.Crashes, Rejected: a.Rejected + b.Rejected,
+		PublishRetries: a.PublishRetries + b.PublishRetries,
+	}
+}
+
+// export merges this process's histograms and encodes them (HdrHistogram
+// V2 compressed, base64) for the coordinator; keys are "e2e", "apply",
+// "dedup" and "apply:RESULT".
+func (ms *meters) export() map[string]string {
+	all := map[string]*hdrhistogram.Histogram{}
+	merge := func(k string, h *hdrhistogram.Histogram) {
+		if h.TotalCount() == 0 {
+			return
+		}
+		if all[k] == nil {
+			all[k] = newHist()
+		}
+		all[k].Merge(h)
+	}
+	ms.m.Range(func(_, v any) bool {
+		m := v.(*meter)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		merge("e2e", m.e2e)
+		merge("apply", m.apply)
+		merge("dedup", m.dedup)
+		for k, h := range m.byKind {
+			merge("apply:"+k, h)
+		}
+		return true
+	})
+	out := map[string]string{}
+	for k, h := range all {
+		if b, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase); err == nil {
+			out[k] = string(b)
+		}
+	}
+	return out
+}
+
+// absorb adds a worker's exported histograms as one more meter.
+func (ms *meters) absorb(worker string, enc map[string]string) error {
+	if len(enc) == 0 {
+		return nil
+	}
+	m := newMeter(true)
+	for k, v := range enc {
+		h, err := hdrhistogram.Decode([]byte(v))
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		switch {
+		case k == "e2e":
+			m.e2e.Merge(h)
+		case k == "apply":
+			m.apply.Merge(h)
+		case k == "dedup":
+			m.dedup.Merge(h)
+		case strings.HasPrefix(k, "apply:"):
+			m.byKind[strings.TrimPrefix(k, "apply:")] = h
+		}
+	}
+	ms.m.Store("worker "+worker, m)
+	return nil
 }

@@ -75,6 +75,17 @@ type Options struct {
 	// published messages has been answered (fault injection: restart the
 	// broker, kill database connections …).
 	Actions []Action
+	// Workers, when above zero, runs each cell's consumers as that many
+	// `bench worker` processes started with WorkerCmd (and started again
+	// when one dies) instead of goroutines; RemoteWorkers more are
+	// expected to join from elsewhere (workers.go). Either replaces the
+	// workload's consumer count.
+	Workers, RemoteWorkers int
+	WorkerCmd              []string
+	// JoinTimeout bounds the wait for workers to join a cell.
+	JoinTimeout time.Duration
+
+	fleet *fleet
 }
 
 // Action is a mid-stream fault.
@@ -125,6 +136,20 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 	}
 	if err := checkExtras(ctx, o); err != nil {
 		return nil, "", err
+	}
+	if o.Workers > 0 || o.RemoteWorkers > 0 {
+		if o.JoinTimeout <= 0 {
+			o.JoinTimeout = 2 * time.Minute
+		}
+		spec := *o.Spec
+		spec.Consumers = o.Workers + o.RemoteWorkers
+		o.Spec = &spec
+		f, err := startFleet(ctx, o)
+		if err != nil {
+			return nil, "", err
+		}
+		defer f.finish()
+		o.fleet = f
 	}
 	dir := filepath.Join(o.OutDir, o.RunID)
 	wl, err := json.Marshal(o.Spec)
@@ -212,10 +237,15 @@ type cell struct {
 	done     sync.Map
 	progress atomic.Int64 // bumps on every verdict, for stall detection
 	start    time.Time    // publishing started
-	warmEnd  time.Time
+	warmEnd  atomic.Int64 // unix nanos; a worker learns it from the coordinator
 	// crashed remembers events whose crash fault already fired, so a
 	// redelivery is not crashed again (Kafka has no redelivered flag).
 	crashed sync.Map
+	// member is set in a worker process (workers.go); workerProgress and
+	// remoteP99 are the coordinator's view of its workers.
+	member         *member
+	workerProgress int64
+	remoteP99      atomic.Int64
 	// ctx, info, fired, acting, notes and actionErr serve the mid-stream
 	// actions.
 	ctx       context.Context
@@ -256,48 +286,27 @@ func runCell(ctx context.Context, o Options, plan *workload.Plan, broker, strate
 
 func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	o := c.o
-	pcfg, err := pgxpool.ParseConfig(o.Cfg.PGURL)
+	pool, err := c.openInbox(ctx, true)
 	if err != nil {
-		return fmt.Errorf("postgres URL: %w", err)
-	}
-	// One connection per consumer, plus room for storms and draining.
-	pcfg.MaxConns = int32(o.Spec.Consumers*2 + o.Spec.Faults.StormConsumers + 4)
-	pcfg.ConnConfig.RuntimeParams["application_name"] = AppName(c.id)
-	iopt := inbox.DefaultOptions()
-	iopt.Schema = c.id
-	iopt.DisableParking = !o.Spec.ParkingOn()
-	iopt.BatchSize = o.Spec.BatchSize
-	inbox.ConfigurePool(pcfg, iopt)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
+		return err
 	}
 	defer pool.Close()
-	if _, err := inbox.Migrate(ctx, pool, c.id); err != nil {
-		return fmt.Errorf("postgres: migrate schema %s: %w", c.id, err)
-	}
-	// A user strategy file's DDL runs after the built-in migration, and its
-	// statements are checked by the server, before anything is published.
-	if p, ok := c.strategy.(inbox.Preparer); ok {
-		if err := p.Prepare(ctx, pool, c.id); err != nil {
-			return err
-		}
-	}
 	if o.Audit {
 		if err := InstallAudit(ctx, pool, c.id); err != nil {
 			return err
 		}
 	}
-	c.in, err = inbox.New(pool, iopt)
+	b, err := openBroker(ctx, c)
 	if err != nil {
 		return err
 	}
-
-	b, err := brokers.Open(ctx, c.broker, o.Cfg, nil)
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.broker, err)
-	}
 	defer b.Close()
+	if o.fleet != nil && b.Capabilities().InProcess {
+		// Its queues live in this process: no other process can consume
+		// them. The same number of consumers run here instead.
+		o.fleet, c.o.fleet = nil, nil
+		c.note(fmt.Sprintf("%s lives in this process: its %d consumers ran as goroutines, not worker processes", c.broker, o.Spec.Consumers))
+	}
 	c.stall = max(o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second)
 	topic := strings.ReplaceAll(c.id, "_", "-")
 	c.info = CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: topic, AppName: AppName(c.id)}
@@ -318,20 +327,35 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	consumeErr := make(chan error, o.Spec.Consumers)
+	consumeErr := make(chan error, o.Spec.Consumers+1)
 	restartAt := c.restartSchedule()
-	for i := range o.Spec.Consumers {
+	if o.fleet != nil {
+		if err := c.enlist(ctx, topic); err != nil {
+			_, _ = sampler.Stop(ctx)
+			return err
+		}
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
-			if err := c.consume(runCtx, b, topic, i, restartAt); err != nil {
-				consumeErr <- err
-			}
-		}(i)
+			c.follow(runCtx, restartAt, consumeErr)
+		}()
+	} else {
+		for i := range o.Spec.Consumers {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				if err := c.consume(runCtx, b, topic, i, restartAt); err != nil {
+					consumeErr <- err
+				}
+			}(i)
+		}
 	}
 
 	c.start = time.Now()
-	c.warmEnd = c.start.Add(o.Spec.Warmup.D())
+	c.warmEnd.Store(c.start.Add(o.Spec.Warmup.D()).UnixNano())
+	if o.fleet != nil {
+		c.setWarm(ctx)
+	}
 	warm := time.AfterFunc(o.Spec.Warmup.D(), func() { c.effectsAtWarm.Store(c.c.effects.Load()) })
 	defer warm.Stop()
 	seriesDone := make(chan struct{})
@@ -349,6 +373,11 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	stop()
 	wg.Wait()
 	<-seriesDone
+	if o.fleet != nil {
+		if err := c.dismiss(ctx); err != nil {
+			cellErr = errors.Join(cellErr, err)
+		}
+	}
 	rep, serr := sampler.Stop(ctx)
 	if serr != nil && cellErr == nil {
 		o.Log.Warn("contention sampler", "err", serr)
@@ -373,6 +402,72 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	// consumers believe they did.
 	res.Counters.Effects = effects
 	return cellErr
+}
+
+// openInbox connects the cell's pool (named for the contention sampler)
+// and, with setup, migrates the schema (a worker joins a cell the
+// coordinator set up); c.in is ready after it.
+func (c *cell) openInbox(ctx context.Context, setup bool) (*pgxpool.Pool, error) {
+	o := c.o
+	pcfg, err := pgxpool.ParseConfig(o.Cfg.PGURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres URL: %w", err)
+	}
+	// One connection per consumer, plus room for storms and draining.
+	pcfg.MaxConns = int32(o.Spec.Consumers*2 + o.Spec.Faults.StormConsumers + 4)
+	pcfg.ConnConfig.RuntimeParams["application_name"] = AppName(c.id)
+	iopt := inbox.DefaultOptions()
+	iopt.Schema = c.id
+	iopt.DisableParking = !o.Spec.ParkingOn()
+	iopt.BatchSize = o.Spec.BatchSize
+	inbox.ConfigurePool(pcfg, iopt)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if !setup {
+		c.in, err = inbox.New(pool, iopt)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		return pool, nil
+	}
+	if _, err := inbox.Migrate(ctx, pool, c.id); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: migrate schema %s: %w", c.id, err)
+	}
+	// A user strategy file's DDL runs after the built-in migration, and its
+	// statements are checked by the server, before anything is published.
+	if p, ok := c.strategy.(inbox.Preparer); ok {
+		if err := p.Prepare(ctx, pool, c.id); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	if c.in, err = inbox.New(pool, iopt); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+func openBroker(ctx context.Context, c *cell) (brokers.Broker, error) {
+	b, err := brokers.Open(ctx, c.broker, c.o.Cfg, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.broker, err)
+	}
+	return b, nil
+}
+
+// firstCrash says whether an event's crash fault fires now: once per
+// event and cell, across processes in worker mode.
+func (c *cell) firstCrash(ctx context.Context, key string) bool {
+	if c.member != nil {
+		return c.member.firstCrash(ctx, key)
+	}
+	_, done := c.crashed.LoadOrStore(key, true)
+	return !done
 }
 
 // restartSchedule spreads the planned consumer restarts over the stream:
@@ -482,10 +577,8 @@ func (c *cell) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.Ver
 			verdicts[i] = brokers.Reject
 			continue
 		}
-		if c.o.Spec.CrashAfterCommit(ev) {
-			if _, done := c.crashed.LoadOrStore(ev.Key(), true); !done {
-				crash = true
-			}
+		if c.o.Spec.CrashAfterCommit(ev) && c.firstCrash(ctx, ev.Key()) {
+			crash = true
 		}
 		byDelivery[i] = ev
 		evs = append(evs, ev)
@@ -513,6 +606,9 @@ func (c *cell) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.Ver
 		}
 	}
 	if crash {
+		if c.member != nil {
+			c.member.die(ctx) // a worker process: a real kill -9, no return
+		}
 		// Committed, then "died" before the ack: nothing of this batch is
 		// acknowledged; the broker redelivers it.
 		for i := range verdicts {
@@ -564,6 +660,9 @@ func (c *cell) verdicts(ds []*brokers.Delivery, evs []*envelope.Event, vs []brok
 		}
 		if _, seen := c.done.LoadOrStore(id, struct{}{}); !seen {
 			c.handled.Add(1)
+			if c.member != nil {
+				c.member.answer(id)
+			}
 		}
 	}
 	c.progress.Add(1)
@@ -610,7 +709,7 @@ func (c *cell) account(m *meter, ev *envelope.Event, out inbox.Outcome, received
 	// backlog built up during warm-up still counts when it commits later:
 	// its latency from the intended send time is what an overloaded
 	// consumer really costs.
-	measured := !ev.IntendedAt.IsZero() && !decided.Before(c.warmEnd)
+	measured := !ev.IntendedAt.IsZero() && decided.UnixNano() >= c.warmEnd.Load()
 	var e2e, dedup time.Duration
 	switch out.Result {
 	case inbox.Applied:
@@ -909,7 +1008,7 @@ func (c *cell) printProgress() {
 	}
 	line := fmt.Sprintf("%s/%s: %d/%d effects, %.0f/s, backlog %d, dedup hits %d, e2e p99 %s, ~%s left",
 		c.broker, c.strategy.Name(), s.Effects, len(c.plan.Events), rate, s.Published-c.handled.Load(),
-		s.Duplicates, fmtMicros(c.meters.recentP99()), left)
+		s.Duplicates, fmtMicros(max(c.meters.recentP99(), c.remoteP99.Load())), left)
 	if c.o.TTY {
 		fmt.Fprintf(c.o.Progress, "\r\033[K%s", line)
 	} else {
@@ -947,7 +1046,7 @@ func (c *cell) fill(res *results.Cell, rep inbox.ContentionReport) {
 	// the first effect and the end of warm-up to the last effect.
 	if last > first {
 		from, effects := first, res.Counters.Effects
-		if w := c.warmEnd.UnixNano(); w > first {
+		if w := c.warmEnd.Load(); w > first {
 			from, effects = w, effects-c.effectsAtWarm.Load()
 		}
 		if last > from {

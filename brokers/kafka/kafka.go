@@ -254,6 +254,7 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 	}
 	if b.fake != nil {
 		c.NotPerformanceTarget = true
+		c.InProcess = true
 		c.Description = "in-process kfake cluster — not a performance target; " + c.Description
 	}
 	return c

@@ -127,6 +127,7 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 		RedeliveryFlag: true,
 		DeliveryCount:  true,
 		DeadLetter:     true,
+		InProcess:      true,
 		Description: "database-only baseline: no broker, no network — in-process per-shard queues (keys hashed as " +
 			"rabbitmq does), one handler goroutine per shard with the same batch/retry/reject/crash semantics, " +
 			"so it measures the inbox alone with the same concurrency",

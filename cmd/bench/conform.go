@@ -86,10 +86,15 @@ failure of the suite.`,
 				runID = runner.NewRunID() + "-conform"
 			}
 			stackDir, _ := compose.AbsDir(cfg.StackDir)
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find this program to start workers with: %w", err)
+			}
+			workerCmd := []string{exe, "worker"}
 			start := time.Now().UTC()
 			fmt.Fprintf(os.Stderr, "conform %s: %d scenarios × %d brokers, strategies %s\n", runID, len(scs), len(bs), strategyNames(sts))
 			rows := conform.Run(c.Context(), conform.Options{
-				Env:       conform.Env{Cfg: *cfg, StackDir: stackDir, Out: os.Stdout},
+				Env:       conform.Env{Cfg: *cfg, StackDir: stackDir, Out: os.Stdout, WorkerCmd: workerCmd},
 				Scenarios: scs, Brokers: bs, Strategies: sts, Progress: os.Stderr,
 			})
 			doc := &results.Conformance{RunID: runID, StartedAt: start, FinishedAt: time.Now().UTC(), Rows: rows,

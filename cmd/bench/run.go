@@ -25,8 +25,9 @@ func newRunCmd(cfg *config.Config) *cobra.Command {
 	var (
 		brokerList, strategyList, workloadPath, out, runID string
 		noMeasure, noAudit                                 bool
-		stall                                              time.Duration
+		stall, join                                        time.Duration
 		strategyFiles                                      []string
+		workers, remoteWorkers                             int
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -47,12 +48,20 @@ inbox-without-effect, effect-without-inbox, parked-stuck, conflict-accepted).
 --brokers none drives the same events straight into the inbox with the same
 concurrency: the database-only baseline to compare broker cells with.
 
+Consumers run as goroutines of this process by default. With --workers N
+they are N 'bench worker' processes (a crash fault is then a real kill -9,
+and a dead worker is replaced); with --remote-workers M each cell also
+waits for M workers started elsewhere with 'bench worker --run-id RUN_ID'.
+Either sets the number of consumers. none and kafka-embedded live inside
+this process, so their consumers stay goroutines.
+
 Results go to OUT/RUN_ID/result.json. Exit 1 if a correct strategy fails its
 check; negative controls (broken-*) are expected to fail.`,
 		Example: `  bench run --brokers none,kafka --workload smoke
   bench run --brokers rabbitmq,kafka,rocketmq --workload workloads/faults.yaml --strategies tx,batch
   bench run --brokers kafka --workload smoke --strategies broken-split
-  bench run --brokers none,kafka --workload smoke --strategies tx --strategy-file my-inbox.sql`,
+  bench run --brokers none,kafka --workload smoke --strategies tx --strategy-file my-inbox.sql
+  bench run --brokers rabbitmq,kafka,rocketmq --workload faults --workers 3`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			spec, err := workload.Load(workloadPath)
@@ -87,8 +96,23 @@ check; negative controls (broken-*) are expected to fail.`,
 			if err != nil {
 				return err
 			}
+			if workers < 0 || remoteWorkers < 0 {
+				return usagef("--workers and --remote-workers count processes: 0 or more")
+			}
+			var workerCmd []string
+			if workers > 0 {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--workers: find this program to start workers with: %w", err)
+				}
+				workerCmd = []string{exe, "worker"}
+			}
+			if runID == "" && remoteWorkers > 0 {
+				runID = runner.NewRunID()
+			}
 			tty := term.IsTerminal(int(os.Stderr.Fd()))
 			run, dir, err := runner.Run(c.Context(), runner.Options{
+				Workers: workers, RemoteWorkers: remoteWorkers, WorkerCmd: workerCmd, JoinTimeout: join,
 				Cfg: *cfg, Spec: spec, Brokers: bs, Strategies: strategies, Extra: extra, OutDir: out, RunID: runID,
 				Measure: !noMeasure, Audit: !noAudit, Progress: os.Stderr, TTY: tty, StallTimeout: stall,
 				Args: os.Args, Servers: servers,
@@ -113,6 +137,9 @@ check; negative controls (broken-*) are expected to fail.`,
 	f.BoolVar(&noMeasure, "no-measure", false, "record no latency histograms (to measure what measuring costs)")
 	f.BoolVar(&noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only)")
 	f.DurationVar(&stall, "stall-timeout", 30*time.Second, "end a cell that makes no progress for this long")
+	f.IntVar(&workers, "workers", 0, "run the consumers as this many 'bench worker' processes (0: goroutines of this process)")
+	f.IntVar(&remoteWorkers, "remote-workers", 0, "also wait in each cell for this many workers started elsewhere with 'bench worker --run-id RUN_ID'")
+	f.DurationVar(&join, "join-timeout", 2*time.Minute, "how long a cell waits for its workers to join")
 	return cmd
 }
 
