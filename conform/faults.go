@@ -30,7 +30,7 @@ func init() {
 	register(stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
 		[]string{"broken-ack-before-commit"}, "crash_after_commit: 0.015"))
 	register(&Scenario{Name: "consumer-crash", Timeout: 5 * time.Minute, Catches: []string{"broken-ack-before-commit"},
-		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced: every redelivery is deduplicated, nothing is lost",
+		Proves:  "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced: every redelivery is deduplicated, nothing is lost",
 		Brokers: []string{"rabbitmq", "kafka", "rocketmq"},
 		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
 			if len(e.WorkerCmd) == 0 {
