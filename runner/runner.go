@@ -245,6 +245,7 @@ type cell struct {
 	// remoteP99 are the coordinator's view of its workers.
 	member         *member
 	workerProgress int64
+	lostWorkers    atomic.Int64
 	remoteP99      atomic.Int64
 	// ctx, info, fired, acting, notes and actionErr serve the mid-stream
 	// actions.
@@ -971,6 +972,19 @@ func (c *cell) waitDone(ctx context.Context, consumeErr <-chan error) error {
 					// The checker reports what stays parked.
 					return nil
 				}
+			}
+		}
+		if time.Since(lastChange) > c.stall && c.lostWorkers.Load() > 0 && c.acting.Load() == 0 && c.allFired() {
+			// A worker was killed from outside before it could report the
+			// messages it had answered last, so the count cannot reach the
+			// total. Nothing moved for the whole stall timeout (longer
+			// than the broker takes to hand a dead consumer's work on) and
+			// nothing is parked: the stream is done, and the checker
+			// judges the database.
+			if n, err := c.parkedNow(ctx); err == nil && n == 0 {
+				c.note(fmt.Sprintf("%d worker(s) vanished without a final report; the cell ended after %s without deliveries with %d of %d answers counted",
+					c.lostWorkers.Load(), c.stall, c.handled.Load(), c.c.published.Load()))
+				return nil
 			}
 		}
 		if time.Since(lastChange) > c.stall {

@@ -424,7 +424,8 @@ func (c *cell) follow(ctx context.Context, restartAt []int64, errs chan<- error)
 // gather sums the workers' latest reports into the cell. Final also merges
 // their histograms and notes.
 func (c *cell) gather(ctx context.Context, final bool) error {
-	rows, err := c.o.fleet.ctl.Query(ctx, "SELECT worker_id, state, report FROM inboxbench_runs.worker WHERE cell_id = $1 ORDER BY worker_id", c.id)
+	rows, err := c.o.fleet.ctl.Query(ctx, `SELECT worker_id, state, report, extract(epoch FROM now() - seen_at)::float8
+		FROM inboxbench_runs.worker WHERE cell_id = $1 ORDER BY worker_id`, c.id)
 	if err != nil {
 		return err
 	}
@@ -434,14 +435,22 @@ func (c *cell) gather(ctx context.Context, final bool) error {
 	type row struct {
 		id, state string
 		rep       *workerReport
+		silentS   float64
 	}
 	var all []row
+	lost := int64(0)
 	for rows.Next() {
 		var r row
-		if err := rows.Scan(&r.id, &r.state, &r.rep); err != nil {
+		if err := rows.Scan(&r.id, &r.state, &r.rep, &r.silentS); err != nil {
 			return err
 		}
 		all = append(all, r)
+		// Silent for many report intervals without a final report: killed
+		// from outside (or its machine is gone). What it answered since
+		// its last report is lost with it.
+		if r.state == workerWorking && r.silentS > 3 {
+			lost++
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -469,13 +478,14 @@ func (c *cell) gather(ctx context.Context, final bool) error {
 		case workerFailed:
 			c.note(fmt.Sprintf("worker %s failed: %s", r.id, r.rep.Error))
 		case workerWorking:
-			c.note(fmt.Sprintf("worker %s never sent its final report (killed from outside?): its latencies are missing and its last quarter second of counts may be", r.id))
+			c.note(fmt.Sprintf("worker %s never sent its final report (killed from outside?): its latencies are missing, and so may be its counts of the last quarter second", r.id))
 		}
 		if err := c.meters.absorb(r.id, r.rep.Hists); err != nil {
 			c.note(fmt.Sprintf("worker %s: histograms unreadable: %v", r.id, err))
 		}
 	}
 	c.c.setConsumerSide(sum)
+	c.lostWorkers.Store(lost)
 	if progress != c.workerProgress {
 		c.workerProgress = progress
 		c.progress.Add(1)
