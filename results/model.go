@@ -68,6 +68,15 @@ type Cell struct {
 type Throughput struct {
 	EventsPerS float64   `json:"events_per_s"`
 	Series     []float64 `json:"series"`
+	// PublishedPerS is the rate at which the broker confirmed the stream
+	// while it was being published.
+	PublishedPerS float64 `json:"published_per_s,omitempty"`
+	// Bound says what limited the cell: "publish" — the consumers kept up
+	// with a publisher sending as fast as the broker confirmed, so the
+	// broker's publish path set the pace; "rate" — they kept up with the
+	// workload's open-loop rate; "consume" — a backlog built up, so
+	// delivery, the consumers or the database set the pace.
+	Bound string `json:"bound,omitempty"`
 }
 
 // Latencies in microseconds.
@@ -189,4 +198,23 @@ func Read(path string) (*Run, error) {
 		return nil, fmt.Errorf("%s: schema_version %d, this bench reads %d", path, r.SchemaVersion, SchemaVersion)
 	}
 	return &r, nil
+}
+
+// BoundText names what set the cell's pace: the broker's publish path,
+// the workload's rate, or the consumers (delivery, handler, database); for
+// the database-only baseline the publisher is in-process, so "consumers"
+// there means the database.
+func (c *Cell) BoundText() string {
+	switch c.Throughput.Bound {
+	case "publish":
+		if c.Broker == "none" {
+			return "publisher"
+		}
+		return "broker publish"
+	case "rate":
+		return "workload rate"
+	case "consume":
+		return "consumers"
+	}
+	return "-"
 }

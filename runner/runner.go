@@ -237,6 +237,7 @@ type cell struct {
 	done     sync.Map
 	progress atomic.Int64 // bumps on every verdict, for stall detection
 	start    time.Time    // publishing started
+	pubEnd   time.Time    // the last confirm arrived
 	warmEnd  atomic.Int64 // unix nanos; a worker learns it from the coordinator
 	// crashed remembers events whose crash fault already fired, so a
 	// redelivery is not crashed again (Kafka has no redelivered flag).
@@ -365,6 +366,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		go c.watchActions(runCtx)
 	}
 	pubErr := c.publish(runCtx, b, topic)
+	c.pubEnd = time.Now()
 	var cellErr error
 	if pubErr != nil {
 		cellErr = pubErr
@@ -1074,6 +1076,7 @@ func (c *cell) fill(res *results.Cell, rep inbox.ContentionReport) {
 		res.DurationS = time.Duration(last - first).Seconds()
 	}
 	res.Throughput.Series = c.series
+	c.bound(res)
 	res.Contention = results.Contention{Samples: rep.Samples, LockWaitSamples: rep.LockWaits, LockWaitShare: rep.LockWaitShare(),
 		BlockedMax: rep.BlockedMax, Deadlocks: rep.Deadlocks, Rollbacks: rep.Rollbacks, Commits: rep.Commits}
 	for _, s := range rep.Top {
@@ -1081,6 +1084,27 @@ func (c *cell) fill(res *results.Cell, rep inbox.ContentionReport) {
 	}
 	for _, p := range rep.Series {
 		res.Contention.Series = append(res.Contention.Series, results.WaitPoint{AtS: p.At.Seconds(), Waiting: p.LockWaits, Blocked: p.Blocked})
+	}
+}
+
+// bound says what limited the cell: did the consumers keep up with the
+// publisher (the last effect soon after the last confirm) or not?
+func (c *cell) bound(res *results.Cell) {
+	if c.pubEnd.IsZero() || c.lastEffect.Load() == 0 {
+		return
+	}
+	pub := c.pubEnd.Sub(c.start)
+	if pub > 0 {
+		res.Throughput.PublishedPerS = float64(c.c.published.Load()) / pub.Seconds()
+	}
+	lag := time.Unix(0, c.lastEffect.Load()).Sub(c.pubEnd)
+	switch {
+	case lag > max(time.Second, pub/10):
+		res.Throughput.Bound = "consume"
+	case c.o.Spec.PublishRate > 0:
+		res.Throughput.Bound = "rate"
+	default:
+		res.Throughput.Bound = "publish"
 	}
 }
 
