@@ -73,10 +73,10 @@ func cellVerdict(c *Cell) verdictView {
 }
 
 type summaryRowView struct {
-	Broker, Strategy                      string
-	Broken                                bool
+	Broker, Strategy                             string
+	Broken                                       bool
 	Rate, Bound, P50, P99, P999, DedupP99, Share string
-	Verdict                               verdictView
+	Verdict                                      verdictView
 }
 
 type latencyRowView struct {
