@@ -167,6 +167,12 @@ func startFleet(ctx context.Context, o Options) (*fleet, error) {
 		ctl.Close()
 		return nil, err
 	}
+	// Control rows are only needed while a run lasts; a day later they are
+	// clutter (the results live in result.json).
+	if _, err := ctl.Exec(ctx, "DELETE FROM inboxbench_runs.run WHERE created_at < now() - interval '1 day'"); err != nil {
+		ctl.Close()
+		return nil, fmt.Errorf("postgres: clean up old runs: %w", err)
+	}
 	if _, err := ctl.Exec(ctx, "INSERT INTO inboxbench_runs.run (run_id, state) VALUES ($1, 'running')", o.RunID); err != nil {
 		ctl.Close()
 		return nil, fmt.Errorf("postgres: register run %s (a run id can be used once): %w", o.RunID, err)
