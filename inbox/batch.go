@@ -127,7 +127,7 @@ func (in *Inbox) lockBatch(ctx context.Context, consumer string, aggs []string, 
 		if in.opt.Parking() {
 			b.Queue(in.sql.batchParked, consumer, aggs)
 		}
-		b.Queue(in.sql.batchInboxInsert, consumer, claim.s, claim.e, claim.a, claimV)
+		b.Queue(in.sql.batchInboxInsert, consumer, claim.s, claim.e, claim.a, claimV, claim.t)
 		br := tx.SendBatch(ctx, b)
 		cur := make(map[string]int64, len(aggs))
 		rows, err := br.Query()
@@ -187,10 +187,16 @@ type batchCand struct {
 	parked bool
 }
 
-type textCols struct{ s, e, a []string }
+// textCols are the identity columns of events sent as arrays (t is the
+// event time, part of the inbox key in the partitioned layout).
+type textCols struct {
+	s, e, a []string
+	t       []*time.Time
+}
 
 func (c *textCols) add(ev *envelope.Event) {
 	c.s, c.e, c.a = append(c.s, ev.Source), append(c.e, ev.ID), append(c.a, ev.Subject)
+	c.t = append(c.t, eventTime(ev))
 }
 
 // batchTx decides and applies one chunk in one transaction. It returns the
@@ -211,9 +217,16 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 	// duplicates. A redelivered parked event's claim is withdrawn below.
 	var claim textCols
 	var claimV []int64
+	evs := make([]*envelope.Event, 0, len(idx))
 	for _, i := range idx {
 		claim.add(events[i])
 		claimV = append(claimV, events[i].AggregateVersion)
+		evs = append(evs, events[i])
+	}
+	// Outside the transaction; an event that cannot have a partition fails
+	// the chunk, which is then redone event by event.
+	if err := in.ensurePartitions(ctx, evs...); err != nil {
+		return nil, nil, err
 	}
 	tx, cur, parkedRows, claimed, err := in.lockBatch(ctx, consumer, aggs, claim, claimV)
 	if err != nil {
@@ -366,12 +379,12 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 		})
 	}
 	if len(unclaim.s) > 0 {
-		queue("withdraw inbox claims", int64(len(unclaim.s)), in.sql.batchInboxDelete, consumer, unclaim.s, unclaim.e)
+		queue("withdraw inbox claims", int64(len(unclaim.s)), in.sql.batchInboxDelete, consumer, unclaim.s, unclaim.e, unclaim.t)
 	}
 	if len(drainIns.s) > 0 {
 		// Fewer rows means a parked event already had an inbox row; the
 		// per-event fallback then reports it as DUPLICATE.
-		queue("inbox rows of drained events", int64(len(drainIns.s)), in.sql.batchInboxInsert, consumer, drainIns.s, drainIns.e, drainIns.a, drainInsV)
+		queue("inbox rows of drained events", int64(len(drainIns.s)), in.sql.batchInboxInsert, consumer, drainIns.s, drainIns.e, drainIns.a, drainInsV, drainIns.t)
 	}
 	if len(updID) > 0 {
 		// Every row is locked by this transaction, so each precondition

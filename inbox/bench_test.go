@@ -85,7 +85,11 @@ type benchSetup struct {
 }
 
 func setupBench(b *testing.B, name string) *benchSetup {
-	bs := &benchSetup{s: mustStrategy(b, name), in: newInbox(b, nil), gens: newBenchGens()}
+	return setupBenchLayout(b, name, Layout{})
+}
+
+func setupBenchLayout(b *testing.B, name string, layout Layout) *benchSetup {
+	bs := &benchSetup{s: mustStrategy(b, name), in: newInboxLayout(b, layout, nil), gens: newBenchGens()}
 	// Warm up: connections, prepared statements, every account row.
 	runWorkers(ctxT(b), b, bs.in, bs.s, bs.gens, benchWorkers*benchAggsPerWorker)
 	return bs
@@ -137,5 +141,38 @@ func BenchmarkCompare(b *testing.B) {
 	}
 	for _, name := range correct[1:] {
 		b.ReportMetric(rate[name]/rate["tx"], name+"/tx")
+	}
+}
+
+// BenchmarkLayouts interleaves each correct strategy on the plain and the
+// partitioned (daily) inbox in rounds, and reports partitioned/plain
+// ratios of events/s. The events all fall into one partition, as a day's
+// traffic does.
+//
+//	go test -run xxx -bench Layouts -benchtime 20x ./inbox
+func BenchmarkLayouts(b *testing.B) {
+	type pair struct{ plain, part *benchSetup }
+	pairs := make([]pair, len(correct))
+	for i, name := range correct {
+		pairs[i] = pair{setupBench(b, name), setupBenchLayout(b, name, Layout{Partitioned: true})}
+	}
+	ctx := ctxT(b)
+	perRound := int64(benchWorkers * benchChunk)
+	plain, part := make([]time.Duration, len(pairs)), make([]time.Duration, len(pairs))
+	b.ResetTimer()
+	for round := range b.N {
+		for i, p := range pairs {
+			if round%2 == 0 {
+				plain[i] += runWorkers(ctx, b, p.plain.in, p.plain.s, p.plain.gens, perRound)
+				part[i] += runWorkers(ctx, b, p.part.in, p.part.s, p.part.gens, perRound)
+			} else {
+				part[i] += runWorkers(ctx, b, p.part.in, p.part.s, p.part.gens, perRound)
+				plain[i] += runWorkers(ctx, b, p.plain.in, p.plain.s, p.plain.gens, perRound)
+			}
+		}
+	}
+	b.StopTimer()
+	for i, name := range correct {
+		b.ReportMetric(plain[i].Seconds()/part[i].Seconds(), name+"-partitioned/plain")
 	}
 }

@@ -23,6 +23,14 @@ func (in *Inbox) brokenRun(ctx context.Context, name, consumer string, ev *envel
 	}
 	start := time.Now()
 	out := newOutcome(ev)
+	// The partition is infrastructure, not the control's mistake: ensure it
+	// the way the correct strategies do.
+	attempts, err := in.retry(ctx, func(ctx context.Context) error { return in.ensurePartitions(ctx, ev) })
+	if err != nil {
+		out.Err = eventErr(consumer, ev, name, err)
+		out.Attempts, out.Duration = attempts, time.Since(start)
+		return out
+	}
 	if err := f(&out); err != nil {
 		out = newOutcome(ev)
 		out.Err = eventErr(consumer, ev, name, classify(ctx, err))
@@ -55,7 +63,7 @@ func (brokenSplit) ApplyBatch(ctx context.Context, in *Inbox, consumer string, e
 	return perEvent(events, func(ev *envelope.Event) Outcome {
 		return in.brokenRun(ctx, "broken-split", consumer, ev, func(out *Outcome) error {
 			// The mistake: this commits immediately, alone.
-			tag, err := in.pool.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion)
+			tag, err := in.pool.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev))
 			if err != nil {
 				return fmt.Errorf("claim inbox key: %w", err)
 			}
@@ -127,7 +135,7 @@ func (brokenCheckThenInsert) ApplyBatch(ctx context.Context, in *Inbox, consumer
 				return rollback(ctx, tx, fmt.Errorf("update account: %w", err))
 			}
 			// The mistake: "we already checked", so the count is ignored.
-			if _, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion); err != nil {
+			if _, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev)); err != nil {
 				return rollback(ctx, tx, fmt.Errorf("insert inbox row: %w", err))
 			}
 			out.Result = Applied
@@ -204,7 +212,7 @@ func (brokenNoVersion) ApplyBatch(ctx context.Context, in *Inbox, consumer strin
 		return in.brokenRun(ctx, "broken-no-version", consumer, ev, func(out *Outcome) error {
 			o, err := in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
 				o := newOutcome(ev)
-				tag, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion)
+				tag, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev))
 				if err != nil {
 					return o, false, fmt.Errorf("claim inbox key: %w", err)
 				}

@@ -39,6 +39,9 @@ func (in *Inbox) applyOne(ctx context.Context, strategy, consumer string, ev *en
 	start := time.Now()
 	var out Outcome
 	attempts, err := in.retry(ctx, func(ctx context.Context) error {
+		if err := in.ensurePartitions(ctx, ev); err != nil {
+			return err
+		}
 		var err error
 		out, err = in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
 			return in.applyInTx(ctx, tx, consumer, ev, ao)
@@ -88,7 +91,7 @@ func (in *Inbox) applyInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *
 	// parking on it is guarded against claiming a parked event's key.
 	if ao.parking {
 		var parked, claimed bool
-		err := tx.QueryRow(ctx, in.sql.inboxClaimGuarded, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion).Scan(&parked, &claimed)
+		err := tx.QueryRow(ctx, in.sql.inboxClaimGuarded, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev)).Scan(&parked, &claimed)
 		switch {
 		case err != nil:
 			return out, false, fmt.Errorf("claim inbox key: %w", err)
@@ -101,7 +104,7 @@ func (in *Inbox) applyInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *
 			return out, false, nil
 		}
 	} else {
-		tag, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion)
+		tag, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev))
 		if err != nil {
 			return out, false, fmt.Errorf("claim inbox key: %w", err)
 		}
@@ -230,7 +233,7 @@ func (in *Inbox) park(ctx context.Context, tx pgx.Tx, consumer string, ev *envel
 	// A parked event has no inbox row (draining writes it), so remove the
 	// claim made at the start of this transaction, and the idempotency
 	// claim with it.
-	if _, err := tx.Exec(ctx, in.sql.inboxDelete, consumer, ev.Source, ev.ID); err != nil {
+	if _, err := tx.Exec(ctx, in.sql.inboxDelete, consumer, ev.Source, ev.ID, eventTime(ev)); err != nil {
 		return out, false, fmt.Errorf("withdraw inbox claim to park: %w", err)
 	}
 	if ev.IdempotencyKey != "" {
@@ -321,7 +324,7 @@ func (in *Inbox) drainInTx(ctx context.Context, tx pgx.Tx, consumer, agg string,
 // applyDrained applies a parked event whose predecessor is committed (or
 // being committed by this transaction), under the account lock.
 func (in *Inbox) applyDrained(ctx context.Context, tx pgx.Tx, consumer string, ev *envelope.Event, o Outcome) (Outcome, error) {
-	tag, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion)
+	tag, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev))
 	if err != nil {
 		return o, fmt.Errorf("drain %s: claim inbox key: %w", ev.Key(), err)
 	}
@@ -335,7 +338,7 @@ func (in *Inbox) applyDrained(ctx context.Context, tx pgx.Tx, consumer string, e
 			return o, fmt.Errorf("drain %s: %w", ev.Key(), err)
 		}
 		if res != NoResult {
-			if _, err := tx.Exec(ctx, in.sql.inboxDelete, consumer, ev.Source, ev.ID); err != nil {
+			if _, err := tx.Exec(ctx, in.sql.inboxDelete, consumer, ev.Source, ev.ID, eventTime(ev)); err != nil {
 				return o, fmt.Errorf("drain %s: withdraw inbox claim: %w", ev.Key(), err)
 			}
 			o.Result, o.StoredResult = res, stored

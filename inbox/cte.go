@@ -41,7 +41,10 @@ func (in *Inbox) applyCTE(ctx context.Context, strategy, consumer string, ev *en
 	var res string
 	var drain bool
 	attempts, err := in.retry(ctx, func(ctx context.Context) error {
-		return in.pool.QueryRow(ctx, in.sql.cte, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, ev.Amount, in.opt.Parking()).Scan(&res, &drain)
+		if err := in.ensurePartitions(ctx, ev); err != nil {
+			return err
+		}
+		return in.pool.QueryRow(ctx, in.sql.cte, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, ev.Amount, in.opt.Parking(), eventTime(ev)).Scan(&res, &drain)
 	})
 	o := in.finishFast(ctx, strategy, consumer, ev, res, drain, err)
 	o.Attempts += attempts
@@ -122,6 +125,9 @@ type pipeResult struct {
 
 func (in *Inbox) pipelineChunk(ctx context.Context, consumer string, events []*envelope.Event, idx []int, outs []Outcome) {
 	start := time.Now()
+	if idx = in.ensureEach(ctx, "pipeline", consumer, events, idx, outs); len(idx) == 0 {
+		return
+	}
 	res := make([]pipeResult, len(idx))
 	// A transport failure leaves the unread events undecided; they are
 	// redone one by one below (a committed one then reads as DUPLICATE).
@@ -177,7 +183,7 @@ func (in *Inbox) sendPipeline(ctx context.Context, consumer string, events []*en
 	for _, i := range idx {
 		ev := events[i]
 		pl.SendQueryStatement(sd, [][]byte{bconsumer, []byte(ev.Source), []byte(ev.ID), []byte(ev.Subject),
-			strconv.AppendInt(nil, ev.AggregateVersion, 10), strconv.AppendInt(nil, ev.Amount, 10), parking}, nil, nil)
+			strconv.AppendInt(nil, ev.AggregateVersion, 10), strconv.AppendInt(nil, ev.Amount, 10), parking, eventTimeText(ev)}, nil, nil)
 		// A sync point per event: each is its own implicit transaction, so
 		// one event's error (or IB001) cannot undo its neighbours.
 		pl.SendPipelineSync()

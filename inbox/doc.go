@@ -79,6 +79,21 @@
 // never park and never fall back to a built-in path. The format and the
 // contract are in examples/strategies/README.md.
 //
+// # Layouts and retention
+//
+// Retention must cover every window in which an event can come again;
+// ApplyRetention (Prune) always takes an explicit bound. A schema gets one
+// of two inbox layouts when it is created (MigrateLayout). The plain one
+// is pruned by deleting old rows in small batches. The partitioned one is
+// PARTITION BY RANGE (event_time) with primary key (consumer, source,
+// event_id, event_time): the event's own time, which every copy of an
+// event carries, keeps the copies in one partition, so dedup holds as long
+// as producers keep the time. Retention drops whole partitions
+// (DropPartitions) and records a horizon; an event older than it is
+// refused with ErrBeyondRetention instead of applied a second time.
+// Partitions are created ahead and on demand; there is no DEFAULT
+// partition. Both layouts run the same statements.
+//
 // # Timeouts and retries
 //
 // lock_timeout and statement_timeout are set on every connection

@@ -19,32 +19,34 @@ const (
 	order42  = "order-42"
 )
 
-func TestExperimentDuplicate(t *testing.T) {
-	forEachCorrect(t, nil, func(t *testing.T, in *Inbox, s Strategy) {
-		resetAccount(t, in, consumer, order42)
-		e := ev("payment-recorded-42-1", order42, 1, 10)
-		expect(t, apply(t, in, s, consumer, e), Applied)
-		// The redelivery: same source and id (attempt is not identity).
-		again := *e
-		again.Attempt = 1
-		o := apply(t, in, s, consumer, &again)
-		expect(t, o, Duplicate)
-		wantAccount(t, in, order42, 10, 1)
-		if n := inboxRows(t, in, consumer); n != 1 {
-			t.Fatalf("inbox=%d, want 1", n)
-		}
-		t.Logf("duplicate: redelivered=true duplicateSkipped=%t balance=10 inbox=1", o.Result == Duplicate)
+func TestExperimentDuplicate(t *testing.T) { forEachCorrect(t, nil, experimentDuplicate) }
 
-		// Two copies in one call decide the same way.
-		e2 := ev("payment-recorded-42-2", order42, 2, 5)
-		outs, err := s.ApplyBatch(ctxT(t), in, consumer, []*envelope.Event{e2, e2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		expect(t, outs[0], Applied)
-		expect(t, outs[1], Duplicate)
-		wantAccount(t, in, order42, 15, 2)
-	})
+// The experiments' bodies are functions so that they run on both layouts
+// (partition_test.go).
+func experimentDuplicate(t *testing.T, in *Inbox, s Strategy) {
+	resetAccount(t, in, consumer, order42)
+	e := ev("payment-recorded-42-1", order42, 1, 10)
+	expect(t, apply(t, in, s, consumer, e), Applied)
+	// The redelivery: same source and id (attempt is not identity).
+	again := *e
+	again.Attempt = 1
+	o := apply(t, in, s, consumer, &again)
+	expect(t, o, Duplicate)
+	wantAccount(t, in, order42, 10, 1)
+	if n := inboxRows(t, in, consumer); n != 1 {
+		t.Fatalf("inbox=%d, want 1", n)
+	}
+	t.Logf("duplicate: redelivered=true duplicateSkipped=%t balance=10 inbox=1", o.Result == Duplicate)
+
+	// Two copies in one call decide the same way.
+	e2 := ev("payment-recorded-42-2", order42, 2, 5)
+	outs, err := s.ApplyBatch(ctxT(t), in, consumer, []*envelope.Event{e2, e2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, outs[0], Applied)
+	expect(t, outs[1], Duplicate)
+	wantAccount(t, in, order42, 15, 2)
 }
 
 // TestExperimentSplit reproduces the split-commit bug with broken-split
@@ -92,102 +94,102 @@ func TestExperimentSplit(t *testing.T) {
 
 // TestExperimentConcurrent: two connections released by one barrier apply
 // the same event; the primary key, not a Go lock, lets exactly one win.
-func TestExperimentConcurrent(t *testing.T) {
+func TestExperimentConcurrent(t *testing.T) { forEachCorrect(t, nil, experimentConcurrent) }
+
+func experimentConcurrent(t *testing.T, in *Inbox, s Strategy) {
 	const iterations = 50
-	forEachCorrect(t, nil, func(t *testing.T, in *Inbox, s Strategy) {
-		ctx := ctxT(t)
-		for it := range iterations {
-			resetAccount(t, in, consumer, order42)
-			e := ev(fmt.Sprintf("payment-recorded-42-%d", it), order42, 1, 10)
-			barrier := make(chan struct{})
-			var wg sync.WaitGroup
-			outs := make([]Outcome, 2)
-			errs := make([]error, 2)
-			for g := range 2 {
-				wg.Go(func() {
-					<-barrier
-					outs[g], errs[g] = in.Apply(ctx, s, consumer, e)
-				})
-			}
-			close(barrier)
-			wg.Wait()
-			got := map[Result]int{}
-			for g := range 2 {
-				if errs[g] != nil {
-					t.Fatalf("iteration %d: %v", it, errs[g])
-				}
-				got[outs[g].Result]++
-			}
-			if got[Applied] != 1 || got[Duplicate] != 1 {
-				t.Fatalf("iteration %d: results %v, want one APPLIED and one DUPLICATE", it, got)
-			}
-			wantAccount(t, in, order42, 10, 1)
-			if n := inboxRows(t, in, consumer); n != 1 {
-				t.Fatalf("iteration %d: inbox=%d, want 1", it, n)
-			}
+	ctx := ctxT(t)
+	for it := range iterations {
+		resetAccount(t, in, consumer, order42)
+		e := ev(fmt.Sprintf("payment-recorded-42-%d", it), order42, 1, 10)
+		barrier := make(chan struct{})
+		var wg sync.WaitGroup
+		outs := make([]Outcome, 2)
+		errs := make([]error, 2)
+		for g := range 2 {
+			wg.Go(func() {
+				<-barrier
+				outs[g], errs[g] = in.Apply(ctx, s, consumer, e)
+			})
 		}
-		t.Logf("concurrent: applied=1 duplicate=1 balance=10 inbox=1 (x%d)", iterations)
-	})
+		close(barrier)
+		wg.Wait()
+		got := map[Result]int{}
+		for g := range 2 {
+			if errs[g] != nil {
+				t.Fatalf("iteration %d: %v", it, errs[g])
+			}
+			got[outs[g].Result]++
+		}
+		if got[Applied] != 1 || got[Duplicate] != 1 {
+			t.Fatalf("iteration %d: results %v, want one APPLIED and one DUPLICATE", it, got)
+		}
+		wantAccount(t, in, order42, 10, 1)
+		if n := inboxRows(t, in, consumer); n != 1 {
+			t.Fatalf("iteration %d: inbox=%d, want 1", it, n)
+		}
+	}
+	t.Logf("concurrent: applied=1 duplicate=1 balance=10 inbox=1 (x%d)", iterations)
 }
 
 // TestExperimentOrder, parking off: the gap is rejected and leaves nothing.
-func TestExperimentOrder(t *testing.T) {
-	forEachCorrect(t, parkingOff, func(t *testing.T, in *Inbox, s Strategy) {
-		resetAccount(t, in, consumer, order42)
-		e1 := ev("payment-recorded-42-1", order42, 1, 10)
-		e2 := ev("payment-recorded-42-2", order42, 2, 20)
-		expect(t, apply(t, in, s, consumer, e2), Gap)
-		if n := inboxRows(t, in, consumer); n != 0 {
-			t.Fatalf("after the gap: inbox=%d, want 0 (the claim rolls back with it)", n)
-		}
-		wantAccount(t, in, order42, 0, 0)
-		expect(t, apply(t, in, s, consumer, e1), Applied)
-		expect(t, apply(t, in, s, consumer, e2), Applied)
-		wantAccount(t, in, order42, 30, 2)
-		expect(t, apply(t, in, s, consumer, e2), Duplicate)
-		stale := ev("payment-recorded-42-1-corrected", order42, 1, 10)
-		expect(t, apply(t, in, s, consumer, stale), Stale)
-		wantAccount(t, in, order42, 30, 2)
-		if n := inboxRows(t, in, consumer); n != 2 {
-			t.Fatalf("inbox=%d, want 2", n)
-		}
-		if n := parkedRows(t, in, consumer); n != 0 {
-			t.Fatalf("parked=%d with parking off", n)
-		}
-		t.Log("order: gapRejected=true recoveredVersion=2 duplicateSkipped=true staleRejected=true balance=30 inbox=2")
-	})
+func TestExperimentOrder(t *testing.T) { forEachCorrect(t, parkingOff, experimentOrder) }
+
+func experimentOrder(t *testing.T, in *Inbox, s Strategy) {
+	resetAccount(t, in, consumer, order42)
+	e1 := ev("payment-recorded-42-1", order42, 1, 10)
+	e2 := ev("payment-recorded-42-2", order42, 2, 20)
+	expect(t, apply(t, in, s, consumer, e2), Gap)
+	if n := inboxRows(t, in, consumer); n != 0 {
+		t.Fatalf("after the gap: inbox=%d, want 0 (the claim rolls back with it)", n)
+	}
+	wantAccount(t, in, order42, 0, 0)
+	expect(t, apply(t, in, s, consumer, e1), Applied)
+	expect(t, apply(t, in, s, consumer, e2), Applied)
+	wantAccount(t, in, order42, 30, 2)
+	expect(t, apply(t, in, s, consumer, e2), Duplicate)
+	stale := ev("payment-recorded-42-1-corrected", order42, 1, 10)
+	expect(t, apply(t, in, s, consumer, stale), Stale)
+	wantAccount(t, in, order42, 30, 2)
+	if n := inboxRows(t, in, consumer); n != 2 {
+		t.Fatalf("inbox=%d, want 2", n)
+	}
+	if n := parkedRows(t, in, consumer); n != 0 {
+		t.Fatalf("parked=%d with parking off", n)
+	}
+	t.Log("order: gapRejected=true recoveredVersion=2 duplicateSkipped=true staleRejected=true balance=30 inbox=2")
 }
 
 // TestExperimentOrderParked, parking on: the gap is held and drained when
 // its predecessor commits, with its own inbox row.
-func TestExperimentOrderParked(t *testing.T) {
-	forEachCorrect(t, nil, func(t *testing.T, in *Inbox, s Strategy) {
-		resetAccount(t, in, consumer, order42)
-		e1 := ev("payment-recorded-42-1", order42, 1, 10)
-		e2 := ev("payment-recorded-42-2", order42, 2, 20)
-		expect(t, apply(t, in, s, consumer, e2), Parked)
-		// Redelivered while parked: parked again, not twice.
-		expect(t, apply(t, in, s, consumer, e2), Parked)
-		if n, p := inboxRows(t, in, consumer), parkedRows(t, in, consumer); n != 0 || p != 1 {
-			t.Fatalf("after parking: inbox=%d parked=%d, want 0 and 1", n, p)
-		}
-		wantAccount(t, in, order42, 0, 0)
-		o := apply(t, in, s, consumer, e1)
-		expect(t, o, Applied)
-		if len(o.Drained) != 1 || o.Drained[0].ID != e2.ID || o.Drained[0].Result != Applied {
-			t.Fatalf("drained %+v, want %s APPLIED", o.Drained, e2.ID)
-		}
-		wantAccount(t, in, order42, 30, 2)
-		if n, p := inboxRows(t, in, consumer), parkedRows(t, in, consumer); n != 2 || p != 0 {
-			t.Fatalf("after draining: inbox=%d parked=%d, want 2 and 0", n, p)
-		}
-		expect(t, apply(t, in, s, consumer, e2), Duplicate)
-		expect(t, apply(t, in, s, consumer, ev("payment-recorded-42-1-corrected", order42, 1, 10)), Stale)
-		wantAccount(t, in, order42, 30, 2)
-		if c := in.Counters(); c.Parked != 2 || c.Drained != 1 {
-			t.Fatalf("counters %+v, want parked=2 drained=1", c)
-		}
-	})
+func TestExperimentOrderParked(t *testing.T) { forEachCorrect(t, nil, experimentOrderParked) }
+
+func experimentOrderParked(t *testing.T, in *Inbox, s Strategy) {
+	resetAccount(t, in, consumer, order42)
+	e1 := ev("payment-recorded-42-1", order42, 1, 10)
+	e2 := ev("payment-recorded-42-2", order42, 2, 20)
+	expect(t, apply(t, in, s, consumer, e2), Parked)
+	// Redelivered while parked: parked again, not twice.
+	expect(t, apply(t, in, s, consumer, e2), Parked)
+	if n, p := inboxRows(t, in, consumer), parkedRows(t, in, consumer); n != 0 || p != 1 {
+		t.Fatalf("after parking: inbox=%d parked=%d, want 0 and 1", n, p)
+	}
+	wantAccount(t, in, order42, 0, 0)
+	o := apply(t, in, s, consumer, e1)
+	expect(t, o, Applied)
+	if len(o.Drained) != 1 || o.Drained[0].ID != e2.ID || o.Drained[0].Result != Applied {
+		t.Fatalf("drained %+v, want %s APPLIED", o.Drained, e2.ID)
+	}
+	wantAccount(t, in, order42, 30, 2)
+	if n, p := inboxRows(t, in, consumer), parkedRows(t, in, consumer); n != 2 || p != 0 {
+		t.Fatalf("after draining: inbox=%d parked=%d, want 2 and 0", n, p)
+	}
+	expect(t, apply(t, in, s, consumer, e2), Duplicate)
+	expect(t, apply(t, in, s, consumer, ev("payment-recorded-42-1-corrected", order42, 1, 10)), Stale)
+	wantAccount(t, in, order42, 30, 2)
+	if c := in.Counters(); c.Parked != 2 || c.Drained != 1 {
+		t.Fatalf("counters %+v, want parked=2 drained=1", c)
+	}
 }
 
 // TestOrderWithinBatch: out-of-order versions in one call end in version

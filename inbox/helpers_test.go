@@ -43,6 +43,12 @@ func testSchema(t testing.TB) string {
 // is dropped when the test ends.
 func newInbox(t testing.TB, mutate func(*Options)) *Inbox {
 	t.Helper()
+	return newInboxLayout(t, Layout{}, mutate)
+}
+
+// newInboxLayout is newInbox with the schema created in layout.
+func newInboxLayout(t testing.TB, layout Layout, mutate func(*Options)) *Inbox {
+	t.Helper()
 	cfg := testenv.Require(t, testenv.Postgres)
 	opt := Options{Schema: testSchema(t)}
 	if mutate != nil {
@@ -59,7 +65,7 @@ func newInbox(t testing.TB, mutate func(*Options)) *Inbox {
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
-	if _, err := Migrate(ctx, pool, opt.Schema); err != nil {
+	if _, err := MigrateLayout(ctx, pool, opt.Schema, layout); err != nil {
 		pool.Close()
 		t.Fatalf("migrate: %v", err)
 	}
@@ -196,10 +202,15 @@ func resetAccount(t testing.TB, in *Inbox, consumer, agg string) {
 // forEachCorrect runs f as a subtest per correct strategy, each with its
 // own schema.
 func forEachCorrect(t *testing.T, mutate func(*Options), f func(t *testing.T, in *Inbox, s Strategy)) {
+	forEachCorrectLayout(t, Layout{}, mutate, f)
+}
+
+// forEachCorrectLayout is forEachCorrect with schemas in layout.
+func forEachCorrectLayout(t *testing.T, layout Layout, mutate func(*Options), f func(t *testing.T, in *Inbox, s Strategy)) {
 	for _, name := range correct {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			in := newInbox(t, mutate)
+			in := newInboxLayout(t, layout, mutate)
 			f(t, in, mustStrategy(t, name))
 		})
 	}

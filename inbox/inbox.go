@@ -139,6 +139,7 @@ type Inbox struct {
 	opt      Options
 	sql      sqlText
 	counters counters
+	part     partCache // layout and known partitions (partitioned layout)
 }
 
 // Open connects to pgURL with the timeouts of opt and returns an Inbox that

@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,6 +19,13 @@ import (
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
+
+// partitionedSQL turns the inbox of migration 0001 into the partitioned
+// layout. It is not a numbered migration: it runs only in a schema being
+// created, right after 0001, when the partitioned layout is asked for.
+//
+//go:embed partitioned.sql
+var partitionedSQL string
 
 // DefaultSchema is where the inbox lives unless a run asks for another one.
 const DefaultSchema = "inboxbench"
@@ -80,13 +89,57 @@ func ValidateSchema(schema string) error {
 	return nil
 }
 
+// Layout is the shape of the inbox table, chosen when a schema is created.
+// The zero value is the plain layout.
+type Layout struct {
+	// Partitioned makes inbox PARTITION BY RANGE (event_time) with primary
+	// key (consumer, source, event_id, event_time), so retention drops
+	// whole partitions instead of deleting rows (see DropPartitions). It
+	// relies on the producer sending the same CloudEvents time with every
+	// copy of an event, and refuses events without a time.
+	Partitioned bool
+	// Interval is the event-time range of one partition (default 24h; from
+	// one minute to 366 days, in whole minutes). It is fixed when the
+	// schema is created; zero on an existing schema keeps its interval.
+	Interval time.Duration
+	// Ahead is how many partitions after the current one are created
+	// (default 7), so that inserts rarely have to create one.
+	Ahead int
+}
+
+// DefaultPartitionInterval and DefaultPartitionsAhead are the Layout
+// defaults.
+const (
+	DefaultPartitionInterval = 24 * time.Hour
+	DefaultPartitionsAhead   = 7
+)
+
 // Migrate creates schema if needed and applies the embedded migrations it
 // has not seen yet, all in one transaction, and returns the versions it
 // applied (none when the schema is current). It is idempotent and safe to
-// run concurrently: an advisory lock per schema serialises migrators.
+// run concurrently: an advisory lock per schema serialises migrators. A new
+// schema gets the plain layout; an existing one keeps its layout.
 func Migrate(ctx context.Context, db DB, schema string) (applied []int, err error) {
+	return MigrateLayout(ctx, db, schema, Layout{})
+}
+
+// MigrateLayout is Migrate choosing the layout of a new schema. With
+// layout.Partitioned it also creates the current partition and
+// layout.Ahead more; on an existing schema it refuses a plain inbox (its
+// rows carry no usable event time) or a different interval.
+func MigrateLayout(ctx context.Context, db DB, schema string, layout Layout) (applied []int, err error) {
 	if err := ValidateSchema(schema); err != nil {
 		return nil, err
+	}
+	if layout.Partitioned {
+		if layout.Interval != 0 {
+			if err := ValidatePartitionInterval(layout.Interval); err != nil {
+				return nil, err
+			}
+		}
+		if layout.Ahead < 0 {
+			return nil, fmt.Errorf("inbox: partitions ahead %d must not be negative", layout.Ahead)
+		}
 	}
 	q := pgx.Identifier{schema}.Sanitize()
 	tx, err := db.Begin(ctx)
@@ -135,11 +188,41 @@ func Migrate(ctx context.Context, db DB, schema string) (applied []int, err erro
 			return nil, fmt.Errorf("inbox: migrate schema %s: record migration %d: %w", schema, m.Version, err)
 		}
 		applied = append(applied, m.Version)
+		if m.Version == 1 && layout.Partitioned {
+			// Later migrations must then hold for both layouts: alter the
+			// inbox (the change reaches every partition), never recreate it.
+			iv := cmp.Or(layout.Interval, DefaultPartitionInterval)
+			r := strings.NewReplacer("@schema@", q, "@interval@", strconv.FormatInt(int64(iv/time.Second), 10))
+			if _, err = tx.Exec(ctx, r.Replace(partitionedSQL)); err != nil {
+				return nil, fmt.Errorf("inbox: migrate schema %s: partitioned inbox: %w", schema, err)
+			}
+		}
+	}
+	if layout.Partitioned {
+		if err = preparePartitioned(ctx, tx, schema, layout); err != nil {
+			return nil, err
+		}
 	}
 	if err = tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("inbox: migrate schema %s: commit: %w", schema, err)
 	}
 	return applied, nil
+}
+
+// preparePartitioned checks that schema's inbox is partitioned as layout
+// asks and creates the current partition and the ones ahead.
+func preparePartitioned(ctx context.Context, tx pgx.Tx, schema string, layout Layout) error {
+	p, ok, err := ReadPartitioning(ctx, tx, schema)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("inbox: schema %s already has a plain (unpartitioned) inbox: the partitioned layout is chosen when a schema is created; migrate a new schema", schema)
+	case layout.Interval != 0 && layout.Interval != p.Interval:
+		return fmt.Errorf("inbox: schema %s is partitioned by %v, not %v: the interval is fixed when the schema is created", schema, p.Interval, layout.Interval)
+	}
+	_, err = createAhead(ctx, tx, schema, p.Interval, cmp.Or(layout.Ahead, DefaultPartitionsAhead))
+	return err
 }
 
 // EnsureAccountTable creates another business table shaped like account in

@@ -108,6 +108,8 @@ const (
 	codeSerialization    = "40001"
 	codeDeadlock         = "40P01"
 	codeUniqueViolation  = "23505"
+	codeCheckViolation   = "23514" // also "no partition of relation … found for row"
+	codeUndefinedTable   = "42P01"
 	codeConnectionClass  = "08"
 	codeAdminShutdownCls = "57P"
 )
@@ -134,6 +136,11 @@ func classify(ctx context.Context, err error) error {
 	case code == codeLockTimeout, code == codeQueryCanceled, code == codeSerialization, code == codeDeadlock,
 		len(code) == 5 && code[:2] == codeConnectionClass, len(code) == 5 && code[:3] == codeAdminShutdownCls:
 		return &retryableError{err}
+	case isNoPartition(err):
+		// The event's partition was not there (dropped by a retention run
+		// elsewhere, or never made): the next attempt ensures it first, or
+		// learns that the event is beyond the retention horizon.
+		return &retryableError{err}
 	case code == "" && isConnError(err):
 		// Retrying after a lost connection is safe even if a COMMIT's fate
 		// is unknown: the inbox row makes the second attempt a DUPLICATE.
@@ -159,6 +166,9 @@ func (in *Inbox) retry(ctx context.Context, f func(ctx context.Context) error) (
 		err := classify(ctx, f(ctx))
 		if err == nil || !errors.Is(err, ErrRetryable) {
 			return attempt, err
+		}
+		if isNoPartition(err) {
+			in.part.forget()
 		}
 		if attempt >= in.opt.MaxAttempts {
 			return attempt, fmt.Errorf("gave up after %d attempts: %w", attempt, err)

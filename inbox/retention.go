@@ -13,20 +13,64 @@ import (
 // bound shorter than the broker's replay window turns a replay into a
 // second effect. Prune is therefore always called with an explicit bound.
 
-// Prune deletes inbox rows of schema applied before now-olderThan, at most
-// batchSize rows per transaction so it never holds long locks or bloats
-// one transaction, and returns how many it removed. Parked events and
-// idempotency records are not touched.
-func Prune(ctx context.Context, db DB, schema string, olderThan time.Duration, batchSize int) (int64, error) {
+// Retention is what one retention pass did.
+type Retention struct {
+	Partitioned bool
+	// Rows is the inbox rows removed: deleted (plain layout) or dropped
+	// with their partitions.
+	Rows int64
+	// Dropped and Created are the partitions dropped (oldest first) and
+	// created ahead (partitioned layout).
+	Dropped, Created []Partition
+}
+
+// ApplyRetention removes schema's inbox rows older than olderThan. On the
+// plain layout it deletes rows applied before now-olderThan, at most
+// batchSize per transaction, so it never holds long locks or bloats one
+// transaction. On the partitioned layout it drops every partition whose
+// whole event-time range is older than that (DropPartitions) and creates
+// the partitions ahead (DefaultPartitionsAhead), so a periodic run keeps
+// partition creation off the insert path; there the age counts from the
+// event's own time, which is what a replay carries, and an event of a
+// dropped range that comes back is refused (ErrBeyondRetention) instead of
+// applied again. Parked events and idempotency records are not touched.
+func ApplyRetention(ctx context.Context, db DB, schema string, olderThan time.Duration, batchSize int) (Retention, error) {
 	if err := ValidateSchema(schema); err != nil {
-		return 0, err
+		return Retention{}, err
 	}
 	if olderThan <= 0 {
-		return 0, fmt.Errorf("inbox: prune %s: retention %v must be positive (it must cover every window in which an event can be redelivered)", schema, olderThan)
+		return Retention{}, fmt.Errorf("inbox: prune %s: retention %v must be positive (it must cover every window in which an event can be redelivered)", schema, olderThan)
 	}
 	if batchSize <= 0 {
-		return 0, fmt.Errorf("inbox: prune %s: batch size %d must be positive", schema, batchSize)
+		return Retention{}, fmt.Errorf("inbox: prune %s: batch size %d must be positive", schema, batchSize)
 	}
+	p, partitioned, err := ReadPartitioning(ctx, db, schema)
+	if err != nil {
+		return Retention{}, fmt.Errorf("inbox: prune %s: %w", schema, err)
+	}
+	if !partitioned {
+		n, err := pruneRows(ctx, db, schema, olderThan, batchSize)
+		return Retention{Rows: n}, err
+	}
+	r := Retention{Partitioned: true}
+	if r.Dropped, err = DropPartitions(ctx, db, schema, olderThan); err != nil {
+		return r, err
+	}
+	for _, d := range r.Dropped {
+		r.Rows += d.Rows
+	}
+	r.Created, err = createAhead(ctx, db, schema, p.Interval, DefaultPartitionsAhead)
+	return r, err
+}
+
+// Prune is ApplyRetention returning only the rows removed.
+func Prune(ctx context.Context, db DB, schema string, olderThan time.Duration, batchSize int) (int64, error) {
+	r, err := ApplyRetention(ctx, db, schema, olderThan, batchSize)
+	return r.Rows, err
+}
+
+// pruneRows is the plain layout's batched delete.
+func pruneRows(ctx context.Context, db DB, schema string, olderThan time.Duration, batchSize int) (int64, error) {
 	q := buildSQL(pgx.Identifier{schema}.Sanitize(), "")
 	// One cutoff for the whole run, so rows applied while pruning are safe.
 	var cutoff time.Time
@@ -54,11 +98,19 @@ func Prune(ctx context.Context, db DB, schema string, olderThan time.Duration, b
 type Stats struct {
 	Schema          string
 	Rows            int64
-	SizeBytes       int64     // pg_total_relation_size: heap, indexes, TOAST
+	SizeBytes       int64     // pg_total_relation_size: heap, indexes, TOAST (of every partition)
 	Oldest          time.Time // zero when empty
 	Parked          int64
 	OldestParked    time.Time // zero when nothing is parked
 	IdempotencyKeys int64
+
+	// Partitioned layout only.
+	Partitioned       bool
+	PartitionInterval time.Duration
+	Partitions        int
+	PartitionsFrom    time.Time // start of the oldest partition
+	PartitionsTo      time.Time // end of the newest partition
+	Horizon           time.Time // events before it are refused; zero until a partition was dropped
 }
 
 // ReadStats returns the inbox statistics of schema.
@@ -78,6 +130,23 @@ func ReadStats(ctx context.Context, db DB, schema string) (Stats, error) {
 	if oldestParked != nil {
 		s.OldestParked = *oldestParked
 	}
+	p, partitioned, err := ReadPartitioning(ctx, db, schema)
+	if err != nil || !partitioned {
+		return s, err
+	}
+	parts, err := ListPartitions(ctx, db, schema)
+	if err != nil {
+		return s, err
+	}
+	s.Partitioned, s.PartitionInterval, s.Horizon, s.Partitions = true, p.Interval, p.Horizon, len(parts)
+	for _, pt := range parts {
+		if !pt.From.IsZero() && (s.PartitionsFrom.IsZero() || pt.From.Before(s.PartitionsFrom)) {
+			s.PartitionsFrom = pt.From
+		}
+		if pt.To.After(s.PartitionsTo) {
+			s.PartitionsTo = pt.To
+		}
+	}
 	return s, nil
 }
 
@@ -86,7 +155,7 @@ func (in *Inbox) Stats(ctx context.Context) (Stats, error) {
 	return ReadStats(ctx, in.pool, in.opt.Schema)
 }
 
-// Prune prunes the Inbox's schema (see the package function).
+// Prune applies retention to the Inbox's schema (see the package function).
 func (in *Inbox) Prune(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
 	return Prune(ctx, in.pool, in.opt.Schema, olderThan, batchSize)
 }

@@ -5,6 +5,13 @@ import "strings"
 // sqlText holds every statement with the schema and account table quoted
 // in. Statements are plain strings so pgx's statement cache prepares each
 // once per connection.
+//
+// One set of statements serves both inbox layouts: every inbox write
+// carries the event's time (NULL when absent), which the plain layout only
+// records and the partitioned layout needs as its partition key. Deletes
+// of a claim name the time too (NULL-safe, in a form the planner can still
+// use to prune partitions), so a claim withdrawn in the partitioned layout
+// only ever touches its own partition and its own row.
 type sqlText struct {
 	// The article's two statements and the decision path (tx strategy and
 	// the shared slow path of every strategy).
@@ -32,8 +39,8 @@ func buildSQL(schema, account string) sqlText {
 	r := strings.NewReplacer("{S}", schema, "{A}", account)
 	s := func(q string) string { return r.Replace(q) }
 	return sqlText{
-		inboxInsert: s(`INSERT INTO {S}.inbox (consumer, source, event_id, aggregate_id, aggregate_version)
-			VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`),
+		inboxInsert: s(`INSERT INTO {S}.inbox (consumer, source, event_id, aggregate_id, aggregate_version, event_time)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`),
 		// With parking on, the claim is guarded: a redelivery of a parked
 		// event must not claim its key (it would hold that row while waiting
 		// for the account lock, while the predecessor's transaction, holding
@@ -42,12 +49,13 @@ func buildSQL(schema, account string) sqlText {
 		inboxClaimGuarded: s(`WITH p AS (
 				SELECT EXISTS (SELECT 1 FROM {S}.parked WHERE consumer = $1 AND source = $2 AND event_id = $3) AS parked
 			), ins AS (
-				INSERT INTO {S}.inbox (consumer, source, event_id, aggregate_id, aggregate_version)
-				SELECT $1, $2, $3, $4, $5 FROM p WHERE NOT p.parked
+				INSERT INTO {S}.inbox (consumer, source, event_id, aggregate_id, aggregate_version, event_time)
+				SELECT $1, $2, $3, $4, $5, $6::timestamptz FROM p WHERE NOT p.parked
 				ON CONFLICT DO NOTHING RETURNING 1
 			)
 			SELECT (SELECT parked FROM p), EXISTS (SELECT 1 FROM ins)`),
-		inboxDelete: s(`DELETE FROM {S}.inbox WHERE consumer = $1 AND source = $2 AND event_id = $3`),
+		inboxDelete: s(`DELETE FROM {S}.inbox WHERE consumer = $1 AND source = $2 AND event_id = $3
+			AND (event_time = $4 OR ($4::timestamptz IS NULL AND event_time IS NULL))`),
 
 		// version = v-1 is the whole ordering rule; 0 rows is never success.
 		accountUpdate: s(`UPDATE {A} SET balance = balance + $2, version = $3 WHERE id = $1 AND version = $3 - 1`),
@@ -93,8 +101,8 @@ func buildSQL(schema, account string) sqlText {
 				SELECT $7::boolean AND EXISTS (SELECT 1 FROM {S}.parked
 					WHERE consumer = $1::text AND source = $2::text AND event_id = $3::text) AS parked
 			), ins AS (
-				INSERT INTO {S}.inbox (consumer, source, event_id, aggregate_id, aggregate_version)
-				SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint FROM p WHERE NOT p.parked
+				INSERT INTO {S}.inbox (consumer, source, event_id, aggregate_id, aggregate_version, event_time)
+				SELECT $1::text, $2::text, $3::text, $4::text, $5::bigint, $8::timestamptz FROM p WHERE NOT p.parked
 				ON CONFLICT DO NOTHING
 				RETURNING 1
 			), upd AS (
@@ -130,11 +138,13 @@ func buildSQL(schema, account string) sqlText {
 				idempotency_key, tenant, operation
 			FROM {S}.parked WHERE consumer = $1 AND aggregate_id = ANY($2::text[])
 			ORDER BY aggregate_id, aggregate_version, parked_at, source, event_id`),
-		batchInboxInsert: s(`INSERT INTO {S}.inbox (consumer, source, event_id, aggregate_id, aggregate_version)
-			SELECT $1, t.s, t.e, t.a, t.v FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) AS t(s, e, a, v)
+		batchInboxInsert: s(`INSERT INTO {S}.inbox (consumer, source, event_id, aggregate_id, aggregate_version, event_time)
+			SELECT $1, t.s, t.e, t.a, t.v, t.tm
+			FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[]) AS t(s, e, a, v, tm)
 			ON CONFLICT DO NOTHING RETURNING source, event_id`),
-		batchInboxDelete: s(`DELETE FROM {S}.inbox i USING unnest($2::text[], $3::text[]) AS t(s, e)
-			WHERE i.consumer = $1 AND i.source = t.s AND i.event_id = t.e`),
+		batchInboxDelete: s(`DELETE FROM {S}.inbox i USING unnest($2::text[], $3::text[], $4::timestamptz[]) AS t(s, e, tm)
+			WHERE i.consumer = $1 AND i.source = t.s AND i.event_id = t.e
+				AND (i.event_time = t.tm OR (t.tm IS NULL AND i.event_time IS NULL))`),
 		// One UPDATE for every aggregate of the batch; each row still carries
 		// its version precondition, and the caller checks the row count.
 		batchUpdate: s(`UPDATE {A} AS a SET balance = a.balance + d.delta, version = d.newv
@@ -157,10 +167,15 @@ func buildSQL(schema, account string) sqlText {
 		brokenAddAll: s(`INSERT INTO {A} AS a (id, balance, version) VALUES ($1, $2, $3)
 			ON CONFLICT (id) DO UPDATE SET balance = a.balance + excluded.balance, version = excluded.version`),
 
+		// Plain layout only: a ctid is unique within one table, not across
+		// the partitions of a partitioned one.
 		pruneBatch: s(`DELETE FROM {S}.inbox WHERE ctid = ANY (ARRAY(
 			SELECT ctid FROM {S}.inbox WHERE applied_at < $1 ORDER BY applied_at LIMIT $2))`),
+		// A partitioned parent has no storage of its own: add its partitions
+		// (pg_partition_tree lists none for a plain table).
 		stats: s(`SELECT (SELECT count(*) FROM {S}.inbox),
-			pg_total_relation_size('{S}.inbox'::regclass),
+			pg_total_relation_size('{S}.inbox'::regclass) + coalesce((SELECT sum(pg_total_relation_size(relid))
+				FROM pg_partition_tree('{S}.inbox'::regclass) WHERE level > 0), 0)::bigint,
 			(SELECT min(applied_at) FROM {S}.inbox),
 			(SELECT count(*) FROM {S}.parked),
 			(SELECT min(parked_at) FROM {S}.parked),

@@ -310,6 +310,13 @@ func (s *FileStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer strin
 			o.Err = eventErr(consumer, ev, s.Name(), err)
 			return o
 		}
+		// On a partitioned inbox the file's SQL must write event_time; the
+		// partition it lands in is made here, as for the built-ins.
+		if attempts, err := in.retry(ctx, func(ctx context.Context) error { return in.ensurePartitions(ctx, ev) }); err != nil {
+			o := newOutcome(ev)
+			o.Err, o.Attempts = eventErr(consumer, ev, s.Name(), err), attempts
+			return o
+		}
 		start := time.Now()
 		var o Outcome
 		switch {

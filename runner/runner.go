@@ -84,6 +84,8 @@ type Options struct {
 	WorkerCmd              []string
 	// JoinTimeout bounds the wait for workers to join a cell.
 	JoinTimeout time.Duration
+	// InboxLayout selects the plain or the time-partitioned inbox.
+	InboxLayout inbox.Layout
 
 	fleet *fleet
 }
@@ -436,9 +438,12 @@ func (c *cell) openInbox(ctx context.Context, setup bool) (*pgxpool.Pool, error)
 		}
 		return pool, nil
 	}
-	if _, err := inbox.Migrate(ctx, pool, c.id); err != nil {
+	if _, err := inbox.MigrateLayout(ctx, pool, c.id, o.InboxLayout); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: migrate schema %s: %w", c.id, err)
+	}
+	if o.InboxLayout.Partitioned {
+		c.note("inbox partitioned by event time")
 	}
 	// A user strategy file's DDL runs after the built-in migration, and its
 	// statements are checked by the server, before anything is published.

@@ -28,6 +28,8 @@ func newRunCmd(cfg *config.Config) *cobra.Command {
 		stall, join                                        time.Duration
 		strategyFiles                                      []string
 		workers, remoteWorkers                             int
+		partitioned                                        bool
+		partitionInterval                                  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -99,6 +101,14 @@ check; negative controls (broken-*) are expected to fail.`,
 			if workers < 0 || remoteWorkers < 0 {
 				return usagef("--workers and --remote-workers count processes: 0 or more")
 			}
+			if c.Flags().Changed("partition-interval") && !partitioned {
+				return usagef("--partition-interval needs --partitioned-inbox")
+			}
+			if partitioned {
+				if err := inbox.ValidatePartitionInterval(partitionInterval); err != nil {
+					return usagef("--partition-interval: %v", err)
+				}
+			}
 			var workerCmd []string
 			if workers > 0 {
 				exe, err := os.Executable()
@@ -113,7 +123,8 @@ check; negative controls (broken-*) are expected to fail.`,
 			tty := term.IsTerminal(int(os.Stderr.Fd()))
 			run, dir, err := runner.Run(c.Context(), runner.Options{
 				Workers: workers, RemoteWorkers: remoteWorkers, WorkerCmd: workerCmd, JoinTimeout: join,
-				Cfg: *cfg, Spec: spec, Brokers: bs, Strategies: strategies, Extra: extra, OutDir: out, RunID: runID,
+				InboxLayout: inbox.Layout{Partitioned: partitioned, Interval: partitionInterval},
+				Cfg:         *cfg, Spec: spec, Brokers: bs, Strategies: strategies, Extra: extra, OutDir: out, RunID: runID,
 				Measure: !noMeasure, Audit: !noAudit, Progress: os.Stderr, TTY: tty, StallTimeout: stall,
 				Args: os.Args, Servers: servers,
 			})
@@ -140,6 +151,8 @@ check; negative controls (broken-*) are expected to fail.`,
 	f.IntVar(&workers, "workers", 0, "run the consumers as this many 'bench worker' processes (0: goroutines of this process)")
 	f.IntVar(&remoteWorkers, "remote-workers", 0, "also wait in each cell for this many workers started elsewhere with 'bench worker --run-id RUN_ID'")
 	f.DurationVar(&join, "join-timeout", 2*time.Minute, "how long a cell waits for its workers to join")
+	f.BoolVar(&partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
+	f.DurationVar(&partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
 	return cmd
 }
 
