@@ -3,11 +3,13 @@ package runner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	_ "github.com/inboxbench/inboxbench/brokers/all"
 	_ "github.com/inboxbench/inboxbench/brokers/none"
+	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
@@ -140,6 +142,30 @@ func realBrokerPasses(t *testing.T, broker string) {
 	for _, c := range run.Cells {
 		if c.Invariants.Verdict != "PASS" || c.Error != "" {
 			t.Errorf("%s", describe(c))
+		}
+	}
+}
+
+// TestPartitionedInboxUnderFaults: the time-partitioned inbox keeps the
+// promise under every fault of the plan, for every correct strategy.
+func TestPartitionedInboxUnderFaults(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	spec := faultsSpec(t, "")
+	plan := workload.Generate(spec)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx", "cte", "batch", "pipeline"},
+		OutDir: t.TempDir(), RunID: runID("p"), Audit: true, StallTimeout: 20 * time.Second,
+		InboxLayout: inbox.Layout{Partitioned: true}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for _, c := range run.Cells {
+		if c.Invariants.Verdict != "PASS" || c.Error != "" || c.Counters.Effects != int64(len(plan.Events)) {
+			t.Errorf("%s", describe(c))
+		}
+		if !slices.Contains(c.Notes, "inbox partitioned by event time") {
+			t.Errorf("%s: the cell does not say its inbox was partitioned: %q", c.Strategy, c.Notes)
 		}
 	}
 }
