@@ -93,7 +93,7 @@ func (ms *meters) get(shard string) *meter {
 	return v.(*meter)
 }
 
-// recordPublish is called by the (single) publisher goroutine per batch.
+// recordPublish is called by each publisher goroutine once per batch.
 func (ms *meters) recordPublish(d time.Duration, n int) {
 	if !ms.enabled {
 		return

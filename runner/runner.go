@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -745,17 +746,56 @@ func (c *cell) account(m *meter, ev *envelope.Event, out inbox.Outcome, received
 	}
 }
 
-// publish sends the plan in order, open loop at the spec's rate.
+// publish sends the plan, open loop at the spec's rate, from
+// Spec.Publishers goroutines. Each owns the ordering keys that hash to it
+// and sends them in plan order, so every key's order (and every fault the
+// plan placed in it: retries, reorders, republishes) is the plan's, while
+// the broker has several batches in flight.
 func (c *cell) publish(ctx context.Context, b brokers.Broker, topic string) error {
+	pubs := c.plan.Publishes
+	n := max(1, min(c.o.Spec.Publishers, len(pubs)))
+	own := make([][]int, n)
+	for j := range pubs {
+		h := fnv.New32a()
+		h.Write([]byte(pubs[j].OrderingKey()))
+		k := int(h.Sum32() % uint32(n))
+		own[k] = append(own[k], j)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.publishPart(ctx, b, topic, own[k], k == 0); err != nil {
+				cancel(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// publishPart sends one publisher's share of the plan (indexes into
+// Publishes, in plan order) in batches; an event's intended send time
+// comes from its place in the whole plan.
+func (c *cell) publishPart(ctx context.Context, b brokers.Broker, topic string, idx []int, first bool) error {
 	const batch = 256
 	rate := c.o.Spec.PublishRate
 	pubs := c.plan.Publishes
 	msgs := make([]brokers.Message, 0, batch)
-	for i := 0; i < len(pubs); i += batch {
-		end := min(i+batch, len(pubs))
+	intendedAt := func(j int) time.Time {
+		return c.start.Add(time.Duration(float64(j) / rate * float64(time.Second)))
+	}
+	for i := 0; i < len(idx); i += batch {
+		end := min(i+batch, len(idx))
 		intended := time.Now()
 		if rate > 0 {
-			intended = c.start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+			intended = intendedAt(idx[i])
 			if d := time.Until(intended); d > 0 {
 				select {
 				case <-ctx.Done():
@@ -765,11 +805,11 @@ func (c *cell) publish(ctx context.Context, b brokers.Broker, topic string) erro
 			}
 		}
 		msgs = msgs[:0]
-		for j := i; j < end; j++ {
+		for _, j := range idx[i:end] {
 			ev := *pubs[j].Event
 			ev.IntendedAt = intended
 			if rate > 0 {
-				ev.IntendedAt = c.start.Add(time.Duration(float64(j) / rate * float64(time.Second)))
+				ev.IntendedAt = intendedAt(j)
 			}
 			body, err := c.o.Spec.Encode(&ev)
 			if err != nil {
@@ -781,7 +821,7 @@ func (c *cell) publish(ctx context.Context, b brokers.Broker, topic string) erro
 			return err
 		}
 		c.c.published.Add(int64(len(msgs)))
-		if i == 0 && len(c.o.Poison) > 0 {
+		if i == 0 && first && len(c.o.Poison) > 0 {
 			if err := c.publishPoison(ctx, b, topic); err != nil {
 				return err
 			}

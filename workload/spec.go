@@ -42,6 +42,12 @@ type Spec struct {
 	// PublishRate in events/s, open loop; 0 publishes as fast as the broker
 	// confirms.
 	PublishRate float64 `yaml:"publish_rate" json:"publish_rate"`
+	// Publishers is the number of concurrent publishers. Each owns the
+	// keys that hash to it and sends them in plan order, so per-key order
+	// is the plan's while the broker sees several batches in flight: one
+	// publisher waiting for each batch's confirms measures its round trip,
+	// not the broker's throughput.
+	Publishers int `yaml:"publishers" json:"publishers"`
 	// Consumers is the number of concurrent consumers (each with its own
 	// database connection).
 	Consumers int `yaml:"consumers" json:"consumers"`
@@ -134,7 +140,7 @@ func Defaults() Spec {
 		Name: "unnamed", Seed: 1, Aggregates: 100, Events: 10000,
 		Amount:      Amount{Distribution: "uniform", Min: 1, Max: 100},
 		Skew:        Skew{Kind: "uniform"},
-		MessageSize: 512, Consumers: 4, Shards: 8,
+		MessageSize: 512, Consumers: 4, Shards: 8, Publishers: 4,
 		Strategy: "tx", BatchSize: 100, Parking: &parking,
 		Faults: Faults{StormConsumers: 3},
 	}
@@ -224,6 +230,8 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("message_size: %d: use 0 to 4194304 bytes", s.MessageSize)
 	case s.PublishRate < 0:
 		return fmt.Errorf("publish_rate: %v: use 0 (as fast as confirmed) or a positive rate in events/s", s.PublishRate)
+	case s.Publishers < 1 || s.Publishers > 64:
+		return fmt.Errorf("publishers: %d: use 1 to 64", s.Publishers)
 	case s.Consumers < 1 || s.Consumers > 256:
 		return fmt.Errorf("consumers: %d: use 1 to 256", s.Consumers)
 	case s.Shards < 1 || s.Shards > 1024:

@@ -186,7 +186,7 @@ func (s *subscription) crash() {
 func (s *subscription) poll() {
 	defer s.loops.Done()
 	for {
-		fetches := s.cl.PollRecords(s.ctx, 1000)
+		fetches := s.cl.PollFetches(s.ctx)
 		if s.ctx.Err() != nil || fetches.IsClientClosed() {
 			return
 		}
