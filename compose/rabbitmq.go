@@ -106,8 +106,13 @@ func (r *RabbitMQ) Start(ctx context.Context, e *Env) error {
 listeners.tcp.1 = 127.0.0.1:%d
 load_definitions = %s/definitions.json
 loopback_users = none
-# Small, shared machine: keep memory low and let the disk alarm trip late.
-vm_memory_high_watermark.absolute = 512MiB
+# Small, shared machine: keep memory bounded and let the disk alarm trip
+# late. Quorum queues keep their write-ahead log in memory until it rolls
+# over (512 MB by default): a smaller WAL rolls sooner, so a backlog of
+# 200k messages does not trip the memory alarm, which would block the
+# publishers and measure the alarm instead of the broker.
+vm_memory_high_watermark.absolute = 1GiB
+raft.wal_max_size_bytes = 67108864
 disk_free_limit.absolute = 100MB
 log.console = false
 log.file.level = info
