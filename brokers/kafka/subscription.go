@@ -185,14 +185,18 @@ func (s *subscription) crash() {
 // never races a revoke.
 func (s *subscription) poll() {
 	defer s.loops.Done()
+	var lastWarn time.Time
 	for {
 		fetches := s.cl.PollFetches(s.ctx)
 		if s.ctx.Err() != nil || fetches.IsClientClosed() {
 			return
 		}
 		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				slog.Warn("kafka: fetch error", "broker", s.b.name, "topic", t, "partition", p, "err", err)
+			// The client retries by itself; while a broker is down the same
+			// error repeats many times a second: say it once per 10 s.
+			if !errors.Is(err, context.Canceled) && time.Since(lastWarn) > 10*time.Second {
+				lastWarn = time.Now()
+				slog.Warn("kafka: fetch error (the client keeps retrying)", "broker", s.b.name, "topic", t, "partition", p, "err", err)
 			}
 		})
 		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
