@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,6 +30,7 @@ func newRunCmd(cfg *config.Config) *cobra.Command {
 		strategyFiles                                      []string
 		workers, remoteWorkers                             int
 		partitioned                                        bool
+		cpuProfile                                         string
 		partitionInterval                                  time.Duration
 	)
 	cmd := &cobra.Command{
@@ -120,6 +122,17 @@ check; negative controls (broken-*) are expected to fail.`,
 			if runID == "" && remoteWorkers > 0 {
 				runID = runner.NewRunID()
 			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return usagef("--cpuprofile: %v", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			tty := term.IsTerminal(int(os.Stderr.Fd()))
 			run, dir, err := runner.Run(c.Context(), runner.Options{
 				Workers: workers, RemoteWorkers: remoteWorkers, WorkerCmd: workerCmd, JoinTimeout: join,
@@ -151,6 +164,7 @@ check; negative controls (broken-*) are expected to fail.`,
 	f.IntVar(&workers, "workers", 0, "run the consumers as this many 'bench worker' processes (0: goroutines of this process)")
 	f.IntVar(&remoteWorkers, "remote-workers", 0, "also wait in each cell for this many workers started elsewhere with 'bench worker --run-id RUN_ID'")
 	f.DurationVar(&join, "join-timeout", 2*time.Minute, "how long a cell waits for its workers to join")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process to the file (go tool pprof FILE): where the harness itself spends its time")
 	f.BoolVar(&partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
 	f.DurationVar(&partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
 	return cmd
