@@ -100,17 +100,17 @@ func (m *mdWriter) run(run *Run) {
 
 func (m *mdWriter) summary(run *Run) {
 	m.p("## Summary\n\n")
-	m.p("Latencies are measured from the intended send time (open loop, no coordinated omission); lock-wait share is the share of sampled busy backend states waiting on a heavyweight lock. \"Bound by\" says what set the pace: the broker's publish path (the consumers kept up with a publisher sending as fast as the broker confirmed), the workload's rate, or the consumers (a backlog built up: delivery, handler or database).\n\n")
+	m.p("Latencies are measured from the intended send time (open loop, no coordinated omission); lock-wait share is the share of sampled busy backend states waiting on a heavyweight lock. \"Bound by\" says what set the pace: the broker's publish path (the consumers kept up with a publisher sending as fast as the broker confirmed), the workload's rate, or the consumers (a backlog built up: delivery, handler or database). \"Host CPU\" is how busy the whole machine was: near 100%%, every component (broker, database, harness) competes for the same cores.\n\n")
 	var rows [][]string
 	for i := range run.Cells {
 		c := &run.Cells[i]
 		l := c.Latency
-		rows = append(rows, []string{c.Broker, c.StrategyLabel(), FormatRate(c.Throughput.EventsPerS), c.BoundText(),
+		rows = append(rows, []string{c.Broker, c.StrategyLabel(), FormatRate(c.Throughput.EventsPerS), c.BoundText(), c.HostCPUText(),
 			latencyCell(l.E2E, l.E2E.P50), latencyCell(l.E2E, l.E2E.P99), latencyCell(l.E2E, l.E2E.P999),
 			latencyCell(l.Dedup, l.Dedup.P99), FormatShare(c.Contention.LockWaitShare), c.VerdictText()})
 	}
-	m.table([]string{"broker", "strategy", "events/s", "bound by", "e2e p50", "e2e p99", "e2e p99.9", "dedup p99", "lock-wait share", "verdict"},
-		"llrlrrrrrl", rows)
+	m.table([]string{"broker", "strategy", "events/s", "bound by", "host CPU", "e2e p50", "e2e p99", "e2e p99.9", "dedup p99", "lock-wait share", "verdict"},
+		"llrlrrrrrrl", rows)
 }
 
 func (m *mdWriter) throughput(run *Run) {

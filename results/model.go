@@ -77,6 +77,11 @@ type Throughput struct {
 	// workload's open-loop rate; "consume" — a backlog built up, so
 	// delivery, the consumers or the database set the pace.
 	Bound string `json:"bound,omitempty"`
+	// HostCPUBusy is the share of the host's CPU time that was busy (all
+	// processes) from the start of publishing to the end of the cell, on
+	// Linux. Near 1, every component on the machine competes for the same
+	// cores: the broker's own CPU is taken from the database.
+	HostCPUBusy float64 `json:"host_cpu_busy,omitempty"`
 }
 
 // Latencies in microseconds.
@@ -217,4 +222,12 @@ func (c *Cell) BoundText() string {
 		return "consumers"
 	}
 	return "-"
+}
+
+// HostCPUText is the host's busy CPU share during the cell, or "-".
+func (c *Cell) HostCPUText() string {
+	if c.Throughput.HostCPUBusy == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*c.Throughput.HostCPUBusy)
 }

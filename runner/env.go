@@ -62,3 +62,42 @@ func memoryMiB() int64 {
 	}
 	return 0
 }
+
+// cpuTimes are the host's CPU counters from /proc/stat (jiffies).
+type cpuTimes struct{ busy, total uint64 }
+
+// hostCPU reads the aggregate CPU line of /proc/stat; ok is false where
+// there is none (not Linux).
+func hostCPU() (cpuTimes, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return cpuTimes{}, false
+	}
+	var t cpuTimes
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cpuTimes{}, false
+		}
+		if i >= 8 { // guest time is already counted in user
+			break
+		}
+		t.total += n
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += n
+		}
+	}
+	return t, true
+}
+
+func (t cpuTimes) busySince(before cpuTimes) float64 {
+	if t.total <= before.total {
+		return 0
+	}
+	return float64(t.busy-before.busy) / float64(t.total-before.total)
+}

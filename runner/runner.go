@@ -241,6 +241,7 @@ type cell struct {
 	progress atomic.Int64 // bumps on every verdict, for stall detection
 	start    time.Time    // publishing started
 	pubEnd   time.Time    // the last confirm arrived
+	cpuBusy  float64      // host CPU busy share over the cell
 	warmEnd  atomic.Int64 // unix nanos; a worker learns it from the coordinator
 	// crashed remembers events whose crash fault already fired, so a
 	// redelivery is not crashed again (Kafka has no redelivered flag).
@@ -356,6 +357,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		}
 	}
 
+	cpu0, cpuOK := hostCPU()
 	c.start = time.Now()
 	c.warmEnd.Store(c.start.Add(o.Spec.Warmup.D()).UnixNano())
 	if o.fleet != nil {
@@ -375,6 +377,9 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		cellErr = pubErr
 	} else {
 		cellErr = c.waitDone(runCtx, consumeErr)
+	}
+	if cpu1, ok := hostCPU(); ok && cpuOK {
+		c.cpuBusy = cpu1.busySince(cpu0)
 	}
 	stop()
 	wg.Wait()
@@ -1121,6 +1126,7 @@ func (c *cell) fill(res *results.Cell, rep inbox.ContentionReport) {
 		res.DurationS = time.Duration(last - first).Seconds()
 	}
 	res.Throughput.Series = c.series
+	res.Throughput.HostCPUBusy = c.cpuBusy
 	c.bound(res)
 	res.Contention = results.Contention{Samples: rep.Samples, LockWaitSamples: rep.LockWaits, LockWaitShare: rep.LockWaitShare(),
 		BlockedMax: rep.BlockedMax, Deadlocks: rep.Deadlocks, Rollbacks: rep.Rollbacks, Commits: rep.Commits}

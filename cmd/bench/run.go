@@ -229,7 +229,7 @@ func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[st
 // p99, lock-wait share, verdict.
 func printSummary(run *results.Run) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "BROKER\tSTRATEGY\tEVENTS/S\tvs none\tBOUND BY\tE2E P50\tE2E P99\tDEDUP P99\tLOCK WAIT\tVERDICT\t")
+	fmt.Fprintln(tw, "BROKER\tSTRATEGY\tEVENTS/S\tvs none\tBOUND BY\tHOST CPU\tE2E P50\tE2E P99\tDEDUP P99\tLOCK WAIT\tVERDICT\t")
 	base := map[string]float64{}
 	for _, c := range run.Cells {
 		if c.Broker == "none" {
@@ -245,7 +245,7 @@ func printSummary(run *results.Run) {
 		if c.Broken {
 			verdict += " (negative control: FAIL expected)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Broker, c.Strategy, results.FormatRate(c.Throughput.EventsPerS), ratio, c.BoundText(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Broker, c.Strategy, results.FormatRate(c.Throughput.EventsPerS), ratio, c.BoundText(), c.HostCPUText(),
 			us(c.Latency.E2E.P50), us(c.Latency.E2E.P99), us(c.Latency.Dedup.P99), results.FormatShare(c.Contention.LockWaitShare), verdict)
 	}
 	tw.Flush()
