@@ -52,3 +52,19 @@ func TestPercentileLabelsAndSpectrum(t *testing.T) {
 		}
 	}
 }
+
+// TestVsNone: a broker cell is compared with the baseline of its own
+// strategy in the same run, never another strategy's.
+func TestVsNone(t *testing.T) {
+	r := &Run{Cells: []Cell{
+		{Broker: "none", Strategy: "tx", Throughput: Throughput{EventsPerS: 200}},
+		{Broker: "none", Strategy: "batch", Throughput: Throughput{EventsPerS: 4000}},
+		{Broker: "kafka", Strategy: "tx", Throughput: Throughput{EventsPerS: 150}},
+		{Broker: "kafka", Strategy: "cte", Throughput: Throughput{EventsPerS: 300}},
+	}}
+	for i, want := range []string{"-", "-", "75%", "-"} {
+		if got := r.VsNone(&r.Cells[i]); got != want {
+			t.Errorf("%s/%s: VsNone = %q, want %q", r.Cells[i].Broker, r.Cells[i].Strategy, got, want)
+		}
+	}
+}

@@ -73,10 +73,10 @@ func cellVerdict(c *Cell) verdictView {
 }
 
 type summaryRowView struct {
-	Broker, Strategy                                  string
-	Broken                                            bool
-	Rate, Bound, CPU, P50, P99, P999, DedupP99, Share string
-	Verdict                                           verdictView
+	Broker, Strategy                                          string
+	Broken                                                    bool
+	Rate, VsNone, Bound, CPU, P50, P99, P999, DedupP99, Share string
+	Verdict                                                   verdictView
 }
 
 type latencyRowView struct {
@@ -171,7 +171,7 @@ func (v *htmlView) fillRun(run *Run) error {
 		c := &run.Cells[i]
 		l := &c.Latency
 		v.Summary = append(v.Summary, summaryRowView{Broker: c.Broker, Strategy: c.Strategy, Broken: c.Broken,
-			Rate: FormatRate(c.Throughput.EventsPerS), Bound: c.BoundText(), CPU: c.HostCPUText(), P50: latencyCell(l.E2E, l.E2E.P50), P99: latencyCell(l.E2E, l.E2E.P99),
+			Rate: FormatRate(c.Throughput.EventsPerS), VsNone: run.VsNone(c), Bound: c.BoundText(), CPU: c.HostCPUText(), P50: latencyCell(l.E2E, l.E2E.P50), P99: latencyCell(l.E2E, l.E2E.P99),
 			P999: latencyCell(l.E2E, l.E2E.P999), DedupP99: latencyCell(l.Dedup, l.Dedup.P99),
 			Share: FormatShare(c.Contention.LockWaitShare), Verdict: cellVerdict(c)})
 		for j, k := range latencyKinds {

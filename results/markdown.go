@@ -105,12 +105,12 @@ func (m *mdWriter) summary(run *Run) {
 	for i := range run.Cells {
 		c := &run.Cells[i]
 		l := c.Latency
-		rows = append(rows, []string{c.Broker, c.StrategyLabel(), FormatRate(c.Throughput.EventsPerS), c.BoundText(), c.HostCPUText(),
+		rows = append(rows, []string{c.Broker, c.StrategyLabel(), FormatRate(c.Throughput.EventsPerS), run.VsNone(c), c.BoundText(), c.HostCPUText(),
 			latencyCell(l.E2E, l.E2E.P50), latencyCell(l.E2E, l.E2E.P99), latencyCell(l.E2E, l.E2E.P999),
 			latencyCell(l.Dedup, l.Dedup.P99), FormatShare(c.Contention.LockWaitShare), c.VerdictText()})
 	}
-	m.table([]string{"broker", "strategy", "events/s", "bound by", "host CPU", "e2e p50", "e2e p99", "e2e p99.9", "dedup p99", "lock-wait share", "verdict"},
-		"llrlrrrrrrl", rows)
+	m.table([]string{"broker", "strategy", "events/s", "vs none", "bound by", "host CPU", "e2e p50", "e2e p99", "e2e p99.9", "dedup p99", "lock-wait share", "verdict"},
+		"llrrlrrrrrrl", rows)
 }
 
 func (m *mdWriter) throughput(run *Run) {

@@ -231,3 +231,18 @@ func (c *Cell) HostCPUText() string {
 	}
 	return fmt.Sprintf("%.0f%%", 100*c.Throughput.HostCPUBusy)
 }
+
+// VsNone is a cell's throughput as a share of the database-only baseline
+// (broker none) with the same strategy in the same run, or "-".
+func (r *Run) VsNone(c *Cell) string {
+	if c.Broker == "none" {
+		return "-"
+	}
+	for i := range r.Cells {
+		b := &r.Cells[i]
+		if b.Broker == "none" && b.Strategy == c.Strategy && b.Throughput.EventsPerS > 0 {
+			return fmt.Sprintf("%.0f%%", 100*c.Throughput.EventsPerS/b.Throughput.EventsPerS)
+		}
+	}
+	return "-"
+}

@@ -230,17 +230,8 @@ func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[st
 func printSummary(run *results.Run) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "BROKER\tSTRATEGY\tEVENTS/S\tvs none\tBOUND BY\tHOST CPU\tE2E P50\tE2E P99\tDEDUP P99\tLOCK WAIT\tVERDICT\t")
-	base := map[string]float64{}
-	for _, c := range run.Cells {
-		if c.Broker == "none" {
-			base[c.Strategy] = c.Throughput.EventsPerS
-		}
-	}
-	for _, c := range run.Cells {
-		ratio := "-"
-		if b := base[c.Strategy]; b > 0 && c.Broker != "none" {
-			ratio = fmt.Sprintf("%.0f%%", 100*c.Throughput.EventsPerS/b)
-		}
+	for i, c := range run.Cells {
+		ratio := run.VsNone(&run.Cells[i])
 		verdict := c.Invariants.Verdict
 		if c.Broken {
 			verdict += " (negative control: FAIL expected)"
