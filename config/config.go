@@ -190,3 +190,16 @@ func (c *Config) Environ() []string {
 	}
 	return out
 }
+
+// Redact hides the password of a connection URL, for messages.
+func Redact(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		if j := strings.Index(u[i+3:], "@"); j >= 0 {
+			creds := u[i+3 : i+3+j]
+			if k := strings.Index(creds, ":"); k >= 0 {
+				return u[:i+3] + creds[:k] + ":***" + u[i+3+j:]
+			}
+		}
+	}
+	return u
+}

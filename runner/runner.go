@@ -436,27 +436,22 @@ func (c *cell) openInbox(ctx context.Context, setup bool) (*pgxpool.Pool, error)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	if !setup {
-		c.in, err = inbox.New(pool, iopt)
-		if err != nil {
+	if setup {
+		if _, err := inbox.MigrateLayout(ctx, pool, c.id, o.InboxLayout); err != nil {
 			pool.Close()
-			return nil, err
+			return nil, fmt.Errorf("postgres: migrate schema %s: %w", c.id, err)
 		}
-		return pool, nil
-	}
-	if _, err := inbox.MigrateLayout(ctx, pool, c.id, o.InboxLayout); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("postgres: migrate schema %s: %w", c.id, err)
-	}
-	if o.InboxLayout.Partitioned {
-		c.note("inbox partitioned by event time")
-	}
-	// A user strategy file's DDL runs after the built-in migration, and its
-	// statements are checked by the server, before anything is published.
-	if p, ok := c.strategy.(inbox.Preparer); ok {
-		if err := p.Prepare(ctx, pool, c.id); err != nil {
-			pool.Close()
-			return nil, err
+		if o.InboxLayout.Partitioned {
+			c.note("inbox partitioned by event time")
+		}
+		// A user strategy file's DDL runs after the built-in migration, and
+		// its statements are checked by the server, before anything is
+		// published.
+		if p, ok := c.strategy.(inbox.Preparer); ok {
+			if err := p.Prepare(ctx, pool, c.id); err != nil {
+				pool.Close()
+				return nil, err
+			}
 		}
 	}
 	if c.in, err = inbox.New(pool, iopt); err != nil {

@@ -604,19 +604,11 @@ func Work(ctx context.Context, o WorkerOptions) error {
 			continue
 		case state == "" && time.Now().After(deadline):
 			return fmt.Errorf("run %q not found in %s after %s: start `bench run --remote-workers N …` first and pass the run id it prints, with the same --pg-url",
-				o.RunID, redactURL(base.Cfg.PGURL), o.JoinTimeout)
+				o.RunID, "postgres at "+config.Redact(base.Cfg.PGURL), o.JoinTimeout)
 		}
 		sleep(ctx, 200*time.Millisecond)
 	}
 	return nil
-}
-
-// redactURL hides a password in a connection URL.
-func redactURL(u string) string {
-	if cfg, err := pgxpool.ParseConfig(u); err == nil {
-		return fmt.Sprintf("postgres %s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
-	}
-	return "the configured database"
 }
 
 type cellRow struct {

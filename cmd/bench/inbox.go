@@ -43,7 +43,7 @@ refused instead of applied again.`,
 		}
 		if err := p.Ping(c.Context()); err != nil {
 			p.Close()
-			return nil, fmt.Errorf("postgres at %s is not reachable: %w (start it with 'bench stack up postgres' or set INBOXBENCH_PG_URL)", redact(cfg.PGURL), err)
+			return nil, fmt.Errorf("postgres at %s is not reachable: %w (start it with 'bench stack up postgres' or set INBOXBENCH_PG_URL)", config.Redact(cfg.PGURL), err)
 		}
 		return p, nil
 	}
@@ -268,17 +268,4 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
-// redact hides a password in a connection URL for messages.
-func redact(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		if j := strings.Index(u[i+3:], "@"); j >= 0 {
-			creds := u[i+3 : i+3+j]
-			if k := strings.Index(creds, ":"); k >= 0 {
-				return u[:i+3] + creds[:k] + ":***" + u[i+3+j:]
-			}
-		}
-	}
-	return u
 }
