@@ -119,6 +119,16 @@ func AppName(cellID string) string {
 	return n
 }
 
+// quiet discards logs and progress nobody asked for.
+func (o *Options) quiet() {
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+}
+
 // NewRunID returns a sortable, readable run id.
 func NewRunID() string { return time.Now().UTC().Format("20060102-150405") }
 
@@ -131,12 +141,7 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 	if o.StallTimeout <= 0 {
 		o.StallTimeout = 30 * time.Second
 	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if o.Progress == nil {
-		o.Progress = io.Discard
-	}
+	o.quiet()
 	if err := checkExtras(ctx, o); err != nil {
 		return nil, "", err
 	}

@@ -374,11 +374,9 @@ func (c *cell) enlist(ctx context.Context, topic string) error {
 	}
 	deadline := time.Now().Add(c.o.JoinTimeout)
 	for {
-		var n int
-		err := f.ctl.QueryRow(ctx, "SELECT count(*) FROM inboxbench_runs.worker WHERE cell_id = $1 AND state = $2",
-			c.id, workerWorking).Scan(&n)
+		n, err := c.working(ctx)
 		if err != nil {
-			return fmt.Errorf("postgres: count workers: %w", err)
+			return err
 		}
 		if n >= f.want {
 			return nil
@@ -396,6 +394,17 @@ func (c *cell) enlist(ctx context.Context, topic string) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// working counts the workers consuming the cell now.
+func (c *cell) working(ctx context.Context) (int, error) {
+	var n int
+	err := c.o.fleet.ctl.QueryRow(ctx, "SELECT count(*) FROM inboxbench_runs.worker WHERE cell_id = $1 AND state = $2",
+		c.id, workerWorking).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: count workers: %w", err)
+	}
+	return n, nil
 }
 
 // follow keeps the cell's counters current from the workers' reports and
@@ -430,14 +439,15 @@ func (c *cell) follow(ctx context.Context, restartAt []int64, errs chan<- error)
 // gather sums the workers' latest reports into the cell. Final also merges
 // their histograms and notes.
 func (c *cell) gather(ctx context.Context, final bool) error {
+	if err := c.readAnswered(ctx); err != nil {
+		return err
+	}
 	rows, err := c.o.fleet.ctl.Query(ctx, `SELECT worker_id, state, report, extract(epoch FROM now() - seen_at)::float8
 		FROM inboxbench_runs.worker WHERE cell_id = $1 ORDER BY worker_id`, c.id)
 	if err != nil {
 		return err
 	}
-	if err := c.readAnswered(ctx); err != nil {
-		return err
-	}
+	defer rows.Close()
 	type row struct {
 		id, state string
 		rep       *workerReport
@@ -523,9 +533,8 @@ func (c *cell) dismiss(ctx context.Context) error {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		var n int
-		if err := f.ctl.QueryRow(ctx, "SELECT count(*) FROM inboxbench_runs.worker WHERE cell_id = $1 AND state = $2",
-			c.id, workerWorking).Scan(&n); err != nil {
+		n, err := c.working(ctx)
+		if err != nil {
 			return err
 		}
 		if n == 0 {
@@ -568,12 +577,7 @@ func Work(ctx context.Context, o WorkerOptions) error {
 		o.JoinTimeout = 2 * time.Minute
 	}
 	base := Options{Cfg: o.Cfg, Log: o.Log, Progress: o.Progress}
-	if base.Log == nil {
-		base.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if base.Progress == nil {
-		base.Progress = io.Discard
-	}
+	base.quiet()
 	ctl, err := pgxpool.New(ctx, base.Cfg.PGURL)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)

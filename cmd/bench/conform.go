@@ -86,11 +86,10 @@ failure of the suite.`,
 				runID = runner.NewRunID() + "-conform"
 			}
 			stackDir, _ := compose.AbsDir(cfg.StackDir)
-			exe, err := os.Executable()
+			workerCmd, err := workerCommand()
 			if err != nil {
-				return fmt.Errorf("find this program to start workers with: %w", err)
+				return err
 			}
-			workerCmd := []string{exe, "worker"}
 			start := time.Now().UTC()
 			fmt.Fprintf(os.Stderr, "conform %s: %d scenarios × %d brokers, strategies %s\n", runID, len(scs), len(bs), strategyNames(sts))
 			rows := conform.Run(c.Context(), conform.Options{

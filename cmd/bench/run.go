@@ -113,11 +113,9 @@ check; negative controls (broken-*) are expected to fail.`,
 			}
 			var workerCmd []string
 			if workers > 0 {
-				exe, err := os.Executable()
-				if err != nil {
-					return fmt.Errorf("--workers: find this program to start workers with: %w", err)
+				if workerCmd, err = workerCommand(); err != nil {
+					return err
 				}
-				workerCmd = []string{exe, "worker"}
 			}
 			if runID == "" && remoteWorkers > 0 {
 				runID = runner.NewRunID()

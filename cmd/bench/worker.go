@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"time"
 
@@ -61,4 +62,14 @@ appear within --join-timeout or its coordinator falls silent for a minute.`,
 	f.IntVar(&consumers, "consumers", 1, "subscriptions this process runs")
 	f.DurationVar(&join, "join-timeout", 2*time.Minute, "give up when the run has not appeared after this long")
 	return cmd
+}
+
+// workerCommand starts a `bench worker` with this very program, so the
+// workers a run starts are the same build as the run.
+func workerCommand() ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find this program to start workers with: %w", err)
+	}
+	return []string{exe, "worker"}, nil
 }
