@@ -41,6 +41,26 @@ type Env struct {
 	Measure    bool              `json:"measurement"` // false when measurement was switched off
 	Notes      []string          `json:"notes,omitempty"`
 	CommandArg []string          `json:"command,omitempty"`
+	// Durability holds, per service ("postgres", "kafka", …), the settings
+	// that decide what a confirm or a commit means, as the servers reported
+	// them (brokers.DurabilityReporter, compose.PostgresDurability); the key
+	// "fsync before confirm" is each one's verdict.
+	Durability map[string]map[string]string `json:"durability,omitempty"`
+	// DurabilityProfile is the local stack's profile (`bench stack up
+	// --durability`: stock, fsync, os) when the run used that stack.
+	DurabilityProfile string `json:"durability_profile,omitempty"`
+}
+
+// AddDurability records a service's durability settings; nil or empty m
+// is ignored.
+func (e *Env) AddDurability(service string, m map[string]string) {
+	if len(m) == 0 {
+		return
+	}
+	if e.Durability == nil {
+		e.Durability = map[string]map[string]string{}
+	}
+	e.Durability[service] = m
 }
 
 // Cell is one broker × strategy run.
