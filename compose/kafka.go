@@ -102,6 +102,9 @@ func (*Kafka) proc(e *Env) Proc {
 
 func (k *Kafka) Procs(e *Env) []Proc { return []Proc{k.proc(e)} }
 
+// dependsOnDurability: the fsync profile sets log.flush.interval.messages.
+func (*Kafka) dependsOnDurability() bool { return true }
+
 func (k *Kafka) Logs(e *Env) []string {
 	return []string{k.proc(e).LogFile, e.Path("kafka", "logs", "server.log"), e.Path("kafka", "logs", "controller.log"), e.Path("logs", "kafka-format.log")}
 }
@@ -144,6 +147,10 @@ func (*Kafka) writeConfig(e *Env) error {
 		"BrokerAddr":     kafkaBrokerAddr(e),
 		"ControllerAddr": KafkaControllerAddr,
 		"DataDir":        filepath.Join(dir, "data"),
+		"FlushMessages":  "",
+	}
+	if startProfile(e, &Kafka{}) == DurabilityFsync {
+		data["FlushMessages"] = "1"
 	}
 	if err := writeTemplate(filepath.Join(dir, "config", "server.properties"), "kafka-server.properties", data); err != nil {
 		return err

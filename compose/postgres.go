@@ -124,6 +124,16 @@ func chownTree(dir string, cred *syscall.Credential) error {
 	})
 }
 
+// dependsOnDurability: the os profile sets synchronous_commit=off.
+func (*Postgres) dependsOnDurability() bool { return true }
+
+func pgSynchronousCommit(profile string) string {
+	if profile == DurabilityOS {
+		return "off"
+	}
+	return "on"
+}
+
 func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	cred, err := pgOwner()
 	if err != nil {
@@ -167,9 +177,11 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	}
 	// Sized for a 2-core, shared machine: 256 MB of shared buffers keeps
 	// the whole stack well under 4 GiB. Durability settings stay at their
-	// defaults (fsync, synchronous_commit on): the benchmark measures the
-	// commit an inbox really pays for.
+	// defaults (fsync, synchronous_commit on) except in the os profile,
+	// which turns synchronous_commit off (fsync stays on: see
+	// durability.go).
 	cmd := asOwner(exec.Command(server, "-D", data,
+		"-c", "synchronous_commit="+pgSynchronousCommit(startProfile(e, p)),
 		"-p", strconv.Itoa(pgPort), "-k", sock, "-c", "listen_addresses=127.0.0.1",
 		"-c", "shared_preload_libraries=pg_stat_statements",
 		"-c", "pg_stat_statements.track=all",

@@ -156,6 +156,16 @@ func rocketmqNamesrvAddr(e *Env) string {
 	return config.DefaultRocketMQNamesrv
 }
 
+// dependsOnDurability: the fsync profile sets flushDiskType=SYNC_FLUSH.
+func (*RocketMQ) dependsOnDurability() bool { return true }
+
+func rocketmqFlushDiskType(profile string) string {
+	if profile == DurabilityFsync {
+		return "SYNC_FLUSH"
+	}
+	return "ASYNC_FLUSH"
+}
+
 func (*RocketMQ) writeConfig(e *Env) error {
 	home := e.Path("rocketmq")
 	nsAddr := rocketmqNamesrvAddr(e)
@@ -169,7 +179,8 @@ func (*RocketMQ) writeConfig(e *Env) error {
 	return writeTemplate(filepath.Join(home, "conf", "broker.conf"), "rocketmq-broker.conf", map[string]string{
 		"Home": home, "NamesrvAddr": nsAddr, "Host": host,
 		"BrokerPort": "50911", "FastPort": "50909", "HAPort": "50912",
-		"StoreDir": filepath.Join(home, "store"),
+		"StoreDir":      filepath.Join(home, "store"),
+		"FlushDiskType": rocketmqFlushDiskType(startProfile(e, &RocketMQ{})),
 	})
 }
 
