@@ -25,8 +25,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,27 +67,43 @@ func (o Options) WithDefaults() Options {
 // is read from headers so no JSON is decoded on the hot path.
 const SentHeader = "bench-sent-ns"
 
-// Template builds the message every publish copies: an envelope padded to
-// about size bytes (the other attributes are ~250 bytes).
-func Template(size int) (brokers.Message, error) {
-	e := &envelope.Event{
-		Source:           "inboxbench/brokerbench",
-		ID:               "bench-template",
-		Type:             "brokerbench.increment",
-		Time:             time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC),
-		Subject:          "bench",
-		AggregateVersion: 1,
-		Kind:             envelope.Increment,
-		Amount:           1,
+// bodyPool is how many distinct bodies Publish cycles through: more than
+// fit in a compressor's window (snappy: 64 KiB), so a batch of them does
+// not compress.
+const bodyPool = 256
+
+// Bodies builds n envelope bodies of about size bytes each (the other
+// attributes are ~250 bytes), padded with random letters that differ from
+// body to body. Identical or repetitive bodies would let a client that
+// compresses batches (franz-go: snappy by default) send a fraction of the
+// bytes, which no real stream of distinct events allows and which the
+// vendor perf tools (uncompressed) do not do.
+func Bodies(size, n int) ([][]byte, error) {
+	rng := rand.New(rand.NewPCG(1, uint64(size)))
+	out := make([][]byte, n)
+	pad := make([]byte, max(0, size-250))
+	for i := range out {
+		for j := range pad {
+			pad[j] = byte('A' + rng.IntN(26))
+		}
+		e := &envelope.Event{
+			Source:           "inboxbench/brokerbench",
+			ID:               "bench-" + strconv.Itoa(i),
+			Type:             "brokerbench.increment",
+			Time:             time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC),
+			Subject:          "bench",
+			AggregateVersion: 1,
+			Kind:             envelope.Increment,
+			Amount:           1,
+			Data:             string(pad),
+		}
+		body, err := envelope.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("build the benchmark messages: %w", err)
+		}
+		out[i] = body
 	}
-	if size > 0 {
-		e.Data = strings.Repeat("x", max(0, size-250))
-	}
-	body, err := envelope.Marshal(e)
-	if err != nil {
-		return brokers.Message{}, fmt.Errorf("build the benchmark message: %w", err)
-	}
-	return brokers.Message{Key: e.Subject, ID: e.ID, Body: body}, nil
+	return out, nil
 }
 
 // Series counts events per whole second since its start. Add is safe for
@@ -174,7 +190,7 @@ func Publish(ctx context.Context, br brokers.Broker, topic, idPrefix string, o O
 	if lim.Messages <= 0 && lim.Duration <= 0 {
 		return PublishResult{}, errors.New("brokerbench: Publish needs a message count or a duration")
 	}
-	template, err := Template(o.Size)
+	bodies, err := Bodies(o.Size, bodyPool)
 	if err != nil {
 		return PublishResult{}, err
 	}
@@ -211,11 +227,12 @@ func Publish(ctx context.Context, br brokers.Broker, topic, idPrefix string, o O
 				batch = batch[:0]
 				now := strconv.FormatInt(time.Now().UnixNano(), 10)
 				for i := first; i < min(first+int64(o.Batch), total); i++ {
-					m := template
-					m.Key = "key-" + strconv.Itoa(int(i%int64(o.Keys)))
-					m.ID = idPrefix + "-" + strconv.FormatInt(i, 10)
-					m.Headers = map[string]string{SentHeader: now}
-					batch = append(batch, m)
+					batch = append(batch, brokers.Message{
+						Key:     "key-" + strconv.Itoa(int(i%int64(o.Keys))),
+						ID:      idPrefix + "-" + strconv.FormatInt(i, 10),
+						Headers: map[string]string{SentHeader: now},
+						Body:    bodies[i%bodyPool],
+					})
 				}
 				if err := brokers.FirstError(br.Publish(pctx, topic, batch)); err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
