@@ -185,7 +185,11 @@ func (r *runner) vendorSide(ctx context.Context, name string, v vendor, side *re
 			return err
 		}
 	}
-	r.say("%-9s vendor drain of %d messages", name, messages)
+	if messages > 0 {
+		r.say("%-9s vendor drain of %d messages", name, messages)
+	} else {
+		r.say("%-9s vendor drain", name)
+	}
 	side.Consume = v.consume(ctx, r, topic, messages)
 	if side.Consume.Error != "" {
 		return fmt.Errorf("vendor consume: %s", side.Consume.Error)

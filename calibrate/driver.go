@@ -134,6 +134,7 @@ func shapeNotes(broker string, s results.Shape) []string {
 	case "rocketmq":
 		return []string{common,
 			fmt.Sprintf("benchmark Producer: %d threads, each one synchronous send at a time, no key (round robin over queues); the driver sends with the key's hash queue, one key's messages one after another", s.Producers),
+			fmt.Sprintf("the benchmark Producer runs %d× the duration, so its Consumer's drain lasts long enough to be resolved from its 1 s sliding-window reports; its figure is its last 9 s window", rocketBacklogFactor),
 			"benchmark Consumer is a concurrent push consumer; the driver's is orderly (a broker lock per queue, one batch of a queue at a time)"}
 	}
 	return nil
