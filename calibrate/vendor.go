@@ -14,6 +14,7 @@ import (
 
 	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
 	"github.com/inboxbench/inboxbench/compose"
+	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
 )
 
@@ -59,11 +60,21 @@ func vendorFor(broker string) (vendor, error) {
 
 // measured turns a tool's output and parse result into a Measurement.
 func measured(cmd []string, f Figure, err error) results.Measurement {
-	m := results.Measurement{Command: cmd, MsgsPerS: f.MsgsPerS, Messages: f.Messages, Method: f.Method, Series: roundAll(f.Series)}
+	m := results.Measurement{Command: redactArgs(cmd), MsgsPerS: f.MsgsPerS, Messages: f.Messages, Method: f.Method, Series: roundAll(f.Series)}
 	if err != nil {
 		m.Error = err.Error()
 	}
 	return m
+}
+
+// redactArgs hides passwords in URLs (PerfTest's --uri) from the command
+// line recorded in calibrate.json; the tool itself got them.
+func redactArgs(cmd []string) []string {
+	out := make([]string, len(cmd))
+	for i, a := range cmd {
+		out[i] = config.Redact(a)
+	}
+	return out
 }
 
 func roundAll(v []float64) []float64 {
