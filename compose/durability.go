@@ -63,9 +63,10 @@ func CheckDurability(p string) error {
 }
 
 // durabilityAware is implemented by services whose configuration depends
-// on the profile: changing the profile restarts them.
+// on the profile: durabilitySettings names what a profile sets, and a
+// running service is restarted when the new profile's settings differ.
 type durabilityAware interface {
-	dependsOnDurability() bool
+	durabilitySettings(profile string) string
 }
 
 func durabilityFile(e *Env, s Service) string {
@@ -115,7 +116,7 @@ func needsRestart(e *Env, s Service) (from string, restart bool) {
 	if from == e.Durability {
 		return from, false
 	}
-	if d, ok := s.(durabilityAware); ok && d.dependsOnDurability() {
+	if d, ok := s.(durabilityAware); ok && d.durabilitySettings(from) != d.durabilitySettings(e.Durability) {
 		return from, true
 	}
 	// Same configuration under both profiles: just record the new name.

@@ -63,6 +63,9 @@ func TestDurabilityRestartDecision(t *testing.T) {
 	if _, restart := needsRestart(e, r); restart {
 		t.Error("rabbitmq runs the same configuration under every profile, yet a restart was asked for")
 	}
+	if _, restart := needsRestart(e, &Postgres{}); restart {
+		t.Error("postgres runs the same settings under stock and fsync, yet a restart was asked for")
+	}
 	if got := RecordedDurability(e, r); got != DurabilityFsync {
 		t.Errorf("rabbitmq's profile not recorded as fsync without a restart: %q", got)
 	}

@@ -102,8 +102,13 @@ func (*Kafka) proc(e *Env) Proc {
 
 func (k *Kafka) Procs(e *Env) []Proc { return []Proc{k.proc(e)} }
 
-// dependsOnDurability: the fsync profile sets log.flush.interval.messages.
-func (*Kafka) dependsOnDurability() bool { return true }
+// durabilitySettings: the fsync profile sets log.flush.interval.messages.
+func (*Kafka) durabilitySettings(profile string) string {
+	if profile == DurabilityFsync {
+		return "log.flush.interval.messages=1"
+	}
+	return ""
+}
 
 func (k *Kafka) Logs(e *Env) []string {
 	return []string{k.proc(e).LogFile, e.Path("kafka", "logs", "server.log"), e.Path("kafka", "logs", "controller.log"), e.Path("logs", "kafka-format.log")}
@@ -149,7 +154,7 @@ func (*Kafka) writeConfig(e *Env) error {
 		"DataDir":        filepath.Join(dir, "data"),
 		"FlushMessages":  "",
 	}
-	if startProfile(e, &Kafka{}) == DurabilityFsync {
+	if (&Kafka{}).durabilitySettings(startProfile(e, &Kafka{})) != "" {
 		data["FlushMessages"] = "1"
 	}
 	if err := writeTemplate(filepath.Join(dir, "config", "server.properties"), "kafka-server.properties", data); err != nil {

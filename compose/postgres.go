@@ -124,8 +124,8 @@ func chownTree(dir string, cred *syscall.Credential) error {
 	})
 }
 
-// dependsOnDurability: the os profile sets synchronous_commit=off.
-func (*Postgres) dependsOnDurability() bool { return true }
+// durabilitySettings: the os profile sets synchronous_commit=off.
+func (*Postgres) durabilitySettings(profile string) string { return pgSynchronousCommit(profile) }
 
 func pgSynchronousCommit(profile string) string {
 	if profile == DurabilityOS {

@@ -156,8 +156,8 @@ func rocketmqNamesrvAddr(e *Env) string {
 	return config.DefaultRocketMQNamesrv
 }
 
-// dependsOnDurability: the fsync profile sets flushDiskType=SYNC_FLUSH.
-func (*RocketMQ) dependsOnDurability() bool { return true }
+// durabilitySettings: the fsync profile sets flushDiskType=SYNC_FLUSH.
+func (*RocketMQ) durabilitySettings(profile string) string { return rocketmqFlushDiskType(profile) }
 
 func rocketmqFlushDiskType(profile string) string {
 	if profile == DurabilityFsync {
