@@ -36,6 +36,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // Durability profiles.
@@ -180,4 +182,21 @@ func PostgresDurability(ctx context.Context, url string) (map[string]string, err
 		out["fsync before confirm"] = "yes: COMMIT returns after its WAL was flushed (" + out["wal_sync_method"] + ")"
 	}
 	return out, nil
+}
+
+// FillDurability records in env what a PostgreSQL commit means (from the
+// server at e.Cfg.PGURL) and the stack's durability profile, for a run's
+// result.json. A server that cannot be asked is recorded as an error
+// entry rather than failing the run. The brokers' entries come from their
+// drivers: env.AddDurability(name, brokers.DurabilityOf(ctx, b, topic)).
+func FillDurability(ctx context.Context, e *Env, env *results.Env) {
+	m, err := PostgresDurability(ctx, e.Cfg.PGURL)
+	if err != nil {
+		if m == nil {
+			m = map[string]string{}
+		}
+		m["error"] = err.Error()
+	}
+	env.AddDurability("postgres", m)
+	env.DurabilityProfile = StackDurability(e)
 }

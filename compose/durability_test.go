@@ -9,6 +9,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // Each profile renders the settings it promises, and nothing else changes:
@@ -103,5 +104,19 @@ func TestPostgresDurability(t *testing.T) {
 	}
 	if m["fsync"] == "on" && m["synchronous_commit"] == "on" && !strings.HasPrefix(m["fsync before confirm"], "yes") {
 		t.Errorf("fsync=on, synchronous_commit=on, yet the verdict is %q", m["fsync before confirm"])
+	}
+}
+
+// FillDurability puts PostgreSQL's settings and the profile into a
+// result's environment.
+func TestFillDurability(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	e := &Env{Dir: t.TempDir(), Cfg: cfg}
+	var env results.Env
+	FillDurability(ctx, e, &env)
+	if env.Durability["postgres"]["synchronous_commit"] == "" || env.DurabilityProfile == "" {
+		t.Errorf("FillDurability left %v, profile %q", env.Durability, env.DurabilityProfile)
 	}
 }
