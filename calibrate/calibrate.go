@@ -51,7 +51,7 @@ type Options struct {
 // shards, 8 producers (one per queue for PerfTest and one sending thread
 // per queue for RocketMQ), 8 consumers, batches/confirm windows of 100.
 func DefaultShape() results.Shape {
-	return results.Shape{MessageSize: 1024, Shards: 8, Producers: 8, Consumers: 8, Batch: 100, Prefetch: 256}
+	return results.Shape{MessageSize: 1024, Shards: 8, Producers: 8, Consumers: 8, Batch: 100, Prefetch: 256, MaxBatch: 1}
 }
 
 // toolSlack is what a JVM tool gets beyond its measured time (start-up,
@@ -64,8 +64,8 @@ func (o *Options) Validate() error {
 	switch {
 	case s.MessageSize < 300:
 		return fmt.Errorf("--size %d: the driver's envelope alone is ~250 bytes; use 300 or more", s.MessageSize)
-	case s.Shards < 1 || s.Producers < 1 || s.Consumers < 1 || s.Batch < 1 || s.Prefetch < 1:
-		return fmt.Errorf("--shards, --producers, --consumers, --batch and --prefetch must be 1 or more")
+	case s.Shards < 1 || s.Producers < 1 || s.Consumers < 1 || s.Batch < 1 || s.Prefetch < 1 || s.MaxBatch < 1:
+		return fmt.Errorf("--shards, --producers, --consumers, --batch, --prefetch and --max-batch must be 1 or more")
 	case o.Duration < time.Second:
 		return fmt.Errorf("--duration %s: at least 1s", o.Duration)
 	case o.Warmup < 0 || o.Warmup >= o.Duration:
@@ -129,7 +129,7 @@ func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 		Shape: shape, Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Java: javaVersion(ctx, java), GitCommit: gitCommit()}
 	for _, b := range o.Brokers {
 		r := &runner{Options: o, shape: shape, duration: o.Duration, warmup: o.Warmup, maxDrain: o.MaxDrain,
-			cfg: o.Cfg, java: java, logDir: o.Stack.Path("calibrate", "logs", b)}
+			cfg: o.Cfg, java: java, logDir: o.Stack.Path("calibrate", "logs", o.RunID, b)}
 		cal.Brokers = append(cal.Brokers, r.broker(ctx, b))
 		if ctx.Err() != nil {
 			break

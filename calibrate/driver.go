@@ -60,11 +60,12 @@ func (r *runner) openTopic(ctx context.Context, name, topic string) (brokers.Bro
 // options maps the shape onto the driver benchmark: Producers goroutines
 // publishing Batch messages per call and waiting for their confirms, one
 // subscription (the drivers consume every shard on its own goroutine or
-// channel), acks one by one (MaxBatch 1) like the vendor consumers.
+// channel), handler batches of MaxBatch (1 by default: one ack each, like
+// the vendor consumers).
 func (r *runner) options() brokerbench.Options {
 	s := r.shape
 	return brokerbench.Options{Size: s.MessageSize, Shards: s.Shards, Batch: s.Batch,
-		Publishers: s.Producers, Prefetch: s.Prefetch, MaxBatch: 1}.WithDefaults()
+		Publishers: s.Producers, Prefetch: s.Prefetch, MaxBatch: s.MaxBatch}.WithDefaults()
 }
 
 // driverSide publishes for the shape's duration into a fresh topic, then
@@ -123,7 +124,11 @@ func perSecond(s *brokerbench.Series) []float64 {
 // shapeNotes say where the vendor tool's shape differs from the driver's
 // unavoidably; the README explains each.
 func shapeNotes(broker string, s results.Shape) []string {
-	common := fmt.Sprintf("driver: %d publishers, each sends %d messages with keys and waits for all their confirms before the next call; one subscription, a goroutine or channel per shard, acks one by one", s.Producers, s.Batch)
+	acks := "acks one by one"
+	if s.MaxBatch > 1 {
+		acks = fmt.Sprintf("handler batches of up to %d deliveries (--max-batch: the vendor consumers take one at a time)", s.MaxBatch)
+	}
+	common := fmt.Sprintf("driver: %d publishers, each sends %d messages with keys and waits for all their confirms before the next call; one subscription, a goroutine or channel per shard, %s", s.Producers, s.Batch, acks)
 	switch broker {
 	case "kafka":
 		return []string{common,

@@ -196,6 +196,9 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 	if v, err := ready(ctx, e, s); err == nil {
 		from, restart := needsRestart(e, s)
 		if !restart {
+			if p := RecordedDurability(e, s); p != "" && startedHere(e, s) {
+				v += ", durability " + p
+			}
 			say("already running at %s (%s): reused", s.Addr(e), v)
 			return nil
 		}

@@ -36,14 +36,17 @@ type Calibration struct {
 
 // Shape is what both sides of a calibration ran.
 type Shape struct {
-	MessageSize int     `json:"message_size"`
-	Shards      int     `json:"shards"`
-	Producers   int     `json:"producers"`
-	Consumers   int     `json:"consumers"`
-	Batch       int     `json:"batch"` // driver messages per Publish call; PerfTest confirm window
-	Prefetch    int     `json:"prefetch"`
-	DurationS   float64 `json:"duration_s"` // publish time of each side
-	WarmupS     float64 `json:"warmup_s"`   // left out of the publish figures
+	MessageSize int `json:"message_size"`
+	Shards      int `json:"shards"`
+	Producers   int `json:"producers"`
+	Consumers   int `json:"consumers"`
+	Batch       int `json:"batch"` // driver messages per Publish call; PerfTest confirm window
+	Prefetch    int `json:"prefetch"`
+	// MaxBatch is the driver's handler batch (1: one delivery per call and
+	// one ack each, like the vendor consumers).
+	MaxBatch  int     `json:"max_batch"`
+	DurationS float64 `json:"duration_s"` // publish time of each side
+	WarmupS   float64 `json:"warmup_s"`   // left out of the publish figures
 	// Confirms says what a publish waits for: acks=all, publisher
 	// confirms, a synchronous send.
 	Confirms string `json:"confirms"`

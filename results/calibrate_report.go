@@ -40,8 +40,12 @@ func dashIfEmpty(s string) string {
 
 // shapeText is the shape in one sentence.
 func (s Shape) shapeText() string {
-	return fmt.Sprintf("%d-byte messages, %d shards, %d producers, %d consumers, batch/confirm window %d, prefetch %d, %s of publishing per side with the first %s left out; %s.",
-		s.MessageSize, s.Shards, s.Producers, s.Consumers, s.Batch, s.Prefetch,
+	mb := ""
+	if s.MaxBatch > 1 {
+		mb = fmt.Sprintf(", driver handler batches of %d", s.MaxBatch)
+	}
+	return fmt.Sprintf("%d-byte messages, %d shards, %d producers, %d consumers, batch/confirm window %d, prefetch %d%s, %s of publishing per side with the first %s left out; %s.",
+		s.MessageSize, s.Shards, s.Producers, s.Consumers, s.Batch, s.Prefetch, mb,
 		formatSeconds(s.DurationS), formatSeconds(s.WarmupS), s.Confirms)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -64,7 +65,7 @@ machine and repeat, the ratios are steadier than the rates.`,
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			if _, err := checkServices(c.Context(), cfg, bs); err != nil {
+			if err := checkBrokers(c.Context(), o.Stack, bs); err != nil {
 				return err
 			}
 			cal, err := calibrate.Run(c.Context(), o)
@@ -101,10 +102,32 @@ machine and repeat, the ratios are steadier than the rates.`,
 	f.IntVar(&shape.Consumers, "consumers", shape.Consumers, "PerfTest consumers and RocketMQ consume threads (the driver consumes each shard on its own; ConsumerPerformance has one client)")
 	f.IntVar(&shape.Batch, "batch", shape.Batch, "driver messages per Publish call, and PerfTest's confirm window per channel")
 	f.IntVar(&shape.Prefetch, "prefetch", shape.Prefetch, "unacknowledged deliveries per shard (driver) and per consumer (PerfTest --qos)")
+	f.IntVar(&shape.MaxBatch, "max-batch", shape.MaxBatch, "driver handler batch: 1 acks each delivery like the vendor consumers; more shows what batch delivery gains (not the vendor's shape)")
 	f.DurationVar(&duration, "duration", 20*time.Second, "how long each side publishes")
 	f.DurationVar(&warmup, "warmup", 5*time.Second, "start of each publish left out of the figure (JVM and client warm-up)")
 	f.DurationVar(&maxDrain, "max-drain", 60*time.Second, "longest a drain may take; a slower drain is cut and its figure covers what arrived")
 	return cmd
+}
+
+// checkBrokers fails naming every broker that does not answer (calibrate
+// needs no PostgreSQL).
+func checkBrokers(ctx context.Context, e *compose.Env, bs []string) error {
+	svcs, err := compose.Select(bs)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var bad []string
+	for _, r := range compose.Status(ctx, e, svcs) {
+		if !r.Healthy {
+			bad = append(bad, fmt.Sprintf("%s at %s: %s", r.Service, r.Address, r.Detail))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("not reachable:\n  %s\nstart the local stack with 'bench stack up' or point the flags/INBOXBENCH_* variables at your servers", strings.Join(bad, "\n  "))
+	}
+	return nil
 }
 
 // printCalibration prints one row per broker: vendor and driver publish
