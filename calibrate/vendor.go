@@ -219,11 +219,15 @@ func (rabbitVendor) publish(ctx context.Context, r *runner, topic string) result
 	return measured(cmd, f, err)
 }
 
-// consume: PerfTest consumers only, one per queue, manual acks one by one
-// (PerfTest's default), the shape's prefetch, until the queues are empty.
+// consume: PerfTest consumers only, one channel per queue (Consumers
+// connections × shards/Consumers channels, so no queue is left without a
+// consumer), manual acks one by one (PerfTest's default), the shape's
+// prefetch, until the queues are empty.
 func (rabbitVendor) consume(ctx context.Context, r *runner, topic string, _ int64) results.Measurement {
 	s := r.shape
+	channels := (s.Shards + s.Consumers - 1) / s.Consumers
 	args := []string{"--uri", r.perfTestURI(), "--producers", "0", "--consumers", strconv.Itoa(s.Consumers),
+		"--consumer-channel-count", strconv.Itoa(channels),
 		"--qos", strconv.Itoa(s.Prefetch), "--exit-when", "empty",
 		"--time", strconv.Itoa(int(math.Ceil(r.maxDrain.Seconds()))), "--id", "calibrate-consume"}
 	cmd := r.javaCmd("com.rabbitmq.perf.PerfTest", append(args, r.perfTestQueues(topic)...)...)
