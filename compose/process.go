@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,4 +166,18 @@ func RunLogged(ctx context.Context, logFile string, cmd *exec.Cmd) error {
 func isExecutable(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// loopbackOr is the address a native service binds: the first configured
+// one when it is a loopback address (the stack never listens elsewhere),
+// else the stack's default.
+func loopbackOr(configured []string, def string) string {
+	if len(configured) > 0 {
+		if h, _, err := net.SplitHostPort(configured[0]); err == nil {
+			if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
+				return configured[0]
+			}
+		}
+	}
+	return def
 }

@@ -7,10 +7,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"time"
+
+	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
+	"github.com/inboxbench/inboxbench/config"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -37,9 +41,13 @@ func init() { register(2, &RabbitMQ{}) }
 func (*RabbitMQ) Name() string { return "rabbitmq" }
 
 func (*RabbitMQ) Addr(e *Env) string {
-	u, err := url.Parse(e.Cfg.RabbitMQURL)
+	raw := e.Cfg.Get(rabbitmqbroker.SettingURL)
+	u, err := url.Parse(raw)
 	if err != nil {
-		return e.Cfg.RabbitMQURL
+		return config.Redact(raw)
+	}
+	if u.Port() == "" {
+		return net.JoinHostPort(u.Hostname(), "5672")
 	}
 	return u.Host
 }
@@ -158,7 +166,7 @@ func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	conn, err := amqp.DialConfig(e.Cfg.RabbitMQURL, amqp.Config{Dial: amqp.DefaultDial(d)})
+	conn, err := amqp.DialConfig(e.Cfg.Get(rabbitmqbroker.SettingURL), amqp.Config{Dial: amqp.DefaultDial(d)})
 	if err != nil {
 		return "", err
 	}

@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
@@ -17,7 +18,7 @@ func TestRabbitMQSmoke(t *testing.T) {
 	cfg := testenv.Require(t, testenv.RabbitMQ)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := amqp.Dial(cfg.RabbitMQURL)
+	conn, err := amqp.Dial(cfg.Get(rabbitmqbroker.SettingURL))
 	if err != nil {
 		t.Fatalf("rabbitmq: dial: %v", err)
 	}

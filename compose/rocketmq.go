@@ -45,7 +45,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	rocketmqbroker "github.com/inboxbench/inboxbench/brokers/rocketmq"
 	"net"
 	"os"
 	"os/exec"
@@ -53,7 +52,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/inboxbench/inboxbench/config"
+	rocketmqbroker "github.com/inboxbench/inboxbench/brokers/rocketmq"
 )
 
 const (
@@ -99,7 +98,9 @@ func (*RocketMQ) DataDirs(e *Env) []string {
 	return []string{e.Path("rocketmq", "store"), e.Path("rocketmq", "logs"), e.Path("rocketmq", "namesrv")}
 }
 
-func (*RocketMQ) Addr(e *Env) string { return strings.Join(e.Cfg.RocketMQNamesrv, ",") }
+func (*RocketMQ) Addr(e *Env) string {
+	return strings.Join(e.Cfg.List(rocketmqbroker.SettingNamesrv), ",")
+}
 
 func (*RocketMQ) runtime() mavenRuntime {
 	return mavenRuntime{
@@ -146,14 +147,7 @@ func (r *RocketMQ) Logs(e *Env) []string {
 // first configured name server when it is a loopback address, else the
 // default.
 func rocketmqNamesrvAddr(e *Env) string {
-	if len(e.Cfg.RocketMQNamesrv) > 0 {
-		if h, _, err := net.SplitHostPort(e.Cfg.RocketMQNamesrv[0]); err == nil {
-			if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
-				return e.Cfg.RocketMQNamesrv[0]
-			}
-		}
-	}
-	return config.DefaultRocketMQNamesrv
+	return loopbackOr(e.Cfg.List(rocketmqbroker.SettingNamesrv), rocketmqbroker.DefaultNamesrv)
 }
 
 func (*RocketMQ) writeConfig(e *Env) error {
@@ -263,11 +257,11 @@ func (r *RocketMQ) Start(ctx context.Context, e *Env) error {
 // (GET_BROKER_CLUSTER_INFO) and requires a registered broker; the version
 // comes from the broker's runtime info, else the installed Maven version.
 func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
-	if len(e.Cfg.RocketMQNamesrv) == 0 {
+	if len(e.Cfg.List(rocketmqbroker.SettingNamesrv)) == 0 {
 		return "", errors.New("no RocketMQ name server configured (INBOXBENCH_ROCKETMQ_NAMESRV / --rocketmq-namesrv)")
 	}
 	var errs []error
-	for _, ns := range e.Cfg.RocketMQNamesrv {
+	for _, ns := range e.Cfg.List(rocketmqbroker.SettingNamesrv) {
 		ci, err := rocketmqbroker.ClusterInfo(ctx, ns)
 		if err != nil {
 			errs = append(errs, err)

@@ -117,7 +117,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 			return nil, fmt.Errorf("rabbitmq: option %s=%q: want 1…64", OptPublishChannels, v)
 		}
 	}
-	b := &Broker{url: cfg.RabbitMQURL, shards: map[string]int{}, subs: map[*subscription]struct{}{}}
+	b := &Broker{url: cfg.Get(SettingURL), shards: map[string]int{}, subs: map[*subscription]struct{}{}}
 	for i := 0; i < n; i++ {
 		b.pub = append(b.pub, &publisher{b: b})
 	}
