@@ -9,8 +9,8 @@ package compose
 //     listenPort (the gRPC proxy of 5.x is not started and not needed).
 //     Send with a sharding key (hash selector), push-consume in orderly
 //     mode, the admin API (CreateTopic/DeleteTopic) and route queries were
-//     verified against it with rocketmq-client-go/v2, so the 4.9.x
-//     fallback of DESIGN.md is not needed.
+//     verified against it with rocketmq-client-go/v2, so falling back to
+//     a 4.9.x broker (same Maven coordinates, older version) is not needed.
 //   - Ports: name server 59876; broker listenPort 50911, from which the
 //     broker derives fastListenPort 50909 (listenPort-2, the "VIP channel")
 //     and haListenPort 50912 (listenPort+1). No other service of the stack

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
@@ -62,9 +63,10 @@ type Scenario struct {
 	// Catches lists the negative controls the scenario is designed to
 	// catch: for them FAIL is expected; they do not run elsewhere.
 	Catches []string
-	// Brokers restricts the scenario (nil: every broker).
-	Brokers []string
-	Run     func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome
+	// Needs, when set, restricts the scenario to drivers whose
+	// capabilities it accepts (e.g. a broker outside this process).
+	Needs func(brokers.Capabilities) bool
+	Run   func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome
 }
 
 var registry []*Scenario
@@ -126,7 +128,7 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 		go func(b string) {
 			defer wg.Done()
 			for _, sc := range o.Scenarios {
-				if sc.Brokers != nil && !slices.Contains(sc.Brokers, b) {
+				if sc.Needs != nil && !sc.Needs(caps(o.Env.Cfg, b)) {
 					continue
 				}
 				for _, st := range o.Strategies {
@@ -235,6 +237,20 @@ func verdict(anomalies map[string]int64) string {
 	}
 	return results.VerdictPass
 }
+
+// caps are a driver's capabilities (opening a driver needs no server).
+func caps(cfg config.Config, broker string) brokers.Capabilities {
+	b, err := brokers.Open(context.Background(), broker, cfg, nil)
+	if err != nil {
+		return brokers.Capabilities{}
+	}
+	defer b.Close()
+	return b.Capabilities()
+}
+
+// outOfProcess accepts drivers whose broker is another process: one that
+// worker processes can share, and the stack can restart.
+func outOfProcess(c brokers.Capabilities) bool { return !c.InProcess }
 
 func isRegistered(st inbox.Strategy) bool {
 	r, err := inbox.Lookup(st.Name())

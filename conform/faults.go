@@ -30,8 +30,8 @@ func init() {
 	register(stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
 		[]string{"broken-ack-before-commit"}, "crash_after_commit: 0.015"))
 	register(&Scenario{Name: "consumer-crash", Timeout: 5 * time.Minute, Catches: []string{"broken-ack-before-commit"},
-		Proves:  "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced: every redelivery is deduplicated, nothing is lost",
-		Brokers: []string{"rabbitmq", "kafka", "rocketmq"},
+		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced: every redelivery is deduplicated, nothing is lost",
+		Needs:  outOfProcess,
 		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
 			if len(e.WorkerCmd) == 0 {
 				return fail(errors.New("consumer-crash needs the bench program to start workers with (conform.Env.WorkerCmd)"))
@@ -88,8 +88,8 @@ func init() {
 	register(stream("poison", "malformed payloads among valid events: each is dead-lettered and counted, the stream continues",
 		nil, "", func(o *runner.Options, e *Env) { o.Poison = poisonBodies() }))
 	register(&Scenario{Name: "broker-restart", Timeout: 6 * time.Minute,
-		Proves:  "the broker is stopped and started mid-stream through bench stack: consumers reconnect, nothing lost or doubled",
-		Brokers: []string{"rabbitmq", "kafka", "rocketmq"},
+		Proves: "the broker is stopped and started mid-stream through bench stack: consumers reconnect, nothing lost or doubled",
+		Needs:  outOfProcess,
 		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
 			return runStream(ctx, e, "broker-restart", broker, st, "", func(o *runner.Options, e *Env) {
 				o.Spec.PublishRate = 100 // publishing goes on across the restart

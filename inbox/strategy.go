@@ -39,6 +39,14 @@ type AckOrdering interface {
 	AckBeforeCommit() bool
 }
 
+// Batching is implemented by strategies that apply many events in one
+// call more cheaply than one by one (batch, pipeline): a runner hands them
+// batches of up to the workload's batch size, and one event per call to
+// every other strategy (as go-ycsb grants batches to a BatchDB).
+type Batching interface {
+	PrefersBatches() bool
+}
+
 // DefaultStrategy is the article's transaction.
 const DefaultStrategy = "tx"
 

@@ -388,16 +388,12 @@ func (s *FileStrategy) applyResult(ctx context.Context, in *Inbox, r *fileSQL, c
 	})
 	out.Attempts = attempts
 	if err != nil {
-		what := s.Name()
-		if last != nil {
-			what = fmt.Sprintf("%s @%s statement %d (%s:%d)", s.Name(), last.section, last.index, s.f.path, s.f.line(last.off))
-		}
-		out.Err = eventErr(consumer, ev, what, err)
+		out.Err = eventErr(consumer, ev, s.Name(), s.stmtErr(last, err))
 		return out
 	}
 	rr, perr := ParseResult(res)
 	if perr != nil {
-		out.Err = eventErr(consumer, ev, fmt.Sprintf("%s @apply statement %d (%s:%d)", s.Name(), last.index, s.f.path, s.f.line(last.off)), perr)
+		out.Err = eventErr(consumer, ev, s.Name(), s.stmtErr(last, perr))
 		return out
 	}
 	out.Result = rr
@@ -541,7 +537,7 @@ func (s *FileStrategy) stmtErr(st *renderedStmt, err error) error {
 	if st == nil {
 		return err
 	}
-	return fmt.Errorf("@%s statement %d (%s:%d): %w", st.section, st.index, s.f.path, s.f.line(st.off), err)
+	return &StatementError{Path: s.f.path, Line: s.f.line(st.off), Section: st.section, Index: st.index, Err: err}
 }
 
 // applyRows is the article's transaction: claim, then effect, in one
