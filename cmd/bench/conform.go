@@ -96,15 +96,11 @@ failure of the suite.`,
 				Env:       conform.Env{Cfg: *cfg, StackDir: stackDir, Out: os.Stdout, WorkerCmd: workerCmd},
 				Scenarios: scs, Brokers: bs, Strategies: sts, Progress: os.Stderr,
 			})
-			doc := &results.Conformance{RunID: runID, StartedAt: start, FinishedAt: time.Now().UTC(), Rows: rows,
-				Env: results.Env{Brokers: map[string]string{}, Notes: []string{"scenarios: " + scenarioList}}}
-			for k, v := range servers {
-				if k == "postgres" {
-					doc.Env.Postgres = v
-				} else {
-					doc.Env.Brokers[k] = v
-				}
+			scenarioNote := "scenarios: " + scenarioList
+			if scenarioList == "" {
+				scenarioNote = "scenarios: all"
 			}
+			doc := conform.Result(runID, start, rows, servers, os.Args, []string{scenarioNote})
 			path, err := doc.Write(filepath.Join(out, runID))
 			if err != nil {
 				return err
