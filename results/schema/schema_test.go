@@ -371,10 +371,10 @@ func fillStruct(t *testing.T, d docs, v reflect.Value, n node, path string) {
 			schemaReq = append(schemaReq, x.(string))
 		}
 	}
-	if diff := setDiff(fields, schemaProps); diff != "" {
+	if diff := setDiff(fields, schemaProps, "Go", "the schema"); diff != "" {
 		t.Errorf("%s (%s): Go fields and schema properties differ: %s", path, typ, diff)
 	}
-	if diff := setDiff(required, schemaReq); diff != "" {
+	if diff := setDiff(required, schemaReq, "Go", "the schema"); diff != "" {
 		t.Errorf("%s (%s): fields without omitempty must be exactly the schema's required list: %s", path, typ, diff)
 	}
 	for _, name := range fields {
@@ -412,7 +412,7 @@ func expectType(t *testing.T, n node, path, want string) {
 }
 
 // setDiff describes what is only in a and only in b ("" when equal).
-func setDiff(a, b []string) string {
+func setDiff(a, b []string, aName, bName string) string {
 	var onlyA, onlyB []string
 	for _, x := range a {
 		if !slices.Contains(b, x) {
@@ -429,5 +429,5 @@ func setDiff(a, b []string) string {
 	if len(onlyA) == 0 && len(onlyB) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("only in Go: %v; only in the schema: %v", onlyA, onlyB)
+	return fmt.Sprintf("only in %s: %v; only in %s: %v", aName, onlyA, bName, onlyB)
 }
