@@ -128,6 +128,17 @@ func TestPublishSite(t *testing.T) {
 	}
 	checkLinks(t, moved)
 
+	// A site inside the results directory is not searched: its copies of
+	// the runs would be published twice.
+	inner := filepath.Join(src, "site")
+	if _, err := Publish(PublishOptions{Dirs: []string{src}, Out: inner, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Publish(PublishOptions{Dirs: []string{src}, Out: filepath.Join(t.TempDir(), "site2"), Now: t0})
+	if err != nil || again.Benchmarks != 5 {
+		t.Errorf("publishing a results directory that holds a site: %+v, %v", again, err)
+	}
+
 	// A second publish replaces the first.
 	if _, err := Publish(PublishOptions{Dirs: []string{filepath.Join(src, "night-1"), filepath.Join(src, "night-2")}, Out: out, Now: t0}); err != nil {
 		t.Fatalf("republish: %v", err)

@@ -93,8 +93,8 @@ func newIndexView(runs []*siteRun, trends []*trend, skipped []string, now time.T
 			v.Runs = append(v.Runs, conformRow(r))
 		}
 	}
-	v.Facts = append(v.Facts, fmt.Sprintf("%d benchmark runs", bench), fmt.Sprintf("%d conformance runs", conf),
-		fmt.Sprintf("%d trend pages", len(trends)), "published "+v.Published)
+	v.Facts = append(v.Facts, plural(bench, "benchmark run"), plural(conf, "conformance run"),
+		plural(len(trends), "trend page"), "published "+v.Published)
 	for _, t := range trends {
 		tl := trendLinkView{Workload: t.Workload, Href: t.Path(), Cells: len(t.Cells), Runs: len(t.Runs),
 			Latest: t.Runs[len(t.Runs)-1].Started().UTC().Format("2006-01-02 15:04")}
@@ -107,6 +107,14 @@ func newIndexView(runs []*siteRun, trends []*trend, skipped []string, now time.T
 		v.NoTrend = "No cell recurs yet: a trend needs the same broker/strategy in two runs of one workload."
 	}
 	return v
+}
+
+// plural counts things: "1 trend page", "2 trend pages".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 func runHref(r *siteRun) string { return "runs/" + r.ID + "/report.html" }
@@ -283,7 +291,7 @@ type trendPointView struct {
 
 func newTrendView(t *trend) (*trendView, error) {
 	v := &trendView{Title: "Trend: workload " + t.Workload, IndexHref: "../index.html",
-		Facts: []string{fmt.Sprintf("%d runs", len(t.Runs)), fmt.Sprintf("%d recurring cells", len(t.Cells)),
+		Facts: []string{plural(len(t.Runs), "run"), plural(len(t.Cells), "recurring cell"),
 			"from " + longTime(t.Runs[0]), "to " + longTime(t.Runs[len(t.Runs)-1])}}
 	if len(t.Single) > 0 {
 		sort.Strings(t.Single)

@@ -61,7 +61,7 @@ Exit codes: 0 written, 2 a RESULTS_DIR missing or holding no runs, or a bad --ou
 			for _, s := range pub.Skipped {
 				fmt.Fprintln(os.Stderr, "bench: publish: skipped:", s)
 			}
-			fmt.Fprintf(c.OutOrStdout(), "published %d benchmark and %d conformance runs, %d trend pages: %s\n",
+			fmt.Fprintf(c.OutOrStdout(), "published %d benchmark and %d conformance runs, %d trend pages (one per workload with a recurring cell): %s\n",
 				pub.Benchmarks, pub.Conforms, len(pub.Trends), pub.Index)
 			return nil
 		},
