@@ -41,6 +41,24 @@ type Env struct {
 	Measure    bool              `json:"measurement"` // false when measurement was switched off
 	Notes      []string          `json:"notes,omitempty"`
 	CommandArg []string          `json:"command,omitempty"`
+	// Durability says what a confirm and a commit meant where the figures
+	// were measured; nil when the run did not record it.
+	Durability *Durability `json:"durability,omitempty"`
+}
+
+// Durability is the durability profile of the servers a run measured:
+// whether a broker confirmed and PostgreSQL committed only after the data
+// reached disk. Runs of different profiles measure different guarantees,
+// so the published trends never join them (see results/publish.go).
+type Durability struct {
+	// Profile names the profile as the stack set it (e.g. "fsync" when
+	// every server syncs before it confirms, "os" when none does); empty
+	// when the servers were configured by hand.
+	Profile string `json:"profile,omitempty"`
+	// Settings are the settings that decide what a confirm means, by
+	// component ("postgres", "kafka", "rabbitmq", "rocketmq"), then by
+	// setting name (e.g. "synchronous_commit", "acks", "flushDiskType").
+	Settings map[string]map[string]string `json:"settings,omitempty"`
 }
 
 // Cell is one broker × strategy run.

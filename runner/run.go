@@ -20,9 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -204,17 +202,7 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 
 // environment records where the figures come from.
 func environment(o Options) results.Env {
-	e := results.Env{GoVersion: runtime.Version(), Cores: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH,
-		Brokers: map[string]string{}, Clients: clientVersions(), Measure: o.Measure, CommandArg: config.RedactArgs(o.Args),
-		GitCommit: gitCommit()}
-	for name, v := range o.Servers {
-		if name == "postgres" {
-			e.Postgres = v
-		} else {
-			e.Brokers[name] = v
-		}
-	}
-	e.Hostname, _ = os.Hostname()
-	e.MemoryMiB = memoryMiB()
+	e := HostEnv(o.Servers)
+	e.Measure, e.CommandArg = o.Measure, config.RedactArgs(o.Args)
 	return e
 }

@@ -121,15 +121,11 @@ func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
 		Env:       conform.Env{Cfg: *cfg, StackDir: stackDir, Out: os.Stdout, WorkerCmd: workerCmd},
 		Scenarios: scs, Brokers: bs, Strategies: sts, Progress: os.Stderr,
 	})
-	doc := &results.Conformance{RunID: fl.runID, StartedAt: start, FinishedAt: time.Now().UTC(), Rows: rows,
-		Env: results.Env{Brokers: map[string]string{}, Notes: []string{"scenarios: " + fl.scenarios}}}
-	for k, v := range servers {
-		if k == "postgres" {
-			doc.Env.Postgres = v
-		} else {
-			doc.Env.Brokers[k] = v
-		}
+	scenarioNote := "scenarios: " + fl.scenarios
+	if fl.scenarios == "" {
+		scenarioNote = "scenarios: all"
 	}
+	doc := conform.Result(fl.runID, start, rows, servers, os.Args, []string{scenarioNote})
 	path, err := doc.Write(filepath.Join(fl.out, fl.runID))
 	if err != nil {
 		return err
