@@ -130,7 +130,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if _, err := in.DrainParked(ctx, c.consumer); err != nil {
 		c.o.Log.Warn("final drain", "err", err)
 	}
-	inv, effects, err := Check(ctx, pool, c.id, c.consumer, c.plan, c.o.Audit)
+	inv, effects, err := Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Audit)
 	if err != nil {
 		return errors.Join(s.err, err)
 	}
@@ -166,7 +166,8 @@ func (c *cell) consumers(b brokers.Broker, h *handler, ns *notes) consumers {
 
 // streamed is what streaming a cell's plan produced.
 type streamed struct {
-	started       bool // the consumers started: the stream ran
+	started       bool           // the consumers started: the stream ran
+	plan          *workload.Plan // what was published: the plan, or less when cut short
 	start, pubEnd time.Time
 	cpuBusy       float64
 	series        []float64
@@ -198,6 +199,11 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	go acts.watch(runCtx)
 	s.err = pub.run(runCtx, s.start)
 	s.pubEnd = time.Now()
+	s.plan = c.plan
+	if s.err == nil && pub.cut() {
+		s.plan = c.plan.Published(pub.sent)
+		ns.add(fmt.Sprintf("publishing stopped when the workload's duration was up: %d of %d events could take effect, and the checker judges those", len(s.plan.Events), len(c.plan.Events)))
+	}
 	if s.err == nil {
 		s.err = w.wait(runCtx)
 	}

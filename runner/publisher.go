@@ -24,6 +24,20 @@ type publisher struct {
 	poison [][]byte
 	t      *tally
 	notes  *notes
+	// sent[j] marks Publishes[j] confirmed by the broker; each goroutine
+	// writes only its own indexes.
+	sent []bool
+}
+
+// cut reports whether publishing stopped before the end of the plan (a
+// workload's duration was up).
+func (p *publisher) cut() bool {
+	for _, s := range p.sent {
+		if !s {
+			return true
+		}
+	}
+	return false
 }
 
 // total is the number of messages the publisher sends.
@@ -36,6 +50,7 @@ func (p *publisher) total() int64 { return int64(len(p.plan.Publishes) + len(p.p
 // flight.
 func (p *publisher) run(ctx context.Context, start time.Time) error {
 	pubs := p.plan.Publishes
+	p.sent = make([]bool, len(pubs))
 	n := max(1, min(p.spec.Publishers, len(pubs)))
 	own := make([][]int, n)
 	for j := range pubs {
@@ -96,6 +111,9 @@ func (p *publisher) part(ctx context.Context, start time.Time, idx []int, first 
 		}
 		if err := p.send(ctx, msgs); err != nil {
 			return err
+		}
+		for _, j := range idx[i:min(i+batch, len(idx))] {
+			p.sent[j] = true
 		}
 		p.t.c.published.Add(int64(len(msgs)))
 		if i == 0 && first && len(p.poison) > 0 {

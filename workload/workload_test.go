@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -175,5 +176,49 @@ func TestEncodePadsToMessageSize(t *testing.T) {
 	}
 	if _, err := envelope.Unmarshal(b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPublishedPlan: a stream cut short expects only what was sent, and
+// only what could apply of it.
+func TestPublishedPlan(t *testing.T) {
+	s, err := Parse([]byte("name: cut\nseed: 2\naggregates: 3\nevents: 60\nsnapshot_ratio: 0.2\nfaults:\n  out_of_order: 0.2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Generate(s)
+	all := make([]bool, len(p.Publishes))
+	for i := range all {
+		all[i] = true
+	}
+	full := p.Published(all)
+	if len(full.Events) != len(p.Events) || !maps.Equal(full.Expected, p.Expected) {
+		t.Fatalf("everything sent: %d events %v, want %d %v", len(full.Events), full.Expected, len(p.Events), p.Expected)
+	}
+	half := make([]bool, len(p.Publishes))
+	for i := range len(half) / 2 {
+		half[i] = true
+	}
+	cut := p.Published(half)
+	if len(cut.Events) == 0 || len(cut.Events) >= len(p.Events) {
+		t.Fatalf("half sent: %d of %d events expected", len(cut.Events), len(p.Events))
+	}
+	// Replaying the expected events reaches the expected state, with no
+	// gap left behind.
+	for agg, want := range cut.Expected {
+		var st State
+		for _, e := range cut.Events {
+			if e.Subject != agg {
+				continue
+			}
+			if e.Kind == envelope.Snapshot && e.AggregateVersion > st.Version {
+				st = State{Balance: e.Amount, Version: e.AggregateVersion}
+			} else if e.AggregateVersion == st.Version+1 {
+				st = State{Balance: st.Balance + e.Amount, Version: e.AggregateVersion}
+			}
+		}
+		if st != want {
+			t.Errorf("%s: replay gives %+v, expected %+v", agg, st, want)
+		}
 	}
 }
