@@ -24,6 +24,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
@@ -41,7 +43,10 @@ type Options struct {
 	Extra []inbox.Strategy
 	// OutDir is the parent of the run directory (results/).
 	OutDir string
-	RunID  string
+	// RunID names the run (results directory, schemas, topics); one that
+	// was used before is refused unless Replace drops what it left.
+	RunID   string
+	Replace bool
 	// Measure switches latency histograms on (default); off, the run only
 	// counts, to measure what measuring costs.
 	Measure bool
@@ -121,6 +126,9 @@ func (o *Options) Validate() error {
 	if o.RunID == "" {
 		o.RunID = NewRunID()
 	}
+	if err := validRunID(o.RunID); err != nil {
+		return err
+	}
 	if o.StallTimeout <= 0 {
 		o.StallTimeout = 30 * time.Second
 	}
@@ -151,6 +159,9 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		return nil, "", err
 	}
 	if err := checkExtras(ctx, o); err != nil {
+		return nil, "", err
+	}
+	if err := claim(ctx, &o); err != nil {
 		return nil, "", err
 	}
 	var fl *fleet
@@ -198,6 +209,17 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		return run, dir, fmt.Errorf("write result: %w", err)
 	}
 	return run, dir, ctx.Err()
+}
+
+// claim connects to check the run id is new (or to replace its
+// leftovers).
+func claim(ctx context.Context, o *Options) error {
+	conn, err := pgx.Connect(ctx, o.Cfg.PGURL)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return claimRunID(ctx, o, conn)
 }
 
 // environment records where the figures come from.

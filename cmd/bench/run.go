@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,6 +84,9 @@ check; negative controls (broken-*) are expected to fail.`,
 				_ = results.WriteSummary(os.Stdout, run)
 				fmt.Printf("\nresult: %s\n", filepath.Join(dir, "result.json"))
 			}
+			if errors.Is(err, runner.ErrRunExists) {
+				return usageError{err}
+			}
 			if err != nil {
 				return strategyFileErr(err)
 			}
@@ -95,7 +99,8 @@ check; negative controls (broken-*) are expected to fail.`,
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
 	f.StringVar(&fl.strategies, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
 	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
-	f.StringVar(&fl.runID, "run-id", "", "name of the run directory (default: UTC timestamp)")
+	f.StringVar(&fl.runID, "run-id", "", "name of the run: its directory, schemas and topics (default: UTC timestamp); a used one is refused")
+	f.BoolVar(&fl.replace, "replace", false, "reuse --run-id: drop the schemas, topics and results an earlier run of it left, first")
 	f.BoolVar(&fl.noMeasure, "no-measure", false, "record no latency histograms (to measure what measuring costs)")
 	f.BoolVar(&fl.noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only)")
 	f.DurationVar(&fl.stall, "stall-timeout", 30*time.Second, "end a cell in which no delivery was acked or dead-lettered for this long")
@@ -118,7 +123,7 @@ type runFlags struct {
 	retryAttempts                             int
 	files                                     []string
 	workers, remoteWorkers                    int
-	partitioned                               bool
+	partitioned, replace                      bool
 	cpuProfile                                string
 	partitionInterval                         time.Duration
 }
@@ -127,7 +132,7 @@ type runFlags struct {
 // here (the workload, strategy files), what they mean is checked by
 // runner.Options.Validate.
 func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
-	o := runner.Options{Cfg: *cfg, OutDir: fl.out, RunID: fl.runID, Measure: !fl.noMeasure, Audit: !fl.noAudit,
+	o := runner.Options{Cfg: *cfg, OutDir: fl.out, RunID: fl.runID, Replace: fl.replace, Measure: !fl.noMeasure, Audit: !fl.noAudit,
 		Progress: os.Stderr, TTY: term.IsTerminal(int(os.Stderr.Fd())), StallTimeout: fl.stall, JoinTimeout: fl.join,
 		Workers: fl.workers, RemoteWorkers: fl.remoteWorkers, Args: os.Args,
 		Retry:       runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor},
