@@ -86,3 +86,7 @@ func TestSetupRejectsFewerShards(t *testing.T) {
 		t.Fatal("Setup with fewer shards than exist succeeded")
 	}
 }
+
+// The largest message_size a workload accepts goes through at the
+// broker's default limits.
+func TestLargestWorkloadMessage(t *testing.T) { brokertest.LargestWorkloadMessage(t, newBroker) }
