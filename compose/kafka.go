@@ -96,7 +96,8 @@ func (k *Kafka) Install(ctx context.Context, e *Env) error {
 }
 
 func (*Kafka) proc(e *Env) Proc {
-	return Proc{Name: "kafka", PIDFile: e.Path("run", "kafka.pid"), LogFile: e.Path("logs", "kafka.log")}
+	return Proc{Name: "kafka", PIDFile: e.Path("run", "kafka.pid"), LogFile: e.Path("logs", "kafka.log"),
+		Match: []string{"kafka.Kafka"}, Home: e.Path("kafka")}
 }
 
 func (k *Kafka) Procs(e *Env) []Proc { return []Proc{k.proc(e)} }

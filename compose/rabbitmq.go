@@ -57,7 +57,8 @@ func (*RabbitMQ) Packages() []Package {
 }
 
 func (r *RabbitMQ) Procs(e *Env) []Proc {
-	return []Proc{{Name: "rabbitmq", PIDFile: e.Path("rabbitmq", "server.pid"), LogFile: e.Path("rabbitmq", "server.log")}}
+	return []Proc{{Name: "rabbitmq", PIDFile: e.Path("rabbitmq", "server.pid"), LogFile: e.Path("rabbitmq", "server.log"),
+		Match: []string{rabbitBin + "/rabbitmq-server"}, Home: e.Path("rabbitmq")}}
 }
 
 func (r *RabbitMQ) Logs(e *Env) []string {

@@ -124,11 +124,13 @@ func (r *RocketMQ) Install(ctx context.Context, e *Env) error {
 }
 
 func (*RocketMQ) namesrvProc(e *Env) Proc {
-	return Proc{Name: "rocketmq-namesrv", PIDFile: e.Path("run", "rocketmq-namesrv.pid"), LogFile: e.Path("logs", "rocketmq-namesrv.log")}
+	return Proc{Name: "rocketmq-namesrv", PIDFile: e.Path("run", "rocketmq-namesrv.pid"), LogFile: e.Path("logs", "rocketmq-namesrv.log"),
+		Match: []string{"org.apache.rocketmq.namesrv.NamesrvStartup"}, Home: e.Path("rocketmq")}
 }
 
 func (*RocketMQ) brokerProc(e *Env) Proc {
-	return Proc{Name: "rocketmq-broker", PIDFile: e.Path("run", "rocketmq-broker.pid"), LogFile: e.Path("logs", "rocketmq-broker.log")}
+	return Proc{Name: "rocketmq-broker", PIDFile: e.Path("run", "rocketmq-broker.pid"), LogFile: e.Path("logs", "rocketmq-broker.log"),
+		Match: []string{"org.apache.rocketmq.broker.BrokerStartup"}, Home: e.Path("rocketmq")}
 }
 
 // Procs lists the broker first so that stopping in order stops the broker
