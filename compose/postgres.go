@@ -59,6 +59,9 @@ func (p *Postgres) Procs(e *Env) []Proc {
 
 func (p *Postgres) Logs(e *Env) []string { return []string{e.Path("pg", "postgres.log")} }
 
+// Ports implements Porter.
+func (*Postgres) Ports(e *Env) []Port { return []Port{{Port: pgListenPort(e), What: "SQL"}} }
+
 // DataDirs are removed by `bench stack down --wipe`.
 func (p *Postgres) DataDirs(e *Env) []string { return []string{e.Path("pg")} }
 

@@ -31,6 +31,7 @@ const (
 	rabbitNode     = "inboxbench@localhost"
 	rabbitPort     = 55672
 	rabbitDistPort = 55673 // the default (AMQP port + 20000) would be out of range
+	epmdPort       = 4369  // Erlang's port mapper, started by the node
 	rabbitUser     = "inboxbench"
 	rabbitPassword = "inboxbench"
 	rabbitVhost    = "inboxbench"
@@ -67,6 +68,12 @@ func (r *RabbitMQ) Logs(e *Env) []string {
 
 func (r *RabbitMQ) DataDirs(e *Env) []string { return []string{e.Path("rabbitmq")} }
 
+// Ports implements Porter: AMQP, the node's Erlang distribution port
+// (rabbitmqctl and clustering) and epmd, which the node starts.
+func (*RabbitMQ) Ports(*Env) []Port {
+	return []Port{{Port: rabbitPort, What: "AMQP"}, {Port: rabbitDistPort, What: "Erlang distribution"}, {Port: epmdPort, What: "epmd"}}
+}
+
 func (*RabbitMQ) Install(ctx context.Context, e *Env) error {
 	if !isExecutable(rabbitBin + "/rabbitmq-server") {
 		return fmt.Errorf("%s/rabbitmq-server not found: install the Debian package rabbitmq-server", rabbitBin)
@@ -91,8 +98,11 @@ func (r *RabbitMQ) env(e *Env) []string {
 		"RABBITMQ_LOGS="+d+"/log/node.log",
 		"RABBITMQ_PID_FILE="+d+"/node.pid",
 		"ERL_EPMD_ADDRESS=127.0.0.1",
-		// Two schedulers match the 2-core target machine.
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2",
+		// Two schedulers match the 2-core target machine. The distribution
+		// port (rabbitmqctl talks to the node through it) listens on every
+		// interface unless the kernel is told which one: set at boot, before
+		// the node starts distribution.
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 -kernel inet_dist_use_interface {127,0,0,1}",
 	)
 }
 
