@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -103,7 +102,7 @@ func TestListenersFindsExposedSockets(t *testing.T) {
 // loopback except the documented RocketMQ HA port.
 func TestStackListensOnLoopbackOnly(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ)
-	e := &Env{Dir: stackDir(t, cfg.StackDir), Cfg: cfg}
+	e := &Env{Dir: testenv.StackDir(t, cfg), Cfg: cfg}
 	for _, r := range Status(context.Background(), e, Services()) {
 		if r.ListenErr != nil {
 			t.Errorf("%s: %v", r.Service, r.ListenErr)
@@ -117,18 +116,4 @@ func TestStackListensOnLoopbackOnly(t *testing.T) {
 		}
 		t.Logf("%s: %v", r.Service, r.Listening)
 	}
-}
-
-// stackDir resolves the configured stack directory the way the bench
-// command run from the repository root does.
-func stackDir(t *testing.T, dir string) string {
-	t.Helper()
-	if filepath.IsAbs(dir) {
-		return dir
-	}
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		t.Fatalf("find the module root: %v", err)
-	}
-	return filepath.Join(strings.TrimSpace(string(root)), dir)
 }

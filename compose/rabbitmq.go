@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
@@ -130,12 +131,12 @@ loopback_users = none
 # over (512 MB by default): a smaller WAL rolls sooner, so a backlog of
 # 200k messages does not trip the memory alarm, which would block the
 # publishers and measure the alarm instead of the broker.
-vm_memory_high_watermark.absolute = 1GiB
+vm_memory_high_watermark.absolute = %s
 raft.wal_max_size_bytes = 67108864
 disk_free_limit.absolute = 100MB
 log.console = false
 log.file.level = info
-`, rabbitPort, d),
+`, rabbitPort, d, RabbitMQMemoryWatermark),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(e.Path("rabbitmq", name), []byte(content), 0o644); err != nil {
@@ -190,6 +191,22 @@ func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	ch.Close()
 	v, _ := conn.Properties["version"].(string)
 	return "RabbitMQ " + v, nil
+}
+
+// RabbitMQMemoryWatermark is the node's vm_memory_high_watermark.absolute
+// (rabbitmq.conf): what a test that raises a memory alarm restores.
+const RabbitMQMemoryWatermark = "1GiB"
+
+// Ctl runs rabbitmqctl against the stack's node, with the node's
+// environment (its HOME holds the Erlang cookie), and returns the output.
+func (r *RabbitMQ) Ctl(ctx context.Context, e *Env, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, rabbitBin+"/rabbitmqctl", append([]string{"-n", rabbitNode}, args...)...)
+	cmd.Env = r.env(e)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w: %s", CommandLine(cmd), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
 }
 
 // Stop asks the node to stop cleanly (flushing quorum queue state), then
