@@ -25,9 +25,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,10 +98,23 @@ func (k *Kafka) Install(ctx context.Context, e *Env) error {
 }
 
 func (*Kafka) proc(e *Env) Proc {
-	return Proc{Name: "kafka", PIDFile: e.Path("run", "kafka.pid"), LogFile: e.Path("logs", "kafka.log")}
+	return Proc{Name: "kafka", PIDFile: e.Path("run", "kafka.pid"), LogFile: e.Path("logs", "kafka.log"),
+		Match: []string{"kafka.Kafka"}, Home: e.Path("kafka")}
 }
 
 func (k *Kafka) Procs(e *Env) []Proc { return []Proc{k.proc(e)} }
+
+// Ports implements Porter: the broker and the KRaft controller listeners.
+func (*Kafka) Ports(e *Env) []Port {
+	var out []Port
+	for _, a := range []string{kafkaBrokerAddr(e), KafkaControllerAddr} {
+		if _, p, err := net.SplitHostPort(a); err == nil {
+			n, _ := strconv.Atoi(p)
+			out = append(out, Port{Port: n, What: "Kafka"})
+		}
+	}
+	return out
+}
 
 func (k *Kafka) Logs(e *Env) []string {
 	return []string{k.proc(e).LogFile, e.Path("kafka", "logs", "server.log"), e.Path("kafka", "logs", "controller.log"), e.Path("logs", "kafka-format.log")}

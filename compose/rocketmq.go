@@ -17,8 +17,10 @@ package compose
 //     uses those. Loopback only: bindAddress=127.0.0.1 for the remoting
 //     ports; the name server's scanAvailableNameSrv=false, else it probes
 //     its own first non-loopback interface address every 3 s. The HA port
-//     has no bind setting in 5.x and listens on all interfaces (nothing
-//     connects to it without a slave).
+//     has no bind setting in 5.x (DefaultHAService binds the wildcard
+//     address) and listens on all interfaces without authentication: the
+//     one exception to loopback, allowed by `bench stack status` with the
+//     reason below; the README says how to firewall it.
 //   - Readiness: the broker normally registers at boot; now and then the
 //     first registration only lands with the periodic one 10 s later, so
 //     allow ~20 s from Start to Ready.
@@ -49,6 +51,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,16 +127,31 @@ func (r *RocketMQ) Install(ctx context.Context, e *Env) error {
 }
 
 func (*RocketMQ) namesrvProc(e *Env) Proc {
-	return Proc{Name: "rocketmq-namesrv", PIDFile: e.Path("run", "rocketmq-namesrv.pid"), LogFile: e.Path("logs", "rocketmq-namesrv.log")}
+	return Proc{Name: "rocketmq-namesrv", PIDFile: e.Path("run", "rocketmq-namesrv.pid"), LogFile: e.Path("logs", "rocketmq-namesrv.log"),
+		Match: []string{"org.apache.rocketmq.namesrv.NamesrvStartup"}, Home: e.Path("rocketmq")}
 }
 
 func (*RocketMQ) brokerProc(e *Env) Proc {
-	return Proc{Name: "rocketmq-broker", PIDFile: e.Path("run", "rocketmq-broker.pid"), LogFile: e.Path("logs", "rocketmq-broker.log")}
+	return Proc{Name: "rocketmq-broker", PIDFile: e.Path("run", "rocketmq-broker.pid"), LogFile: e.Path("logs", "rocketmq-broker.log"),
+		Match: []string{"org.apache.rocketmq.broker.BrokerStartup"}, Home: e.Path("rocketmq")}
 }
 
 // Procs lists the broker first so that stopping in order stops the broker
 // before the name server it unregisters from.
 func (r *RocketMQ) Procs(e *Env) []Proc { return []Proc{r.brokerProc(e), r.namesrvProc(e)} }
+
+// RocketMQHAExposure is why the broker's HA port listens on every
+// interface, and what guards it (README: The local stack).
+const RocketMQHAExposure = "RocketMQ 5.3.3 has no bind setting for its HA port; firewall it (README: The local stack)"
+
+// Ports implements Porter: the name server, the broker's remoting port and
+// fast port, and its HA port, which RocketMQ binds to every interface.
+func (*RocketMQ) Ports(e *Env) []Port {
+	_, ns, _ := net.SplitHostPort(rocketmqNamesrvAddr(e))
+	nsPort, _ := strconv.Atoi(ns)
+	return []Port{{Port: nsPort, What: "name server"}, {Port: 50911, What: "broker"}, {Port: 50909, What: "broker fast port"},
+		{Port: 50912, What: "broker HA", AllInterfaces: RocketMQHAExposure}}
+}
 
 func (r *RocketMQ) Logs(e *Env) []string {
 	logs := e.Path("rocketmq", "logs", "rocketmqlogs")
