@@ -50,8 +50,8 @@ func init() {
 		}})
 	register(stream("publisher-retry", "a producer re-sends 20% of events right after themselves with the same id: each takes effect once",
 		nil, "publisher_retry: 0.2"))
-	register(stream("republish-new-message", "upstream republishes 20% of events later as new transport messages with the same event id: each takes effect once",
-		nil, "duplicate_republish: 0.2"))
+	register(stream("republish-new-message", "upstream republishes 20% of events later as new transport messages with the same event id: each takes effect once, and the inbox recognises every copy (DUPLICATE)",
+		[]string{"broken-ttl-dedup"}, "duplicate_republish: 0.2"))
 	register(stream("rebalance", "consumers leave and rejoin the group twice mid-stream: partitions/queues move without loss or double effect",
 		nil, "consumer_restarts: 2", func(o *runner.Options, e *Env) { o.Spec.Consumers = 3 }))
 	register(stream("reorder", "10% of successors are published before their predecessor: gaps are parked and drained in order, never skipped",
@@ -65,8 +65,10 @@ func init() {
 		}))
 	register(stream("snapshot", "30% of events are full-state snapshots (keep-latest), some out of order: snapshots overwrite older state, increments are never skipped",
 		nil, "out_of_order: 0.05", func(o *runner.Options, e *Env) { o.Spec.SnapshotRatio = 0.3 }))
-	register(stream("idempotency-conflict", "requests are replayed under new event ids and their keys reused with other amounts: replays return the stored result, conflicts are rejected",
-		nil, "idempotency_conflicts: 0.2"))
+	idem := stream("idempotency-conflict", "requests are replayed under new event ids and their keys reused with other amounts: replays return the stored result, conflicts are rejected",
+		nil, "idempotency_conflicts: 0.2")
+	idem.Requires = []string{inbox.FeatureIdempotencyKeys}
+	register(idem)
 	register(&Scenario{Name: "db-connection-kill", Timeout: 4 * time.Minute,
 		Proves: "the consumers' database connections are terminated twice mid-stream, mid-transaction: the events are retried, none lost or doubled",
 		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {

@@ -35,11 +35,11 @@ func FuzzParseStrategyFile(f *testing.F) {
 		if !fuzzName.MatchString(s.Name()) {
 			t.Fatalf("name %q", s.Name())
 		}
-		sql, err := s.sqlFor("fuzz_schema")
+		sql, err := s.sqlFor(tableKey{"fuzz_schema", "account"})
 		if err != nil {
 			t.Fatalf("parsed, but does not render: %v", err)
 		}
-		for _, group := range [][]*renderedStmt{sql.ddl, sql.apply, sql.claim, sql.effect, sql.prune} {
+		for _, group := range [][]*renderedStmt{sql.ddl, sql.apply, sql.claim, sql.effect, sql.batch, sql.prune} {
 			for _, r := range group {
 				checkRendered(t, s.f, r, lines)
 			}

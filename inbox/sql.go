@@ -31,8 +31,13 @@ type sqlText struct {
 	batchPark, batchParkedDelete    string
 	brokenInboxExists, brokenClaim  string
 	brokenUnversioned, brokenAddAll string
+	brokenForget                    string
 	pruneBatch, stats, stuckParked  string
 	drainCandidates                 string
+	// Parking for strategy files, done by the harness around the file's
+	// SQL (userpark.go).
+	parkLock, accountVersion, parkedFirst string
+	parkLockMany, parkedAmong             string
 }
 
 func buildSQL(schema, account string) sqlText {
@@ -90,6 +95,15 @@ func (t *sqlText) parking(s func(string) string) {
 		FROM {S}.parked WHERE consumer = $1 AND aggregate_id = $2 AND aggregate_version <= $3
 		ORDER BY aggregate_version, parked_at, source, event_id`)
 	t.parkedDelete = s(`DELETE FROM {S}.parked WHERE consumer = $1 AND source = $2 AND event_id = $3`)
+	// One lock per consumer and aggregate orders a park decision against
+	// the drain check that follows the predecessor's commit.
+	t.parkLock = s(`SELECT pg_advisory_xact_lock(hashtextextended('{S}/' || $1 || '/' || $2, 0))`)
+	t.parkLockMany = s(`SELECT count(pg_advisory_xact_lock(hashtextextended('{S}/' || $1 || '/' || a, 0)))
+		FROM (SELECT DISTINCT a FROM unnest($2::text[]) AS t(a) ORDER BY a) s`)
+	t.parkedAmong = s(`SELECT DISTINCT aggregate_id FROM {S}.parked WHERE consumer = $1 AND aggregate_id = ANY ($2::text[])`)
+	t.accountVersion = s(`SELECT version FROM {A} WHERE id = $1`)
+	t.parkedFirst = s(`SELECT source, event_id, aggregate_version, kind, amount, type, event_time, idempotency_key, tenant, operation
+		FROM {S}.parked WHERE consumer = $1 AND aggregate_id = $2 ORDER BY aggregate_version, parked_at, source, event_id LIMIT 1`)
 	t.idemClaim = s(`INSERT INTO {S}.idempotency (tenant, operation, key, request_hash, result, consumer, source, event_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`)
 	t.idemDelete = s(`DELETE FROM {S}.idempotency
@@ -181,6 +195,7 @@ func (t *sqlText) batch(s func(string) string) {
 func (t *sqlText) broken(s func(string) string) {
 	t.brokenInboxExists = s(`SELECT EXISTS (SELECT 1 FROM {S}.inbox WHERE consumer = $1 AND source = $2 AND event_id = $3)`)
 	t.brokenClaim = s(`INSERT INTO {S}.broken_claim (scope, claim_key) VALUES ($1, $2) ON CONFLICT DO NOTHING`)
+	t.brokenForget = s(`DELETE FROM {S}.broken_claim WHERE scope = $1 AND claimed_at < clock_timestamp() - make_interval(secs => $2::bigint / 1e6)`)
 	// Trusts the preceding SELECT alone: no version guard.
 	t.brokenUnversioned = s(`INSERT INTO {A} AS a (id, balance, version) VALUES ($1, $2, $3)
 		ON CONFLICT (id) DO UPDATE SET balance = a.balance + excluded.balance, version = GREATEST(a.version, excluded.version)`)

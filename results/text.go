@@ -76,6 +76,9 @@ func WriteMatrix(w io.Writer, rows []ConformRow) error {
 			mark = "  <-- not as expected"
 		}
 		detail := r.Error
+		if r.Verdict == VerdictNA {
+			detail = r.Reason
+		}
 		if detail == "" {
 			var parts []string
 			for _, name := range sortedKeys(r.Anomalies) {

@@ -127,13 +127,15 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	}
 	// Anything still parked gets one last chance to drain (its predecessor
 	// may have committed as the consumers stopped); what remains is stuck.
-	if _, err := in.DrainParked(ctx, c.consumer); err != nil {
+	if _, err := inbox.DrainParkedWith(ctx, c.strategy, in, c.consumer); err != nil {
 		c.o.Log.Warn("final drain", "err", err)
 	}
 	inv, effects, err := Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Audit)
 	if err != nil {
 		return errors.Join(s.err, err)
 	}
+	misses, examples := t.dedupMisses()
+	judgeDecisions(&inv, misses, examples)
 	res.Invariants = inv
 	fill(res, t, s, rep, c.o.Spec.PublishRate)
 	res.Failures = t.failures()
@@ -185,7 +187,7 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	pub := &publisher{b: b, topic: c.topic(), plan: c.plan, spec: c.o.Spec, poison: c.o.Poison, t: t, notes: ns}
 	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
 	acts := newActions(c.o.Actions, info, c.o.Spec.Faults.ConsumerRestarts, int64(len(c.plan.Publishes)), pub.total(), cons, t, ns)
-	w := &waiter{t: t, in: in, consumer: c.consumer, stall: max(c.o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second),
+	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second),
 		acts: acts, cons: cons, notes: ns,
 		progress: &progressLine{w: c.o.Progress, tty: c.o.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}
 

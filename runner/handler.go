@@ -122,6 +122,7 @@ func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*enve
 	wait()
 	now := time.Now()
 	m := h.t.meters.get(ds[0].Shard)
+	h.t.countAll(outs)
 	for j, out := range outs {
 		id := messageID(ds[idx[j]], evs[j])
 		v := h.account(m, evs[j], out, received, now)
@@ -186,9 +187,8 @@ func (h *handler) storms(ctx context.Context, evs []*envelope.Event) (release, w
 	return func() { close(gate) }, wg.Wait
 }
 
-// account counts an outcome, records its latencies and picks the verdict.
+// account records an outcome's latencies and picks the verdict.
 func (h *handler) account(m *meter, ev *envelope.Event, out inbox.Outcome, received, decided time.Time) brokers.Verdict {
-	h.t.count(out)
 	// Warm-up excludes what was both sent and decided during it. A
 	// backlog built up during warm-up still counts when it commits later:
 	// its latency from the intended send time is what an overloaded

@@ -25,9 +25,10 @@ const (
 	ConflictAccepted   = "conflict-accepted"    // idempotency key reused with another payload and accepted
 )
 
-// AnomalyNames lists every anomaly in report order.
+// AnomalyNames lists every anomaly in report order (DedupMiss comes from
+// the deliveries' decisions, decisions.go; the others from the tables).
 var AnomalyNames = []string{LostEffect, DuplicateEffect, VersionGap, StaleApplied, InboxWithoutEffect,
-	EffectWithoutInbox, ParkedStuck, ConflictAccepted}
+	EffectWithoutInbox, ParkedStuck, ConflictAccepted, DedupMiss}
 
 // maxExamples bounds the concrete examples kept per anomaly.
 const maxExamples = 5
@@ -165,7 +166,10 @@ func (j *judgement) replay(t inbox.Transition) (covered []int64, whole bool) {
 		return []int64{t.NewVersion}, false
 	}
 	for v := t.OldVersion + 1; v <= t.NewVersion; v++ {
-		if v < lastSnap {
+		// Before the newest snapshot the change carries, an increment
+		// either applied in the same change (a batch: it has its inbox
+		// row) or was overtaken by the snapshot and never applied.
+		if v < lastSnap && !j.snap.Inbox[events[v].Key()] {
 			j.superseded[events[v].Key()] = true
 			continue
 		}

@@ -1,13 +1,16 @@
 package runner
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/inboxbench/inboxbench/envelope"
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -166,10 +169,39 @@ func TestJudge(t *testing.T) {
 // TestJudgeNamesEveryAnomaly: the table above covers every anomaly the
 // checker can name.
 func TestJudgeNamesEveryAnomaly(t *testing.T) {
-	covered := []string{LostEffect, DuplicateEffect, VersionGap, StaleApplied, InboxWithoutEffect, EffectWithoutInbox, ParkedStuck, ConflictAccepted}
+	covered := []string{LostEffect, DuplicateEffect, VersionGap, StaleApplied, InboxWithoutEffect, EffectWithoutInbox, ParkedStuck, ConflictAccepted,
+		DedupMiss} // TestDecisionsCatchDedupMisses
 	for _, n := range AnomalyNames {
 		if !slices.Contains(covered, n) {
 			t.Errorf("anomaly %s has no Judge test", n)
 		}
+	}
+}
+
+// TestDecisionsCatchDedupMisses: an event that took effect must be
+// decided DUPLICATE from then on; anything else is a dedup miss.
+func TestDecisionsCatchDedupMisses(t *testing.T) {
+	out := func(id string, r inbox.Result) inbox.Outcome {
+		return inbox.Outcome{Source: "s", ID: id, Subject: "a", Version: 1, Result: r}
+	}
+	d := newDecisions()
+	for _, o := range []inbox.Outcome{
+		out("parked-first", inbox.Parked), out("parked-first", inbox.Parked), out("parked-first", inbox.Applied), // held, then applied: fine
+		out("parked-first", inbox.Parked),                      // a redelivery decided while a concurrent commit drained it
+		out("dup", inbox.Applied), out("dup", inbox.Duplicate), // recognised: fine
+		out("forgotten", inbox.Applied), out("forgotten", inbox.Stale), // version check, not dedup
+		out("twice", inbox.Applied), out("twice", inbox.Applied),
+		out("undecided", inbox.Applied), {Source: "s", ID: "undecided", Err: errors.New("timeout")}, // no decision: not a miss
+	} {
+		d.record(o)
+	}
+	n, ex := d.report()
+	if n != 2 || len(ex) != 2 || !strings.Contains(ex[0], "forgotten") || !strings.Contains(ex[0], "STALE") {
+		t.Fatalf("misses %d %q, want forgotten (STALE) and twice (APPLIED)", n, ex)
+	}
+	inv := results.Invariants{Verdict: results.VerdictPass, Anomalies: map[string]int64{}, Examples: map[string][]string{}}
+	judgeDecisions(&inv, n, ex)
+	if inv.Verdict != results.VerdictFail || inv.Anomalies[DedupMiss] != 2 {
+		t.Fatalf("verdict %+v", inv)
 	}
 }

@@ -39,10 +39,25 @@ type tally struct {
 	// remote holds what the workers reported of theirs.
 	policy *ErrorPolicy
 	remote atomic.Pointer[[]results.Failure]
+	// decided remembers which events took effect, to see the deliveries
+	// the inbox did not recognise afterwards (dedup-miss); remoteMisses
+	// are what the workers reported of theirs.
+	decided       *decisions
+	remoteMisses  atomic.Int64
+	remoteExample atomic.Pointer[[]string]
 }
 
 func newTally(measure bool, bound RetryBound) *tally {
-	return &tally{meters: newMeters(measure), policy: NewErrorPolicy(bound)}
+	return &tally{meters: newMeters(measure), policy: NewErrorPolicy(bound), decided: newDecisions()}
+}
+
+// dedupMisses are this process's and the workers' dedup misses.
+func (t *tally) dedupMisses() (int64, []string) {
+	n, ex := t.decided.report()
+	if r := t.remoteExample.Load(); r != nil {
+		ex = append(ex, *r...)
+	}
+	return n + t.remoteMisses.Load(), ex
 }
 
 // failures are the first failure of each kind, in this process and
@@ -55,8 +70,23 @@ func (t *tally) failures() []results.Failure {
 	return fs
 }
 
+// countAll counts a batch's outcomes, then what their commits drained:
+// an event parked and drained by the same batch was parked first.
+func (t *tally) countAll(outs []inbox.Outcome) {
+	var drained []inbox.Outcome
+	for _, o := range outs {
+		drained = append(drained, o.Drained...)
+		o.Drained = nil
+		t.count(o)
+	}
+	if len(drained) > 0 {
+		t.countAll(drained)
+	}
+}
+
 // count updates counters for one outcome (and what its commit drained).
 func (t *tally) count(out inbox.Outcome) {
+	t.decided.record(out)
 	switch out.Result {
 	case inbox.Applied:
 		t.effect()

@@ -15,6 +15,7 @@ import (
 type waiter struct {
 	t        *tally
 	in       *inbox.Inbox
+	st       inbox.Strategy
 	consumer string
 	stall    time.Duration
 	acts     *actions
@@ -28,7 +29,7 @@ func (w *waiter) wait(ctx context.Context) error {
 	last, lastChange := w.t.settled.Load(), time.Now()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	sw := &sweeper{in: w.in, consumer: w.consumer, t: w.t}
+	sw := &sweeper{in: w.in, st: w.st, consumer: w.consumer, t: w.t}
 	for {
 		select {
 		case <-ctx.Done():
@@ -78,6 +79,7 @@ func (w *waiter) parkedNone(ctx context.Context) bool {
 // would.
 type sweeper struct {
 	in       *inbox.Inbox
+	st       inbox.Strategy
 	consumer string
 	t        *tally
 	last     time.Time
@@ -96,7 +98,7 @@ func (s *sweeper) settle(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	s.last = time.Now()
-	outs, _ := s.in.DrainParked(ctx, s.consumer)
+	outs, _ := inbox.DrainParkedWith(ctx, s.st, s.in, s.consumer)
 	for _, o := range outs {
 		s.t.count(o)
 	}

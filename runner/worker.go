@@ -280,6 +280,7 @@ func (m *member) flush(ctx context.Context, state string, final bool, errText st
 		rep.Notes = m.notes.all()
 	}
 	rep.Failures = m.t.policy.Failures()
+	rep.DedupMisses, rep.DedupExamples = m.t.decided.report()
 	_, err := m.ctl.Exec(ctx, `INSERT INTO inboxbench_runs.worker (cell_id, worker_id, state, report) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (cell_id, worker_id) DO UPDATE SET state = EXCLUDED.state, report = EXCLUDED.report, seen_at = now()`,
 		m.cellID, m.id, state, rep)

@@ -189,6 +189,8 @@ func (w *workerConsumers) gather(ctx context.Context, final bool) error {
 	var sum results.Counters
 	var progress, first, last, p99, lost int64
 	var failures []results.Failure
+	var misses int64
+	var examples []string
 	n := 0
 	_, err = pgx.ForEachRow(rows, []any{&id, &state, &rep, &silentS}, func() error {
 		n++
@@ -203,6 +205,8 @@ func (w *workerConsumers) gather(ctx context.Context, final bool) error {
 		}
 		sum = addCounters(sum, rep.Counters)
 		failures = mergeFailures(failures, rep.Failures)
+		misses += rep.DedupMisses
+		examples = append(examples, rep.DedupExamples...)
 		progress += rep.Progress
 		if f := rep.FirstEffect; f > 0 && (first == 0 || f < first) {
 			first = f
@@ -219,6 +223,8 @@ func (w *workerConsumers) gather(ctx context.Context, final bool) error {
 	}
 	w.t.c.setConsumerSide(sum)
 	w.t.remote.Store(&failures)
+	w.t.remoteMisses.Store(misses)
+	w.t.remoteExample.Store(&examples)
 	w.lostN.Store(lost)
 	if progress != w.progress {
 		w.progress = progress

@@ -128,6 +128,10 @@ type workerReport struct {
 	Notes    []string          `json:"notes,omitempty"`
 	Error    string            `json:"error,omitempty"`
 	Failures []results.Failure `json:"failures,omitempty"`
+	// DedupMisses counts deliveries of events that had taken effect in
+	// this worker and were decided other than DUPLICATE.
+	DedupMisses   int64    `json:"dedup_misses,omitempty"`
+	DedupExamples []string `json:"dedup_examples,omitempty"`
 }
 
 // fleet is the coordinator's view of the run's workers: the local

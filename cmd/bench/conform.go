@@ -139,7 +139,11 @@ func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
 	if len(sum.Survivors) > 0 {
 		fmt.Printf("; not caught: %s", strings.Join(sum.Survivors, ", "))
 	}
-	fmt.Printf("\nresult: %s\n", path)
+	fmt.Println()
+	for _, t := range results.TallyStrategies(rows) {
+		fmt.Printf("  %s: %d run, %d N/A, %d not as expected\n", t.Strategy, t.Ran, t.NotApplicable, t.Bad)
+	}
+	fmt.Printf("result: %s\n", path)
 	if c.Context().Err() != nil {
 		return c.Context().Err()
 	}

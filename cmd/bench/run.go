@@ -38,7 +38,13 @@ counters (published, deliveries, executions, effects, duplicates,
 redeliveries, gaps, parked, stale, conflicts, retries, errors), lock
 contention sampled every 100ms, and the checker's verdict with named
 anomalies (lost-effect, duplicate-effect, version-gap, stale-applied,
-inbox-without-effect, effect-without-inbox, parked-stuck, conflict-accepted).
+inbox-without-effect, effect-without-inbox, parked-stuck, conflict-accepted,
+dedup-miss).
+
+An event the inbox cannot decide is never acked as applied: a failure that
+may heal is retried (--retry-attempts, --retry-for), one that will not is
+dead-lettered at once, and the cell's verdict is ERROR naming the first
+failure of each kind.
 
 --brokers none drives the same events straight into the inbox with the same
 concurrency: the database-only baseline to compare broker cells with.
