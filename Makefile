@@ -12,7 +12,7 @@ NORACE_PKGS = $(shell $(GO) list ./... | grep /brokers/rocketmq)
 ROCKETMQ_TESTS = RocketMQ
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build bench test test-deps fmt-check vet stack-up stack-down stack-status clean
+.PHONY: all build bench test test-deps fmt-check vet fuzz stack-up stack-down stack-status clean
 
 all: build
 
@@ -60,6 +60,19 @@ test: fmt-check vet test-deps stack-up
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(ROCKETMQ_TESTS)' $(RACE_PKGS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(ROCKETMQ_TESTS)' $(RACE_PKGS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(NORACE_PKGS)
+	@$(MAKE) --no-print-directory fuzz
+
+# The parsers of untrusted input, fuzzed briefly on every `make test` from
+# their committed seed corpora (PKG/testdata/fuzz/NAME); a crasher is
+# written there. Run longer with e.g. `make fuzz FUZZ_TIME=5m`.
+FUZZ_TIME ?= 10s
+FUZZERS = envelope:FuzzUnmarshal workload:FuzzParse inbox:FuzzParseStrategyFile
+fuzz:
+	@for f in $(FUZZERS); do \
+	  pkg=$${f%%:*}; name=$${f#*:}; \
+	  echo "fuzz $$name in ./$$pkg for $(FUZZ_TIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZ_TIME) ./$$pkg || exit 1; \
+	done
 
 clean:
 	rm -rf bin

@@ -193,6 +193,10 @@ type Capabilities struct {
 	// NotPerformanceTarget marks drivers that exist for quick functional
 	// runs (kafka-embedded): their figures must not be compared.
 	NotPerformanceTarget bool
+	// Baseline: no transport at all; Publish hands messages straight to
+	// the subscribers (none). Such a driver's cells measure the database
+	// alone and are the reference every other cell is compared with.
+	Baseline bool
 	// InProcess: the "broker" lives inside the process that opened it
 	// (none, kafka-embedded), so another process cannot consume what this
 	// one publishes; worker processes do not apply.

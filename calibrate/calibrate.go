@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
@@ -78,7 +79,7 @@ func (o *Options) Validate() error {
 			return err
 		}
 	}
-	if len(o.Cfg.KafkaBrokers) > 0 && (o.Cfg.KafkaTLS || o.Cfg.KafkaCAFile != "" || o.Cfg.KafkaSASL != "") && contains(o.Brokers, "kafka") {
+	if contains(o.Brokers, "kafka") && (o.Cfg.Bool(kafkadriver.SettingTLS) || o.Cfg.Get(kafkadriver.SettingCAFile) != "" || o.Cfg.Get(kafkadriver.SettingSASL) != "") {
 		return fmt.Errorf("kafka: calibrate passes only bootstrap.servers to the vendor tools: TLS and SASL clusters are not supported")
 	}
 	return nil

@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
+	rabbitdriver "github.com/inboxbench/inboxbench/brokers/rabbitmq"
+	rocketdriver "github.com/inboxbench/inboxbench/brokers/rocketmq"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
@@ -117,7 +119,7 @@ func (kafkaVendor) tool() string {
 func (kafkaVendor) publish(ctx context.Context, r *runner, topic string) results.Measurement {
 	cmd := r.javaCmd("org.apache.kafka.tools.ProducerPerformance",
 		"--topic", topic, "--num-records", "1000000000", "--record-size", strconv.Itoa(r.shape.MessageSize),
-		"--throughput", "-1", "--producer-props", "bootstrap.servers="+strings.Join(r.cfg.KafkaBrokers, ","), "acks=all")
+		"--throughput", "-1", "--producer-props", "bootstrap.servers="+strings.Join(r.cfg.List(kafkadriver.SettingBrokers), ","), "acks=all")
 	var covered float64
 	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "kafka-producer", args: cmd[1:], stopOK: true,
 		timeout: r.duration + toolSlack,
@@ -142,7 +144,7 @@ func (kafkaVendor) publish(ctx context.Context, r *runner, topic string) results
 // offset.
 func (kafkaVendor) consume(ctx context.Context, r *runner, topic string, messages int64) results.Measurement {
 	cmd := r.javaCmd("org.apache.kafka.tools.ConsumerPerformance",
-		"--bootstrap-server", strings.Join(r.cfg.KafkaBrokers, ","), "--topic", topic,
+		"--bootstrap-server", strings.Join(r.cfg.List(kafkadriver.SettingBrokers), ","), "--topic", topic,
 		"--messages", strconv.FormatInt(messages, 10), "--group", topic+"-vendor-g", "--timeout", "10000")
 	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "kafka-consumer", args: cmd[1:], timeout: r.maxDrain + toolSlack})
 	if err != nil {
@@ -193,9 +195,10 @@ func (r *runner) perfTestQueues(topic string) []string {
 }
 
 func (r *runner) perfTestURI() string {
-	u, err := url.Parse(r.cfg.RabbitMQURL)
+	raw := r.cfg.Get(rabbitdriver.SettingURL)
+	u, err := url.Parse(raw)
 	if err != nil {
-		return r.cfg.RabbitMQURL
+		return raw
 	}
 	return u.String()
 }
@@ -271,7 +274,7 @@ const rocketBacklogFactor = 2
 func (rocketVendor) publish(ctx context.Context, r *runner, topic string) results.Measurement {
 	s := r.shape
 	cmd := r.javaCmd("org.apache.rocketmq.example.benchmark.Producer",
-		"-n", strings.Join(r.cfg.RocketMQNamesrv, ";"), "-t", topic, "-w", strconv.Itoa(s.Producers),
+		"-n", strings.Join(r.cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-w", strconv.Itoa(s.Producers),
 		"-s", strconv.Itoa(s.MessageSize), "-k", "false", "-ri", "1000")
 	cmd = append(cmd[:1], append(r.rocketJVM(), cmd[1:]...)...)
 	lines := 0
@@ -297,7 +300,7 @@ func (rocketVendor) publish(ctx context.Context, r *runner, topic string) result
 // window fell back to 0 after the drain.
 func (rocketVendor) consume(ctx context.Context, r *runner, topic string, _ int64) results.Measurement {
 	cmd := r.javaCmd("org.apache.rocketmq.example.benchmark.Consumer",
-		"-n", strings.Join(r.cfg.RocketMQNamesrv, ";"), "-t", topic, "-g", topic+"_vendor_g",
+		"-n", strings.Join(r.cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-g", topic+"_vendor_g",
 		"-w", strconv.Itoa(r.shape.Consumers), "-ri", "1000")
 	cmd = append(cmd[:1], append(r.rocketJVM(), cmd[1:]...)...)
 	seen := false

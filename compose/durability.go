@@ -198,5 +198,8 @@ func FillDurability(ctx context.Context, e *Env, env *results.Env) {
 		m["error"] = err.Error()
 	}
 	env.AddDurability("postgres", m)
-	env.DurabilityProfile = StackDurability(e)
+	if env.Durability == nil {
+		env.Durability = &results.Durability{}
+	}
+	env.Durability.Profile = StackDurability(e)
 }

@@ -116,7 +116,7 @@ func TestFillDurability(t *testing.T) {
 	e := &Env{Dir: t.TempDir(), Cfg: cfg}
 	var env results.Env
 	FillDurability(ctx, e, &env)
-	if env.Durability["postgres"]["synchronous_commit"] == "" || env.DurabilityProfile == "" {
-		t.Errorf("FillDurability left %v, profile %q", env.Durability, env.DurabilityProfile)
+	if env.Durability == nil || env.Durability.Settings["postgres"]["synchronous_commit"] == "" || env.Durability.Profile == "" {
+		t.Errorf("FillDurability left %+v", env.Durability)
 	}
 }

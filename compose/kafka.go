@@ -25,15 +25,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	kafkabroker "github.com/inboxbench/inboxbench/brokers/kafka"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/inboxbench/inboxbench/config"
+	kafkabroker "github.com/inboxbench/inboxbench/brokers/kafka"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -42,7 +43,7 @@ const (
 	// KafkaVersion is the Kafka release the native stack runs.
 	KafkaVersion = "4.1.2"
 	// KafkaControllerAddr is the KRaft controller listener of the native
-	// stack (the broker listener is config.DefaultKafkaBrokers).
+	// stack (the broker listener is kafkabroker.DefaultBrokers).
 	KafkaControllerAddr = "127.0.0.1:59093"
 	// kafkaClusterID is base64url("inboxbench-kafka"): fixed, so a
 	// re-format after a lost meta.properties yields the same cluster.
@@ -71,7 +72,7 @@ func (*Kafka) DataDirs(e *Env) []string {
 	return []string{e.Path("kafka", "data"), e.Path("kafka", "logs")}
 }
 
-func (*Kafka) Addr(e *Env) string { return strings.Join(e.Cfg.KafkaBrokers, ",") }
+func (*Kafka) Addr(e *Env) string { return strings.Join(e.Cfg.List(kafkabroker.SettingBrokers), ",") }
 
 func (*Kafka) runtime() mavenRuntime {
 	return mavenRuntime{
@@ -97,7 +98,8 @@ func (k *Kafka) Install(ctx context.Context, e *Env) error {
 }
 
 func (*Kafka) proc(e *Env) Proc {
-	return Proc{Name: "kafka", PIDFile: e.Path("run", "kafka.pid"), LogFile: e.Path("logs", "kafka.log")}
+	return Proc{Name: "kafka", PIDFile: e.Path("run", "kafka.pid"), LogFile: e.Path("logs", "kafka.log"),
+		Match: []string{"kafka.Kafka"}, Home: e.Path("kafka")}
 }
 
 func (k *Kafka) Procs(e *Env) []Proc { return []Proc{k.proc(e)} }
@@ -110,6 +112,18 @@ func (*Kafka) durabilitySettings(profile string) string {
 	return ""
 }
 
+// Ports implements Porter: the broker and the KRaft controller listeners.
+func (*Kafka) Ports(e *Env) []Port {
+	var out []Port
+	for _, a := range []string{kafkaBrokerAddr(e), KafkaControllerAddr} {
+		if _, p, err := net.SplitHostPort(a); err == nil {
+			n, _ := strconv.Atoi(p)
+			out = append(out, Port{Port: n, What: "Kafka"})
+		}
+	}
+	return out
+}
+
 func (k *Kafka) Logs(e *Env) []string {
 	return []string{k.proc(e).LogFile, e.Path("kafka", "logs", "server.log"), e.Path("kafka", "logs", "controller.log"), e.Path("logs", "kafka-format.log")}
 }
@@ -117,14 +131,7 @@ func (k *Kafka) Logs(e *Env) []string {
 // kafkaBrokerAddr is the listener the native broker binds: the first
 // configured seed when it is a loopback address, else the default.
 func kafkaBrokerAddr(e *Env) string {
-	if len(e.Cfg.KafkaBrokers) > 0 {
-		if h, _, err := net.SplitHostPort(e.Cfg.KafkaBrokers[0]); err == nil {
-			if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
-				return e.Cfg.KafkaBrokers[0]
-			}
-		}
-	}
-	return config.DefaultKafkaBrokers
+	return loopbackOr(e.Cfg.List(kafkabroker.SettingBrokers), kafkabroker.DefaultBrokers)
 }
 
 // kafkaCommand is the broker's JVM command line.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -26,10 +27,11 @@ type Postgres struct{}
 // with the rights a production service account has. pg_monitor lets it read
 // pg_stat_activity and pg_stat_statements for the contention sampler.
 const (
-	pgPort     = 55432
-	pgAppRole  = "inboxbench"
-	pgAppDB    = "inboxbench"
-	pgPassword = "inboxbench"
+	pgPort      = 55432
+	pgSuperuser = "postgres"
+	pgAppRole   = "inboxbench"
+	pgAppDB     = "inboxbench"
+	pgPassword  = "inboxbench" // the application role's, as in the documented URL
 )
 
 func init() { register(1, &Postgres{}) }
@@ -51,10 +53,14 @@ func (*Postgres) Packages() []Package {
 }
 
 func (p *Postgres) Procs(e *Env) []Proc {
-	return []Proc{{Name: "postgres", PIDFile: e.Path("pg", "postgres.pid"), LogFile: e.Path("pg", "postgres.log")}}
+	return []Proc{{Name: "postgres", PIDFile: e.Path("pg", "postgres.pid"), LogFile: e.Path("pg", "postgres.log"),
+		Match: []string{"/postgres", "-D " + e.Path("pg", "data")}, Home: e.Path("pg")}}
 }
 
 func (p *Postgres) Logs(e *Env) []string { return []string{e.Path("pg", "postgres.log")} }
+
+// Ports implements Porter.
+func (*Postgres) Ports(e *Env) []Port { return []Port{{Port: pgListenPort(e), What: "SQL"}} }
 
 // DataDirs are removed by `bench stack down --wipe`.
 func (p *Postgres) DataDirs(e *Env) []string { return []string{e.Path("pg")} }
@@ -145,6 +151,14 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	if err := os.MkdirAll(sock, 0o755); err != nil {
 		return err
 	}
+	// Stacks before this one gave the superuser a fixed password and left
+	// it in this file; provision clears the password itself.
+	if err := removeIfExists(filepath.Join(dir, "superuser.pw")); err != nil {
+		return err
+	}
+	if err := writePGAuth(dir, cred); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
 	// The server user must be able to reach its directory through the
 	// checkout's parents; fail with a clear message rather than a cryptic
 	// initdb error.
@@ -156,17 +170,10 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 		if err != nil {
 			return err
 		}
-		pwfile := filepath.Join(dir, "superuser.pw")
-		if err := os.WriteFile(pwfile, []byte(pgPassword+"\n"), 0o600); err != nil {
-			return err
-		}
-		if err := chownTree(dir, cred); err != nil {
-			return err
-		}
-		// Local socket connections are trusted (only the owner and root can
-		// reach the socket directory); TCP needs a password.
-		cmd := asOwner(exec.CommandContext(ctx, initdb, "-D", data, "-U", "postgres", "--pwfile", pwfile,
-			"--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"), cred)
+		// No superuser password: the superuser logs in over the socket
+		// only (peer, see writePGAuth); the server uses our pg_hba.conf.
+		cmd := asOwner(exec.CommandContext(ctx, initdb, "-D", data, "-U", pgSuperuser,
+			"--auth-local=peer", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"), cred)
 		if err := RunLogged(ctx, p.Logs(e)[0], cmd); err != nil {
 			return fmt.Errorf("postgres: initdb: %w", err)
 		}
@@ -182,7 +189,9 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	// durability.go).
 	cmd := asOwner(exec.Command(server, "-D", data,
 		"-c", "synchronous_commit="+pgSynchronousCommit(startProfile(e, p)),
-		"-p", strconv.Itoa(pgPort), "-k", sock, "-c", "listen_addresses=127.0.0.1",
+		"-p", strconv.Itoa(pgListenPort(e)), "-k", sock, "-c", "listen_addresses=127.0.0.1",
+		"-c", "hba_file="+filepath.Join(dir, "pg_hba.conf"),
+		"-c", "ident_file="+filepath.Join(dir, "pg_ident.conf"),
 		"-c", "shared_preload_libraries=pg_stat_statements",
 		"-c", "pg_stat_statements.track=all",
 		"-c", "track_io_timing=on",
@@ -197,10 +206,63 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	return p.provision(ctx, e, sock, proc)
 }
 
+// writePGAuth writes the cluster's authentication rules, rewritten on
+// every start: the superuser has no password and connects only over the
+// Unix socket, as the operating-system user running bench (or the server's
+// own user), checked by the kernel (peer); that is how the stack sets up
+// roles and extensions. Every role connects over loopback TCP with a
+// password (scram-sha-256): the application role's is in its documented
+// URL.
+func writePGAuth(dir string, cred *syscall.Credential) error {
+	osUsers := map[string]bool{}
+	if u, err := user.Current(); err == nil {
+		osUsers[u.Username] = true
+	}
+	if cred != nil {
+		if u, err := user.LookupId(strconv.Itoa(int(cred.Uid))); err == nil {
+			osUsers[u.Username] = true
+		}
+	}
+	ident := "# written by bench stack up: who may log in as the superuser over the socket\n"
+	for _, u := range sortedKeys(osUsers) {
+		ident += fmt.Sprintf("stack  %s  %s\n", u, pgSuperuser)
+	}
+	hba := "# written by bench stack up\n" +
+		"local  all  " + pgSuperuser + "  peer  map=stack\n" +
+		"host   all  all  127.0.0.1/32  scram-sha-256\n" +
+		"host   all  all  ::1/128       scram-sha-256\n"
+	if err := os.WriteFile(filepath.Join(dir, "pg_ident.conf"), []byte(ident), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "pg_hba.conf"), []byte(hba), 0o600)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pgListenPort is the port the native server listens on: the configured
+// URL's port when it points at loopback, else the default.
+func pgListenPort(e *Env) int {
+	c, err := pgx.ParseConfig(e.Cfg.PGURL)
+	if err == nil && c.Port != 0 {
+		if ip := net.ParseIP(c.Host); ip != nil && ip.IsLoopback() {
+			return int(c.Port)
+		}
+	}
+	return pgPort
+}
+
 // provision creates the application role and database once the server
 // accepts connections on its socket.
 func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc) error {
-	dsn := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", sock, pgPort)
+	port := pgListenPort(e)
+	dsn := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable", sock, port, pgSuperuser)
 	var conn *pgx.Conn
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -227,6 +289,8 @@ func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc
 		  END IF;
 		END $$`, pgAppRole, pgPassword),
 		"GRANT pg_monitor TO " + pgAppRole,
+		// A password older stacks set; the superuser logs in by peer only.
+		"ALTER ROLE " + pgSuperuser + " PASSWORD NULL",
 		"GRANT pg_signal_backend TO " + pgAppRole,
 	}
 	for _, s := range stmts {
@@ -245,7 +309,7 @@ func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc
 	}
 	// The extension is created by the superuser once; the app role can then
 	// read its view (pg_read_all_stats via pg_monitor shows every query).
-	dbconn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=%s sslmode=disable", sock, pgPort, pgAppDB))
+	dbconn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", sock, port, pgSuperuser, pgAppDB))
 	if err != nil {
 		return fmt.Errorf("postgres: connect to %s: %w", pgAppDB, err)
 	}

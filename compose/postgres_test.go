@@ -2,11 +2,18 @@ package compose
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
@@ -70,4 +77,80 @@ func TestPostgresSmoke(t *testing.T) {
 	if calls == 0 {
 		t.Errorf("pg_stat_statements recorded no calls: is it in shared_preload_libraries?")
 	}
+}
+
+// TestPostgresSuperuserHasNoPassword starts a throwaway cluster of the
+// native stack on a free port: the superuser has no password (a login over
+// TCP fails with the old fixed one and with none) and no password file is
+// left on disk, while the stack still provisions over the socket and the
+// application role logs in with its documented password. A cluster an
+// older stack left with a superuser password and password file is cleaned
+// up on its next start.
+func TestPostgresSuperuserHasNoPassword(t *testing.T) {
+	if _, err := pgBin("initdb"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	// The server runs as the postgres user when the test runs as root: it
+	// must reach its directory.
+	for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cfg := config.Default()
+	cfg.PGURL = fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable", pgAppRole, pgPassword, port, pgAppDB)
+	e := &Env{Dir: dir, Cfg: cfg, Out: io.Discard}
+	pg := &Postgres{}
+	t.Cleanup(func() {
+		if err := pg.Stop(context.Background(), e); err != nil {
+			t.Errorf("stop the throwaway cluster: %v", err)
+		}
+	})
+	start := func() {
+		t.Helper()
+		if err := pg.Start(ctx, e); err != nil {
+			t.Fatalf("start: %v\n%s", err, tailFile(e.Path("pg", "postgres.log"), 20))
+		}
+		if _, err := ready(ctx, e, pg); err != nil {
+			t.Fatalf("the application role cannot log in with its documented password: %v", err)
+		}
+		if _, err := os.Stat(e.Path("pg", "superuser.pw")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("a superuser password file is on disk: %v", err)
+		}
+		for _, pw := range []string{"inboxbench", ""} {
+			url := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", pgSuperuser, pw, port)
+			if c, err := pgx.Connect(ctx, url); err == nil {
+				c.Close(ctx)
+				t.Fatalf("the superuser logs in over TCP with password %q", pw)
+			}
+		}
+	}
+	start()
+
+	// What an older stack left: a superuser password and its file.
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("host=%s port=%d user=%s dbname=postgres", e.Path("pg", "run"), port, pgSuperuser))
+	if err != nil {
+		t.Fatalf("the superuser cannot connect over the socket: %v", err)
+	}
+	_, err = conn.Exec(ctx, "ALTER ROLE "+pgSuperuser+" PASSWORD 'inboxbench'")
+	conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.Path("pg", "superuser.pw"), []byte("inboxbench\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Stop(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	start()
 }

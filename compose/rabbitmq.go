@@ -7,10 +7,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
+
+	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
+	"github.com/inboxbench/inboxbench/config"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -27,6 +32,7 @@ const (
 	rabbitNode     = "inboxbench@localhost"
 	rabbitPort     = 55672
 	rabbitDistPort = 55673 // the default (AMQP port + 20000) would be out of range
+	epmdPort       = 4369  // Erlang's port mapper, started by the node
 	rabbitUser     = "inboxbench"
 	rabbitPassword = "inboxbench"
 	rabbitVhost    = "inboxbench"
@@ -37,9 +43,13 @@ func init() { register(2, &RabbitMQ{}) }
 func (*RabbitMQ) Name() string { return "rabbitmq" }
 
 func (*RabbitMQ) Addr(e *Env) string {
-	u, err := url.Parse(e.Cfg.RabbitMQURL)
+	raw := e.Cfg.Get(rabbitmqbroker.SettingURL)
+	u, err := url.Parse(raw)
 	if err != nil {
-		return e.Cfg.RabbitMQURL
+		return config.Redact(raw)
+	}
+	if u.Port() == "" {
+		return net.JoinHostPort(u.Hostname(), "5672")
 	}
 	return u.Host
 }
@@ -49,7 +59,8 @@ func (*RabbitMQ) Packages() []Package {
 }
 
 func (r *RabbitMQ) Procs(e *Env) []Proc {
-	return []Proc{{Name: "rabbitmq", PIDFile: e.Path("rabbitmq", "server.pid"), LogFile: e.Path("rabbitmq", "server.log")}}
+	return []Proc{{Name: "rabbitmq", PIDFile: e.Path("rabbitmq", "server.pid"), LogFile: e.Path("rabbitmq", "server.log"),
+		Match: []string{rabbitBin + "/rabbitmq-server"}, Home: e.Path("rabbitmq")}}
 }
 
 func (r *RabbitMQ) Logs(e *Env) []string {
@@ -57,6 +68,12 @@ func (r *RabbitMQ) Logs(e *Env) []string {
 }
 
 func (r *RabbitMQ) DataDirs(e *Env) []string { return []string{e.Path("rabbitmq")} }
+
+// Ports implements Porter: AMQP, the node's Erlang distribution port
+// (rabbitmqctl and clustering) and epmd, which the node starts.
+func (*RabbitMQ) Ports(*Env) []Port {
+	return []Port{{Port: rabbitPort, What: "AMQP"}, {Port: rabbitDistPort, What: "Erlang distribution"}, {Port: epmdPort, What: "epmd"}}
+}
 
 func (*RabbitMQ) Install(ctx context.Context, e *Env) error {
 	if !isExecutable(rabbitBin + "/rabbitmq-server") {
@@ -82,8 +99,11 @@ func (r *RabbitMQ) env(e *Env) []string {
 		"RABBITMQ_LOGS="+d+"/log/node.log",
 		"RABBITMQ_PID_FILE="+d+"/node.pid",
 		"ERL_EPMD_ADDRESS=127.0.0.1",
-		// Two schedulers match the 2-core target machine.
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2",
+		// Two schedulers match the 2-core target machine. The distribution
+		// port (rabbitmqctl talks to the node through it) listens on every
+		// interface unless the kernel is told which one: set at boot, before
+		// the node starts distribution.
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 -kernel inet_dist_use_interface {127,0,0,1}",
 	)
 }
 
@@ -111,12 +131,12 @@ loopback_users = none
 # over (512 MB by default): a smaller WAL rolls sooner, so a backlog of
 # 200k messages does not trip the memory alarm, which would block the
 # publishers and measure the alarm instead of the broker.
-vm_memory_high_watermark.absolute = 1GiB
+vm_memory_high_watermark.absolute = %s
 raft.wal_max_size_bytes = 67108864
 disk_free_limit.absolute = 100MB
 log.console = false
 log.file.level = info
-`, rabbitPort, d),
+`, rabbitPort, d, RabbitMQMemoryWatermark),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(e.Path("rabbitmq", name), []byte(content), 0o644); err != nil {
@@ -158,7 +178,7 @@ func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	conn, err := amqp.DialConfig(e.Cfg.RabbitMQURL, amqp.Config{Dial: amqp.DefaultDial(d)})
+	conn, err := amqp.DialConfig(e.Cfg.Get(rabbitmqbroker.SettingURL), amqp.Config{Dial: amqp.DefaultDial(d)})
 	if err != nil {
 		return "", err
 	}
@@ -171,6 +191,22 @@ func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	ch.Close()
 	v, _ := conn.Properties["version"].(string)
 	return "RabbitMQ " + v, nil
+}
+
+// RabbitMQMemoryWatermark is the node's vm_memory_high_watermark.absolute
+// (rabbitmq.conf): what a test that raises a memory alarm restores.
+const RabbitMQMemoryWatermark = "1GiB"
+
+// Ctl runs rabbitmqctl against the stack's node, with the node's
+// environment (its HOME holds the Erlang cookie), and returns the output.
+func (r *RabbitMQ) Ctl(ctx context.Context, e *Env, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, rabbitBin+"/rabbitmqctl", append([]string{"-n", rabbitNode}, args...)...)
+	cmd.Env = r.env(e)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w: %s", CommandLine(cmd), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
 }
 
 // Stop asks the node to stop cleanly (flushing quorum queue state), then

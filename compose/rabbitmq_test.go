@@ -3,11 +3,13 @@ package compose
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
@@ -17,7 +19,7 @@ func TestRabbitMQSmoke(t *testing.T) {
 	cfg := testenv.Require(t, testenv.RabbitMQ)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := amqp.Dial(cfg.RabbitMQURL)
+	conn, err := amqp.Dial(cfg.Get(rabbitmqbroker.SettingURL))
 	if err != nil {
 		t.Fatalf("rabbitmq: dial: %v", err)
 	}
@@ -68,5 +70,21 @@ func TestRabbitMQSmoke(t *testing.T) {
 	}
 	if info.Messages != 0 {
 		t.Errorf("queue still holds %d messages after ack", info.Messages)
+	}
+}
+
+// TestRabbitMQLoopbackConfig needs no server: AMQP, epmd and the Erlang
+// distribution port are all bound to 127.0.0.1.
+func TestRabbitMQLoopbackConfig(t *testing.T) {
+	env := strings.Join((&RabbitMQ{}).env(&Env{Dir: t.TempDir()}), "\n")
+	for _, w := range []string{
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1\n",
+		"ERL_EPMD_ADDRESS=127.0.0.1\n",
+		fmt.Sprintf("RABBITMQ_DIST_PORT=%d\n", rabbitDistPort),
+		"-kernel inet_dist_use_interface {127,0,0,1}",
+	} {
+		if !strings.Contains(env+"\n", w) {
+			t.Errorf("the node's environment lacks %q", w)
+		}
 	}
 }

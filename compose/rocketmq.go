@@ -9,16 +9,18 @@ package compose
 //     listenPort (the gRPC proxy of 5.x is not started and not needed).
 //     Send with a sharding key (hash selector), push-consume in orderly
 //     mode, the admin API (CreateTopic/DeleteTopic) and route queries were
-//     verified against it with rocketmq-client-go/v2, so the 4.9.x
-//     fallback of DESIGN.md is not needed.
+//     verified against it with rocketmq-client-go/v2, so falling back to
+//     a 4.9.x broker (same Maven coordinates, older version) is not needed.
 //   - Ports: name server 59876; broker listenPort 50911, from which the
 //     broker derives fastListenPort 50909 (listenPort-2, the "VIP channel")
 //     and haListenPort 50912 (listenPort+1). No other service of the stack
 //     uses those. Loopback only: bindAddress=127.0.0.1 for the remoting
 //     ports; the name server's scanAvailableNameSrv=false, else it probes
 //     its own first non-loopback interface address every 3 s. The HA port
-//     has no bind setting in 5.x and listens on all interfaces (nothing
-//     connects to it without a slave).
+//     has no bind setting in 5.x (DefaultHAService binds the wildcard
+//     address) and listens on all interfaces without authentication: the
+//     one exception to loopback, allowed by `bench stack status` with the
+//     reason below; the README says how to firewall it.
 //   - Readiness: the broker normally registers at boot; now and then the
 //     first registration only lands with the periodic one 10 s later, so
 //     allow ~20 s from Start to Ready.
@@ -45,15 +47,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	rocketmqbroker "github.com/inboxbench/inboxbench/brokers/rocketmq"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/inboxbench/inboxbench/config"
+	rocketmqbroker "github.com/inboxbench/inboxbench/brokers/rocketmq"
 )
 
 const (
@@ -99,7 +101,9 @@ func (*RocketMQ) DataDirs(e *Env) []string {
 	return []string{e.Path("rocketmq", "store"), e.Path("rocketmq", "logs"), e.Path("rocketmq", "namesrv")}
 }
 
-func (*RocketMQ) Addr(e *Env) string { return strings.Join(e.Cfg.RocketMQNamesrv, ",") }
+func (*RocketMQ) Addr(e *Env) string {
+	return strings.Join(e.Cfg.List(rocketmqbroker.SettingNamesrv), ",")
+}
 
 func (*RocketMQ) runtime() mavenRuntime {
 	return mavenRuntime{
@@ -123,16 +127,31 @@ func (r *RocketMQ) Install(ctx context.Context, e *Env) error {
 }
 
 func (*RocketMQ) namesrvProc(e *Env) Proc {
-	return Proc{Name: "rocketmq-namesrv", PIDFile: e.Path("run", "rocketmq-namesrv.pid"), LogFile: e.Path("logs", "rocketmq-namesrv.log")}
+	return Proc{Name: "rocketmq-namesrv", PIDFile: e.Path("run", "rocketmq-namesrv.pid"), LogFile: e.Path("logs", "rocketmq-namesrv.log"),
+		Match: []string{"org.apache.rocketmq.namesrv.NamesrvStartup"}, Home: e.Path("rocketmq")}
 }
 
 func (*RocketMQ) brokerProc(e *Env) Proc {
-	return Proc{Name: "rocketmq-broker", PIDFile: e.Path("run", "rocketmq-broker.pid"), LogFile: e.Path("logs", "rocketmq-broker.log")}
+	return Proc{Name: "rocketmq-broker", PIDFile: e.Path("run", "rocketmq-broker.pid"), LogFile: e.Path("logs", "rocketmq-broker.log"),
+		Match: []string{"org.apache.rocketmq.broker.BrokerStartup"}, Home: e.Path("rocketmq")}
 }
 
 // Procs lists the broker first so that stopping in order stops the broker
 // before the name server it unregisters from.
 func (r *RocketMQ) Procs(e *Env) []Proc { return []Proc{r.brokerProc(e), r.namesrvProc(e)} }
+
+// RocketMQHAExposure is why the broker's HA port listens on every
+// interface, and what guards it (README: The local stack).
+const RocketMQHAExposure = "RocketMQ 5.3.3 has no bind setting for its HA port; firewall it (README: The local stack)"
+
+// Ports implements Porter: the name server, the broker's remoting port and
+// fast port, and its HA port, which RocketMQ binds to every interface.
+func (*RocketMQ) Ports(e *Env) []Port {
+	_, ns, _ := net.SplitHostPort(rocketmqNamesrvAddr(e))
+	nsPort, _ := strconv.Atoi(ns)
+	return []Port{{Port: nsPort, What: "name server"}, {Port: 50911, What: "broker"}, {Port: 50909, What: "broker fast port"},
+		{Port: 50912, What: "broker HA", AllInterfaces: RocketMQHAExposure}}
+}
 
 func (r *RocketMQ) Logs(e *Env) []string {
 	logs := e.Path("rocketmq", "logs", "rocketmqlogs")
@@ -146,14 +165,7 @@ func (r *RocketMQ) Logs(e *Env) []string {
 // first configured name server when it is a loopback address, else the
 // default.
 func rocketmqNamesrvAddr(e *Env) string {
-	if len(e.Cfg.RocketMQNamesrv) > 0 {
-		if h, _, err := net.SplitHostPort(e.Cfg.RocketMQNamesrv[0]); err == nil {
-			if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {
-				return e.Cfg.RocketMQNamesrv[0]
-			}
-		}
-	}
-	return config.DefaultRocketMQNamesrv
+	return loopbackOr(e.Cfg.List(rocketmqbroker.SettingNamesrv), rocketmqbroker.DefaultNamesrv)
 }
 
 // durabilitySettings: the fsync profile sets flushDiskType=SYNC_FLUSH.
@@ -274,11 +286,11 @@ func (r *RocketMQ) Start(ctx context.Context, e *Env) error {
 // (GET_BROKER_CLUSTER_INFO) and requires a registered broker; the version
 // comes from the broker's runtime info, else the installed Maven version.
 func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
-	if len(e.Cfg.RocketMQNamesrv) == 0 {
+	if len(e.Cfg.List(rocketmqbroker.SettingNamesrv)) == 0 {
 		return "", errors.New("no RocketMQ name server configured (INBOXBENCH_ROCKETMQ_NAMESRV / --rocketmq-namesrv)")
 	}
 	var errs []error
-	for _, ns := range e.Cfg.RocketMQNamesrv {
+	for _, ns := range e.Cfg.List(rocketmqbroker.SettingNamesrv) {
 		ci, err := rocketmqbroker.ClusterInfo(ctx, ns)
 		if err != nil {
 			errs = append(errs, err)

@@ -39,7 +39,7 @@ func TestRocketMQStack(t *testing.T) {
 	}
 	t.Logf("rocketmq version: %s", version)
 
-	ci, err := rocketmqbroker.ClusterInfo(ctx, cfg.RocketMQNamesrv[0])
+	ci, err := rocketmqbroker.ClusterInfo(ctx, cfg.List(rocketmqbroker.SettingNamesrv)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +50,11 @@ func TestRocketMQStack(t *testing.T) {
 	broker := brokers[0]
 
 	var creds []admin.AdminOption
-	credentials := primitive.Credentials{AccessKey: cfg.RocketMQAccessKey, SecretKey: cfg.RocketMQSecretKey}
-	if cfg.RocketMQAccessKey != "" {
+	credentials := primitive.Credentials{AccessKey: cfg.Get(rocketmqbroker.SettingAccessKey), SecretKey: cfg.Get(rocketmqbroker.SettingSecretKey)}
+	if cfg.Get(rocketmqbroker.SettingAccessKey) != "" {
 		creds = append(creds, admin.WithCredentials(credentials))
 	}
-	resolver := primitive.NewPassthroughResolver(cfg.RocketMQNamesrv)
+	resolver := primitive.NewPassthroughResolver(cfg.List(rocketmqbroker.SettingNamesrv))
 	adm, err := admin.NewAdmin(append(creds, admin.WithResolver(resolver))...)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestRocketMQStack(t *testing.T) {
 		dctx, dcancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer dcancel()
 		if err := adm.DeleteTopic(dctx, admin.WithTopicDelete(topic), admin.WithBrokerAddrDelete(broker),
-			admin.WithNameSrvAddr(cfg.RocketMQNamesrv)); err != nil {
+			admin.WithNameSrvAddr(cfg.List(rocketmqbroker.SettingNamesrv))); err != nil {
 			t.Logf("delete topic %s: %v", topic, err)
 		}
 	})
@@ -78,7 +78,7 @@ func TestRocketMQStack(t *testing.T) {
 	// The name server must route the new topic (the broker registers it).
 	queues := 0
 	for queues == 0 {
-		n, err := rocketmqbroker.RouteQueues(ctx, cfg.RocketMQNamesrv[0], topic)
+		n, err := rocketmqbroker.RouteQueues(ctx, cfg.List(rocketmqbroker.SettingNamesrv)[0], topic)
 		if err != nil {
 			t.Fatalf("route of %s: %v", topic, err)
 		}
@@ -112,7 +112,7 @@ func TestRocketMQStack(t *testing.T) {
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
 		consumer.WithConsumerOrder(true),
 	}
-	if cfg.RocketMQAccessKey != "" {
+	if cfg.Get(rocketmqbroker.SettingAccessKey) != "" {
 		copts = append(copts, consumer.WithCredentials(credentials))
 	}
 	pc, err := rocketmq.NewPushConsumer(copts...)
@@ -144,7 +144,7 @@ func TestRocketMQStack(t *testing.T) {
 		producer.WithQueueSelector(producer.NewHashQueueSelector()),
 		producer.WithRetry(2),
 	}
-	if cfg.RocketMQAccessKey != "" {
+	if cfg.Get(rocketmqbroker.SettingAccessKey) != "" {
 		popts = append(popts, producer.WithCredentials(credentials))
 	}
 	p, err := rocketmq.NewProducer(popts...)

@@ -329,6 +329,22 @@ type StatusRow struct {
 	// Durability is the profile this stack started the service with, ""
 	// when it did not start it.
 	Durability string
+	// Listening are the service's listening sockets on this host (see
+	// Listeners); ListenErr says why they could not be read.
+	Listening []Listening
+	ListenErr error
+}
+
+// Exposed lists the listening addresses reachable from beyond this host
+// that no documented reason allows.
+func (r StatusRow) Exposed() []Listening {
+	var out []Listening
+	for _, l := range r.Listening {
+		if !l.Loopback() && l.Allowed == "" {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // Status checks every selected service once, in parallel.
@@ -358,6 +374,7 @@ func Status(ctx context.Context, e *Env, svcs []Service) []StatusRow {
 					}
 				}
 			}
+			r.Listening, r.ListenErr = Listeners(e, s)
 			rows[i] = r
 		}(i, s)
 	}

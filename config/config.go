@@ -1,114 +1,206 @@
-// Package config holds the one set of endpoints every inboxbench command uses.
+// Package config holds the one configuration every inboxbench command uses.
 //
 // Values come from defaults (the local stack on loopback), then environment
 // variables, then command-line flags. Defaults point at the ports that both
 // `bench stack up` and compose/docker-compose.yml publish, so nothing needs to
 // be set to use the local stack; remote clusters are reached by setting the
 // variables below.
+//
+// The PostgreSQL URL and the stack directory are fields of Config. Every
+// broker setting belongs to its driver: a driver registers its settings
+// (endpoints, credentials, TLS) from its package with Register, under keys
+// prefixed by its name ("kafka.brokers"), and reads them with Config.Get,
+// List and Bool. Flags, environment variables, help texts, the environment
+// handed to worker processes and the redaction of secrets all come from
+// that one registry, so adding a driver touches only its own package and
+// brokers/all.
 package config
 
 import (
 	"fmt"
 	"os"
-	"strconv"
+	"sort"
 	"strings"
+	"sync"
 
 	"github.com/spf13/pflag"
 )
 
-// Local-stack defaults. The ports are contracts (DESIGN.md): scripts, the
-// compose file and the tests depend on them.
+// DefaultPGURL is the local stack's PostgreSQL (port 55432 is a contract of
+// the stack, the compose file and the tests; see the README's stack table).
+const DefaultPGURL = "postgres://inboxbench:inboxbench@127.0.0.1:55432/inboxbench?sslmode=disable"
+
+// Kind is how a setting's text is read.
+type Kind int
+
 const (
-	DefaultPGURL           = "postgres://inboxbench:inboxbench@127.0.0.1:55432/inboxbench?sslmode=disable"
-	DefaultRabbitMQURL     = "amqp://inboxbench:inboxbench@127.0.0.1:55672/inboxbench"
-	DefaultKafkaBrokers    = "127.0.0.1:59092"
-	DefaultRocketMQNamesrv = "127.0.0.1:59876"
+	// String is taken as it is.
+	String Kind = iota
+	// List is comma separated (host:port seeds, name servers).
+	List
+	// Bool is true/false, yes/no, on/off or 1/0.
+	Bool
 )
 
-// Config is the endpoint configuration shared by every command.
+// Setting is one value with its flag, environment variable and default.
+type Setting struct {
+	// Key is "<owner>.<name>"; the owner is the driver's registry name.
+	Key string
+	// Flag is the command-line flag without dashes ("kafka-brokers").
+	Flag string
+	// Env is the environment variable ("INBOXBENCH_KAFKA_BROKERS").
+	Env     string
+	Default string
+	Usage   string
+	Kind    Kind
+	// Secret values (passwords, secret keys) are replaced by *** wherever
+	// the configuration or a command line is recorded or printed.
+	Secret bool
+	// Check, when set, validates a non-empty value without a network;
+	// its error should say what is accepted.
+	Check func(value string) error
+}
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Setting{}
+)
+
+// Register adds a driver setting and returns its key. It panics on a
+// duplicate key, flag or variable, as a programming error found at start-up.
+func Register(s Setting) string {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if s.Key == "" || s.Flag == "" || s.Env == "" || !strings.Contains(s.Key, ".") {
+		panic(fmt.Sprintf("config: setting %+v needs a key owner.name, a flag and an environment variable", s))
+	}
+	for _, o := range allLocked() {
+		if o.Key == s.Key || o.Flag == s.Flag || o.Env == s.Env {
+			panic(fmt.Sprintf("config: setting %s clashes with %s", s.Key, o.Key))
+		}
+	}
+	registry[s.Key] = s
+	return s.Key
+}
+
+// core settings are fields of Config rather than registry entries.
+var core = []Setting{
+	{Key: "postgres.url", Flag: "pg-url", Env: "INBOXBENCH_PG_URL", Default: DefaultPGURL,
+		Usage: "PostgreSQL connection URL or key=value DSN (sslmode, sslrootcert for TLS)", Secret: false},
+	{Key: "stack.dir", Flag: "stack-dir", Env: "INBOXBENCH_STACK_DIR", Default: ".stack",
+		Usage: "directory of the native local stack (data, logs, Maven cache)"},
+}
+
+// Settings lists every setting: PostgreSQL and the stack directory first,
+// then the registered ones by key.
+func Settings() []Setting {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	return allLocked()
+}
+
+func allLocked() []Setting {
+	out := append([]Setting(nil), core...)
+	keys := make([]string, 0, len(registry))
+	for k := range registry {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out = append(out, registry[k])
+	}
+	return out
+}
+
+// Config is the configuration shared by every command.
 type Config struct {
 	// PGURL is a libpq/pgx connection string (URL or key=value). TLS is set
 	// with sslmode/sslrootcert as for any libpq client.
 	PGURL string
-	// RabbitMQURL is an amqp:// or amqps:// URL including vhost and credentials.
-	RabbitMQURL string
-	// KafkaBrokers are seed brokers (host:port), several allowed.
-	KafkaBrokers []string
-	// KafkaTLS dials the seeds with TLS (system roots, or KafkaCAFile).
-	KafkaTLS    bool
-	KafkaCAFile string
-	// KafkaSASL is "", "plain", "scram-sha-256" or "scram-sha-512".
-	KafkaSASL         string
-	KafkaUser         string
-	KafkaPassword     string
-	RocketMQNamesrv   []string
-	RocketMQAccessKey string
-	RocketMQSecretKey string
 	// StackDir is where `bench stack` keeps data, logs, pid files and the
 	// Maven cache of the native (no-Docker) stack.
 	StackDir string
-}
-
-// envVar documents one environment variable; the table drives both loading
-// and the help text so the two cannot drift apart.
-type envVar struct {
-	name, flag, usage string
-	str               *string
-	list              *[]string
-	boolean           *bool
-}
-
-func (c *Config) vars() []envVar {
-	return []envVar{
-		{name: "INBOXBENCH_PG_URL", flag: "pg-url", usage: "PostgreSQL connection URL", str: &c.PGURL},
-		{name: "INBOXBENCH_RABBITMQ_URL", flag: "rabbitmq-url", usage: "RabbitMQ AMQP URL (amqp:// or amqps://, with vhost and credentials)", str: &c.RabbitMQURL},
-		{name: "INBOXBENCH_KAFKA_BROKERS", flag: "kafka-brokers", usage: "Kafka seed brokers, comma separated", list: &c.KafkaBrokers},
-		{name: "INBOXBENCH_KAFKA_TLS", flag: "kafka-tls", usage: "connect to Kafka with TLS", boolean: &c.KafkaTLS},
-		{name: "INBOXBENCH_KAFKA_CA_FILE", flag: "kafka-ca-file", usage: "PEM file of CA certificates for Kafka TLS (default: system roots)", str: &c.KafkaCAFile},
-		{name: "INBOXBENCH_KAFKA_SASL", flag: "kafka-sasl", usage: "Kafka SASL mechanism: plain, scram-sha-256 or scram-sha-512 (empty: none)", str: &c.KafkaSASL},
-		{name: "INBOXBENCH_KAFKA_USER", flag: "kafka-user", usage: "Kafka SASL user", str: &c.KafkaUser},
-		{name: "INBOXBENCH_KAFKA_PASSWORD", flag: "kafka-password", usage: "Kafka SASL password", str: &c.KafkaPassword},
-		{name: "INBOXBENCH_ROCKETMQ_NAMESRV", flag: "rocketmq-namesrv", usage: "RocketMQ name servers (host:port), comma separated", list: &c.RocketMQNamesrv},
-		{name: "INBOXBENCH_ROCKETMQ_ACCESS_KEY", flag: "rocketmq-access-key", usage: "RocketMQ ACL access key", str: &c.RocketMQAccessKey},
-		{name: "INBOXBENCH_ROCKETMQ_SECRET_KEY", flag: "rocketmq-secret-key", usage: "RocketMQ ACL secret key", str: &c.RocketMQSecretKey},
-		{name: "INBOXBENCH_STACK_DIR", flag: "stack-dir", usage: "directory of the native local stack (data, logs, Maven cache)", str: &c.StackDir},
-	}
+	// vals holds the registered settings by key; shared by copies, so
+	// changes go through With.
+	vals map[string]string
 }
 
 // Default returns the local-stack configuration.
 func Default() Config {
-	return Config{
-		PGURL:           DefaultPGURL,
-		RabbitMQURL:     DefaultRabbitMQURL,
-		KafkaBrokers:    splitList(DefaultKafkaBrokers),
-		RocketMQNamesrv: splitList(DefaultRocketMQNamesrv),
-		StackDir:        ".stack",
+	c := Config{PGURL: DefaultPGURL, StackDir: ".stack", vals: map[string]string{}}
+	for _, s := range Settings() {
+		if c.field(s.Key) == nil {
+			c.vals[s.Key] = s.Default
+		}
 	}
+	return c
+}
+
+// field points at the Config field of a core setting, nil for the others.
+func (c *Config) field(key string) *string {
+	switch key {
+	case "postgres.url":
+		return &c.PGURL
+	case "stack.dir":
+		return &c.StackDir
+	}
+	return nil
+}
+
+// Get returns a setting's text ("" when unknown or unset).
+func (c Config) Get(key string) string {
+	if f := c.field(key); f != nil {
+		return *f
+	}
+	if v, ok := c.vals[key]; ok {
+		return v
+	}
+	return lookup(key).Default
+}
+
+// List returns a List setting split at commas, without empty parts.
+func (c Config) List(key string) []string { return splitList(c.Get(key)) }
+
+// Bool returns a Bool setting; anything unreadable is false (Validate
+// reports it).
+func (c Config) Bool(key string) bool {
+	b, _ := parseBool(c.Get(key))
+	return b
+}
+
+// With returns a copy of c with key set to value; c is unchanged.
+func (c Config) With(key, value string) Config {
+	n := c
+	if f := n.field(key); f != nil {
+		*f = value
+		return n
+	}
+	n.vals = make(map[string]string, len(c.vals)+1)
+	for k, v := range c.vals {
+		n.vals[k] = v
+	}
+	n.vals[key] = value
+	return n
+}
+
+func lookup(key string) Setting {
+	for _, s := range Settings() {
+		if s.Key == key {
+			return s
+		}
+	}
+	return Setting{}
 }
 
 // FromEnv returns the defaults overridden by INBOXBENCH_* variables.
 func FromEnv() (Config, error) {
 	c := Default()
-	for _, v := range c.vars() {
-		val, ok := os.LookupEnv(v.name)
-		if !ok {
-			continue
-		}
-		switch {
-		case v.str != nil:
-			*v.str = val
-		case v.list != nil:
-			l := splitList(val)
-			if len(l) == 0 {
-				return c, fmt.Errorf("%s is set but empty: give at least one host:port, or unset it to use the local stack", v.name)
+	for _, s := range Settings() {
+		if v, ok := os.LookupEnv(s.Env); ok {
+			if s.Kind == List && len(splitList(v)) == 0 {
+				return c, fmt.Errorf("%s is set but empty: give at least one host:port, or unset it to use the local stack", s.Env)
 			}
-			*v.list = l
-		case v.boolean != nil:
-			b, err := parseBool(val)
-			if err != nil {
-				return c, fmt.Errorf("%s=%q: %v", v.name, val, err)
-			}
-			*v.boolean = b
+			c = c.With(s.Key, v)
 		}
 	}
 	return c, c.Validate()
@@ -117,28 +209,76 @@ func FromEnv() (Config, error) {
 // BindFlags registers one flag per setting on fs, defaulting to the current
 // values (call after FromEnv so the environment shows up as the default).
 func (c *Config) BindFlags(fs *pflag.FlagSet) {
-	for _, v := range c.vars() {
-		usage := v.usage + " (env " + v.name + ")"
-		switch {
-		case v.str != nil:
-			fs.StringVar(v.str, v.flag, *v.str, usage)
-		case v.list != nil:
-			fs.StringSliceVar(v.list, v.flag, *v.list, usage)
-		case v.boolean != nil:
-			fs.BoolVar(v.boolean, v.flag, *v.boolean, usage)
+	if c.vals == nil {
+		c.vals = map[string]string{}
+	}
+	for _, s := range Settings() {
+		usage := s.Usage + " (env " + s.Env + ")"
+		if f := c.field(s.Key); f != nil {
+			fs.StringVar(f, s.Flag, *f, usage)
+			continue
+		}
+		v := &flagValue{c: c, s: s}
+		fl := fs.VarPF(v, s.Flag, "", usage)
+		fl.DefValue = v.String()
+		if s.Kind == Bool {
+			fl.NoOptDefVal = "true"
 		}
 	}
 }
 
-// Validate checks values that can be checked without a network.
-func (c *Config) Validate() error {
-	switch strings.ToLower(c.KafkaSASL) {
-	case "", "plain", "scram-sha-256", "scram-sha-512":
-	default:
-		return fmt.Errorf("kafka SASL mechanism %q is not supported: use plain, scram-sha-256 or scram-sha-512 (INBOXBENCH_KAFKA_SASL / --kafka-sasl)", c.KafkaSASL)
+// flagValue is a pflag.Value writing into a Config's registered settings.
+type flagValue struct {
+	c *Config
+	s Setting
+}
+
+func (v *flagValue) String() string {
+	if v.s.Secret && v.c.Get(v.s.Key) != "" {
+		return "***"
 	}
-	if !strings.HasPrefix(c.RabbitMQURL, "amqp://") && !strings.HasPrefix(c.RabbitMQURL, "amqps://") {
-		return fmt.Errorf("RabbitMQ URL %q must start with amqp:// or amqps:// (INBOXBENCH_RABBITMQ_URL / --rabbitmq-url)", c.RabbitMQURL)
+	return v.c.Get(v.s.Key)
+}
+
+func (v *flagValue) Set(x string) error {
+	if v.s.Kind == Bool {
+		if _, err := parseBool(x); err != nil {
+			return err
+		}
+	}
+	v.c.vals[v.s.Key] = x
+	return nil
+}
+
+func (v *flagValue) Type() string {
+	switch v.s.Kind {
+	case List:
+		return "strings"
+	case Bool:
+		return "bool"
+	}
+	return "string"
+}
+
+// Validate checks values that can be checked without a network; the error
+// names the variable and flag.
+func (c *Config) Validate() error {
+	for _, s := range Settings() {
+		v := c.Get(s.Key)
+		var err error
+		switch {
+		case s.Kind == Bool:
+			_, err = parseBool(v)
+		case s.Check != nil && v != "":
+			err = s.Check(v)
+		}
+		if err != nil {
+			shown := v
+			if s.Secret {
+				shown = "***"
+			}
+			return fmt.Errorf("%s %q: %v (%s / --%s)", s.Usage, shown, err, s.Env, s.Flag)
+		}
 	}
 	return nil
 }
@@ -146,9 +286,8 @@ func (c *Config) Validate() error {
 // EnvHelp lists the environment variables, for --help texts.
 func EnvHelp() string {
 	var b strings.Builder
-	c := Default()
-	for _, v := range c.vars() {
-		fmt.Fprintf(&b, "  %-32s %s\n", v.name, v.usage)
+	for _, s := range Settings() {
+		fmt.Fprintf(&b, "  %-32s %s\n", s.Env, s.Usage)
 	}
 	return b.String()
 }
@@ -178,28 +317,8 @@ func parseBool(s string) (bool, error) {
 // settings its parent resolved from flags and environment.
 func (c *Config) Environ() []string {
 	var out []string
-	for _, v := range c.vars() {
-		switch {
-		case v.str != nil:
-			out = append(out, v.name+"="+*v.str)
-		case v.list != nil:
-			out = append(out, v.name+"="+strings.Join(*v.list, ","))
-		case v.boolean != nil:
-			out = append(out, v.name+"="+strconv.FormatBool(*v.boolean))
-		}
+	for _, s := range Settings() {
+		out = append(out, s.Env+"="+c.Get(s.Key))
 	}
 	return out
-}
-
-// Redact hides the password of a connection URL, for messages.
-func Redact(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		if j := strings.Index(u[i+3:], "@"); j >= 0 {
-			creds := u[i+3 : i+3+j]
-			if k := strings.Index(creds, ":"); k >= 0 {
-				return u[:i+3] + creds[:k] + ":***" + u[i+3+j:]
-			}
-		}
-	}
-	return u
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/envelope"
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/runner"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -159,7 +160,8 @@ func concurrentExperiment(ctx context.Context, e *Env, broker string, st inbox.S
 	defer l.close()
 	ev := event("same-event", 1, 10)
 	barrier := newBarrier(2)
-	results := make(chan inbox.Result, 2)
+	results := make(chan inbox.Outcome, 2)
+	pol := runner.NewErrorPolicy(runner.RetryBound{})
 	var subs []brokers.Subscription
 	defer func() {
 		for _, s := range subs {
@@ -183,11 +185,18 @@ func concurrentExperiment(ctx context.Context, e *Env, broker string, st inbox.S
 				return brokers.Retry
 			}
 			outs, _ := st.ApplyBatch(hctx, l.in, l.consumer, []*envelope.Event{got})
+			v := brokers.Ack
+			if outs[0].Err != nil || outs[0].Result == inbox.Gap {
+				var final bool
+				if v, final = undecided(hctx, pol, d, got, outs[0]); !final {
+					return v
+				}
+			}
 			select {
-			case results <- outs[0].Result:
+			case results <- outs[0]:
 			case <-hctx.Done():
 			}
-			return brokers.Ack
+			return v
 		})
 		sub, err := l.b.Subscribe(ctx, topic, fmt.Sprintf("g%d", i), brokers.SubscribeOptions{Prefetch: 1}, h)
 		if err != nil {
@@ -199,7 +208,7 @@ func concurrentExperiment(ctx context.Context, e *Env, broker string, st inbox.S
 	for range 2 {
 		select {
 		case r := <-results:
-			switch r {
+			switch r.Result {
 			case inbox.Applied:
 				applied++
 			case inbox.Duplicate:
@@ -208,6 +217,9 @@ func concurrentExperiment(ctx context.Context, e *Env, broker string, st inbox.S
 		case <-ctx.Done():
 			return fail(fmt.Errorf("waiting for both consumers: %w", ctx.Err()))
 		}
+	}
+	if err := deadLettered(pol); err != nil {
+		return fail(err)
 	}
 	bal, _, rows, err := l.state(ctx, "order-42")
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
@@ -62,9 +63,14 @@ type Scenario struct {
 	// Catches lists the negative controls the scenario is designed to
 	// catch: for them FAIL is expected; they do not run elsewhere.
 	Catches []string
-	// Brokers restricts the scenario (nil: every broker).
-	Brokers []string
-	Run     func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome
+	// Needs, when set, says why the scenario cannot run on a driver with
+	// these capabilities ("" when it can): e.g. it needs a broker outside
+	// this process. Such rows are N/A with that reason.
+	Needs func(brokers.Capabilities) string
+	// Requires lists what a strategy must declare it implements
+	// (inbox.Handles) for the scenario to apply; others get N/A.
+	Requires []string
+	Run      func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome
 }
 
 var registry []*Scenario
@@ -126,9 +132,6 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 		go func(b string) {
 			defer wg.Done()
 			for _, sc := range o.Scenarios {
-				if sc.Brokers != nil && !slices.Contains(sc.Brokers, b) {
-					continue
-				}
 				for _, st := range o.Strategies {
 					// A built-in negative control runs where it is targeted
 					// (the matrix stays small enough for 20 minutes on 2
@@ -140,7 +143,13 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 					if ctx.Err() != nil {
 						return
 					}
-					row := runOne(ctx, &o.Env, sc, b, st)
+					var row results.ConformRow
+					if why := notApplicable(sc, caps(o.Env.Cfg, b), b, st); why != "" {
+						row = results.ConformRow{Scenario: sc.Name, Broker: b, Strategy: st.Name(), Broken: st.Broken(),
+							Expected: results.VerdictNA, Verdict: results.VerdictNA, Reason: why}
+					} else {
+						row = runOne(ctx, &o.Env, sc, b, st)
+					}
 					mu.Lock()
 					rows = append(rows, row)
 					if o.Progress != nil {
@@ -234,6 +243,41 @@ func verdict(anomalies map[string]int64) string {
 		}
 	}
 	return results.VerdictPass
+}
+
+// caps are a driver's capabilities (opening a driver needs no server).
+func caps(cfg config.Config, broker string) brokers.Capabilities {
+	b, err := brokers.Open(context.Background(), broker, cfg, nil)
+	if err != nil {
+		return brokers.Capabilities{}
+	}
+	defer b.Close()
+	return b.Capabilities()
+}
+
+// notApplicable says why a scenario does not apply to a broker and a
+// strategy, or "" when it does.
+func notApplicable(sc *Scenario, c brokers.Capabilities, broker string, st inbox.Strategy) string {
+	if sc.Needs != nil {
+		if why := sc.Needs(c); why != "" {
+			return broker + " " + why
+		}
+	}
+	for _, f := range sc.Requires {
+		if !inbox.Handles(st, f) {
+			return fmt.Sprintf("%s tests %s, which %s does not declare (header %s: true)", sc.Name, f, st.Name(), f)
+		}
+	}
+	return ""
+}
+
+// outOfProcess accepts drivers whose broker is another process: one that
+// worker processes can share, and the stack can restart.
+func outOfProcess(c brokers.Capabilities) string {
+	if c.InProcess {
+		return "lives inside this process: no worker process can consume it and the stack cannot restart it"
+	}
+	return ""
 }
 
 func isRegistered(st inbox.Strategy) bool {

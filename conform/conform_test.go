@@ -3,6 +3,7 @@ package conform
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,51 @@ func TestEveryNegativeControlIsCaught(t *testing.T) {
 	sum := results.Summarize(rows)
 	if sum.BrokenTotal != len(sts)-1 || sum.MutationScore != 1 {
 		t.Fatalf("mutation score %d/%d, survivors %v: every negative control must be caught", sum.BrokenCaught, sum.BrokenTotal, sum.Survivors)
+	}
+}
+
+func files(t *testing.T, paths ...string) []inbox.Strategy {
+	t.Helper()
+	var out []inbox.Strategy
+	for _, p := range paths {
+		s, err := inbox.LoadStrategyFile(filepath.Join("..", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestStrategyFilesInEveryScenario: a user's strategy files run in every
+// scenario, parked by the harness, on the database-only baseline. A
+// correct file written independently of the examples (a MERGE), the batch
+// example and the idempotency example pass everywhere or are N/A with a
+// reason; a file that dedups with a 100 ms TTL fails with dedup-miss, one
+// whose snapshots overwrite newer versions fails in snapshot.
+func TestStrategyFilesInEveryScenario(t *testing.T) {
+	good := files(t, "runner/testdata/strategies/merge.sql", "examples/strategies/batch.sql", "examples/strategies/idempotency.sql")
+	rows, _ := run(t, []string{"none"}, nil, good)
+	for _, r := range rows {
+		switch {
+		case r.Verdict == results.VerdictNA && r.Reason == "":
+			t.Errorf("%s/%s is N/A without a reason", r.Scenario, r.Strategy)
+		case r.Verdict != results.VerdictPass && r.Verdict != results.VerdictNA:
+			t.Errorf("%s/%s: %s", r.Scenario, r.Strategy, r.Verdict)
+		case r.Scenario == "idempotency-conflict" && r.Strategy == good[0].Name() && r.Verdict != results.VerdictNA:
+			t.Errorf("merge.sql does not declare idempotency keys, yet idempotency-conflict ran: %s", r.Verdict)
+		case r.Scenario == "idempotency-conflict" && r.Strategy == good[2].Name() && r.Verdict != results.VerdictPass:
+			t.Errorf("idempotency.sql declares idempotency keys: idempotency-conflict must run and pass, got %s", r.Verdict)
+		}
+	}
+	for _, tc := range []struct{ file, scenario, anomaly string }{
+		{"runner/testdata/strategies/ttl.sql", "republish-new-message", "dedup-miss"},
+		{"runner/testdata/strategies/snapshot-overwrite.sql", "snapshot", "stale-applied"},
+	} {
+		rows, _ := run(t, []string{"none"}, []string{tc.scenario}, files(t, tc.file))
+		if r := rows[0]; r.Verdict != results.VerdictFail || r.Anomalies[tc.anomaly] == 0 {
+			t.Errorf("%s in %s: %s %v, want FAIL with %s", tc.file, tc.scenario, r.Verdict, r.Anomalies, tc.anomaly)
+		}
 	}
 }
 

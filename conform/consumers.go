@@ -12,6 +12,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/envelope"
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/runner"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -53,6 +54,7 @@ func twoConsumers(ctx context.Context, e *Env, broker string, st inbox.Strategy)
 		evs = append(evs, p.Event)
 	}
 	var done atomic.Int64
+	pol := runner.NewErrorPolicy(runner.RetryBound{})
 	consumers := []struct {
 		name string
 		in   *inbox.Inbox
@@ -74,7 +76,11 @@ func twoConsumers(ctx context.Context, e *Env, broker string, st inbox.Strategy)
 				}
 				outs, _ := st.ApplyBatch(hctx, c.in, c.name, []*envelope.Event{ev})
 				if outs[0].Err != nil || outs[0].Result == inbox.Gap {
-					return brokers.Retry
+					v, final := undecided(hctx, pol, d, ev, outs[0])
+					if final {
+						done.Add(1)
+					}
+					return v
 				}
 				done.Add(1)
 				return brokers.Ack
@@ -90,6 +96,9 @@ func twoConsumers(ctx context.Context, e *Env, broker string, st inbox.Strategy)
 			return fail(fmt.Errorf("%d of %d deliveries handled: %w", done.Load(), 2*len(evs), ctx.Err()))
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+	if err := deadLettered(pol); err != nil {
+		return fail(err)
 	}
 	out, err := l.check(ctx, plan.Events, plan.Expected)
 	if err != nil {

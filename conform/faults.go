@@ -30,8 +30,8 @@ func init() {
 	register(stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
 		[]string{"broken-ack-before-commit"}, "crash_after_commit: 0.015"))
 	register(&Scenario{Name: "consumer-crash", Timeout: 5 * time.Minute, Catches: []string{"broken-ack-before-commit"},
-		Proves:  "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced: every redelivery is deduplicated, nothing is lost",
-		Brokers: []string{"rabbitmq", "kafka", "rocketmq"},
+		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced: every redelivery is deduplicated, nothing is lost",
+		Needs:  outOfProcess,
 		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
 			if len(e.WorkerCmd) == 0 {
 				return fail(errors.New("consumer-crash needs the bench program to start workers with (conform.Env.WorkerCmd)"))
@@ -50,8 +50,8 @@ func init() {
 		}})
 	register(stream("publisher-retry", "a producer re-sends 20% of events right after themselves with the same id: each takes effect once",
 		nil, "publisher_retry: 0.2"))
-	register(stream("republish-new-message", "upstream republishes 20% of events later as new transport messages with the same event id: each takes effect once",
-		nil, "duplicate_republish: 0.2"))
+	register(stream("republish-new-message", "upstream republishes 20% of events later as new transport messages with the same event id: each takes effect once, and the inbox recognises every copy (DUPLICATE)",
+		[]string{"broken-ttl-dedup"}, "duplicate_republish: 0.2"))
 	register(stream("rebalance", "consumers leave and rejoin the group twice mid-stream: partitions/queues move without loss or double effect",
 		nil, "consumer_restarts: 2", func(o *runner.Options, e *Env) { o.Spec.Consumers = 3 }))
 	register(stream("reorder", "10% of successors are published before their predecessor: gaps are parked and drained in order, never skipped",
@@ -65,8 +65,10 @@ func init() {
 		}))
 	register(stream("snapshot", "30% of events are full-state snapshots (keep-latest), some out of order: snapshots overwrite older state, increments are never skipped",
 		nil, "out_of_order: 0.05", func(o *runner.Options, e *Env) { o.Spec.SnapshotRatio = 0.3 }))
-	register(stream("idempotency-conflict", "requests are replayed under new event ids and their keys reused with other amounts: replays return the stored result, conflicts are rejected",
-		nil, "idempotency_conflicts: 0.2"))
+	idem := stream("idempotency-conflict", "requests are replayed under new event ids and their keys reused with other amounts: replays return the stored result, conflicts are rejected",
+		nil, "idempotency_conflicts: 0.2")
+	idem.Requires = []string{inbox.FeatureIdempotencyKeys}
+	register(idem)
 	register(&Scenario{Name: "db-connection-kill", Timeout: 4 * time.Minute,
 		Proves: "the consumers' database connections are terminated twice mid-stream, mid-transaction: the events are retried, none lost or doubled",
 		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
@@ -88,8 +90,8 @@ func init() {
 	register(stream("poison", "malformed payloads among valid events: each is dead-lettered and counted, the stream continues",
 		nil, "", func(o *runner.Options, e *Env) { o.Poison = poisonBodies() }))
 	register(&Scenario{Name: "broker-restart", Timeout: 6 * time.Minute,
-		Proves:  "the broker is stopped and started mid-stream through bench stack: consumers reconnect, nothing lost or doubled",
-		Brokers: []string{"rabbitmq", "kafka", "rocketmq"},
+		Proves: "the broker is stopped and started mid-stream through bench stack: consumers reconnect, nothing lost or doubled",
+		Needs:  outOfProcess,
 		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
 			return runStream(ctx, e, "broker-restart", broker, st, "", func(o *runner.Options, e *Env) {
 				o.Spec.PublishRate = 100 // publishing goes on across the restart

@@ -17,6 +17,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/envelope"
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/runner"
 	"github.com/inboxbench/inboxbench/workload"
 )
@@ -78,7 +79,7 @@ func newLab(ctx context.Context, e *Env, scenario, broker string, st inbox.Strat
 			return nil, err
 		}
 	}
-	if err := runner.InstallAudit(ctx, pool, schema); err != nil {
+	if err := inbox.InstallAudit(ctx, pool, schema); err != nil {
 		l.close()
 		return nil, err
 	}
@@ -201,3 +202,27 @@ func event(id string, version, amount int64) *envelope.Event {
 func fail(err error) Outcome { return Outcome{Verdict: "ERROR", Err: err} }
 
 var errNotRedelivered = errors.New("the unacknowledged delivery did not come back")
+
+// undecided answers a delivery whose event the inbox did not decide (an
+// error, or a GAP nobody parks) as `bench run` does: sent back while a
+// retryable failure is within the bound, dead-lettered otherwise — never
+// acked as if applied. final reports a dead letter.
+func undecided(ctx context.Context, pol *runner.ErrorPolicy, d *brokers.Delivery, ev *envelope.Event, out inbox.Outcome) (v brokers.Verdict, final bool) {
+	f := inbox.Failure{Kind: "version_gap", Retryable: true, Message: fmt.Sprintf("%s v%d was not parked and its predecessor did not come", ev.Subject, ev.AggregateVersion)}
+	if out.Err != nil {
+		f = inbox.Describe(out.Err)
+	}
+	v = pol.Verdict(ctx, ev.Key()+"#"+d.ID, ev, f)
+	return v, v == brokers.Reject
+}
+
+// deadLettered is the error of a scenario whose deliveries were given up
+// on: it did not run what it meant to prove.
+func deadLettered(pol *runner.ErrorPolicy) error {
+	for _, f := range pol.Failures() {
+		if f.DeadLettered > 0 {
+			return fmt.Errorf("%d deliveries dead-lettered, first: %s", f.DeadLettered, results.FailureLine(f))
+		}
+	}
+	return nil
+}

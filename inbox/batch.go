@@ -20,6 +20,9 @@ func (batchStrategy) Description() string {
 }
 func (batchStrategy) Broken() bool { return false }
 
+// PrefersBatches implements Batching.
+func (batchStrategy) PrefersBatches() bool { return true }
+
 func (batchStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
 	outs := make([]Outcome, len(events))
 	var fast, slow []int
@@ -202,29 +205,13 @@ func (c *textCols) add(ev *envelope.Event) {
 // batchTx decides and applies one chunk in one transaction. It returns the
 // outcome per event index and the aggregates to drain afterwards.
 func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelope.Event, idx []int) (_ map[int]Outcome, post []string, err error) {
-	aggSet := map[string]bool{}
-	for _, i := range idx {
-		aggSet[events[i].Subject] = true
-	}
-	aggs := make([]string, 0, len(aggSet))
-	for a := range aggSet {
-		aggs = append(aggs, a)
-	}
-	sort.Strings(aggs)
-
-	// Claim inbox keys for every batch event in the same round trip as the
-	// locks (the claim runs after them); the primary key says which are
-	// duplicates. A redelivered parked event's claim is withdrawn below.
-	var claim textCols
-	var claimV []int64
-	evs := make([]*envelope.Event, 0, len(idx))
-	for _, i := range idx {
-		claim.add(events[i])
-		claimV = append(claimV, events[i].AggregateVersion)
-		evs = append(evs, events[i])
-	}
+	aggs, claim, claimV := batchKeys(events, idx)
 	// Outside the transaction; an event that cannot have a partition fails
 	// the chunk, which is then redone event by event.
+	evs := make([]*envelope.Event, len(idx))
+	for k, i := range idx {
+		evs[k] = events[i]
+	}
 	if err := in.ensurePartitions(ctx, evs...); err != nil {
 		return nil, nil, err
 	}
@@ -237,19 +224,69 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 			err = rollback(ctx, tx, err)
 		}
 	}()
-	parking := in.opt.Parking()
+	d := &batchDecision{in: in, res: make(map[int]Outcome, len(idx)), drained: map[string][]Outcome{}, parkedPerAgg: map[string]int{}}
+	byAgg := d.candidates(events, idx, parkedRows, claimed)
+	for _, agg := range aggs {
+		d.decide(agg, cur[agg], byAgg[agg])
+	}
+	if err := d.write(ctx, tx, consumer); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, nil, fmt.Errorf("commit: %w", err)
+	}
+	in.counters.drained.Add(d.nDrained)
+	in.counters.parked.Add(d.nParked)
+	in.counters.parkOverflow.Add(d.nOverflow)
+	d.attachDrained(events, idx)
+	return d.res, d.post, nil
+}
+
+// batchKeys lists a chunk's aggregates (sorted: the lock order) and the
+// identity columns of its events, whose inbox keys are claimed in the same
+// round trip as the locks (the claim runs after them); the primary key
+// says which are duplicates.
+func batchKeys(events []*envelope.Event, idx []int) (aggs []string, claim textCols, claimV []int64) {
+	seen := map[string]bool{}
+	for _, i := range idx {
+		ev := events[i]
+		if !seen[ev.Subject] {
+			seen[ev.Subject] = true
+			aggs = append(aggs, ev.Subject)
+		}
+		claim.add(ev)
+		claimV = append(claimV, ev.AggregateVersion)
+	}
+	sort.Strings(aggs)
+	return aggs, claim, claimV
+}
+
+// batchDecision decides a locked chunk aggregate by aggregate and collects
+// the writes that carry the decisions out.
+type batchDecision struct {
+	in           *Inbox
+	res          map[int]Outcome      // by event index
+	drained      map[string][]Outcome // parked events applied without a copy in the chunk, by aggregate
+	post         []string             // aggregates to drain through the shared path after commit
+	parkedPerAgg map[string]int
+	w            batchWrites
+	nDrained     int64
+	nParked      int64
+	nOverflow    int64
+}
+
+// candidates sorts the chunk's claimed events and the aggregates' parked
+// events into per-aggregate candidate lists; unclaimed events are
+// DUPLICATE. A redelivered parked event's claim is withdrawn.
+func (d *batchDecision) candidates(events []*envelope.Event, idx []int, parkedRows []*envelope.Event, claimed map[string]bool) map[string][]batchCand {
 	parkedKeys := map[string]bool{}
-	parkedPerAgg := map[string]int{}
-	var unclaim textCols
 	for _, p := range parkedRows {
 		parkedKeys[p.Key()] = true
-		parkedPerAgg[p.Subject]++
+		d.parkedPerAgg[p.Subject]++
 		if claimed[p.Key()] {
-			unclaim.add(p)
+			d.w.unclaim.add(p)
 		}
 	}
-
-	res := make(map[int]Outcome, len(idx))
 	byAgg := map[string][]batchCand{}
 	inBatch := map[string]int{}
 	for _, i := range idx {
@@ -261,7 +298,7 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 		case !claimed[ev.Key()]:
 			o := newOutcome(ev)
 			o.Result = Duplicate
-			res[i] = o
+			d.res[i] = o
 		default:
 			byAgg[ev.Subject] = append(byAgg[ev.Subject], batchCand{ev: ev, idx: i})
 		}
@@ -273,104 +310,133 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 		}
 		byAgg[p.Subject] = append(byAgg[p.Subject], batchCand{ev: p, idx: j, parked: true})
 	}
+	return byAgg
+}
 
-	var (
-		updID                   []string
-		updDelta, updOld, updNw []int64
-		unpark                  textCols
-		drainIns                textCols
-		drainInsV               []int64
-		park                    textCols
-		parkV, parkAmt          []int64
-		parkKind, parkType      []string
-		parkTime                []*time.Time
-		drained                 = map[string][]Outcome{}
-		nDrained                int64
-		nParked, nOverflow      int64
-	)
-	for _, agg := range aggs {
-		cs := byAgg[agg]
-		sort.SliceStable(cs, func(i, j int) bool {
-			a, b := cs[i], cs[j]
-			if a.ev.AggregateVersion != b.ev.AggregateVersion {
-				return a.ev.AggregateVersion < b.ev.AggregateVersion
+// decide walks one aggregate's candidates in version order from its
+// current version c0: the next version applies, older ones are STALE,
+// later ones park (or are GAP without parking or room).
+func (d *batchDecision) decide(agg string, c0 int64, cs []batchCand) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
+		if a.ev.AggregateVersion != b.ev.AggregateVersion {
+			return a.ev.AggregateVersion < b.ev.AggregateVersion
+		}
+		if a.parked != b.parked {
+			return a.parked // the one waiting longest wins a tie
+		}
+		return a.ev.Key() < b.ev.Key()
+	})
+	c, delta, blocked, newParked := c0, int64(0), false, 0
+	for _, cd := range cs {
+		ev, v := cd.ev, cd.ev.AggregateVersion
+		o := newOutcome(ev)
+		switch {
+		case v <= c:
+			o.Result = Stale
+			if cd.parked {
+				d.w.unpark.add(ev)
+			} else {
+				d.w.unclaim.add(ev)
 			}
-			if a.parked != b.parked {
-				return a.parked // the one waiting longest wins a tie
+		case v == c+1 && !blocked && !(cd.parked && ev.IdempotencyKey != ""):
+			o.Result = Applied
+			c, delta = v, delta+ev.Amount
+			if cd.parked {
+				d.w.unpark.add(ev)
+				d.w.drainIns.add(ev)
+				d.w.drainInsV = append(d.w.drainInsV, v)
+				d.nDrained++
 			}
-			return a.ev.Key() < b.ev.Key()
-		})
-		c0 := cur[agg]
-		c := c0
-		var delta int64
-		blocked := false
-		newParked := 0
-		for _, cd := range cs {
-			ev, v := cd.ev, cd.ev.AggregateVersion
-			o := newOutcome(ev)
-			switch {
-			case v <= c:
-				o.Result = Stale
-				if cd.parked {
-					unpark.add(ev)
-				} else {
-					unclaim.add(ev)
-				}
-			case v == c+1 && !blocked && !(cd.parked && ev.IdempotencyKey != ""):
-				o.Result = Applied
-				c, delta = v, delta+ev.Amount
-				if cd.parked {
-					unpark.add(ev)
-					drainIns.add(ev)
-					drainInsV = append(drainInsV, v)
-					nDrained++
-				}
-			default:
-				if v == c+1 && !blocked {
-					// The next parked event carries an idempotency key: stop
-					// here and let the shared path drain it after commit.
-					blocked = true
-					post = append(post, agg)
-				}
-				switch {
-				case cd.parked:
-					o.Result = Parked
-				case !parking:
-					o.Result = Gap
-					unclaim.add(ev)
-				case parkedPerAgg[agg]+newParked >= in.opt.ParkMaxPerAggregate:
-					o.Result, o.ParkOverflow = Gap, true
-					unclaim.add(ev)
-					nOverflow++
-				default:
-					o.Result = Parked
-					unclaim.add(ev)
-					park.add(ev)
-					parkV, parkAmt = append(parkV, v), append(parkAmt, ev.Amount)
-					parkKind, parkType = append(parkKind, ev.Kind), append(parkType, ev.Type)
-					parkTime = append(parkTime, nullTime(ev.Time))
-					newParked++
-				}
-				if o.Result == Parked && cd.idx >= 0 {
-					nParked++
-				}
+		default:
+			if v == c+1 && !blocked {
+				// The next parked event carries an idempotency key: stop
+				// here and let the shared path drain it after commit.
+				blocked = true
+				d.post = append(d.post, agg)
 			}
-			if cd.idx >= 0 {
-				res[cd.idx] = o
-			} else if o.Result != Parked {
-				drained[agg] = append(drained[agg], o)
+			o = d.hold(cd, o, d.parkedPerAgg[agg]+newParked)
+			if o.Result == Parked && !cd.parked {
+				newParked++
 			}
 		}
-		if c != c0 {
-			updID, updDelta, updOld, updNw = append(updID, agg), append(updDelta, delta), append(updOld, c0), append(updNw, c)
+		if cd.idx >= 0 {
+			d.res[cd.idx] = o
+		} else if o.Result != Parked {
+			d.drained[agg] = append(d.drained[agg], o)
 		}
 	}
+	if c != c0 {
+		d.w.updID, d.w.updDelta = append(d.w.updID, agg), append(d.w.updDelta, delta)
+		d.w.updOld, d.w.updNew = append(d.w.updOld, c0), append(d.w.updNew, c)
+	}
+}
 
-	// Every write in one round trip.
+// hold decides a version-ahead candidate: a parked one stays parked; a new
+// one parks when parking is on and the aggregate has room (parked
+// already), else it is GAP and redelivered later.
+func (d *batchDecision) hold(cd batchCand, o Outcome, parkedNow int) Outcome {
+	ev := cd.ev
+	switch {
+	case cd.parked:
+		o.Result = Parked
+	case !d.in.opt.Parking():
+		o.Result = Gap
+		d.w.unclaim.add(ev)
+	case parkedNow >= d.in.opt.ParkMaxPerAggregate:
+		o.Result, o.ParkOverflow = Gap, true
+		d.w.unclaim.add(ev)
+		d.nOverflow++
+	default:
+		o.Result = Parked
+		d.w.unclaim.add(ev)
+		d.w.park.add(ev)
+		d.w.parkV, d.w.parkAmt = append(d.w.parkV, ev.AggregateVersion), append(d.w.parkAmt, ev.Amount)
+		d.w.parkKind, d.w.parkType = append(d.w.parkKind, ev.Kind), append(d.w.parkType, ev.Type)
+		d.w.parkTime = append(d.w.parkTime, nullTime(ev.Time))
+	}
+	if o.Result == Parked && cd.idx >= 0 {
+		d.nParked++
+	}
+	return o
+}
+
+// attachDrained reports parked events drained without a copy in the chunk
+// on the chunk's event of their aggregate that applied last.
+func (d *batchDecision) attachDrained(events []*envelope.Event, idx []int) {
+	for agg, ds := range d.drained {
+		best := -1
+		for _, i := range idx {
+			if events[i].Subject == agg && (best < 0 || d.res[i].Result == Applied) {
+				best = i
+			}
+		}
+		o := d.res[best]
+		o.Drained = append(o.Drained, ds...)
+		d.res[best] = o
+	}
+}
+
+// batchWrites are every write a chunk's decisions need, as arrays.
+type batchWrites struct {
+	unclaim, unpark, drainIns, park textCols
+	drainInsV                       []int64
+	updID                           []string
+	updDelta, updOld, updNew        []int64
+	parkV, parkAmt                  []int64
+	parkKind, parkType              []string
+	parkTime                        []*time.Time
+}
+
+// write runs every write in one round trip, checking each statement's row
+// count: every row is locked by this transaction, so each precondition
+// must hold; anything else is a bug, not a result.
+func (d *batchDecision) write(ctx context.Context, tx pgx.Tx, consumer string) error {
+	sql, w := &d.in.sql, &d.w
 	b := &pgx.Batch{}
 	var checks []func(n int64) error
-	queue := func(what string, want int64, sql string, args ...any) {
-		b.Queue(sql, args...)
+	queue := func(what string, want int64, stmt string, args ...any) {
+		b.Queue(stmt, args...)
 		checks = append(checks, func(n int64) error {
 			if want >= 0 && n != want {
 				return fmt.Errorf("%s: %d rows, want %d", what, n, want)
@@ -378,59 +444,38 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 			return nil
 		})
 	}
-	if len(unclaim.s) > 0 {
-		queue("withdraw inbox claims", int64(len(unclaim.s)), in.sql.batchInboxDelete, consumer, unclaim.s, unclaim.e, unclaim.t)
+	if len(w.unclaim.s) > 0 {
+		queue("withdraw inbox claims", int64(len(w.unclaim.s)), sql.batchInboxDelete, consumer, w.unclaim.s, w.unclaim.e, w.unclaim.t)
 	}
-	if len(drainIns.s) > 0 {
+	if len(w.drainIns.s) > 0 {
 		// Fewer rows means a parked event already had an inbox row; the
 		// per-event fallback then reports it as DUPLICATE.
-		queue("inbox rows of drained events", int64(len(drainIns.s)), in.sql.batchInboxInsert, consumer, drainIns.s, drainIns.e, drainIns.a, drainInsV, drainIns.t)
+		queue("inbox rows of drained events", int64(len(w.drainIns.s)), sql.batchInboxInsert, consumer, w.drainIns.s, w.drainIns.e, w.drainIns.a, w.drainInsV, w.drainIns.t)
 	}
-	if len(updID) > 0 {
-		// Every row is locked by this transaction, so each precondition
-		// must hold; anything else is a bug, not a result.
-		queue("update accounts", int64(len(updID)), in.sql.batchUpdate, updID, updDelta, updOld, updNw)
+	if len(w.updID) > 0 {
+		queue("update accounts", int64(len(w.updID)), sql.batchUpdate, w.updID, w.updDelta, w.updOld, w.updNew)
 	}
-	if len(unpark.s) > 0 {
-		queue("unpark", int64(len(unpark.s)), in.sql.batchParkedDelete, consumer, unpark.s, unpark.e)
+	if len(w.unpark.s) > 0 {
+		queue("unpark", int64(len(w.unpark.s)), sql.batchParkedDelete, consumer, w.unpark.s, w.unpark.e)
 	}
-	if len(park.s) > 0 {
-		queue("park", -1, in.sql.batchPark, consumer, park.s, park.e, park.a, parkV, parkKind, parkAmt, parkType, parkTime)
+	if len(w.park.s) > 0 {
+		queue("park", -1, sql.batchPark, consumer, w.park.s, w.park.e, w.park.a, w.parkV, w.parkKind, w.parkAmt, w.parkType, w.parkTime)
 	}
-	if b.Len() > 0 {
-		br := tx.SendBatch(ctx, b)
-		for _, check := range checks {
-			tag, err := br.Exec()
-			if err == nil {
-				err = check(tag.RowsAffected())
-			}
-			if err != nil {
-				return nil, nil, errors.Join(fmt.Errorf("apply batch: %w", err), br.Close())
-			}
+	if b.Len() == 0 {
+		return nil
+	}
+	br := tx.SendBatch(ctx, b)
+	for _, check := range checks {
+		tag, err := br.Exec()
+		if err == nil {
+			err = check(tag.RowsAffected())
 		}
-		if err := br.Close(); err != nil {
-			return nil, nil, fmt.Errorf("apply batch: %w", err)
+		if err != nil {
+			return errors.Join(fmt.Errorf("apply batch: %w", err), br.Close())
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, nil, fmt.Errorf("commit: %w", err)
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("apply batch: %w", err)
 	}
-	in.counters.drained.Add(nDrained)
-	in.counters.parked.Add(nParked)
-	in.counters.parkOverflow.Add(nOverflow)
-
-	// Parked events drained without a copy in this batch are reported on
-	// the batch event of their aggregate that applied last.
-	for agg, ds := range drained {
-		best := -1
-		for _, i := range idx {
-			if events[i].Subject == agg && (best < 0 || res[i].Result == Applied) {
-				best = i
-			}
-		}
-		o := res[best]
-		o.Drained = append(o.Drained, ds...)
-		res[best] = o
-	}
-	return res, post, nil
+	return nil
 }

@@ -243,3 +243,68 @@ func (brokenAckBeforeCommit) Description() string {
 }
 func (brokenAckBeforeCommit) Broken() bool          { return true }
 func (brokenAckBeforeCommit) AckBeforeCommit() bool { return true }
+
+// brokenTTLDedup dedups on a marker that expires after 100 ms, as a Redis
+// key with a TTL would, and writes the inbox row beside the effect without
+// trusting it. A redelivery after the TTL passes the marker; only the
+// version check stops it (STALE), so the final state is right, yet any
+// other side effect of the handler (an e-mail, an outbox message) would
+// have run twice: the checker names it dedup-miss.
+type brokenTTLDedup struct{}
+
+// TTLDedupExpiry is how long broken-ttl-dedup remembers an event.
+const TTLDedupExpiry = 100 * time.Millisecond
+
+func (brokenTTLDedup) Name() string { return "broken-ttl-dedup" }
+func (brokenTTLDedup) Description() string {
+	return "dedup marker that expires after 100ms (a TTL cache); the version check alone stops a later redelivery, as STALE (dedup-miss)"
+}
+func (brokenTTLDedup) Broken() bool { return true }
+func (brokenTTLDedup) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	return perEvent(events, func(ev *envelope.Event) Outcome {
+		return in.brokenRun(ctx, "broken-ttl-dedup", consumer, ev, func(out *Outcome) error {
+			o, err := in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
+				return in.ttlDedupInTx(ctx, tx, consumer, ev)
+			})
+			*out = o
+			return err
+		})
+	})
+}
+
+func (in *Inbox) ttlDedupInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *envelope.Event) (Outcome, bool, error) {
+	o := newOutcome(ev)
+	scope := "ttl:" + consumer
+	if _, err := tx.Exec(ctx, in.sql.brokenForget, scope, TTLDedupExpiry.Microseconds()); err != nil {
+		return o, false, fmt.Errorf("expire markers: %w", err)
+	}
+	tag, err := tx.Exec(ctx, in.sql.brokenClaim, scope, ev.Key())
+	if err != nil {
+		return o, false, fmt.Errorf("claim marker: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		o.Result = Duplicate
+		return o, false, nil
+	}
+	// The inbox row is written, its row count not trusted.
+	if _, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev)); err != nil {
+		return o, false, fmt.Errorf("insert inbox row: %w", err)
+	}
+	n, err := in.updateAccount(ctx, tx, ev)
+	if err != nil {
+		return o, false, err
+	}
+	if n == 1 {
+		o.Result = Applied
+		return o, true, nil
+	}
+	cur, err := in.lockVersion(ctx, tx, ev.Subject)
+	if err != nil {
+		return o, false, err
+	}
+	o.Result = Gap
+	if ev.AggregateVersion <= cur {
+		o.Result = Stale
+	}
+	return o, false, nil
+}

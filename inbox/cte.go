@@ -91,6 +91,9 @@ func (pipelineStrategy) Description() string {
 	return "the cte statement for many events in one round trip (libpq pipeline mode), a sync point after each so every event is its own transaction"
 }
 func (pipelineStrategy) Broken() bool { return false }
+
+// PrefersBatches implements Batching.
+func (pipelineStrategy) PrefersBatches() bool { return true }
 func (pipelineStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
 	outs := make([]Outcome, len(events))
 	var fast []int

@@ -16,8 +16,9 @@ import (
 // Result is the decision for one event under one consumer.
 type Result uint8
 
-// The results, named as DESIGN.md names them. The zero value means "no
-// decision": the event's Outcome carries an error instead.
+// The results; their names (String) are contracts of result files,
+// strategy files and the reports. The zero value means "no decision": the
+// event's Outcome carries an error instead.
 const (
 	NoResult  Result = iota
 	Applied          // the effect committed together with the inbox row
@@ -44,7 +45,7 @@ func ParseResult(s string) (Result, error) {
 			return Result(i), nil
 		}
 	}
-	return NoResult, fmt.Errorf("inbox: unknown result %q: want APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED", s)
+	return NoResult, fmt.Errorf("inbox: %w %q: want APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED", ErrUnknownResult, s)
 }
 
 // Effect reports whether the result changed business state.
@@ -87,6 +88,10 @@ func (o *Outcome) Key() string { return o.Source + " " + o.ID }
 // serialization failure, deadlock, lost connection): nothing committed and
 // applying the same event again may succeed.
 var ErrRetryable = errors.New("retryable")
+
+// ErrUnknownResult marks a result name that is none of the results (a
+// strategy file's result column said something else).
+var ErrUnknownResult = errors.New("unknown result")
 
 // ErrInvalidEvent marks events rejected before touching the database.
 var ErrInvalidEvent = errors.New("invalid event")

@@ -39,6 +39,46 @@ type AckOrdering interface {
 	AckBeforeCommit() bool
 }
 
+// Batching is implemented by strategies that apply many events in one
+// call more cheaply than one by one (batch, pipeline): a runner hands them
+// batches of up to the workload's batch size, and one event per call to
+// every other strategy (as go-ycsb grants batches to a BatchDB).
+type Batching interface {
+	PrefersBatches() bool
+}
+
+// Scoped is implemented by strategies that handle only part of what a
+// workload can send (strategy files declare it in their header): a
+// scenario or workload that needs a feature a strategy does not declare
+// is not applicable to it. Built-in strategies handle everything.
+type Scoped interface {
+	Declares(feature string) bool
+}
+
+// Handles reports whether s handles feature: everything, unless it is
+// Scoped.
+func Handles(s Strategy, feature string) bool {
+	if sc, ok := s.(Scoped); ok {
+		return sc.Declares(feature)
+	}
+	return true
+}
+
+// ParkDrainer is implemented by strategies that apply parked events with
+// their own SQL (strategy files).
+type ParkDrainer interface {
+	DrainParked(ctx context.Context, in *Inbox, consumer string) ([]Outcome, error)
+}
+
+// DrainParkedWith drains the consumer's parked events with s's own SQL
+// when it has any, else with the built-in path (Inbox.DrainParked).
+func DrainParkedWith(ctx context.Context, s Strategy, in *Inbox, consumer string) ([]Outcome, error) {
+	if d, ok := s.(ParkDrainer); ok {
+		return d.DrainParked(ctx, in, consumer)
+	}
+	return in.DrainParked(ctx, consumer)
+}
+
 // DefaultStrategy is the article's transaction.
 const DefaultStrategy = "tx"
 
@@ -179,6 +219,7 @@ func init() {
 	for _, s := range []Strategy{
 		txStrategy{}, cteStrategy{}, batchStrategy{}, pipelineStrategy{},
 		brokenSplit{}, brokenCheckThenInsert{}, brokenGlobalKey{}, brokenAggregateKey{}, brokenNoVersion{}, brokenAckBeforeCommit{},
+		brokenTTLDedup{},
 	} {
 		Register(s)
 	}

@@ -43,7 +43,7 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%s has no description", s.Name())
 		}
 	}
-	want := "tx cte batch pipeline broken-ack-before-commit broken-aggregate-key broken-check-then-insert broken-global-key broken-no-version broken-split"
+	want := "tx cte batch pipeline broken-ack-before-commit broken-aggregate-key broken-check-then-insert broken-global-key broken-no-version broken-split broken-ttl-dedup"
 	if strings.Join(names, " ") != want {
 		t.Fatalf("Strategies() = %v, want %s", names, want)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -75,7 +76,16 @@ const (
 	// DUPLICATE), then @effect (1 row → APPLIED; 0 → the version decides
 	// STALE or GAP).
 	OutcomeRows = "rows"
+	// OutcomeBatch: the @batch statements apply a whole batch in one
+	// transaction, with every parameter an array over the batch's events;
+	// the last returns one row per event: its ordinal and its result.
+	OutcomeBatch = "batch"
 )
+
+// FeatureIdempotencyKeys is what a file declares with the header
+// "idempotency-keys: true": it handles client idempotency keys (replays
+// answered DUPLICATE, a reused key with other content CONFLICT).
+const FeatureIdempotencyKeys = "idempotency-keys"
 
 // Transaction modes of an OutcomeRows file.
 const (
@@ -105,6 +115,22 @@ var EventParams = map[string]string{
 	"request_hash":    "hex SHA-256 of the request content (tenant, operation, subject, kind, amount) for idempotency conflicts (text)",
 }
 
+// BatchParams are the parameters of @batch statements: every EventParams
+// name, bound as an array over the batch's events in delivery order
+// (text[], bigint[], timestamptz[]), and :ordinal, their positions
+// 1..n (int[]).
+var BatchParams = func() map[string]string {
+	m := map[string]string{"ordinal": "the events' positions in the batch, 1..n (int[]): the last statement returns one row per ordinal"}
+	for k, v := range EventParams {
+		if k == "consumer" {
+			m[k] = v
+			continue
+		}
+		m[k] = "array over the batch's events of " + v
+	}
+	return m
+}()
+
 // PruneParams are the parameters a @prune statement may use.
 var PruneParams = map[string]string{
 	"before": "delete inbox rows applied before this time (timestamptz)",
@@ -116,12 +142,15 @@ var headerKeys = map[string]string{
 	"name":        "a display name (the strategy's registry name is always file:NAME.sql@HASH)",
 	"description": "one line saying what the SQL does",
 	"broken":      "true for a negative control that is expected to FAIL",
-	"outcome":     "result or rows",
+	"outcome":     "result, rows or batch",
 	"transaction": "one (default) or split (negative controls only)",
+	// Scope: what the file implements; scenarios testing something it
+	// does not declare are not applicable to it.
+	FeatureIdempotencyKeys: "true when the file handles client idempotency keys (default false)",
 }
 
 // sections a file may have, in no particular order.
-var sectionNames = map[string]bool{"ddl": true, "apply": true, "claim": true, "effect": true, "prune": true}
+var sectionNames = map[string]bool{"ddl": true, "apply": true, "claim": true, "effect": true, "prune": true, "batch": true}
 
 // fileStmt is one statement of a section.
 type fileStmt struct {
@@ -148,7 +177,7 @@ type parsedFile struct {
 }
 
 var (
-	headerLine  = regexp.MustCompile(`^--\s*([a-z_]+)\s*:\s*(.*?)\s*$`)
+	headerLine  = regexp.MustCompile(`^--\s*([a-z_-]+)\s*:\s*(.*?)\s*$`)
 	sectionLine = regexp.MustCompile(`^--\s*@([A-Za-z_]+)\s*$`)
 	placeholder = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
 )
@@ -187,7 +216,7 @@ func parseStrategyFile(path string, content []byte) (*parsedFile, error) {
 		if m := sectionLine.FindStringSubmatch(t); m != nil {
 			name := m[1]
 			if !sectionNames[name] {
-				return nil, ferr(lineOff, "unknown section @%s: sections are @ddl, @apply, @claim, @effect and @prune", name)
+				return nil, ferr(lineOff, "unknown section @%s: sections are @ddl, @apply, @claim, @effect, @batch and @prune", name)
 			}
 			for _, s := range spans {
 				if s.name == name {
@@ -206,7 +235,7 @@ func parseStrategyFile(path string, content []byte) (*parsedFile, error) {
 		// The header.
 		if t == "" || !strings.HasPrefix(t, "--") {
 			if t != "" {
-				return nil, ferr(lineOff, "SQL before the first section marker: start each part with a line '-- @ddl', '-- @apply', '-- @claim', '-- @effect' or '-- @prune'")
+				return nil, ferr(lineOff, "SQL before the first section marker: start each part with a line '-- @ddl', '-- @apply', '-- @claim', '-- @effect', '-- @batch' or '-- @prune'")
 			}
 			continue
 		}
@@ -238,7 +267,7 @@ func parseStrategyFile(path string, content []byte) (*parsedFile, error) {
 	// cell.
 	for _, stmts := range f.sections {
 		for _, st := range stmts {
-			if _, err := f.render(st, `"inboxbench"`); err != nil {
+			if _, err := f.render(st, target{`"inboxbench"`, `"inboxbench"."account"`}); err != nil {
 				return nil, err
 			}
 		}
@@ -251,48 +280,21 @@ func (f *parsedFile) checkShape() error {
 	bad := func(section, msg string, a ...any) error {
 		return &FileError{Path: f.path, Section: section, Msg: fmt.Sprintf(msg, a...)}
 	}
-	switch v := f.header["broken"]; v {
-	case "", "false", "true":
-	default:
-		return bad("", "header broken: %q: want true or false", v)
+	for _, key := range []string{"broken", FeatureIdempotencyKeys} {
+		switch v := f.header[key]; v {
+		case "", "false", "true":
+		default:
+			return bad("", "header %s: %q: want true or false", key, v)
+		}
 	}
-	outcome := f.header["outcome"]
-	if outcome == "" {
-		// Inferred from the sections, so a minimal file needs no header.
-		outcome = OutcomeResult
-		if len(f.sections["claim"]) > 0 || len(f.sections["effect"]) > 0 {
-			outcome = OutcomeRows
-		}
-		f.header["outcome"] = outcome
-	}
-	switch outcome {
-	case OutcomeResult:
-		if len(f.sections["apply"]) == 0 {
-			return bad("apply", "outcome: result needs an @apply section with at least one statement (the last one returns the result column)")
-		}
-		for _, s := range []string{"claim", "effect"} {
-			if _, ok := f.sections[s]; ok {
-				return bad(s, "@%s belongs to outcome: rows; with outcome: result everything is in @apply", s)
-			}
-		}
-	case OutcomeRows:
-		if n := len(f.sections["claim"]); n != 1 {
-			return bad("claim", "outcome: rows needs exactly one @claim statement (the inbox INSERT … ON CONFLICT DO NOTHING whose row count says first or duplicate), found %d", n)
-		}
-		if len(f.sections["effect"]) == 0 {
-			return bad("effect", "outcome: rows needs an @effect section with at least one statement (the conditional business update)")
-		}
-		if _, ok := f.sections["apply"]; ok {
-			return bad("apply", "@apply belongs to outcome: result; with outcome: rows use @claim and @effect")
-		}
-	default:
-		return bad("", "header outcome: %q: want result (a returned result column) or rows (affected-row counts)", outcome)
+	if err := f.checkOutcome(bad); err != nil {
+		return err
 	}
 	switch tx := f.header["transaction"]; tx {
 	case "", TxOne:
 		f.header["transaction"] = TxOne
 	case TxSplit:
-		if outcome != OutcomeRows {
+		if f.header["outcome"] != OutcomeRows {
 			return bad("", "header transaction: split needs outcome: rows (it commits the @claim before the @effect)")
 		}
 		if f.header["broken"] != "true" {
@@ -301,13 +303,67 @@ func (f *parsedFile) checkShape() error {
 	default:
 		return bad("", "header transaction: %q: want one or split", tx)
 	}
-	for _, s := range []string{"ddl", "apply", "claim", "effect", "prune"} {
+	return f.checkParams()
+}
+
+// checkOutcome infers the outcome mode from the sections when the header
+// does not name it, and checks the sections fit it.
+func (f *parsedFile) checkOutcome(bad func(section, msg string, a ...any) error) error {
+	outcome := f.header["outcome"]
+	if outcome == "" {
+		// Inferred from the sections, so a minimal file needs no header.
+		switch {
+		case len(f.sections["batch"]) > 0:
+			outcome = OutcomeBatch
+		case len(f.sections["claim"]) > 0 || len(f.sections["effect"]) > 0:
+			outcome = OutcomeRows
+		default:
+			outcome = OutcomeResult
+		}
+		f.header["outcome"] = outcome
+	}
+	only := func(mode string, allowed ...string) error {
+		for _, s := range []string{"apply", "claim", "effect", "batch"} {
+			if _, ok := f.sections[s]; ok && !slices.Contains(allowed, s) {
+				return bad(s, "@%s does not belong to outcome: %s (which uses @%s)", s, mode, strings.Join(allowed, " and @"))
+			}
+		}
+		return nil
+	}
+	switch outcome {
+	case OutcomeResult:
+		if len(f.sections["apply"]) == 0 {
+			return bad("apply", "outcome: result needs an @apply section with at least one statement (the last one returns the result column)")
+		}
+		return only(outcome, "apply")
+	case OutcomeRows:
+		if n := len(f.sections["claim"]); n != 1 {
+			return bad("claim", "outcome: rows needs exactly one @claim statement (the inbox INSERT … ON CONFLICT DO NOTHING whose row count says first or duplicate), found %d", n)
+		}
+		if len(f.sections["effect"]) == 0 {
+			return bad("effect", "outcome: rows needs an @effect section with at least one statement (the conditional business update)")
+		}
+		return only(outcome, "claim", "effect")
+	case OutcomeBatch:
+		if len(f.sections["batch"]) == 0 {
+			return bad("batch", "outcome: batch needs a @batch section (the last statement returns one row per event: ordinal and result)")
+		}
+		return only(outcome, "batch")
+	}
+	return bad("", "header outcome: %q: want result (a returned result column), rows (affected-row counts) or batch (a @batch section)", outcome)
+}
+
+// checkParams checks every parameter against its section's names.
+func (f *parsedFile) checkParams() error {
+	for _, s := range []string{"ddl", "apply", "claim", "effect", "batch", "prune"} {
 		allowed := EventParams
 		switch s {
 		case "ddl":
 			allowed = nil
 		case "prune":
 			allowed = PruneParams
+		case "batch":
+			allowed = BatchParams
 		}
 		for _, st := range f.sections[s] {
 			for _, p := range st.params {
@@ -533,10 +589,14 @@ type renderedStmt struct {
 	asText []bool
 }
 
-// render produces the statement for schema (already quoted). The
-// placeholder is replaced everywhere, quotes and function bodies included,
-// because DDL function bodies need the schema too.
-func (f *parsedFile) render(st *fileStmt, quotedSchema string) (*renderedStmt, error) {
+// target names what the placeholders stand for, quoted: {{schema}} the
+// cell's schema, {{account}} the consumer's business table in it.
+type target struct{ schema, account string }
+
+// render produces the statement for t. The placeholders are replaced
+// everywhere, quotes and function bodies included, because DDL function
+// bodies need the schema too.
+func (f *parsedFile) render(st *fileStmt, t target) (*renderedStmt, error) {
 	num := map[string]int{}
 	for i, n := range st.names {
 		num[n] = i + 1
@@ -558,13 +618,19 @@ func (f *parsedFile) render(st *fileStmt, quotedSchema string) (*renderedStmt, e
 		last := 0
 		for _, m := range placeholder.FindAllStringSubmatchIndex(seg, -1) {
 			name := seg[m[2]:m[3]]
-			if name != "schema" {
+			var with string
+			switch name {
+			case "schema":
+				with = t.schema
+			case "account":
+				with = t.account
+			default:
 				line, col := f.lineCol(st.off + from + m[0])
 				return &FileError{Path: f.path, Line: line, Col: col, Section: st.section, Index: st.index,
-					Msg: fmt.Sprintf("unknown placeholder {{%s}}: the only placeholder is {{schema}}", name)}
+					Msg: fmt.Sprintf("unknown placeholder {{%s}}: the placeholders are {{schema}} and {{account}}", name)}
 			}
 			emit(seg[last:m[0]], from+last, true)
-			emit(quotedSchema, from+m[0], false)
+			emit(with, from+m[0], false)
 			last = m[1]
 		}
 		emit(seg[last:], from+last, true)

@@ -23,21 +23,27 @@ import (
 //
 // It works in the schema of the Inbox it is given, after the built-in
 // migration: the file's @ddl may add to that schema, and its statements
-// must maintain {{schema}}.account and {{schema}}.inbox, which is what the
-// checker judges. It never parks (a version gap is GAP and is redelivered)
-// and never falls back to a built-in strategy: every event, snapshots and
-// idempotency keys included, goes through the file's SQL.
+// must maintain {{account}} (the consumer's business table) and
+// {{schema}}.inbox, which is what the checker judges. A version-ahead
+// event it answers GAP is parked by the harness (userpark.go); a file with
+// a @batch section applies batches (userbatch.go). It never falls back to
+// a built-in strategy: every event, snapshots and idempotency keys
+// included, goes through the file's SQL.
 type FileStrategy struct {
 	f *parsedFile
 
 	mu       sync.Mutex
-	rendered map[string]*fileSQL // by schema
-	prepared map[string]bool     // schemas whose @ddl ran and whose statements the server accepted
+	rendered map[tableKey]*fileSQL // by schema and account table
+	prepared map[tableKey]bool     // statements the server accepted
+	ddlRan   map[string]bool       // schemas whose @ddl ran
 }
 
-// fileSQL is the file's statements for one schema.
+// tableKey names a consumer's tables: the schema and its account table.
+type tableKey struct{ schema, account string }
+
+// fileSQL is the file's statements for one schema and account table.
 type fileSQL struct {
-	ddl, apply, claim, effect, prune []*renderedStmt
+	ddl, apply, claim, effect, batch, prune []*renderedStmt
 }
 
 // Preparer is implemented by strategies that must set up their schema and
@@ -65,7 +71,7 @@ func ParseStrategyFile(path string, content []byte) (*FileStrategy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FileStrategy{f: f, rendered: map[string]*fileSQL{}, prepared: map[string]bool{}}, nil
+	return &FileStrategy{f: f, rendered: map[tableKey]*fileSQL{}, prepared: map[tableKey]bool{}, ddlRan: map[string]bool{}}, nil
 }
 
 // Name is "file:" + the file's base name + "@" + the first 8 hex digits of
@@ -94,31 +100,32 @@ func (s *FileStrategy) Path() string { return s.f.path }
 // Hash is the short content hash in Name.
 func (s *FileStrategy) Hash() string { return s.f.hash }
 
-// Outcome is OutcomeResult or OutcomeRows.
+// Outcome is OutcomeResult, OutcomeRows or OutcomeBatch.
 func (s *FileStrategy) Outcome() string { return s.f.header["outcome"] }
 
-// sqlFor renders the file for schema (cached).
-func (s *FileStrategy) sqlFor(schema string) (*fileSQL, error) {
+// sqlFor renders the file for a schema and account table (cached).
+func (s *FileStrategy) sqlFor(k tableKey) (*fileSQL, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.rendered[schema]; r != nil {
+	if r := s.rendered[k]; r != nil {
 		return r, nil
 	}
-	if err := ValidateSchema(schema); err != nil {
+	if err := ValidateSchema(k.schema); err != nil {
 		return nil, err
 	}
-	q := pgx.Identifier{schema}.Sanitize()
+	t := target{schema: pgx.Identifier{k.schema}.Sanitize(), account: pgx.Identifier{k.schema, k.account}.Sanitize()}
 	r := &fileSQL{}
-	for name, dst := range map[string]*[]*renderedStmt{"ddl": &r.ddl, "apply": &r.apply, "claim": &r.claim, "effect": &r.effect, "prune": &r.prune} {
+	for name, dst := range map[string]*[]*renderedStmt{"ddl": &r.ddl, "apply": &r.apply, "claim": &r.claim, "effect": &r.effect,
+		"batch": &r.batch, "prune": &r.prune} {
 		for _, st := range s.f.sections[name] {
-			rs, err := s.f.render(st, q)
+			rs, err := s.f.render(st, t)
 			if err != nil {
 				return nil, err
 			}
 			*dst = append(*dst, rs)
 		}
 	}
-	s.rendered[schema] = r
+	s.rendered[k] = r
 	return r, nil
 }
 
@@ -138,37 +145,31 @@ func (s *FileStrategy) serverErr(r *renderedStmt, what string, err error) error 
 // built-in migration) and has the server parse and describe every
 // statement, so a syntax error, an unknown table or column, or a missing
 // result column is reported, naming the file, statement and position,
-// before any event is published. It runs the DDL once per schema.
+// before any event is published. It runs the DDL once per schema, with
+// {{account}} the default account table.
 func (s *FileStrategy) Prepare(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	r, err := s.sqlFor(schema)
+	return s.prepare(ctx, pool, tableKey{schema, DefaultOptions().AccountTable})
+}
+
+func (s *FileStrategy) prepare(ctx context.Context, pool *pgxpool.Pool, k tableKey) error {
+	r, err := s.sqlFor(k)
 	if err != nil {
+		return err
+	}
+	if err := s.runDDL(ctx, pool, k.schema); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.prepared[schema] {
+	if s.prepared[k] {
 		return nil
-	}
-	if len(r.ddl) > 0 {
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			return fmt.Errorf("strategy file %s: @ddl: begin: %w", s.f.path, err)
-		}
-		for _, st := range r.ddl {
-			if _, err := tx.Exec(ctx, st.sql); err != nil {
-				return rollback(ctx, tx, s.serverErr(st, "", err))
-			}
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return fmt.Errorf("strategy file %s: @ddl: commit: %w", s.f.path, err)
-		}
 	}
 	c, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("strategy file %s: acquire connection: %w", s.f.path, err)
 	}
 	defer c.Release()
-	for _, group := range [][]*renderedStmt{r.apply, r.claim, r.effect, r.prune} {
+	for _, group := range [][]*renderedStmt{r.apply, r.claim, r.effect, r.batch, r.prune} {
 		for i, st := range group {
 			// The unnamed statement: parsed, analysed and described, not
 			// kept (pgx's statement cache prepares it per connection later).
@@ -180,39 +181,94 @@ func (s *FileStrategy) Prepare(ctx context.Context, pool *pgxpool.Pool, schema s
 			for k, oid := range sd.ParamOIDs {
 				st.asText[k] = textOIDs[oid]
 			}
-			if st.section == "apply" && i == len(group)-1 {
-				if err := s.checkResultColumn(st, sd); err != nil {
+			if i == len(group)-1 {
+				if err := s.checkLast(st, sd); err != nil {
 					return err
 				}
 			}
 		}
 	}
-	s.prepared[schema] = true
+	s.prepared[k] = true
+	return nil
+}
+
+// runDDL runs the file's @ddl once per schema, in one transaction.
+func (s *FileStrategy) runDDL(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	r, err := s.sqlFor(tableKey{schema, DefaultOptions().AccountTable})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ddlRan[schema] || len(r.ddl) == 0 {
+		s.ddlRan[schema] = true
+		return nil
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("strategy file %s: @ddl: begin: %w", s.f.path, err)
+	}
+	for _, st := range r.ddl {
+		if _, err := tx.Exec(ctx, st.sql); err != nil {
+			return rollback(ctx, tx, s.serverErr(st, "", err))
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("strategy file %s: @ddl: commit: %w", s.f.path, err)
+	}
+	s.ddlRan[schema] = true
+	return nil
+}
+
+// checkLast checks what the last statement of a section must return: the
+// result column of @apply, ordinal and result of @batch.
+func (s *FileStrategy) checkLast(st *renderedStmt, sd *pgconn.StatementDescription) error {
+	switch st.section {
+	case "apply":
+		return s.checkColumns(st, sd, "result")
+	case "batch":
+		return s.checkColumns(st, sd, "ordinal", "result")
+	}
 	return nil
 }
 
 // textOIDs are the column types a result name can be scanned from.
 var textOIDs = map[uint32]bool{25: true, 1043: true, 1042: true, 19: true, 705: true}
 
-func (s *FileStrategy) checkResultColumn(st *renderedStmt, sd *pgconn.StatementDescription) error {
+// intOIDs are the column types an ordinal can be scanned from.
+var intOIDs = map[uint32]bool{20: true, 21: true, 23: true}
+
+// checkColumns checks that a statement returns the named columns, result
+// as text and ordinal as an integer.
+func (s *FileStrategy) checkColumns(st *renderedStmt, sd *pgconn.StatementDescription, want ...string) error {
 	line, col := s.f.lineCol(st.off)
+	ferr := func(msg string, a ...any) error {
+		return &FileError{Path: s.f.path, Line: line, Col: col, Section: st.section, Index: st.index, Msg: fmt.Sprintf(msg, a...)}
+	}
 	var names []string
+	types := map[string]uint32{}
 	for _, fd := range sd.Fields {
-		if fd.Name == "result" {
-			if !textOIDs[fd.DataTypeOID] {
-				return &FileError{Path: s.f.path, Line: line, Col: col, Section: st.section, Index: st.index,
-					Msg: fmt.Sprintf("the result column has type OID %d: it must be text naming APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED", fd.DataTypeOID)}
-			}
-			return nil
-		}
 		names = append(names, fd.Name)
+		types[fd.Name] = fd.DataTypeOID
 	}
 	got := "no columns"
 	if len(names) > 0 {
 		got = "columns " + strings.Join(names, ", ")
 	}
-	return &FileError{Path: s.f.path, Line: line, Col: col, Section: st.section, Index: st.index,
-		Msg: fmt.Sprintf("missing result column (it returns %s): with outcome: result the last @apply statement must return a text column named result (APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED); or use outcome: rows", got)}
+	for _, w := range want {
+		oid, ok := types[w]
+		switch {
+		case !ok && st.section == "batch":
+			return ferr("missing %s column (it returns %s): the last @batch statement must return one row per event with columns ordinal (its position, 1..n) and result (APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED)", w, got)
+		case !ok:
+			return ferr("missing result column (it returns %s): with outcome: result the last @apply statement must return a text column named result (APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED); or use outcome: rows", got)
+		case w == "result" && !textOIDs[oid]:
+			return ferr("the result column has type OID %d: it must be text naming APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED", oid)
+		case w == "ordinal" && !intOIDs[oid]:
+			return ferr("the ordinal column has type OID %d: it must be an integer, the event's position 1..n", oid)
+		}
+	}
+	return nil
 }
 
 // Validate checks the file against the server in a scratch schema that is
@@ -230,8 +286,13 @@ func (s *FileStrategy) Validate(ctx context.Context, pool *pgxpool.Pool, scratch
 			err = errors.Join(err, derr)
 		}
 		s.mu.Lock()
-		delete(s.rendered, scratchSchema)
-		delete(s.prepared, scratchSchema)
+		for k := range s.rendered {
+			if k.schema == scratchSchema {
+				delete(s.rendered, k)
+				delete(s.prepared, k)
+			}
+		}
+		delete(s.ddlRan, scratchSchema)
 		s.mu.Unlock()
 	}()
 	return s.Prepare(ctx, pool, scratchSchema)
@@ -292,59 +353,86 @@ func textArgs(st *renderedStmt, args []any) []any {
 	return args
 }
 
-// ApplyBatch applies each event with the file's SQL in its own
-// transaction. Outcomes are decided as the file's outcome mode says.
+// ApplyBatch applies the events with the file's SQL: each in its own
+// transaction as the file's outcome mode says, or (outcome: batch) the
+// whole batch in one. With parking on, a version-ahead event the file
+// answers GAP is parked by the harness and applied again with the file's
+// SQL once its predecessor applied (userpark.go).
 func (s *FileStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
 	r, err := s.ready(ctx, in)
-	return perEvent(events, func(ev *envelope.Event) Outcome {
-		if verr := validate(consumer, ev); verr != nil {
-			o := Outcome{Err: verr}
-			if ev != nil {
-				o = newOutcome(ev)
-				o.Err = verr
-			}
-			return o
-		}
-		if err != nil {
-			o := newOutcome(ev)
-			o.Err = eventErr(consumer, ev, s.Name(), err)
-			return o
-		}
-		// On a partitioned inbox the file's SQL must write event_time; the
-		// partition it lands in is made here, as for the built-ins.
-		if attempts, err := in.retry(ctx, func(ctx context.Context) error { return in.ensurePartitions(ctx, ev) }); err != nil {
-			o := newOutcome(ev)
-			o.Err, o.Attempts = eventErr(consumer, ev, s.Name(), err), attempts
-			return o
-		}
-		start := time.Now()
-		var o Outcome
-		switch {
-		case s.f.header["outcome"] == OutcomeResult:
-			o = s.applyResult(ctx, in, r, consumer, ev)
-		case s.f.header["transaction"] == TxSplit:
-			o = s.applySplit(ctx, in, r, consumer, ev)
-		default:
-			o = s.applyRows(ctx, in, r, consumer, ev)
-		}
-		o.Duration = time.Since(start)
-		return o
-	})
+	var outs []Outcome
+	if err == nil && s.f.header["outcome"] == OutcomeBatch {
+		outs = s.applyBatchSQL(ctx, in, r, consumer, events)
+	} else {
+		outs, _ = perEvent(events, func(ev *envelope.Event) Outcome { return s.applyEvent(ctx, in, r, err, consumer, ev) })
+	}
+	if in.opt.Parking() {
+		s.parkAndDrain(ctx, in, r, consumer, events, outs)
+	}
+	return outs, joinOutcomeErrors(outs)
 }
+
+// applyEvent applies one event with the per-event sections (or a batch
+// of one), in its own transaction; prepErr is the error of preparing them.
+func (s *FileStrategy) applyEvent(ctx context.Context, in *Inbox, r *fileSQL, prepErr error, consumer string, ev *envelope.Event) Outcome {
+	if verr := validate(consumer, ev); verr != nil {
+		o := Outcome{Err: verr}
+		if ev != nil {
+			o = newOutcome(ev)
+			o.Err = verr
+		}
+		return o
+	}
+	if prepErr != nil {
+		o := newOutcome(ev)
+		o.Err = eventErr(consumer, ev, s.Name(), prepErr)
+		return o
+	}
+	// On a partitioned inbox the file's SQL must write event_time; the
+	// partition it lands in is made here, as for the built-ins.
+	if attempts, err := in.retry(ctx, func(ctx context.Context) error { return in.ensurePartitions(ctx, ev) }); err != nil {
+		o := newOutcome(ev)
+		o.Err, o.Attempts = eventErr(consumer, ev, s.Name(), err), attempts
+		return o
+	}
+	start := time.Now()
+	var o Outcome
+	switch {
+	case s.f.header["outcome"] == OutcomeBatch:
+		o = s.applyBatchSQL(ctx, in, r, consumer, []*envelope.Event{ev})[0]
+	case s.f.header["outcome"] == OutcomeResult:
+		o = s.applyResult(ctx, in, r, consumer, ev)
+	case s.f.header["transaction"] == TxSplit:
+		o = s.applySplit(ctx, in, r, consumer, ev)
+	default:
+		o = s.applyRows(ctx, in, r, consumer, ev)
+	}
+	o.Duration = time.Since(start)
+	return o
+}
+
+// PrefersBatches implements Batching: a file with a @batch section is
+// handed batches, as the built-in batch strategy is.
+func (s *FileStrategy) PrefersBatches() bool { return s.f.header["outcome"] == OutcomeBatch }
+
+// Declares reports whether the file's header declares a feature it
+// implements (FeatureIdempotencyKeys).
+func (s *FileStrategy) Declares(feature string) bool { return s.f.header[feature] == "true" }
 
 // ready returns the statements for in's schema, preparing the schema
 // first if nobody did (a library caller that went straight to Apply): the
 // DDL must have run and the parameter types must be known.
 func (s *FileStrategy) ready(ctx context.Context, in *Inbox) (*fileSQL, error) {
+	k := tableKey{in.Schema(), in.opt.AccountTable}
 	s.mu.Lock()
-	done := s.prepared[in.Schema()]
+	done := s.prepared[k]
 	s.mu.Unlock()
 	if !done {
-		if err := s.Prepare(ctx, in.pool, in.Schema()); err != nil {
+		if err := s.prepare(ctx, in.pool, k); err != nil {
 			return nil, err
 		}
 	}
-	return s.sqlFor(in.Schema())
+	return s.sqlFor(k)
 }
 
 // errNotDecided is returned inside a retry loop when the SQL raised IB001
@@ -388,16 +476,12 @@ func (s *FileStrategy) applyResult(ctx context.Context, in *Inbox, r *fileSQL, c
 	})
 	out.Attempts = attempts
 	if err != nil {
-		what := s.Name()
-		if last != nil {
-			what = fmt.Sprintf("%s @%s statement %d (%s:%d)", s.Name(), last.section, last.index, s.f.path, s.f.line(last.off))
-		}
-		out.Err = eventErr(consumer, ev, what, err)
+		out.Err = eventErr(consumer, ev, s.Name(), s.stmtErr(last, err))
 		return out
 	}
 	rr, perr := ParseResult(res)
 	if perr != nil {
-		out.Err = eventErr(consumer, ev, fmt.Sprintf("%s @apply statement %d (%s:%d)", s.Name(), last.index, s.f.path, s.f.line(last.off)), perr)
+		out.Err = eventErr(consumer, ev, s.Name(), s.stmtErr(last, perr))
 		return out
 	}
 	out.Result = rr
@@ -541,7 +625,7 @@ func (s *FileStrategy) stmtErr(st *renderedStmt, err error) error {
 	if st == nil {
 		return err
 	}
-	return fmt.Errorf("@%s statement %d (%s:%d): %w", st.section, st.index, s.f.path, s.f.line(st.off), err)
+	return &StatementError{Path: s.f.path, Line: s.f.line(st.off), Section: st.section, Index: st.index, Err: err}
 }
 
 // applyRows is the article's transaction: claim, then effect, in one
@@ -624,7 +708,7 @@ func (s *FileStrategy) applySplit(ctx context.Context, in *Inbox, r *fileSQL, co
 // :before and :limit, and returns the rows they deleted. A file without
 // @prune returns 0 and no error: the built-in `bench inbox prune` applies.
 func (s *FileStrategy) Prune(ctx context.Context, in *Inbox, before time.Time, limit int64) (int64, error) {
-	r, err := s.sqlFor(in.Schema())
+	r, err := s.sqlFor(tableKey{in.Schema(), in.opt.AccountTable})
 	if err != nil {
 		return 0, err
 	}

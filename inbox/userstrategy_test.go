@@ -187,6 +187,61 @@ func TestStrategyFileExamplesMatchBuiltins(t *testing.T) {
 	}
 }
 
+// TestBatchFileMatchesBuiltinBatch runs the same stream in batches through
+// examples/strategies/batch.sql and the built-in batch strategy: the same
+// result for every event, and the same accounts and inbox rows at the end,
+// with and without snapshots.
+func TestBatchFileMatchesBuiltinBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		snapshot bool
+	}{{"increments", false}, {"with snapshots", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fileIn, builtIn := newInbox(t, parkingOff), newInbox(t, parkingOff)
+			fs, bs := fileStrategy(t, fileIn, "batch.sql"), mustStrategy(t, "batch")
+			var stream []*envelope.Event
+			for _, e := range mixedStream() {
+				if e.Kind == envelope.Snapshot && !tc.snapshot {
+					continue
+				}
+				stream = append(stream, e)
+			}
+			pending, got := stream, map[Result]int{}
+			for pass := 0; len(pending) > 0 && pass < 40; pass++ {
+				var again []*envelope.Event
+				for start := 0; start < len(pending); start += 7 {
+					chunk := pending[start:min(start+7, len(pending))]
+					fo, ferr := fs.ApplyBatch(context.Background(), fileIn, consumer, chunk)
+					bo, berr := bs.ApplyBatch(context.Background(), builtIn, consumer, chunk)
+					if ferr != nil || berr != nil {
+						t.Fatalf("file: %v; built-in: %v", ferr, berr)
+					}
+					for i, e := range chunk {
+						if fo[i].Result != bo[i].Result {
+							t.Fatalf("pass %d %s (%s v%d): file %s, built-in %s", pass, e.ID, e.Subject, e.AggregateVersion, fo[i].Result, bo[i].Result)
+						}
+						got[fo[i].Result]++
+						if fo[i].Result == Gap || bo[i].Result == Gap {
+							again = append(again, e)
+						}
+					}
+				}
+				pending = again
+			}
+			for _, r := range []Result{Applied, Duplicate, Gap, Stale} {
+				if got[r] == 0 {
+					t.Errorf("the stream never produced %s (results %v)", r, got)
+				}
+			}
+			if f, b := dumpTables(t, fileIn), dumpTables(t, builtIn); !reflect.DeepEqual(f, b) {
+				t.Fatalf("final state differs:\nfile     %v\nbuilt-in %v", f, b)
+			}
+			t.Logf("batch.sql ≡ batch over %d events in batches of 7: %v", len(stream), got)
+		})
+	}
+}
+
 // The article's experiments for the example files (see
 // experiments_test.go for the built-ins).
 

@@ -154,14 +154,14 @@ func TestCompareDifferentWorkloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	w["seed"] = 43
-	w["faults"].(map[string]any)["duplicate_ratio"] = 0.5
+	w["faults"].(map[string]any)["duplicate_republish"] = 0.5
 	next.Workload, _ = json.Marshal(w)
 
 	_, err := Compare(base, next, CompareOptions{MaxRegression: 0.10})
 	if !errors.Is(err, ErrDifferentWorkloads) {
 		t.Fatalf("err = %v, want ErrDifferentWorkloads", err)
 	}
-	for _, want := range []string{"seed: 42 → 43", "faults.duplicate_ratio: 0.05 → 0.5"} {
+	for _, want := range []string{"seed: 42 → 43", "faults.duplicate_republish: 0.05 → 0.5"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

@@ -31,6 +31,10 @@ type Conformance struct {
 const (
 	VerdictPass = "PASS"
 	VerdictFail = "FAIL"
+	// VerdictNA marks a conformance row that did not run: the scenario
+	// tests something the strategy does not declare it implements, or
+	// needs what the broker cannot do. Reason says which.
+	VerdictNA = "N/A"
 )
 
 // ConformRow is one scenario run on one broker with one strategy.
@@ -57,6 +61,8 @@ type ConformRow struct {
 	// Notes are what happened during the run (faults injected, workers
 	// killed and replaced, reconnects): the evidence behind the verdict.
 	Notes []string `json:"notes,omitempty"`
+	// Reason says why a row is N/A.
+	Reason string `json:"reason,omitempty"`
 }
 
 // AsExpected reports whether the row's verdict matches its expectation.
@@ -73,6 +79,8 @@ func (r ConformRow) AsExpected() bool {
 type ConformSummary struct {
 	Rows       int `json:"rows"`
 	AsExpected int `json:"as_expected"`
+	// NotApplicable counts N/A rows (they are as expected).
+	NotApplicable int `json:"not_applicable,omitempty"`
 	// BrokenTotal counts distinct broken strategies that ran; BrokenCaught
 	// those that FAILed in at least one row (a mutant is killed as soon as
 	// one scenario on one broker catches it).
@@ -90,6 +98,9 @@ func Summarize(rows []ConformRow) ConformSummary {
 	s := ConformSummary{Rows: len(rows), Verdict: VerdictPass}
 	caught := map[string]bool{}
 	for _, r := range rows {
+		if r.Verdict == VerdictNA {
+			s.NotApplicable++
+		}
 		if r.AsExpected() {
 			s.AsExpected++
 		} else {
@@ -204,4 +215,35 @@ func conformOutcome(r *ConformRow) string {
 	default:
 		return fmt.Sprintf("%s (expected %s)", r.Verdict, r.Expected)
 	}
+}
+
+// StrategyTally is one strategy's rows of a conformance run.
+type StrategyTally struct {
+	Strategy                string
+	Ran, NotApplicable, Bad int // bad: not as expected
+}
+
+// TallyStrategies counts, per strategy in order of appearance, the
+// scenarios run, not applicable, and not as expected.
+func TallyStrategies(rows []ConformRow) []StrategyTally {
+	var out []StrategyTally
+	at := map[string]int{}
+	for _, r := range rows {
+		i, ok := at[r.Strategy]
+		if !ok {
+			i = len(out)
+			at[r.Strategy] = i
+			out = append(out, StrategyTally{Strategy: r.Strategy})
+		}
+		switch {
+		case r.Verdict == VerdictNA:
+			out[i].NotApplicable++
+		case !r.AsExpected():
+			out[i].Ran++
+			out[i].Bad++
+		default:
+			out[i].Ran++
+		}
+	}
+	return out
 }

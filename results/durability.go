@@ -13,18 +13,22 @@ const durabilityVerdictKey = "fsync before confirm"
 // first, then the brokers by name) with its verdict and its settings as
 // key=value pairs, so unlike settings stand side by side.
 func durabilityRows(e Env) [][]string {
+	if e.Durability == nil {
+		return nil
+	}
+	settings := e.Durability.Settings
 	var services []string
-	if _, ok := e.Durability["postgres"]; ok {
+	if _, ok := settings["postgres"]; ok {
 		services = append(services, "postgres")
 	}
-	for _, s := range sortedKeys(e.Durability) {
+	for _, s := range sortedKeys(settings) {
 		if s != "postgres" {
 			services = append(services, s)
 		}
 	}
 	var rows [][]string
 	for _, s := range services {
-		m := e.Durability[s]
+		m := settings[s]
 		var settings []string
 		for _, k := range sortedKeys(m) {
 			if k != durabilityVerdictKey {
@@ -44,8 +48,8 @@ var durabilityHeader = []string{"service", "fsync before confirm / commit", "set
 
 func durabilityIntro(e Env) string {
 	t := "What a broker's confirm and a PostgreSQL commit meant in this run: a figure measured without an fsync before the confirm is not comparable with one measured with it."
-	if e.DurabilityProfile != "" {
-		t += fmt.Sprintf(" Stack durability profile: %s (bench stack up --durability).", e.DurabilityProfile)
+	if e.Durability != nil && e.Durability.Profile != "" {
+		t += fmt.Sprintf(" Stack durability profile: %s (bench stack up --durability).", e.Durability.Profile)
 	}
 	return t
 }
@@ -58,7 +62,7 @@ type durabilityView struct {
 }
 
 func (m *mdWriter) durability(e Env) {
-	if len(e.Durability) == 0 {
+	if e.Durability == nil || len(e.Durability.Settings) == 0 {
 		return
 	}
 	m.p("## Durability\n\n%s\n\n", durabilityIntro(e))

@@ -57,8 +57,8 @@ func TestPercentileLabelsAndSpectrum(t *testing.T) {
 // strategy in the same run, never another strategy's.
 func TestVsNone(t *testing.T) {
 	r := &Run{Cells: []Cell{
-		{Broker: "none", Strategy: "tx", Throughput: Throughput{EventsPerS: 200}},
-		{Broker: "none", Strategy: "batch", Throughput: Throughput{EventsPerS: 4000}},
+		{Broker: "none", Baseline: true, Strategy: "tx", Throughput: Throughput{EventsPerS: 200}},
+		{Broker: "none", Baseline: true, Strategy: "batch", Throughput: Throughput{EventsPerS: 4000}},
 		{Broker: "kafka", Strategy: "tx", Throughput: Throughput{EventsPerS: 150}},
 		{Broker: "kafka", Strategy: "cte", Throughput: Throughput{EventsPerS: 300}},
 	}}

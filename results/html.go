@@ -16,9 +16,23 @@ import (
 //go:embed report.html.tmpl
 var htmlTemplate string
 
-var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
+// pageTemplate holds what report.html and the published site share: the
+// style sheet, the content security policy, the chart figure.
+//
+//go:embed page.tmpl
+var pageTemplate string
+
+var pageFuncs = template.FuncMap{
 	"svg": func(s string) template.HTML { return template.HTML(s) }, // rendered by go-analyze/charts, which escapes text
-}).Parse(htmlTemplate))
+}
+
+var reportTmpl = withPage(template.Must(template.New("report").Funcs(pageFuncs).Parse(htmlTemplate)))
+
+// withPage adds the shared definitions to a page template.
+func withPage(t *template.Template) *template.Template {
+	template.Must(t.New("page").Parse(pageTemplate))
+	return t
+}
 
 // HTML writes report.html.
 func HTML(w io.Writer, r *Report) error {
@@ -153,7 +167,7 @@ func newHTMLView(r *Report) (*htmlView, error) {
 	} else if r.Conform != nil {
 		env = &r.Conform.Env
 	}
-	if env != nil && len(env.Durability) > 0 {
+	if env != nil && env.Durability != nil && len(env.Durability.Settings) > 0 {
 		v.Durability = &durabilityView{Intro: durabilityIntro(*env), Header: durabilityHeader, Rows: durabilityRows(*env)}
 	}
 	if r.Conform != nil {

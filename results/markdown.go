@@ -437,8 +437,8 @@ func envRows(e Env) []kv {
 	for _, c := range sortedKeys(e.Clients) {
 		rows = append(rows, kv{"client " + c, e.Clients[c]})
 	}
-	if e.DurabilityProfile != "" {
-		rows = append(rows, kv{"durability profile", e.DurabilityProfile})
+	if e.Durability != nil && e.Durability.Profile != "" {
+		rows = append(rows, kv{"durability profile", e.Durability.Profile})
 	}
 	rows = append(rows, kv{"cores", fmt.Sprint(e.Cores)})
 	if e.MemoryMiB > 0 {

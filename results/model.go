@@ -1,7 +1,7 @@
 // Package results holds the result model written to
 // results/<run-id>/result.json, and (in later files) its writers and the
-// comparison of two runs. Field names are contracts (DESIGN.md): reports,
-// `bench compare` and users' scripts read them.
+// comparison of two runs. Field names are contracts (README, "Result
+// files"): reports, `bench compare` and users' scripts read them.
 package results
 
 import (
@@ -41,26 +41,39 @@ type Env struct {
 	Measure    bool              `json:"measurement"` // false when measurement was switched off
 	Notes      []string          `json:"notes,omitempty"`
 	CommandArg []string          `json:"command,omitempty"`
-	// Durability holds, per service ("postgres", "kafka", …), the settings
-	// that decide what a confirm or a commit means, as the servers reported
-	// them (brokers.DurabilityReporter, compose.PostgresDurability); the key
-	// "fsync before confirm" is each one's verdict.
-	Durability map[string]map[string]string `json:"durability,omitempty"`
-	// DurabilityProfile is the local stack's profile (`bench stack up
-	// --durability`: stock, fsync, os) when the run used that stack.
-	DurabilityProfile string `json:"durability_profile,omitempty"`
+	// Durability says what a confirm and a commit meant where the figures
+	// were measured; nil when the run did not record it.
+	Durability *Durability `json:"durability,omitempty"`
 }
 
-// AddDurability records a service's durability settings; nil or empty m
-// is ignored.
+// Durability is the durability profile of the servers a run measured:
+// whether a broker confirmed and PostgreSQL committed only after the data
+// reached disk. Runs of different profiles measure different guarantees,
+// so the published trends never join them (see results/publish.go).
+type Durability struct {
+	// Profile names the profile as the stack set it (e.g. "fsync" when
+	// every server syncs before it confirms, "os" when none does); empty
+	// when the servers were configured by hand.
+	Profile string `json:"profile,omitempty"`
+	// Settings are the settings that decide what a confirm means, by
+	// component ("postgres", "kafka", "rabbitmq", "rocketmq"), then by
+	// setting name (e.g. "synchronous_commit", "acks", "flushDiskType").
+	Settings map[string]map[string]string `json:"settings,omitempty"`
+}
+
+// AddDurability records a service's durability settings in the run's
+// Durability (created when missing); nil or empty m is ignored.
 func (e *Env) AddDurability(service string, m map[string]string) {
 	if len(m) == 0 {
 		return
 	}
 	if e.Durability == nil {
-		e.Durability = map[string]map[string]string{}
+		e.Durability = &Durability{}
 	}
-	e.Durability[service] = m
+	if e.Durability.Settings == nil {
+		e.Durability.Settings = map[string]map[string]string{}
+	}
+	e.Durability.Settings[service] = m
 }
 
 // Cell is one broker × strategy run.
@@ -68,7 +81,10 @@ type Cell struct {
 	Broker   string `json:"broker"`
 	Strategy string `json:"strategy"`
 	// Broken marks negative-control strategies (expected to FAIL).
-	Broken     bool       `json:"broken"`
+	Broken bool `json:"broken"`
+	// Baseline marks cells of a driver with no transport (none): the
+	// database alone, the reference of "vs none".
+	Baseline   bool       `json:"baseline,omitempty"`
 	Consumer   string     `json:"consumer"`
 	Schema     string     `json:"schema"`
 	DurationS  float64    `json:"duration_s"`
@@ -78,6 +94,10 @@ type Cell struct {
 	Contention Contention `json:"contention"`
 	Invariants Invariants `json:"invariants"`
 	Error      string     `json:"error,omitempty"`
+	// Failures are the first failure of each kind among the events the
+	// inbox could not decide (a retryable one within its bound is sent
+	// back; others are dead-lettered and make the verdict ERROR).
+	Failures []Failure `json:"failures,omitempty"`
 	// Notes are what happened to the cell besides its figures (injected
 	// faults and their outcome).
 	Notes []string `json:"notes,omitempty"`
@@ -150,6 +170,9 @@ type Counters struct {
 	Errors       int64 `json:"errors"`
 	Crashes      int64 `json:"crashes"`
 	Rejected     int64 `json:"rejected"`
+	// Failed counts deliveries dead-lettered because applying their event
+	// failed (Rejected counts malformed ones).
+	Failed int64 `json:"failed"`
 	// PublishRetries counts batches sent again after a failed confirm.
 	PublishRetries int64 `json:"publish_retries"`
 }
@@ -184,6 +207,26 @@ type WaitPoint struct {
 	AtS     float64          `json:"t"`
 	Waiting map[string]int64 `json:"waiting"`
 	Blocked int              `json:"blocked"`
+}
+
+// Failure is the first failure of one kind while applying events, with how
+// often that kind happened.
+type Failure struct {
+	// Kind is the PostgreSQL condition name (division_by_zero …), or
+	// invalid_event, beyond_retention, connection, internal.
+	Kind     string `json:"kind"`
+	SQLState string `json:"sqlstate,omitempty"`
+	Message  string `json:"message"`
+	// Where is the strategy file statement that failed, path:line
+	// @section statement N.
+	Where string `json:"where,omitempty"`
+	// Event is the id of the first event it happened to.
+	Event     string `json:"event"`
+	Retryable bool   `json:"retryable"`
+	// Count counts handler calls that failed so; DeadLettered the
+	// deliveries given up on.
+	Count        int64 `json:"count"`
+	DeadLettered int64 `json:"dead_lettered"`
 }
 
 // Invariants is the checker's verdict.
@@ -232,7 +275,7 @@ func Read(path string) (*Run, error) {
 func (c *Cell) BoundText() string {
 	switch c.Throughput.Bound {
 	case "publish":
-		if c.Broker == "none" {
+		if c.Baseline {
 			return "publisher"
 		}
 		return "broker publish"
@@ -253,14 +296,15 @@ func (c *Cell) HostCPUText() string {
 }
 
 // VsNone is a cell's throughput as a share of the database-only baseline
-// (broker none) with the same strategy in the same run, or "-".
+// (a Baseline cell, broker none) with the same strategy in the same run,
+// or "-".
 func (r *Run) VsNone(c *Cell) string {
-	if c.Broker == "none" {
+	if c.Baseline {
 		return "-"
 	}
 	for i := range r.Cells {
 		b := &r.Cells[i]
-		if b.Broker == "none" && b.Strategy == c.Strategy && b.Throughput.EventsPerS > 0 {
+		if b.Baseline && b.Strategy == c.Strategy && b.Throughput.EventsPerS > 0 {
 			return fmt.Sprintf("%.0f%%", 100*c.Throughput.EventsPerS/b.Throughput.EventsPerS)
 		}
 	}

@@ -211,23 +211,32 @@ func chromiumPath(t *testing.T) string {
 
 func runChromium(t *testing.T, bin, profile string, args ...string) []byte {
 	t.Helper()
+	out, _ := chromiumOutput(t, bin, profile, args...)
+	return out
+}
+
+// chromiumOutput runs headless Chromium and returns what it printed on
+// stdout (the DOM, with --dump-dom) and stderr (its log, where the page's
+// console messages go with --enable-logging=stderr).
+func chromiumOutput(t *testing.T, bin, profile string, args ...string) (stdout, stderr []byte) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--disable-dev-shm-usage", "--user-data-dir=" + profile}
 	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	var errBuf bytes.Buffer
+	cmd.Stderr = &errBuf
 	cmd.Env = append(os.Environ(), "HOME="+profile)
 	out, err := cmd.Output()
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Fatalf("chromium %v did not finish within 60s; stderr:\n%s", args, tail(stderr.String(), 2000))
+		t.Fatalf("chromium %v did not finish within 60s; stderr:\n%s", args, tail(errBuf.String(), 2000))
 	}
 	if err != nil {
-		t.Fatalf("chromium %v: %v; stderr:\n%s", args, err, tail(stderr.String(), 2000))
+		t.Fatalf("chromium %v: %v; stderr:\n%s", args, err, tail(errBuf.String(), 2000))
 	}
-	return out
+	return out, errBuf.Bytes()
 }
 
 func tail(s string, n int) string {
@@ -363,6 +372,11 @@ func TestCalibrationOnlyReport(t *testing.T) {
 
 func TestDurabilityTable(t *testing.T) {
 	r := loadFixture(t, "testdata")
+	r.Run.Env.Durability = &Durability{Profile: "stock"}
+	r.Run.Env.AddDurability("kafka", map[string]string{"acks": "all (client: leader waits for the in-sync replicas)", "replication.factor": "1",
+		"flush.messages": "9223372036854775807 (never)", "fsync before confirm": "no: acknowledged once in the page cache of the in-sync replicas"})
+	r.Run.Env.AddDurability("postgres", map[string]string{"fsync": "on", "synchronous_commit": "on", "wal_sync_method": "fdatasync",
+		"fsync before confirm": "yes: COMMIT returns after its WAL was flushed (fdatasync)"})
 	md := string(render(t, Markdown, r))
 	page := string(render(t, HTML, r))
 	for _, want := range []string{"## Durability", "Stack durability profile: stock", "| postgres | yes: COMMIT returns after its WAL was flushed (fdatasync) |", "| kafka | no: acknowledged once in the page cache"} {

@@ -4,10 +4,31 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/inboxbench/inboxbench/results"
 )
+
+// HostEnv describes where a run is measured: this machine, this build and
+// the servers (name → version as the service check read it, "postgres" for
+// PostgreSQL). bench run and bench conform record it, so both files say
+// which commit and which machine produced them.
+func HostEnv(servers map[string]string) results.Env {
+	e := results.Env{GoVersion: runtime.Version(), Cores: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		Brokers: map[string]string{}, Clients: clientVersions(), GitCommit: gitCommit(), MemoryMiB: memoryMiB()}
+	for name, v := range servers {
+		if name == "postgres" {
+			e.Postgres = v
+		} else {
+			e.Brokers[name] = v
+		}
+	}
+	e.Hostname, _ = os.Hostname()
+	return e
+}
 
 // clientVersions reads the client libraries' versions from the build.
 func clientVersions() map[string]string {

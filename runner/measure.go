@@ -173,7 +173,7 @@ func spectrum(h *hdrhistogram.Histogram) []results.Point {
 // counters are shared atomics: one add per event, no lock.
 type counters struct {
 	published, deliveries, executions, effects, duplicates, redeliveries,
-	gaps, parked, stale, conflicts, retries, errors, crashes, rejected atomic.Int64
+	gaps, parked, stale, conflicts, retries, errors, crashes, rejected, failed atomic.Int64
 	publishRetries atomic.Int64
 }
 
@@ -182,7 +182,7 @@ func (c *counters) snapshot() results.Counters {
 		Published: c.published.Load(), Deliveries: c.deliveries.Load(), Executions: c.executions.Load(),
 		Effects: c.effects.Load(), Duplicates: c.duplicates.Load(), Redeliveries: c.redeliveries.Load(),
 		Gaps: c.gaps.Load(), Parked: c.parked.Load(), Stale: c.stale.Load(), Conflicts: c.conflicts.Load(),
-		Retries: c.retries.Load(), Errors: c.errors.Load(), Crashes: c.crashes.Load(), Rejected: c.rejected.Load(),
+		Retries: c.retries.Load(), Errors: c.errors.Load(), Crashes: c.crashes.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
 		PublishRetries: c.publishRetries.Load(),
 	}
 }
@@ -203,6 +203,7 @@ func (c *counters) setConsumerSide(s results.Counters) {
 	c.errors.Store(s.Errors)
 	c.crashes.Store(s.Crashes)
 	c.rejected.Store(s.Rejected)
+	c.failed.Store(s.Failed)
 }
 
 func addCounters(a, b results.Counters) results.Counters {
@@ -210,7 +211,7 @@ func addCounters(a, b results.Counters) results.Counters {
 		Published: a.Published + b.Published, Deliveries: a.Deliveries + b.Deliveries, Executions: a.Executions + b.Executions,
 		Effects: a.Effects + b.Effects, Duplicates: a.Duplicates + b.Duplicates, Redeliveries: a.Redeliveries + b.Redeliveries,
 		Gaps: a.Gaps + b.Gaps, Parked: a.Parked + b.Parked, Stale: a.Stale + b.Stale, Conflicts: a.Conflicts + b.Conflicts,
-		Retries: a.Retries + b.Retries, Errors: a.Errors + b.Errors, Crashes: a.Crashes + b.Crashes, Rejected: a.Rejected + b.Rejected,
+		Retries: a.Retries + b.Retries, Errors: a.Errors + b.Errors, Crashes: a.Crashes + b.Crashes, Rejected: a.Rejected + b.Rejected, Failed: a.Failed + b.Failed,
 		PublishRetries: a.PublishRetries + b.PublishRetries,
 	}
 }

@@ -66,16 +66,12 @@ func checkExtras(ctx context.Context, o Options) error {
 			return &inbox.FileError{Path: strategyPath(s), Msg: s.Name() + " is given twice"}
 		}
 		seen[s.Name()] = true
-		// User strategies do not park. With a per-key FIFO broker, a gap is
-		// retried in place while its predecessor waits behind it, so a
-		// workload with out_of_order would stall rather than be judged.
-		ooo := o.Spec != nil && o.Spec.Faults.OutOfOrder > 0
-		if o.Plan != nil && o.Plan.OutOfOrder > 0 {
-			ooo = true
-		}
-		if ooo {
-			return &inbox.FileError{Path: strategyPath(s), Msg: fmt.Sprintf("%s does not park version-ahead events, and workload %s has faults.out_of_order (gaps that only parking resolves under per-key order): use a workload without out_of_order for strategy files",
-				s.Name(), o.Spec.Name)}
+		// A file that does not declare idempotency keys cannot be judged
+		// on a workload that reuses them: it is refused, not failed.
+		keys := o.Spec != nil && o.Spec.Faults.IdempotencyConflicts > 0
+		if !inbox.Handles(s, inbox.FeatureIdempotencyKeys) && keys {
+			return &inbox.FileError{Path: strategyPath(s), Msg: fmt.Sprintf("%s does not declare %s: true, and workload %s has faults.idempotency_conflicts: add the header line once the file handles client idempotency keys, or use a workload without them",
+				s.Name(), inbox.FeatureIdempotencyKeys, o.Spec.Name)}
 		}
 	}
 	pcfg, err := pgxpool.ParseConfig(o.Cfg.PGURL)

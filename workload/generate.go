@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"time"
 
 	"github.com/inboxbench/inboxbench/envelope"
@@ -303,4 +304,57 @@ func padding(n int) string {
 		b[i] = alphabet[i%len(alphabet)]
 	}
 	return string(b)
+}
+
+// Published is the plan of a stream cut short (a workload with duration:
+// publishing stops when the time is up): only what was sent is expected.
+// sent[j] says whether Publishes[j] went out. Per aggregate, the sent
+// events are replayed in version order as the inbox applies them: an
+// increment at the next version, a snapshot at any newer one; an
+// increment whose predecessor was never sent can never apply and is left
+// out (it stays parked, as it should). Events that could apply, the
+// oracle's state after them, and the sent must-not-apply requests are
+// what the checker then judges.
+func (p *Plan) Published(sent []bool) *Plan {
+	was := map[string]bool{} // by event identity: a republished copy counts
+	for j, pub := range p.Publishes {
+		if j < len(sent) && sent[j] {
+			was[pub.Event.Key()] = true
+		}
+	}
+	byAgg := map[string][]*envelope.Event{}
+	for _, e := range p.Events {
+		if was[e.Key()] {
+			byAgg[e.Subject] = append(byAgg[e.Subject], e)
+		}
+	}
+	out := &Plan{Spec: p.Spec, Publishes: p.Publishes, Expected: map[string]State{}, OutOfOrder: p.OutOfOrder, Republished: p.Republished}
+	keep := map[*envelope.Event]bool{}
+	for agg, evs := range byAgg {
+		sort.Slice(evs, func(i, j int) bool { return evs[i].AggregateVersion < evs[j].AggregateVersion })
+		var st State
+		for _, e := range evs {
+			switch v := e.AggregateVersion; {
+			case e.Kind == envelope.Snapshot && v > st.Version:
+				st = State{Balance: e.Amount, Version: v}
+			case e.Kind == envelope.Increment && v == st.Version+1:
+				st = State{Balance: st.Balance + e.Amount, Version: v}
+			case v > st.Version:
+				continue // its predecessor never came
+			}
+			keep[e] = true
+		}
+		out.Expected[agg] = st
+	}
+	for _, e := range p.Events {
+		if keep[e] {
+			out.Events = append(out.Events, e)
+		}
+	}
+	for _, e := range p.MustNotApply {
+		if was[e.Key()] {
+			out.MustNotApply = append(out.MustNotApply, e)
+		}
+	}
+	return out
 }

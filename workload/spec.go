@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -199,37 +200,102 @@ func fieldNames() []string {
 		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts}"}
 }
 
+// Bounds a workload file is checked against. Each keeps a run inside what
+// the oracle, PostgreSQL and the brokers can hold; Validate names the bound
+// a field breaks.
+const (
+	// MaxEvents: the oracle holds the stream in memory.
+	MaxEvents = 50_000_000
+	// MaxStormConsumers bounds the consumers one concurrent-duplicate storm
+	// races: each is a database connection on top of the consumers' own,
+	// and a cell must stay well inside PostgreSQL's default
+	// max_connections (100) with the default 4 consumers.
+	MaxStormConsumers = 32
+	// MaxConsumerRestarts bounds the planned restarts (each one tears a
+	// consumer down and subscribes again).
+	MaxConsumerRestarts = 1000
+	// MaxPublishTime bounds events / publish_rate, the open-loop schedule.
+	MaxPublishTime = 365 * 24 * time.Hour
+	// KafkaBatchLimit is the smallest default message limit of the three
+	// brokers: franz-go produces record batches of at most 1000012 bytes
+	// (its ProducerBatchMaxBytes default, below the Kafka broker's
+	// message.max.bytes default of 1048588). RocketMQ's broker allows
+	// 4 MiB (maxMessageSize) and RabbitMQ 128 MiB (max_message_size in
+	// 3.x, 16 MiB in 4.x).
+	KafkaBatchLimit = 1_000_012
+	// RecordHeadroom is what a record adds to the envelope in a Kafka
+	// batch: the batch and record framing, the key and the event-id header
+	// (a few hundred bytes; generous on purpose).
+	RecordHeadroom = 4096
+	// MaxMessageSize is the largest message_size accepted. Encode pads an
+	// envelope to exactly message_size bytes (or leaves a larger natural
+	// envelope as it is), so this is the body the brokers see.
+	MaxMessageSize = KafkaBatchLimit - RecordHeadroom
+)
+
 // Validate names the first bad field and the values it accepts.
 func (s *Spec) Validate() error {
-	ratio := func(name string, v float64) error {
-		if v < 0 || v > 1 {
-			return fmt.Errorf("%s: %v is not a ratio: use a number from 0 to 1", name, v)
+	for _, check := range []func() error{s.validateFloats, s.validateSizes, s.validateAmount, s.validateKinds, s.validateFaults} {
+		if err := check(); err != nil {
+			return err
 		}
-		return nil
 	}
+	return nil
+}
+
+// floatField is one float a workload file sets, by its YAML name.
+type floatField struct {
+	name  string
+	v     float64
+	ratio bool // a fraction from 0 to 1
+}
+
+func (s *Spec) floatFields() []floatField {
+	f := s.Faults
+	return []floatField{{"snapshot_ratio", s.SnapshotRatio, true}, {"publish_rate", s.PublishRate, false},
+		{"key_skew.s", s.Skew.S, false}, {"key_skew.hot_share", s.Skew.HotShare, false},
+		{"faults.duplicate_republish", f.DuplicateRepublish, true}, {"faults.crash_after_commit", f.CrashAfterCommit, true},
+		{"faults.out_of_order", f.OutOfOrder, true}, {"faults.concurrent_duplicates", f.ConcurrentDuplicates, true},
+		{"faults.publisher_retry", f.PublisherRetry, true}, {"faults.idempotency_conflicts", f.IdempotencyConflicts, true}}
+}
+
+// validateFloats rejects NaN and infinities everywhere (a NaN compares
+// false with every bound, so it would pass the range checks; zipf with
+// s: .nan never finishes spreading the events), then checks the ratios
+// and the publish rate.
+func (s *Spec) validateFloats() error {
+	for _, f := range s.floatFields() {
+		switch {
+		case math.IsNaN(f.v) || math.IsInf(f.v, 0):
+			return fmt.Errorf("%s: %v: not a finite number", f.name, f.v)
+		case f.ratio && (f.v < 0 || f.v > 1):
+			return fmt.Errorf("%s: %v is not a ratio: use a number from 0 to 1", f.name, f.v)
+		}
+	}
+	if s.PublishRate < 0 {
+		return fmt.Errorf("publish_rate: %v: use 0 (as fast as confirmed) or a positive rate in events/s", s.PublishRate)
+	}
+	if least := float64(s.Events) / MaxPublishTime.Seconds(); s.PublishRate > 0 && s.PublishRate < least {
+		return fmt.Errorf("publish_rate: %v events/s would take more than %s to publish %d events: use at least %.6g, or 0 (as fast as confirmed)", s.PublishRate, MaxPublishTime, s.Events, least)
+	}
+	return nil
+}
+
+// validateSizes checks the counts and sizes of the stream and the run.
+func (s *Spec) validateSizes() error {
 	switch {
 	case s.Aggregates < 1:
 		return fmt.Errorf("aggregates: %d: need at least 1", s.Aggregates)
 	case s.Events < s.Aggregates:
 		return fmt.Errorf("events: %d is fewer than aggregates (%d): every aggregate gets at least one event", s.Events, s.Aggregates)
-	case s.Events > 50_000_000:
-		return fmt.Errorf("events: %d: at most 50000000 (the oracle holds the stream in memory)", s.Events)
+	case s.Events > MaxEvents:
+		return fmt.Errorf("events: %d: at most %d (the oracle holds the stream in memory)", s.Events, MaxEvents)
 	case s.Duration < 0 || s.Warmup < 0:
 		return fmt.Errorf("duration/warmup must not be negative")
-	case s.Amount.Distribution != "uniform" && s.Amount.Distribution != "constant":
-		return fmt.Errorf("amount.distribution: %q: accepted values are uniform, constant", s.Amount.Distribution)
-	case s.Amount.Min < 1 || (s.Amount.Distribution == "uniform" && s.Amount.Max < s.Amount.Min):
-		return fmt.Errorf("amount: min %d, max %d: need 1 <= min <= max", s.Amount.Min, s.Amount.Max)
-	case s.Skew.Kind != "uniform" && s.Skew.Kind != "zipf" && s.Skew.Kind != "hot":
-		return fmt.Errorf("key_skew.kind: %q: accepted values are uniform, zipf, hot", s.Skew.Kind)
-	case s.Skew.Kind == "zipf" && s.Skew.S <= 0:
-		return fmt.Errorf("key_skew.s: %v: zipf needs an exponent > 0 (1.1 is typical)", s.Skew.S)
-	case s.Skew.Kind == "hot" && (s.Skew.HotShare <= 0 || s.Skew.HotShare >= 1):
-		return fmt.Errorf("key_skew.hot_share: %v: hot needs a share between 0 and 1 (exclusive)", s.Skew.HotShare)
-	case s.MessageSize < 0 || s.MessageSize > 4<<20:
-		return fmt.Errorf("message_size: %d: use 0 to 4194304 bytes", s.MessageSize)
-	case s.PublishRate < 0:
-		return fmt.Errorf("publish_rate: %v: use 0 (as fast as confirmed) or a positive rate in events/s", s.PublishRate)
+	case s.MessageSize < 0:
+		return fmt.Errorf("message_size: %d: must not be negative (0 sends the envelope unpadded)", s.MessageSize)
+	case s.MessageSize > MaxMessageSize:
+		return fmt.Errorf("message_size: %d: at most %d bytes: Kafka's default limit is %d bytes per record batch (franz-go's ProducerBatchMaxBytes; the broker's message.max.bytes is 1048588) and the key, headers and framing need up to %d more; RocketMQ (4 MiB) and RabbitMQ (16 MiB or more) allow more", s.MessageSize, MaxMessageSize, KafkaBatchLimit, RecordHeadroom)
 	case s.Publishers < 1 || s.Publishers > 64:
 		return fmt.Errorf("publishers: %d: use 1 to 64", s.Publishers)
 	case s.Consumers < 1 || s.Consumers > 256:
@@ -238,29 +304,63 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("shards: %d: use 1 to 1024", s.Shards)
 	case s.BatchSize < 1 || s.BatchSize > 10000:
 		return fmt.Errorf("batch_size: %d: use 1 to 10000", s.BatchSize)
+	}
+	return nil
+}
+
+// validateAmount keeps the oracle's per-aggregate sum inside int64: one
+// aggregate can receive every event, so the largest amount times events
+// must fit. The real limit is PostgreSQL's: account.balance is a bigint
+// (inbox/migrations/0001_init.sql), the same 64 bits.
+func (s *Spec) validateAmount() error {
+	a := s.Amount
+	switch {
+	case a.Distribution != "uniform" && a.Distribution != "constant":
+		return fmt.Errorf("amount.distribution: %q: accepted values are uniform, constant", a.Distribution)
+	case a.Min < 1 || (a.Distribution == "uniform" && a.Max < a.Min):
+		return fmt.Errorf("amount: min %d, max %d: need 1 <= min <= max", a.Min, a.Max)
+	}
+	largest, field := a.Max, "amount.max"
+	if a.Distribution == "constant" {
+		largest, field = a.Min, "amount.min"
+	}
+	// events+1: an idempotency-conflict request carries its original's
+	// amount plus one.
+	if limit := math.MaxInt64 / (int64(max(s.Events, 0)) + 1); largest > limit {
+		return fmt.Errorf("%s: %d: at most %d with %d events: one aggregate may receive every event, and its balance must fit a bigint (account.balance in inbox/migrations/0001_init.sql, at most %d)", field, largest, limit, s.Events, int64(math.MaxInt64))
+	}
+	return nil
+}
+
+// validateKinds checks the named choices and their parameters.
+func (s *Spec) validateKinds() error {
+	switch {
+	case s.Skew.Kind != "uniform" && s.Skew.Kind != "zipf" && s.Skew.Kind != "hot":
+		return fmt.Errorf("key_skew.kind: %q: accepted values are uniform, zipf, hot", s.Skew.Kind)
+	case s.Skew.Kind == "zipf" && s.Skew.S <= 0:
+		return fmt.Errorf("key_skew.s: %v: zipf needs an exponent > 0 (1.1 is typical)", s.Skew.S)
+	case s.Skew.Kind == "hot" && (s.Skew.HotShare <= 0 || s.Skew.HotShare >= 1):
+		return fmt.Errorf("key_skew.hot_share: %v: hot needs a share between 0 and 1 (exclusive)", s.Skew.HotShare)
 	case s.Strategy == "":
 		return fmt.Errorf("strategy: empty: name an inbox strategy such as tx, cte, batch, pipeline")
-	case s.Faults.StormConsumers < 2 && s.Faults.ConcurrentDuplicates > 0:
-		return fmt.Errorf("faults.storm_consumers: %d: a concurrent-duplicate storm needs at least 2 consumers", s.Faults.StormConsumers)
-	case s.Faults.ConsumerRestarts < 0:
-		return fmt.Errorf("faults.consumer_restarts: %d must not be negative", s.Faults.ConsumerRestarts)
 	}
-	for _, r := range []struct {
-		n string
-		v float64
-	}{{"snapshot_ratio", s.SnapshotRatio}, {"faults.duplicate_republish", s.Faults.DuplicateRepublish},
-		{"faults.crash_after_commit", s.Faults.CrashAfterCommit}, {"faults.out_of_order", s.Faults.OutOfOrder},
-		{"faults.concurrent_duplicates", s.Faults.ConcurrentDuplicates}, {"faults.publisher_retry", s.Faults.PublisherRetry},
-		{"faults.idempotency_conflicts", s.Faults.IdempotencyConflicts}} {
-		if err := ratio(r.n, r.v); err != nil {
-			return err
-		}
-	}
-	if s.Faults.IdempotencyConflicts > 0 && s.Faults.OutOfOrder > 0 {
+	return nil
+}
+
+// validateFaults checks the fault plan's counts and combinations.
+func (s *Spec) validateFaults() error {
+	f := s.Faults
+	switch {
+	case f.StormConsumers < 2 && f.ConcurrentDuplicates > 0:
+		return fmt.Errorf("faults.storm_consumers: %d: a concurrent-duplicate storm needs at least 2 consumers", f.StormConsumers)
+	case f.StormConsumers < 0 || f.StormConsumers > MaxStormConsumers:
+		return fmt.Errorf("faults.storm_consumers: %d: use 2 to %d (each is a database connection on top of the consumers'; PostgreSQL allows 100 by default)", f.StormConsumers, MaxStormConsumers)
+	case f.ConsumerRestarts < 0 || f.ConsumerRestarts > MaxConsumerRestarts:
+		return fmt.Errorf("faults.consumer_restarts: %d: use 0 to %d", f.ConsumerRestarts, MaxConsumerRestarts)
+	case f.IdempotencyConflicts > 0 && f.OutOfOrder > 0:
 		return fmt.Errorf("faults.idempotency_conflicts with faults.out_of_order: a reordered original could meet its conflicting request first; use one or the other")
-	}
-	if s.Faults.OutOfOrder > 0 && !s.ParkingOn() {
-		return fmt.Errorf("faults.out_of_order: %v with parking off: gaps would be rejected and retried by redelivery; turn parking on or set out_of_order to 0", s.Faults.OutOfOrder)
+	case f.OutOfOrder > 0 && !s.ParkingOn():
+		return fmt.Errorf("faults.out_of_order: %v with parking off: gaps would be rejected and retried by redelivery; turn parking on or set out_of_order to 0", f.OutOfOrder)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 package workload
 
 import (
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/inboxbench/inboxbench/envelope"
 )
@@ -175,5 +177,145 @@ func TestEncodePadsToMessageSize(t *testing.T) {
 	}
 	if _, err := envelope.Unmarshal(b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPublishedPlan: a stream cut short expects only what was sent, and
+// only what could apply of it.
+func TestPublishedPlan(t *testing.T) {
+	s, err := Parse([]byte("name: cut\nseed: 2\naggregates: 3\nevents: 60\nsnapshot_ratio: 0.2\nfaults:\n  out_of_order: 0.2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Generate(s)
+	all := make([]bool, len(p.Publishes))
+	for i := range all {
+		all[i] = true
+	}
+	full := p.Published(all)
+	if len(full.Events) != len(p.Events) || !maps.Equal(full.Expected, p.Expected) {
+		t.Fatalf("everything sent: %d events %v, want %d %v", len(full.Events), full.Expected, len(p.Events), p.Expected)
+	}
+	half := make([]bool, len(p.Publishes))
+	for i := range len(half) / 2 {
+		half[i] = true
+	}
+	cut := p.Published(half)
+	if len(cut.Events) == 0 || len(cut.Events) >= len(p.Events) {
+		t.Fatalf("half sent: %d of %d events expected", len(cut.Events), len(p.Events))
+	}
+	// Replaying the expected events reaches the expected state, with no
+	// gap left behind.
+	for agg, want := range cut.Expected {
+		var st State
+		for _, e := range cut.Events {
+			if e.Subject != agg {
+				continue
+			}
+			if e.Kind == envelope.Snapshot && e.AggregateVersion > st.Version {
+				st = State{Balance: e.Amount, Version: e.AggregateVersion}
+			} else if e.AggregateVersion == st.Version+1 {
+				st = State{Balance: st.Balance + e.Amount, Version: e.AggregateVersion}
+			}
+		}
+		if st != want {
+			t.Errorf("%s: replay gives %+v, expected %+v", agg, st, want)
+		}
+	}
+}
+
+// TestParseRejectsOutOfBounds: every bound Validate keeps is named with
+// the field when a file breaks it. NaN and infinities first: a NaN passes
+// every comparison, and zipf with s: .nan never finishes generating.
+func TestParseRejectsOutOfBounds(t *testing.T) {
+	for name, tc := range map[string]struct{ in, want string }{
+		"nan zipf s":          {"key_skew: {kind: zipf, s: .nan}\n", "key_skew.s: NaN: not a finite number"},
+		"inf zipf s":          {"key_skew: {kind: zipf, s: .inf}\n", "key_skew.s: +Inf: not a finite number"},
+		"nan hot share":       {"key_skew: {kind: hot, hot_share: .NaN}\n", "key_skew.hot_share: NaN"},
+		"nan unused s":        {"key_skew: {kind: uniform, s: .nan}\n", "key_skew.s: NaN"},
+		"nan ratio":           {"snapshot_ratio: .nan\n", "snapshot_ratio: NaN: not a finite number"},
+		"nan fault":           {"faults: {duplicate_republish: .nan}\n", "faults.duplicate_republish: NaN"},
+		"-inf fault":          {"faults: {publisher_retry: -.inf}\n", "faults.publisher_retry: -Inf"},
+		"inf publish rate":    {"publish_rate: .inf\n", "publish_rate: +Inf: not a finite number"},
+		"nan publish rate":    {"publish_rate: .nan\n", "publish_rate: NaN"},
+		"tiny publish rate":   {"publish_rate: 1e-300\n", "publish_rate: 1e-300 events/s would take more than"},
+		"amount overflow":     {"events: 1000\namount: {min: 1, max: 9223372036854775807}\n", "amount.max: 9223372036854775807: at most 9214157878975800 with 1000 events"},
+		"constant overflow":   {"events: 1000\namount: {distribution: constant, min: 9214157878975801}\n", "amount.min: 9214157878975801: at most 9214157878975800"},
+		"storm too big":       {"faults: {concurrent_duplicates: 0.1, storm_consumers: 33}\n", "faults.storm_consumers: 33: use 2 to 32"},
+		"storm huge unused":   {"faults: {storm_consumers: 100000}\n", "faults.storm_consumers: 100000: use 2 to 32"},
+		"storm negative":      {"faults: {storm_consumers: -1}\n", "faults.storm_consumers: -1"},
+		"restarts too many":   {"faults: {consumer_restarts: 1001}\n", "faults.consumer_restarts: 1001: use 0 to 1000"},
+		"restarts negative":   {"faults: {consumer_restarts: -1}\n", "faults.consumer_restarts: -1: use 0 to 1000"},
+		"message over kafka":  {"message_size: 995917\n", "message_size: 995917: at most 995916 bytes: Kafka's default limit is 1000012 bytes"},
+		"message over 4 MiB":  {"message_size: 4194305\n", "message_size: 4194305: at most 995916"},
+		"message negative":    {"message_size: -1\n", "message_size: -1: must not be negative"},
+		"ratio above one":     {"faults: {crash_after_commit: 1.01}\n", "faults.crash_after_commit: 1.01 is not a ratio"},
+		"negative publish":    {"publish_rate: -1\n", "publish_rate: -1: use 0"},
+		"events beyond bound": {"events: 50000001\n", "events: 50000001: at most 50000000"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse(%q) error = %v, want it to contain %q", tc.in, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestParseAcceptsBounds: the bounds themselves are accepted, so a file
+// at the limit runs.
+func TestParseAcceptsBounds(t *testing.T) {
+	for _, in := range []string{
+		"message_size: 995916\n",
+		"events: 1000\namount: {min: 1, max: 9214157878975800}\n",
+		"faults: {concurrent_duplicates: 0.1, storm_consumers: 32, consumer_restarts: 1000}\n",
+		"publish_rate: 0.001\nevents: 10000\n",
+		"key_skew: {kind: zipf, s: 1e300}\n",
+	} {
+		if _, err := Parse([]byte(in)); err != nil {
+			t.Errorf("Parse(%q): %v", in, err)
+		}
+	}
+}
+
+// TestLargestAmountsFitTheOracle generates a stream at the amount bound
+// with every event on one aggregate's side (hot skew): the oracle's
+// balance stays positive, i.e. it did not wrap around.
+func TestLargestAmountsFitTheOracle(t *testing.T) {
+	s := spec(t, "aggregates: 2\nevents: 1000\namount: {distribution: constant, min: 9214157878975800}\nkey_skew: {kind: hot, hot_share: 0.999}\n")
+	p := Generate(s)
+	for agg, st := range p.Expected {
+		if st.Balance <= 0 || st.Balance != st.Version*s.Amount.Min {
+			t.Fatalf("%s: balance %d after %d events of %d: the sum overflowed", agg, st.Balance, st.Version, s.Amount.Min)
+		}
+	}
+}
+
+// TestEncodeAtMessageSizeBound measures what the encoder adds over
+// message_size: a padded envelope is exactly message_size bytes, and the
+// largest unpadded one (an idempotency-keyed, republished event with its
+// intended send time) stays far below the headroom kept for Kafka's
+// record framing, key and headers.
+func TestEncodeAtMessageSizeBound(t *testing.T) {
+	s := spec(t, "aggregates: 999999\nevents: 1000000\nmessage_size: 995916\namount: {min: 9000000000000, max: 9000000000000}\n")
+	e := &envelope.Event{SpecVersion: envelope.SpecVersion, Source: Source, ID: EventID(AggregateID(999999), 1000000) + "-conflict",
+		Type: "account.snapshot", Time: epoch, Subject: "conflict-" + AggregateID(999999), AggregateVersion: 1000000,
+		Kind: envelope.Snapshot, Amount: 9223372036854775807, IdempotencyKey: "req-" + EventID(AggregateID(999999), 1000000),
+		Tenant: "tenant-1", Operation: "credit", Attempt: 1000, IntendedAt: epoch.Add(time.Hour)}
+	b, err := s.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != MaxMessageSize {
+		t.Fatalf("encoded %d bytes at message_size %d: the padding is off", len(b), MaxMessageSize)
+	}
+	s.MessageSize = 0
+	natural, err := s.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("largest unpadded envelope: %d bytes", len(natural))
+	if len(natural) > RecordHeadroom/4 {
+		t.Fatalf("an unpadded envelope takes %d bytes: more than a quarter of the %d-byte headroom", len(natural), RecordHeadroom)
 	}
 }

@@ -138,38 +138,40 @@ func parseOptions(driver string, opts brokers.Options) (settings, error) {
 }
 
 // ClientOpts turns the endpoint configuration into franz-go options:
-// seeds, TLS (system roots, or KafkaCAFile; a CA file implies TLS) and SASL
+// seeds, TLS (system roots, or the CA file; a CA file implies TLS) and SASL
 // (plain, SCRAM). The stack's readiness check uses it too, so a cluster
 // that `bench stack status` reaches is one the driver reaches.
 func ClientOpts(cfg config.Config) ([]kgo.Opt, error) {
-	if len(cfg.KafkaBrokers) == 0 {
+	seeds, caFile := cfg.List(SettingBrokers), cfg.Get(SettingCAFile)
+	if len(seeds) == 0 {
 		return nil, errors.New("kafka: no seed brokers configured (INBOXBENCH_KAFKA_BROKERS / --kafka-brokers)")
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...)}
-	if cfg.KafkaTLS || cfg.KafkaCAFile != "" {
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...)}
+	if cfg.Bool(SettingTLS) || caFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.KafkaCAFile != "" {
-			pem, err := os.ReadFile(cfg.KafkaCAFile)
+		if caFile != "" {
+			pem, err := os.ReadFile(caFile)
 			if err != nil {
 				return nil, fmt.Errorf("kafka: read CA file (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file): %w", err)
 			}
 			tc.RootCAs = x509.NewCertPool()
 			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("kafka: CA file %s holds no PEM certificate (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file)", cfg.KafkaCAFile)
+				return nil, fmt.Errorf("kafka: CA file %s holds no PEM certificate (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file)", caFile)
 			}
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
-	switch strings.ToLower(cfg.KafkaSASL) {
+	user, pass := cfg.Get(SettingUser), cfg.Get(SettingPassword)
+	switch mech := cfg.Get(SettingSASL); strings.ToLower(mech) {
 	case "":
 	case "plain":
-		opts = append(opts, kgo.SASL(plain.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsMechanism()))
+		opts = append(opts, kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
 	case "scram-sha-256":
-		opts = append(opts, kgo.SASL(scram.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsSha256Mechanism()))
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
 	case "scram-sha-512":
-		opts = append(opts, kgo.SASL(scram.Auth{User: cfg.KafkaUser, Pass: cfg.KafkaPassword}.AsSha512Mechanism()))
+		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
 	default:
-		return nil, fmt.Errorf("kafka: SASL mechanism %q is not supported: use plain, scram-sha-256 or scram-sha-512 (INBOXBENCH_KAFKA_SASL / --kafka-sasl)", cfg.KafkaSASL)
+		return nil, fmt.Errorf("kafka: SASL mechanism %q is not supported: use plain, scram-sha-256 or scram-sha-512 (INBOXBENCH_KAFKA_SASL / --kafka-sasl)", mech)
 	}
 	return opts, nil
 }

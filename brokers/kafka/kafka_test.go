@@ -10,6 +10,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers/brokertest"
 	"github.com/inboxbench/inboxbench/brokers/kafka"
 	"github.com/inboxbench/inboxbench/internal/testenv"
+	"github.com/inboxbench/inboxbench/workload"
 )
 
 func newReal(tb testing.TB) brokers.Broker {
@@ -99,5 +100,27 @@ func TestRegistered(t *testing.T) {
 	names := strings.Join(brokers.Names(), ",")
 	if !strings.Contains(names, kafka.Name) || !strings.Contains(names, kafka.EmbeddedName) {
 		t.Fatalf("registry holds %s", names)
+	}
+}
+
+// The largest message_size a workload accepts fits Kafka's default limit,
+// the smallest of the three brokers'.
+func TestLargestWorkloadMessage(t *testing.T) { brokertest.LargestWorkloadMessage(t, newReal) }
+
+// One byte over the limit the workload bound is derived from fails: the
+// limit is real, so the bound is not just a guess.
+func TestMessageOverBatchLimitFails(t *testing.T) {
+	b := newReal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topic := brokertest.UniqueName(t, "ib")
+	if err := b.Setup(ctx, topic, 1); err != nil {
+		t.Fatal(err)
+	}
+	defer b.(*kafka.Broker).DeleteTopic(ctx, topic)
+	msg := brokers.Message{Key: "k", ID: "too-large", Body: make([]byte, workload.KafkaBatchLimit)}
+	err := brokers.FirstError(b.Publish(ctx, topic, []brokers.Message{msg}))
+	if err == nil || !strings.Contains(err.Error(), "MESSAGE_TOO_LARGE") {
+		t.Fatalf("publishing %d bytes: want MESSAGE_TOO_LARGE, got %v", len(msg.Body), err)
 	}
 }

@@ -4,7 +4,7 @@
 // shard, with the same batch, retry, reject and crash semantics as the
 // broker drivers, so a run with --brokers none measures the inbox alone
 // under the same concurrency. Its figures are the denominator for the
-// through-broker ratios (DESIGN.md, "Measuring honestly").
+// through-broker ratios (Capabilities.Baseline; the README's "vs none").
 //
 // Sharding: keys are hashed onto the topic's shards exactly as the
 // rabbitmq driver does (driverutil.Shard), so both spread a workload's
@@ -128,6 +128,7 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 		DeliveryCount:  true,
 		DeadLetter:     true,
 		InProcess:      true,
+		Baseline:       true,
 		Description: "database-only baseline: no broker, no network — in-process per-shard queues (keys hashed as " +
 			"rabbitmq does), one handler goroutine per shard with the same batch/retry/reject/crash semantics, " +
 			"so it measures the inbox alone with the same concurrency",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -16,11 +17,12 @@ import (
 
 // publisher is one confirm-mode channel, used by one Publish call at a time.
 type publisher struct {
-	b   *Broker
-	mu  sync.Mutex
-	ch  *amqp.Channel
-	ret chan amqp.Return // basic.return of mandatory messages nobody could route
-	seq uint64
+	b    *Broker
+	mu   sync.Mutex
+	conn *amqp.Connection // ch's connection
+	ch   *amqp.Channel
+	ret  chan amqp.Return // basic.return of mandatory messages nobody could route
+	seq  uint64
 }
 
 // channel returns the publisher's confirm channel, reopening it after a
@@ -45,7 +47,7 @@ func (p *publisher) channel() (*amqp.Channel, error) {
 	// reader delivers a return before the matching ack, so once the ack
 	// is seen the return is already in this channel.
 	p.ret = ch.NotifyReturn(make(chan amqp.Return, 256))
-	p.ch = ch
+	p.ch, p.conn = ch, conn
 	return ch, nil
 }
 
@@ -58,6 +60,21 @@ func (p *publisher) close() {
 	}
 }
 
+// abandon drops the channel without waiting for the broker: a channel
+// with unconfirmed messages must not carry the next batch (late confirms
+// would mix), and a close handshake can hang on a blocked connection.
+func (p *publisher) abandon() {
+	if ch := p.ch; ch != nil {
+		go ch.Close() //nolint:errcheck // ends when the connection does at the latest
+		p.ch = nil
+	}
+}
+
+// publish sends msgs on the publisher's channel and waits for their
+// confirms, at most the broker's confirm timeout. At the deadline it closes
+// the publishing connection (with a deadline of its own): that ends a send
+// stuck in a socket write, which is where a large batch waits while an
+// alarm blocks the connection, and every confirm wait with it.
 func (p *publisher) publish(ctx context.Context, topic string, shards int, msgs []brokers.Message, errs []error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -68,6 +85,50 @@ func (p *publisher) publish(ctx context.Context, topic string, shards int, msgs 
 		}
 		return
 	}
+	conn := p.conn
+	bctx, cancel := context.WithTimeout(ctx, p.b.confirmTimeout)
+	defer cancel()
+	var timedOut atomic.Pointer[string] // the block reason at the deadline ("" if not blocked)
+	fired := make(chan struct{})
+	stop := context.AfterFunc(bctx, func() {
+		defer close(fired)
+		if ctx.Err() != nil {
+			return // the caller gave up: not a timeout
+		}
+		reason := p.b.blockedReason(conn)
+		timedOut.Store(&reason)
+		_ = conn.CloseDeadline(time.Now().Add(time.Second))
+	})
+
+	confirms, seqs := p.send(bctx, ch, topic, shards, msgs, errs)
+	returned := p.await(bctx, topic, msgs, confirms, seqs, errs)
+	if !stop() {
+		<-fired // the deadline (or the caller) ended the batch
+	}
+	if r := timedOut.Load(); r != nil {
+		for i, dc := range confirms {
+			if dc == nil || !dc.Acked() {
+				errs[i] = p.timeoutError(msgs[i].ID, topic, *r)
+			}
+		}
+	}
+	for i, why := range returned {
+		errs[i] = fmt.Errorf("rabbitmq: publish %s to %s: unroutable, returned by the broker: %s", msgs[i].ID, topic, why)
+	}
+	if bctx.Err() != nil {
+		p.abandon()
+	}
+	var ae *amqp.Error
+	for _, e := range errs {
+		if errors.As(e, &ae) {
+			p.ch = nil
+			break
+		}
+	}
+}
+
+// send publishes msgs in order; a failure fails the rest of the batch.
+func (p *publisher) send(ctx context.Context, ch *amqp.Channel, topic string, shards int, msgs []brokers.Message, errs []error) ([]*amqp.DeferredConfirmation, map[string]int) {
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	seqs := make(map[string]int, len(msgs))
 	for i, m := range msgs {
@@ -78,6 +139,7 @@ func (p *publisher) publish(ctx context.Context, topic string, shards int, msgs 
 		for k, v := range m.Headers {
 			h[k] = v
 		}
+		var err error
 		confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, amqp.Publishing{
 			DeliveryMode: amqp.Persistent,
 			ContentType:  "application/cloudevents+json",
@@ -95,24 +157,17 @@ func (p *publisher) publish(ctx context.Context, topic string, shards int, msgs 
 		}
 		seqs[seq] = i
 	}
+	return confirms, seqs
+}
+
+// await waits for each confirm (or ctx), collecting basic.returns of
+// unroutable messages by index.
+func (p *publisher) await(ctx context.Context, topic string, msgs []brokers.Message, confirms []*amqp.DeferredConfirmation, seqs map[string]int, errs []error) map[int]string {
 	returned := map[int]string{}
 	note := func(r amqp.Return) {
 		if s, _ := r.Headers[headerSeq].(string); s != "" {
 			if i, ok := seqs[s]; ok {
 				returned[i] = fmt.Sprintf("%d %s (queue %s missing?)", r.ReplyCode, r.ReplyText, r.RoutingKey)
-			}
-		}
-	}
-	drain := func() {
-		for {
-			select {
-			case r, ok := <-p.ret:
-				if !ok {
-					return
-				}
-				note(r)
-			default:
-				return
 			}
 		}
 	}
@@ -136,28 +191,30 @@ func (p *publisher) publish(ctx context.Context, topic string, shards int, msgs 
 				waiting = false
 			}
 		}
-		if errs[i] != nil {
-			continue
-		}
-		if !dc.Acked() {
+		if errs[i] == nil && !dc.Acked() {
 			errs[i] = fmt.Errorf("rabbitmq: publish %s to %s: broker nacked the message (or the channel closed before confirming)", msgs[i].ID, topic)
 		}
 	}
-	drain()
-	for i, why := range returned {
-		errs[i] = fmt.Errorf("rabbitmq: publish %s to %s: unroutable, returned by the broker: %s", msgs[i].ID, topic, why)
-	}
-	if ctx.Err() != nil && p.ch != nil {
-		// Unconfirmed messages may still be confirmed later on this channel;
-		// start the next batch on a fresh one so confirms cannot mix.
-		_ = p.ch.Close()
-		p.ch = nil
-	}
-	var ae *amqp.Error
-	for _, e := range errs {
-		if errors.As(e, &ae) {
-			p.ch = nil
-			break
+	for ret != nil { // drain what arrived with the last acks
+		select {
+		case r, ok := <-ret:
+			if !ok {
+				return returned
+			}
+			note(r)
+		default:
+			return returned
 		}
 	}
+	return returned
+}
+
+// timeoutError explains a batch that was not confirmed in time, naming the
+// resource alarm when the broker had blocked the connection.
+func (p *publisher) timeoutError(id, topic, blocked string) error {
+	if blocked != "" {
+		return fmt.Errorf("rabbitmq: publish %s to %s: %w: %s (memory or disk alarm), no confirm within %s: the broker accepts no message while the alarm lasts; free memory or disk on the broker, or raise vm_memory_high_watermark / disk_free_limit (`rabbitmq-diagnostics alarms` lists them)",
+			id, topic, ErrBlocked, blocked, p.b.confirmTimeout)
+	}
+	return fmt.Errorf("rabbitmq: publish %s to %s: no publisher confirm within %s (option %s): the broker is overloaded or unreachable", id, topic, p.b.confirmTimeout, OptConfirmTimeout)
 }

@@ -8,8 +8,10 @@
 // default exchange with the routing key of the shard queue; the driver
 // hashes the ordering key onto a shard (FNV-1a), so one key always lands in
 // one queue. Messages are persistent and mandatory, and Publish waits for
-// each publisher confirm; a message the broker returns as unroutable is an
-// error, not a silent drop.
+// each publisher confirm, at most OptConfirmTimeout per call (a resource
+// alarm blocks publishing connections: the error then names it, see
+// ErrBlocked); a message the broker returns as unroutable is an error, not
+// a silent drop.
 //
 // Ordering: single-active-consumer means one consumer per queue at a time,
 // and the driver handles a queue's deliveries in order (one channel and one
@@ -82,9 +84,24 @@ const (
 	// OptPublishChannels is the number of confirm-mode channels Publish
 	// spreads concurrent calls over (default 4).
 	OptPublishChannels = "publish-channels"
+	// OptConfirmTimeout bounds how long one Publish call waits for its
+	// batch to be sent and confirmed (Go duration, default 30s). Past it
+	// the unconfirmed messages fail, naming the resource alarm when the
+	// broker had blocked the connection.
+	OptConfirmTimeout = "confirm-timeout"
 )
 
-const dialTimeout = 10 * time.Second
+// DefaultConfirmTimeout is OptConfirmTimeout's default.
+const DefaultConfirmTimeout = 30 * time.Second
+
+// ErrBlocked marks a publish that timed out while the broker blocked the
+// publishing connection (connection.blocked: a memory or disk alarm).
+var ErrBlocked = errors.New("RabbitMQ blocked the connection")
+
+const (
+	dialTimeout  = 10 * time.Second
+	closeTimeout = 5 * time.Second
+)
 
 func init() {
 	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
@@ -98,17 +115,30 @@ type Broker struct {
 	pub []*publisher
 	rr  uint64
 
+	confirmTimeout time.Duration
+
 	mu     sync.Mutex
 	shards map[string]int
 	subs   map[*subscription]struct{}
 	closed bool
 	conn   *amqp.Connection // for publishing and topology; reopened when lost
+	// blocked is the reason the broker gave when it blocked conn
+	// (connection.blocked), "" while it is not blocked.
+	blocked string
 }
 
 // New validates the options; connections are opened on first use.
 func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, error) {
-	if err := brokers.CheckOptions(Name, opts, OptPublishChannels); err != nil {
+	if err := brokers.CheckOptions(Name, opts, OptPublishChannels, OptConfirmTimeout); err != nil {
 		return nil, err
+	}
+	confirmTimeout := DefaultConfirmTimeout
+	if v, ok := opts[OptConfirmTimeout]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("rabbitmq: option %s=%q: want a positive Go duration such as 30s", OptConfirmTimeout, v)
+		}
+		confirmTimeout = d
 	}
 	n := 4
 	if v, ok := opts[OptPublishChannels]; ok {
@@ -117,7 +147,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 			return nil, fmt.Errorf("rabbitmq: option %s=%q: want 1…64", OptPublishChannels, v)
 		}
 	}
-	b := &Broker{url: cfg.RabbitMQURL, shards: map[string]int{}, subs: map[*subscription]struct{}{}}
+	b := &Broker{url: cfg.Get(SettingURL), confirmTimeout: confirmTimeout, shards: map[string]int{}, subs: map[*subscription]struct{}{}}
 	for i := 0; i < n; i++ {
 		b.pub = append(b.pub, &publisher{b: b})
 	}
@@ -163,8 +193,41 @@ func (b *Broker) connection() (*amqp.Connection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: connect: %w", err)
 	}
-	b.conn = conn
+	b.conn, b.blocked = conn, ""
+	b.watchBlocked(conn)
 	return conn, nil
+}
+
+// watchBlocked follows connection.blocked/unblocked for conn: RabbitMQ
+// stops reading from a publishing connection while a memory or disk alarm
+// is on, so nothing it sends is confirmed until the alarm clears.
+func (b *Broker) watchBlocked(conn *amqp.Connection) {
+	notes := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	go func() {
+		for n := range notes {
+			b.mu.Lock()
+			if b.conn == conn {
+				b.blocked = ""
+				if n.Active {
+					b.blocked = n.Reason
+					if b.blocked == "" {
+						b.blocked = "no reason given"
+					}
+				}
+			}
+			b.mu.Unlock()
+		}
+	}()
+}
+
+// blockedReason is why the broker blocks conn, or "" when it does not.
+func (b *Broker) blockedReason(conn *amqp.Connection) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn != conn {
+		return ""
+	}
+	return b.blocked
 }
 
 // channel opens a short-lived channel for topology work: a failed declare
@@ -316,13 +379,15 @@ func (b *Broker) Close() error {
 	conn := b.conn
 	b.mu.Unlock()
 	errs := []error{driverutil.CloseAll(subs)}
-	for _, p := range b.pub {
-		p.close()
-	}
+	// The connection first, with a deadline: a blocked connection (resource
+	// alarm) answers no close, and closing it closes its channels.
 	if conn != nil && !conn.IsClosed() {
-		if err := conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
+		if err := conn.CloseDeadline(time.Now().Add(closeTimeout)); err != nil && !errors.Is(err, amqp.ErrClosed) && b.blockedReason(conn) == "" {
 			errs = append(errs, fmt.Errorf("rabbitmq: close connection: %w", err))
 		}
+	}
+	for _, p := range b.pub {
+		p.close()
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,8 @@ package rabbitmq_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/brokertest"
 	"github.com/inboxbench/inboxbench/brokers/rabbitmq"
+	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
@@ -84,5 +87,108 @@ func TestSetupRejectsFewerShards(t *testing.T) {
 	}
 	if err := b.Setup(ctx, topic, 2); err == nil {
 		t.Fatal("Setup with fewer shards than exist succeeded")
+	}
+}
+
+// The largest message_size a workload accepts goes through at the
+// broker's default limits.
+func TestLargestWorkloadMessage(t *testing.T) { brokertest.LargestWorkloadMessage(t, newBroker) }
+
+// TestPublishBlockedByAlarmFailsNamingIt raises a real memory alarm on the
+// running broker (a watermark of almost nothing, through the node's own
+// rabbitmqctl) and publishes: RabbitMQ blocks the publishing connection
+// and confirms nothing, and Publish must fail within its confirm timeout,
+// naming the alarm, instead of waiting for as long as the run lasts. Then
+// the watermark is restored (also in a cleanup, whatever happens) and
+// publishing works again. The alarm lasts a few seconds: the broker is
+// shared.
+func TestPublishBlockedByAlarmFailsNamingIt(t *testing.T) {
+	cfg := testenv.Require(t, testenv.RabbitMQ)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	node, e := &compose.RabbitMQ{}, &compose.Env{Dir: testenv.StackDir(t, cfg), Cfg: cfg, Out: io.Discard}
+	limit := func() string {
+		out, err := node.Ctl(ctx, e, "eval", "vm_memory_monitor:get_memory_limit().")
+		if err != nil {
+			t.Fatalf("this test raises an alarm with the stack's own rabbitmqctl: %v", err)
+		}
+		return strings.TrimSpace(out)
+	}
+	before := limit()
+
+	const timeout = 2 * time.Second
+	b, err := rabbitmq.New(ctx, cfg, brokers.Options{rabbitmq.OptConfirmTimeout: timeout.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	topic := brokertest.UniqueName(t, "ib")
+	if err := b.Setup(ctx, topic, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.DeleteTopic(context.Background(), topic) })
+	msgs := brokertest.Events(t, "e", 4, 4, 512)
+	if err := brokers.FirstError(b.Publish(ctx, topic, msgs)); err != nil {
+		t.Fatalf("publish before the alarm: %v", err)
+	}
+
+	restored := false
+	restore := func() {
+		if restored {
+			return
+		}
+		if _, err := node.Ctl(context.Background(), e, "set_vm_memory_high_watermark", "absolute", compose.RabbitMQMemoryWatermark); err != nil {
+			t.Errorf("RESTORE THE WATERMARK BY HAND (rabbitmqctl set_vm_memory_high_watermark absolute %s): %v", compose.RabbitMQMemoryWatermark, err)
+			return
+		}
+		restored = true
+	}
+	t.Cleanup(restore)
+	if _, err := node.Ctl(ctx, e, "set_vm_memory_high_watermark", "0.0000001"); err != nil {
+		t.Fatal(err)
+	}
+	var took time.Duration
+	for deadline := time.Now().Add(30 * time.Second); err == nil; {
+		if time.Now().After(deadline) {
+			restore()
+			t.Fatal("publishing went on for 30s with a watermark of almost nothing: no alarm blocked it")
+		}
+		start := time.Now()
+		err = brokers.FirstError(b.Publish(ctx, topic, msgs))
+		took = time.Since(start)
+	}
+	restore()
+
+	t.Logf("publish under the alarm failed after %s: %v", took.Round(time.Millisecond), err)
+	if !errors.Is(err, rabbitmq.ErrBlocked) || !strings.Contains(err.Error(), "memory or disk alarm") {
+		t.Errorf("the error does not name the alarm: %v", err)
+	}
+	if took > timeout+5*time.Second {
+		t.Errorf("Publish returned after %s, the confirm timeout is %s", took, timeout)
+	}
+	if after := limit(); after != before {
+		t.Errorf("memory limit %s after restoring, %s before", after, before)
+	}
+	// The driver recovers once the alarm clears.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		err := brokers.FirstError(b.Publish(ctx, topic, msgs))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publishing still fails 30s after the alarm was cleared: %v", err)
+		}
+	}
+}
+
+func TestConfirmTimeoutOption(t *testing.T) {
+	cfg := testenv.Config(t)
+	for _, bad := range []string{"0s", "-1s", "soon"} {
+		if _, err := rabbitmq.New(context.Background(), cfg, brokers.Options{rabbitmq.OptConfirmTimeout: bad}); err == nil || !strings.Contains(err.Error(), rabbitmq.OptConfirmTimeout) {
+			t.Errorf("%s=%q: error %v, want one naming the option", rabbitmq.OptConfirmTimeout, bad, err)
+		}
+	}
+	if _, err := rabbitmq.New(context.Background(), cfg, brokers.Options{rabbitmq.OptConfirmTimeout: "500ms"}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/brokertest"
+	"github.com/inboxbench/inboxbench/brokers/rocketmq"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
@@ -36,7 +37,7 @@ func TestLibraryPitfallOrderlyRetryLaterDrops(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	pc, err := consumer.NewPushConsumer(
-		consumer.WithNsResolver(primitive.NewPassthroughResolver(cfg.RocketMQNamesrv)),
+		consumer.WithNsResolver(primitive.NewPassthroughResolver(cfg.List(rocketmq.SettingNamesrv))),
 		consumer.WithGroupName(brokertest.UniqueName(t, "g")),
 		consumer.WithInstance(brokertest.UniqueName(t, "i")),
 		consumer.WithConsumerModel(consumer.Clustering),

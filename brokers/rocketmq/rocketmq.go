@@ -149,7 +149,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 	if err := brokers.CheckOptions(Name, opts, OptBrokerAddrs, OptLogLevel, OptSendTimeout); err != nil {
 		return nil, err
 	}
-	if len(cfg.RocketMQNamesrv) == 0 {
+	if len(cfg.List(SettingNamesrv)) == 0 {
 		return nil, errors.New("rocketmq: no name server configured (INBOXBENCH_ROCKETMQ_NAMESRV / --rocketmq-namesrv)")
 	}
 	// The client logs routine teardown (and the chatter of goroutines that
@@ -166,8 +166,8 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 	}
 	rlog.SetLogLevel(level)
 	b := &Broker{
-		namesrv:     cfg.RocketMQNamesrv,
-		creds:       primitive.Credentials{AccessKey: cfg.RocketMQAccessKey, SecretKey: cfg.RocketMQSecretKey},
+		namesrv:     cfg.List(SettingNamesrv),
+		creds:       primitive.Credentials{AccessKey: cfg.Get(SettingAccessKey), SecretKey: cfg.Get(SettingSecretKey)},
 		sendTimeout: 10 * time.Second,
 		instance:    fmt.Sprintf("inboxbench-%d", time.Now().UnixNano()),
 		subs:        map[*subscription]struct{}{},

@@ -35,3 +35,7 @@ func BenchmarkRaw1KiB(b *testing.B) {
 func BenchmarkDrain1KiB(b *testing.B) {
 	brokertest.BenchMaxBatch(b, newBroker, brokertest.BenchOptions{Size: 1024, Preload: true}, 1, 100)
 }
+
+// The largest message_size a workload accepts goes through at the
+// broker's default limits.
+func TestLargestWorkloadMessage(t *testing.T) { brokertest.LargestWorkloadMessage(t, newBroker) }

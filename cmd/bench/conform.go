@@ -19,11 +19,7 @@ import (
 )
 
 func newConformCmd(cfg *config.Config) *cobra.Command {
-	var (
-		brokerList, scenarioList, strategyList, out, runID string
-		list                                               bool
-		files                                              []string
-	)
+	var fl conformFlags
 	cmd := &cobra.Command{
 		Use:   "conform",
 		Short: "Judge broker + inbox setups: the article's experiments and real faults on every broker × strategy",
@@ -45,98 +41,116 @@ failure of the suite.`,
   bench conform --brokers kafka,rocketmq --scenarios order,reorder`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if list {
-				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "SCENARIO\tTIMEOUT\tCATCHES\tPROVES")
-				for _, s := range conform.Scenarios() {
-					catches := strings.Join(s.Catches, ",")
-					if catches == "" {
-						catches = "-"
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Timeout, catches, s.Proves)
-				}
-				return tw.Flush()
+			if fl.list {
+				return listScenarios()
 			}
-			var names []string
-			if scenarioList != "" {
-				names = strings.Split(scenarioList, ",")
-			}
-			scs, err := conform.Select(names)
-			if err != nil {
-				return usageError{err}
-			}
-			bs, err := parseBrokers(brokerList)
-			if err != nil {
-				return err
-			}
-			sts, err := conformStrategies(strategyList)
-			if err != nil {
-				return err
-			}
-			extra, err := loadStrategyFiles(files)
-			if err != nil {
-				return err
-			}
-			sts = append(sts, extra...)
-			servers, err := checkServices(c.Context(), cfg, bs)
-			if err != nil {
-				return err
-			}
-			if runID == "" {
-				runID = runner.NewRunID() + "-conform"
-			}
-			stackDir, _ := compose.AbsDir(cfg.StackDir)
-			workerCmd, err := workerCommand()
-			if err != nil {
-				return err
-			}
-			start := time.Now().UTC()
-			fmt.Fprintf(os.Stderr, "conform %s: %d scenarios × %d brokers, strategies %s\n", runID, len(scs), len(bs), strategyNames(sts))
-			rows := conform.Run(c.Context(), conform.Options{
-				Env:       conform.Env{Cfg: *cfg, StackDir: stackDir, Out: os.Stdout, WorkerCmd: workerCmd},
-				Scenarios: scs, Brokers: bs, Strategies: sts, Progress: os.Stderr,
-			})
-			doc := &results.Conformance{RunID: runID, StartedAt: start, FinishedAt: time.Now().UTC(), Rows: rows,
-				Env: results.Env{Brokers: map[string]string{}, Notes: []string{"scenarios: " + scenarioList}}}
-			for k, v := range servers {
-				if k == "postgres" {
-					doc.Env.Postgres = v
-				} else {
-					doc.Env.Brokers[k] = v
-				}
-			}
-			path, err := doc.Write(filepath.Join(out, runID))
-			if err != nil {
-				return err
-			}
-			printMatrix(rows)
-			sum := results.Summarize(rows)
-			fmt.Printf("\n%d of %d cells as expected; mutation score %d/%d", sum.AsExpected, sum.Rows, sum.BrokenCaught, sum.BrokenTotal)
-			if sum.BrokenTotal > 0 {
-				fmt.Printf(" (%.0f%%)", 100*sum.MutationScore)
-			}
-			if len(sum.Survivors) > 0 {
-				fmt.Printf("; not caught: %s", strings.Join(sum.Survivors, ", "))
-			}
-			fmt.Printf("\nresult: %s\n", path)
-			if c.Context().Err() != nil {
-				return c.Context().Err()
-			}
-			if sum.Verdict != results.VerdictPass || len(sum.Survivors) > 0 {
-				return failure{"conformance: some cells were not as expected"}
-			}
-			return nil
+			return runConform(c, cfg, &fl)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokerList, "brokers", "rabbitmq,kafka,rocketmq", "comma-separated brokers (none and kafka-embedded work too)")
-	f.StringVar(&scenarioList, "scenarios", "", "comma-separated scenarios (default: all; see --list)")
-	f.StringVar(&strategyList, "strategies", "all,broken", "comma-separated strategies; 'all' = every correct one, 'broken' = every negative control")
-	f.StringVar(&out, "out", "results", "directory that receives the run directory")
-	f.StringVar(&runID, "run-id", "", "name of the run directory (default: UTC timestamp + -conform)")
-	f.BoolVar(&list, "list", false, "list the scenarios with what each proves, and exit")
-	f.StringArrayVar(&files, "strategy-file", nil, strategyFileHelp)
+	f.StringVar(&fl.brokers, "brokers", "rabbitmq,kafka,rocketmq", "comma-separated brokers (none and kafka-embedded work too)")
+	f.StringVar(&fl.scenarios, "scenarios", "", "comma-separated scenarios (default: all; see --list)")
+	f.StringVar(&fl.strategies, "strategies", "all,broken", "comma-separated strategies; 'all' = every correct one, 'broken' = every negative control")
+	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
+	f.StringVar(&fl.runID, "run-id", "", "name of the run directory (default: UTC timestamp + -conform)")
+	f.BoolVar(&fl.list, "list", false, "list the scenarios with what each proves, and exit")
+	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
 	return cmd
+}
+
+// conformFlags are the flags of 'bench conform'.
+type conformFlags struct {
+	brokers, scenarios, strategies, out, runID string
+	list                                       bool
+	files                                      []string
+}
+
+// listScenarios prints every scenario with what it proves and catches.
+func listScenarios() error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tTIMEOUT\tCATCHES\tPROVES")
+	for _, s := range conform.Scenarios() {
+		catches := strings.Join(s.Catches, ",")
+		if catches == "" {
+			catches = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, s.Timeout, catches, s.Proves)
+	}
+	return tw.Flush()
+}
+
+// runConform runs the matrix, writes conform.json and prints the matrix
+// and the mutation score.
+func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
+	var names []string
+	if fl.scenarios != "" {
+		names = strings.Split(fl.scenarios, ",")
+	}
+	scs, err := conform.Select(names)
+	if err != nil {
+		return usageError{err}
+	}
+	bs, err := parseBrokers(fl.brokers)
+	if err != nil {
+		return err
+	}
+	sts, err := conformStrategies(fl.strategies)
+	if err != nil {
+		return err
+	}
+	extra, err := loadStrategyFiles(fl.files)
+	if err != nil {
+		return err
+	}
+	sts = append(sts, extra...)
+	servers, err := checkServices(c.Context(), cfg, bs)
+	if err != nil {
+		return err
+	}
+	if fl.runID == "" {
+		fl.runID = runner.NewRunID() + "-conform"
+	}
+	stackDir, _ := compose.AbsDir(cfg.StackDir)
+	workerCmd, err := workerCommand()
+	if err != nil {
+		return err
+	}
+	start := time.Now().UTC()
+	fmt.Fprintf(os.Stderr, "conform %s: %d scenarios × %d brokers, strategies %s\n", fl.runID, len(scs), len(bs), strategyNames(sts))
+	rows := conform.Run(c.Context(), conform.Options{
+		Env:       conform.Env{Cfg: *cfg, StackDir: stackDir, Out: os.Stdout, WorkerCmd: workerCmd},
+		Scenarios: scs, Brokers: bs, Strategies: sts, Progress: os.Stderr,
+	})
+	scenarioNote := "scenarios: " + fl.scenarios
+	if fl.scenarios == "" {
+		scenarioNote = "scenarios: all"
+	}
+	doc := conform.Result(fl.runID, start, rows, servers, os.Args, []string{scenarioNote})
+	path, err := doc.Write(filepath.Join(fl.out, fl.runID))
+	if err != nil {
+		return err
+	}
+	_ = results.WriteMatrix(os.Stdout, rows)
+	sum := results.Summarize(rows)
+	fmt.Printf("\n%d of %d cells as expected; mutation score %d/%d", sum.AsExpected, sum.Rows, sum.BrokenCaught, sum.BrokenTotal)
+	if sum.BrokenTotal > 0 {
+		fmt.Printf(" (%.0f%%)", 100*sum.MutationScore)
+	}
+	if len(sum.Survivors) > 0 {
+		fmt.Printf("; not caught: %s", strings.Join(sum.Survivors, ", "))
+	}
+	fmt.Println()
+	for _, t := range results.TallyStrategies(rows) {
+		fmt.Printf("  %s: %d run, %d N/A, %d not as expected\n", t.Strategy, t.Ran, t.NotApplicable, t.Bad)
+	}
+	fmt.Printf("result: %s\n", path)
+	if c.Context().Err() != nil {
+		return c.Context().Err()
+	}
+	if sum.Verdict != results.VerdictPass || len(sum.Survivors) > 0 {
+		return failure{"conformance: some cells were not as expected"}
+	}
+	return nil
 }
 
 // conformStrategies resolves the list; "broken" adds every negative
@@ -182,32 +196,4 @@ func strategyNames(ss []inbox.Strategy) string {
 		n = append(n, s.Name())
 	}
 	return strings.Join(n, ",")
-}
-
-// printMatrix prints scenario × broker → one mark per strategy.
-func printMatrix(rows []results.ConformRow) {
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nSCENARIO\tBROKER\tSTRATEGY\tEXPECTED\tVERDICT\tANOMALIES / ERROR")
-	for _, r := range rows {
-		mark := ""
-		if !r.AsExpected() {
-			mark = "  <-- not as expected"
-		}
-		detail := r.Error
-		if detail == "" {
-			var parts []string
-			for name, n := range r.Anomalies {
-				if n > 0 {
-					ex := ""
-					if len(r.Examples[name]) > 0 {
-						ex = " e.g. " + r.Examples[name][0]
-					}
-					parts = append(parts, fmt.Sprintf("%s=%d%s", name, n, ex))
-				}
-			}
-			detail = strings.Join(parts, "; ")
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", r.Scenario, r.Broker, r.Strategy, r.Expected, r.Verdict, detail, mark)
-	}
-	tw.Flush()
 }

@@ -39,7 +39,7 @@ refused instead of applied again.`,
 	pool := func(c *cobra.Command) (*pgxpool.Pool, error) {
 		p, err := pgxpool.New(c.Context(), cfg.PGURL)
 		if err != nil {
-			return nil, usagef("postgres URL %q: %v", cfg.PGURL, err)
+			return nil, usagef("postgres URL %q: %v", config.Redact(cfg.PGURL), err)
 		}
 		if err := p.Ping(c.Context()); err != nil {
 			p.Close()
@@ -47,6 +47,14 @@ refused instead of applied again.`,
 		}
 		return p, nil
 	}
+	cmd.AddCommand(newMigrateCmd(&schema, pool), newPruneCmd(&schema, pool), newStatsCmd(&schema, pool), newStrategiesCmd())
+	return cmd
+}
+
+// openPool connects to the configured PostgreSQL for an inbox subcommand.
+type openPool func(c *cobra.Command) (*pgxpool.Pool, error)
+
+func newMigrateCmd(schema *string, pool openPool) *cobra.Command {
 	var partitioned bool
 	var interval string
 	var ahead int
@@ -89,17 +97,17 @@ cannot be partitioned.`,
 				return err
 			}
 			defer p.Close()
-			applied, err := inbox.MigrateLayout(c.Context(), p, schema, layout)
+			applied, err := inbox.MigrateLayout(c.Context(), p, *schema, layout)
 			if err != nil {
 				return err
 			}
 			if len(applied) == 0 {
-				fmt.Printf("schema %s is up to date\n", schema)
+				fmt.Printf("schema %s is up to date\n", *schema)
 			} else {
-				fmt.Printf("schema %s: applied migrations %v\n", schema, applied)
+				fmt.Printf("schema %s: applied migrations %v\n", *schema, applied)
 			}
 			if partitioned {
-				s, err := inbox.ReadStats(c.Context(), p, schema)
+				s, err := inbox.ReadStats(c.Context(), p, *schema)
 				if err != nil {
 					return err
 				}
@@ -112,6 +120,10 @@ cannot be partitioned.`,
 	migrate.Flags().BoolVar(&partitioned, "partitioned", false, "create the inbox partitioned by event time (new schemas only)")
 	migrate.Flags().StringVar(&interval, "partition-interval", "", "event-time range of one partition, whole minutes from 1m to 366d (e.g. 1h, 24h, 7d; default 24h, fixed at creation)")
 	migrate.Flags().IntVar(&ahead, "partitions-ahead", inbox.DefaultPartitionsAhead, "partitions to create after the current one (more are made on demand)")
+	return migrate
+}
+
+func newPruneCmd(schema *string, pool openPool) *cobra.Command {
 	var olderThan string
 	var batch int
 	prune := &cobra.Command{
@@ -144,16 +156,16 @@ Keep DURATION longer than every window in which an event can be delivered again.
 			}
 			defer p.Close()
 			start := time.Now()
-			r, err := inbox.ApplyRetention(c.Context(), p, schema, d, batch)
+			r, err := inbox.ApplyRetention(c.Context(), p, *schema, d, batch)
 			if err != nil {
 				return err
 			}
 			took := time.Since(start).Round(time.Millisecond)
 			if !r.Partitioned {
-				fmt.Printf("pruned %d inbox rows older than %s from schema %s in %s\n", r.Rows, olderThan, schema, took)
+				fmt.Printf("pruned %d inbox rows older than %s from schema %s in %s\n", r.Rows, olderThan, *schema, took)
 				return nil
 			}
-			fmt.Printf("dropped %d partitions (%d inbox rows) older than %s from schema %s in %s\n", len(r.Dropped), r.Rows, olderThan, schema, took)
+			fmt.Printf("dropped %d partitions (%d inbox rows) older than %s from schema %s in %s\n", len(r.Dropped), r.Rows, olderThan, *schema, took)
 			for _, pt := range r.Dropped {
 				fmt.Printf("  dropped %s  %s to %s  %d rows\n", pt.Name, pt.From.Format(time.RFC3339), pt.To.Format(time.RFC3339), pt.Rows)
 			}
@@ -165,7 +177,11 @@ Keep DURATION longer than every window in which an event can be delivered again.
 	}
 	prune.Flags().StringVar(&olderThan, "older-than", "", "age bound: rows applied before now minus this are deleted (e.g. 72h, 7d)")
 	prune.Flags().IntVar(&batch, "batch", 5000, "rows deleted per transaction (plain inbox)")
-	stats := &cobra.Command{
+	return prune
+}
+
+func newStatsCmd(schema *string, pool openPool) *cobra.Command {
+	return &cobra.Command{
 		Use:   "stats",
 		Short: "Show inbox rows, size on disk, oldest row, partitions, parked events and idempotency keys",
 		Args:  cobra.NoArgs,
@@ -175,7 +191,7 @@ Keep DURATION longer than every window in which an event can be delivered again.
 				return err
 			}
 			defer p.Close()
-			s, err := inbox.ReadStats(c.Context(), p, schema)
+			s, err := inbox.ReadStats(c.Context(), p, *schema)
 			if err != nil {
 				return err
 			}
@@ -205,7 +221,10 @@ Keep DURATION longer than every window in which an event can be delivered again.
 			return tw.Flush()
 		},
 	}
-	strategies := &cobra.Command{
+}
+
+func newStrategiesCmd() *cobra.Command {
+	return &cobra.Command{
 		Use:   "strategies",
 		Short: "List the inbox strategies (negative controls are marked broken)",
 		Args:  cobra.NoArgs,
@@ -218,8 +237,6 @@ Keep DURATION longer than every window in which an event can be delivered again.
 			return tw.Flush()
 		},
 	}
-	cmd.AddCommand(migrate, prune, stats, strategies)
-	return cmd
 }
 
 // parseAge accepts Go durations plus a day suffix ("7d").

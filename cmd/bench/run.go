@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,16 +23,7 @@ import (
 )
 
 func newRunCmd(cfg *config.Config) *cobra.Command {
-	var (
-		brokerList, strategyList, workloadPath, out, runID string
-		noMeasure, noAudit                                 bool
-		stall, join                                        time.Duration
-		strategyFiles                                      []string
-		workers, remoteWorkers                             int
-		partitioned                                        bool
-		cpuProfile                                         string
-		partitionInterval                                  time.Duration
-	)
+	var fl runFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run a workload through brokers into the inbox, measure it, and check every event took effect once",
@@ -47,7 +38,13 @@ counters (published, deliveries, executions, effects, duplicates,
 redeliveries, gaps, parked, stale, conflicts, retries, errors), lock
 contention sampled every 100ms, and the checker's verdict with named
 anomalies (lost-effect, duplicate-effect, version-gap, stale-applied,
-inbox-without-effect, effect-without-inbox, parked-stuck, conflict-accepted).
+inbox-without-effect, effect-without-inbox, parked-stuck, conflict-accepted,
+dedup-miss).
+
+An event the inbox cannot decide is never acked as applied: a failure that
+may heal is retried (--retry-attempts, --retry-for), one that will not is
+dead-lettered at once, and the cell's verdict is ERROR naming the first
+failure of each kind.
 
 --brokers none drives the same events straight into the inbox with the same
 concurrency: the database-only baseline to compare broker cells with.
@@ -68,80 +65,33 @@ check; negative controls (broken-*) are expected to fail.`,
   bench run --brokers rabbitmq,kafka,rocketmq --workload faults --workers 3`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			spec, err := workload.Load(workloadPath)
-			if err != nil {
-				return usageError{err}
-			}
-			bs, err := parseBrokers(brokerList)
-			if err != nil {
-				return err
-			}
-			strategies := []string{spec.Strategy}
-			if strategyList != "" {
-				ss, err := inbox.Resolve(strategyList)
-				if err != nil {
-					return usagef("--strategies %q: %v", strategyList, err)
-				}
-				strategies = strategies[:0]
-				for _, s := range ss {
-					strategies = append(strategies, s.Name())
-				}
-			} else if _, err := inbox.Lookup(spec.Strategy); err != nil {
-				return usagef("workload %s: strategy: %v", workloadPath, err)
-			}
-			extra, err := loadStrategyFiles(strategyFiles)
-			if err != nil {
-				return err
-			}
-			if len(extra) > 0 && strategyList == "" {
-				strategies = nil // only the files, unless --strategies adds built-ins beside them
-			}
-			servers, err := checkServices(c.Context(), cfg, bs)
-			if err != nil {
-				return err
-			}
-			if workers < 0 || remoteWorkers < 0 {
-				return usagef("--workers and --remote-workers count processes: 0 or more")
-			}
-			if c.Flags().Changed("partition-interval") && !partitioned {
+			if c.Flags().Changed("partition-interval") && !fl.partitioned {
 				return usagef("--partition-interval needs --partitioned-inbox")
 			}
-			if partitioned {
-				if err := inbox.ValidatePartitionInterval(partitionInterval); err != nil {
-					return usagef("--partition-interval: %v", err)
-				}
+			o, err := fl.options(cfg)
+			if err != nil {
+				return err
 			}
-			var workerCmd []string
-			if workers > 0 {
-				if workerCmd, err = workerCommand(); err != nil {
+			if err := o.Validate(); err != nil {
+				return usageError{err}
+			}
+			if o.Servers, err = checkServices(c.Context(), cfg, o.Brokers); err != nil {
+				return err
+			}
+			if fl.cpuProfile != "" {
+				stop, err := startCPUProfile(fl.cpuProfile)
+				if err != nil {
 					return err
 				}
+				defer stop()
 			}
-			if runID == "" && remoteWorkers > 0 {
-				runID = runner.NewRunID()
-			}
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return usagef("--cpuprofile: %v", err)
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpuprofile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
-			}
-			tty := term.IsTerminal(int(os.Stderr.Fd()))
-			run, dir, err := runner.Run(c.Context(), runner.Options{
-				Workers: workers, RemoteWorkers: remoteWorkers, WorkerCmd: workerCmd, JoinTimeout: join,
-				InboxLayout: inbox.Layout{Partitioned: partitioned, Interval: partitionInterval},
-				Cfg:         *cfg, Spec: spec, Brokers: bs, Strategies: strategies, Extra: extra, OutDir: out, RunID: runID,
-				Measure: !noMeasure, Audit: !noAudit, Progress: os.Stderr, TTY: tty, StallTimeout: stall,
-				Args: os.Args, Servers: servers,
-			})
+			run, dir, err := runner.Run(c.Context(), o)
 			if run != nil {
-				printSummary(run)
+				_ = results.WriteSummary(os.Stdout, run)
 				fmt.Printf("\nresult: %s\n", filepath.Join(dir, "result.json"))
+			}
+			if errors.Is(err, runner.ErrRunExists) {
+				return usageError{err}
 			}
 			if err != nil {
 				return strategyFileErr(err)
@@ -150,22 +100,94 @@ check; negative controls (broken-*) are expected to fail.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokerList, "brokers", "none,rabbitmq,kafka,rocketmq", "comma-separated brokers: "+strings.Join(brokers.Names(), ", "))
-	f.StringVar(&workloadPath, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
-	f.StringArrayVar(&strategyFiles, "strategy-file", nil, strategyFileHelp)
-	f.StringVar(&strategyList, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
-	f.StringVar(&out, "out", "results", "directory that receives the run directory")
-	f.StringVar(&runID, "run-id", "", "name of the run directory (default: UTC timestamp)")
-	f.BoolVar(&noMeasure, "no-measure", false, "record no latency histograms (to measure what measuring costs)")
-	f.BoolVar(&noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only)")
-	f.DurationVar(&stall, "stall-timeout", 30*time.Second, "end a cell that makes no progress for this long")
-	f.IntVar(&workers, "workers", 0, "run the consumers as this many 'bench worker' processes (0: goroutines of this process)")
-	f.IntVar(&remoteWorkers, "remote-workers", 0, "also wait in each cell for this many workers started elsewhere with 'bench worker --run-id RUN_ID'")
-	f.DurationVar(&join, "join-timeout", 2*time.Minute, "how long a cell waits for its workers to join")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process to the file (go tool pprof FILE): where the harness itself spends its time")
-	f.BoolVar(&partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
-	f.DurationVar(&partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
+	f.StringVar(&fl.brokers, "brokers", "none,rabbitmq,kafka,rocketmq", "comma-separated brokers: "+strings.Join(brokers.Names(), ", "))
+	f.StringVar(&fl.workload, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
+	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
+	f.StringVar(&fl.strategies, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
+	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
+	f.StringVar(&fl.runID, "run-id", "", "name of the run: its directory, schemas and topics (default: UTC timestamp); a used one is refused")
+	f.BoolVar(&fl.replace, "replace", false, "reuse --run-id: drop the schemas, topics and results an earlier run of it left, first")
+	f.BoolVar(&fl.noMeasure, "no-measure", false, "record no latency histograms (to measure what measuring costs)")
+	f.BoolVar(&fl.noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only)")
+	f.DurationVar(&fl.stall, "stall-timeout", 30*time.Second, "end a cell in which no delivery was acked or dead-lettered for this long")
+	f.IntVar(&fl.retryAttempts, "retry-attempts", runner.DefaultRetryBound.Attempts, "dead-letter a delivery whose event failed with a retryable error this many times (lock timeouts, serialization failures …; permanent errors are dead-lettered at once)")
+	f.DurationVar(&fl.retryFor, "retry-for", runner.DefaultRetryBound.For, "…or this long after its first failure, whichever comes first")
+	f.IntVar(&fl.workers, "workers", 0, "run the consumers as this many 'bench worker' processes (0: goroutines of this process)")
+	f.IntVar(&fl.remoteWorkers, "remote-workers", 0, "also wait in each cell for this many workers started elsewhere with 'bench worker --run-id RUN_ID'")
+	f.DurationVar(&fl.join, "join-timeout", 2*time.Minute, "how long a cell waits for its workers to join")
+	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process to the file (go tool pprof FILE): where the harness itself spends its time")
+	f.BoolVar(&fl.partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
+	f.DurationVar(&fl.partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
 	return cmd
+}
+
+// runFlags are the flags of 'bench run'.
+type runFlags struct {
+	brokers, strategies, workload, out, runID string
+	noMeasure, noAudit                        bool
+	stall, join, retryFor                     time.Duration
+	retryAttempts                             int
+	files                                     []string
+	workers, remoteWorkers                    int
+	partitioned, replace                      bool
+	cpuProfile                                string
+	partitionInterval                         time.Duration
+}
+
+// options turns the flags into runner options; what they name is read
+// here (the workload, strategy files), what they mean is checked by
+// runner.Options.Validate.
+func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
+	o := runner.Options{Cfg: *cfg, OutDir: fl.out, RunID: fl.runID, Replace: fl.replace, Measure: !fl.noMeasure, Audit: !fl.noAudit,
+		Progress: os.Stderr, TTY: term.IsTerminal(int(os.Stderr.Fd())), StallTimeout: fl.stall, JoinTimeout: fl.join,
+		Workers: fl.workers, RemoteWorkers: fl.remoteWorkers, Args: os.Args,
+		Retry:       runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor},
+		InboxLayout: inbox.Layout{Partitioned: fl.partitioned, Interval: fl.partitionInterval}}
+	var err error
+	if o.Spec, err = workload.Load(fl.workload); err != nil {
+		return o, usageError{err}
+	}
+	if o.Brokers, err = parseBrokers(fl.brokers); err != nil {
+		return o, err
+	}
+	if o.Extra, err = loadStrategyFiles(fl.files); err != nil {
+		return o, err
+	}
+	switch {
+	case fl.strategies != "":
+		ss, err := inbox.Resolve(fl.strategies)
+		if err != nil {
+			return o, usagef("--strategies %q: %v", fl.strategies, err)
+		}
+		for _, s := range ss {
+			o.Strategies = append(o.Strategies, s.Name())
+		}
+	case len(o.Extra) == 0:
+		// Only the files when files are given, unless --strategies adds
+		// built-ins beside them; else the workload's strategy.
+		o.Strategies = []string{o.Spec.Strategy}
+	}
+	if fl.workers > 0 {
+		if o.WorkerCmd, err = workerCommand(); err != nil {
+			return o, err
+		}
+	}
+	if o.RunID == "" && fl.remoteWorkers > 0 {
+		o.RunID = runner.NewRunID()
+	}
+	return o, nil
+}
+
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usagef("--cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func parseBrokers(list string) ([]string, error) {
@@ -221,40 +243,6 @@ func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[st
 		return nil, fmt.Errorf("not reachable:\n  %s\nstart the local stack with 'bench stack up' or point the flags/INBOXBENCH_* variables at your servers", strings.Join(bad, "\n  "))
 	}
 	return versions, nil
-}
-
-// printSummary prints broker × strategy → events/s, e2e p50/p99, dedup
-// p99, lock-wait share, verdict.
-func printSummary(run *results.Run) {
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "BROKER\tSTRATEGY\tEVENTS/S\tvs none\tBOUND BY\tHOST CPU\tE2E P50\tE2E P99\tDEDUP P99\tLOCK WAIT\tVERDICT\t")
-	for i, c := range run.Cells {
-		ratio := run.VsNone(&run.Cells[i])
-		verdict := c.Invariants.Verdict
-		if c.Broken {
-			verdict += " (negative control: FAIL expected)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Broker, c.Strategy, results.FormatRate(c.Throughput.EventsPerS), ratio, c.BoundText(), c.HostCPUText(),
-			us(c.Latency.E2E.P50), us(c.Latency.E2E.P99), us(c.Latency.Dedup.P99), results.FormatShare(c.Contention.LockWaitShare), verdict)
-	}
-	tw.Flush()
-	for _, c := range run.Cells {
-		if c.Error != "" {
-			fmt.Printf("\n%s/%s: %s\n", c.Broker, c.Strategy, c.Error)
-		}
-		for _, n := range runner.AnomalyNames {
-			if k := c.Invariants.Anomalies[n]; k > 0 {
-				fmt.Printf("%s/%s: %s × %d, e.g. %s\n", c.Broker, c.Strategy, n, k, strings.Join(c.Invariants.Examples[n], "; "))
-			}
-		}
-	}
-}
-
-func us(v int64) string {
-	if v == 0 {
-		return "-"
-	}
-	return results.FormatMicros(v)
 }
 
 // verdictError fails the command when a correct strategy did not pass.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -99,7 +100,11 @@ running service whose settings differ under the new profile is restarted.`,
 		Short: "Check each service once and print service, version, address and health",
 		Long: `Checks each service with the same protocol-level query 'up' waits for, at the
 configured address (so it also works against compose or remote clusters).
-Exits 1 when any selected service is unhealthy.`,
+Then it lists, per service, the TCP addresses it listens on (read from
+/proc/net/tcp and tcp6: the sockets of the processes the stack started and
+of the service's known ports). Exits 1 when any selected service is
+unhealthy or listens beyond loopback, except for the one documented case
+(RocketMQ's HA port; see README).`,
 		RunE: func(c *cobra.Command, args []string) error {
 			e, svcs, err := resolve(args)
 			if err != nil {
@@ -120,8 +125,12 @@ Exits 1 when any selected service is unhealthy.`,
 			if len(args) == 0 {
 				fmt.Printf("durability profile: %s\n", compose.StackDurability(e))
 			}
+			exposed := printListening(rows)
 			if bad > 0 {
 				return failure{fmt.Sprintf("%d of %d services unhealthy: start them with 'bench stack up'", bad, len(rows))}
+			}
+			if len(exposed) > 0 {
+				return failure{fmt.Sprintf("listening beyond loopback: %s: the native stack binds its ports to loopback (RocketMQ's HA port aside); restart the service with 'bench stack down NAME && bench stack up NAME' (stacks started by an older bench bound RabbitMQ's 55673 to every interface), and if it stays, something else listens on that port", strings.Join(exposed, ", "))}
 			}
 			return nil
 		},
@@ -148,6 +157,36 @@ Exits 1 when any selected service is unhealthy.`,
 	logs.Flags().IntVarP(&lines, "lines", "n", 50, "number of lines per log file")
 	cmd.AddCommand(up, down, status, logs)
 	return cmd
+}
+
+// printListening prints each service's listening addresses and returns the
+// ones beyond loopback that no documented reason allows.
+func printListening(rows []compose.StatusRow) (exposed []string) {
+	fmt.Println("\nLISTENING (TCP, this host)")
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		var addrs []string
+		for _, l := range r.Listening {
+			a := l.String()
+			switch {
+			case l.Allowed != "":
+				a += " (all interfaces: " + l.Allowed + ")"
+			case !l.Loopback():
+				a += " (NOT LOOPBACK)"
+				exposed = append(exposed, r.Service+" "+l.String())
+			}
+			addrs = append(addrs, a)
+		}
+		switch {
+		case r.ListenErr != nil:
+			addrs = []string{"unknown: " + r.ListenErr.Error()}
+		case len(addrs) == 0:
+			addrs = []string{"-"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", r.Service, strings.Join(addrs, "  "))
+	}
+	tw.Flush()
+	return exposed
 }
 
 func dash(s string) string {

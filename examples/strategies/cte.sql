@@ -24,20 +24,20 @@ WITH ins AS (
     RETURNING 1
 ), upd AS (
     -- An increment v > 1 applies only at version = v - 1.
-    UPDATE {{schema}}.account SET balance = balance + :amount::bigint, version = :version::bigint
+    UPDATE {{account}} SET balance = balance + :amount::bigint, version = :version::bigint
     WHERE id = :aggregate_id::text AND version = :version::bigint - 1
       AND :version::bigint > 1 AND :kind::text = 'increment' AND EXISTS (SELECT 1 FROM ins)
     RETURNING 1
 ), cre AS (
     -- An increment v1 creates its account, or takes a pre-created (id, 0, 0) row.
-    INSERT INTO {{schema}}.account AS a (id, balance, version)
+    INSERT INTO {{account}} AS a (id, balance, version)
     SELECT :aggregate_id::text, :amount::bigint, 1
     WHERE :version::bigint = 1 AND :kind::text = 'increment' AND EXISTS (SELECT 1 FROM ins)
     ON CONFLICT (id) DO UPDATE SET balance = a.balance + excluded.balance, version = 1 WHERE a.version = 0
     RETURNING 1
 ), snap AS (
     -- A snapshot is keep-latest: only a strictly newer version overwrites.
-    INSERT INTO {{schema}}.account AS a (id, balance, version)
+    INSERT INTO {{account}} AS a (id, balance, version)
     SELECT :aggregate_id::text, :amount::bigint, :version::bigint
     WHERE :kind::text = 'snapshot' AND EXISTS (SELECT 1 FROM ins)
     ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, version = excluded.version

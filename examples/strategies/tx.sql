@@ -24,10 +24,10 @@ ON CONFLICT DO NOTHING
 --   snapshot          keep-latest: only a strictly newer version overwrites.
 -- An increment v > 1 for an account that does not exist yet inserts nothing
 -- (0 rows: a gap).
-INSERT INTO {{schema}}.account AS a (id, balance, version)
+INSERT INTO {{account}} AS a (id, balance, version)
 SELECT :aggregate_id, :amount::bigint, :version::bigint
 WHERE :kind = 'snapshot' OR :version::bigint = 1
-   OR EXISTS (SELECT 1 FROM {{schema}}.account WHERE id = :aggregate_id)
+   OR EXISTS (SELECT 1 FROM {{account}} WHERE id = :aggregate_id)
 ON CONFLICT (id) DO UPDATE
 SET balance = CASE WHEN :kind = 'snapshot' THEN excluded.balance ELSE a.balance + excluded.balance END,
     version = excluded.version

@@ -53,43 +53,44 @@ func Require(t testing.TB, services ...string) config.Config {
 	return c
 }
 
-// Addrs returns the host:port addresses configured for a service.
-func Addrs(c config.Config, service string) []string {
-	switch service {
-	case Postgres:
-		cc, err := pgx.ParseConfig(c.PGURL)
-		if err != nil {
-			return []string{c.PGURL}
-		}
-		return []string{net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))}
-	case RabbitMQ:
-		u, err := url.Parse(c.RabbitMQURL)
-		if err != nil {
-			return []string{c.RabbitMQURL}
-		}
-		h := u.Host
-		if !strings.Contains(h, ":") {
-			h += ":5672"
-		}
-		return []string{h}
-	case Kafka:
-		return c.KafkaBrokers
-	case RocketMQ:
-		return c.RocketMQNamesrv
-	}
-	return nil
+// settingOf names the configuration key holding each service's address.
+var settingOf = map[string]string{
+	Postgres: "postgres.url",
+	RabbitMQ: "rabbitmq.url",
+	Kafka:    "kafka.brokers",
+	RocketMQ: "rocketmq.namesrv",
 }
 
+// Addrs returns the host:port addresses configured for a service: the
+// hosts of a URL (default port 5672 for AMQP), or a comma-separated list.
+func Addrs(c config.Config, service string) []string {
+	v := c.Get(settingOf[service])
+	if service == Postgres {
+		cc, err := pgx.ParseConfig(v)
+		if err != nil {
+			return []string{config.Redact(v)}
+		}
+		return []string{net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))}
+	}
+	if !strings.Contains(v, "://") {
+		return c.List(settingOf[service])
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		return []string{config.Redact(v)}
+	}
+	if u.Port() == "" {
+		return []string{net.JoinHostPort(u.Hostname(), "5672")}
+	}
+	return []string{u.Host}
+}
+
+// envName is the variable that points a service elsewhere.
 func envName(service string) string {
-	switch service {
-	case Postgres:
-		return "INBOXBENCH_PG_URL"
-	case RabbitMQ:
-		return "INBOXBENCH_RABBITMQ_URL"
-	case Kafka:
-		return "INBOXBENCH_KAFKA_BROKERS"
-	case RocketMQ:
-		return "INBOXBENCH_ROCKETMQ_NAMESRV"
+	for _, s := range config.Settings() {
+		if s.Key == settingOf[service] {
+			return s.Env
+		}
 	}
 	return "the service's INBOXBENCH_* variable"
 }

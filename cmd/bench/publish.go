@@ -1,0 +1,71 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/results"
+)
+
+// newPublishCmd writes a static site of many runs. It reads files only:
+// no service needs to be running, and results copied from other machines
+// publish the same way.
+func newPublishCmd(_ *config.Config) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "publish RESULTS_DIR... --out SITE",
+		Short: "Write a static site of many runs: an index, trends over time, every report, the result schemas",
+		Long: `Searches each RESULTS_DIR (recursively) for run directories — those holding
+result.json ('bench run') or conform.json ('bench conform') — and writes SITE:
+
+  index.html            every run, newest first: run id, date, workload, brokers ×
+                        strategies, verdict, per cell events/s, e2e p99, dedup p99
+                        and lock-wait share, git commit, durability profile, machine
+  runs/RUN/report.html  the run's report as it was, or rendered into the site when
+                        the run has none (the results directories are never written)
+  runs/RUN/*.json       the run's files, for tooling
+  trends/WORKLOAD.html  each cell that recurs across runs of a workload, over time:
+                        events/s, e2e p99, dedup p99, lock-wait share, each point a
+                        link to its run; a changed workload or machine class starts
+                        a new, marked line instead of joining unlike runs
+  schema/               the JSON Schemas of result.json and conform.json
+
+The pages fetch nothing (no script, font or style sheet; charts are inline SVG)
+and link relatively, so SITE can be copied anywhere or opened from disk.
+SITE must be new, empty, or a site written by an earlier publish (replaced).
+
+Exit codes: 0 written, 2 a RESULTS_DIR missing or holding no runs, or a bad --out.`,
+		Example: `  bench publish results --out site
+  bench publish nightly/host-a nightly/host-b --out public`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("publish needs at least one RESULTS_DIR (the directory 'bench run' writes into, e.g. results)")
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			if out == "" {
+				return usagef("publish needs --out SITE: the directory to write the site into")
+			}
+			pub, err := results.Publish(results.PublishOptions{Dirs: args, Out: out})
+			if errors.Is(err, results.ErrPublishUsage) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			for _, s := range pub.Skipped {
+				fmt.Fprintln(os.Stderr, "bench: publish: skipped:", s)
+			}
+			fmt.Fprintf(c.OutOrStdout(), "published %d benchmark and %d conformance runs, %d trend pages (one per workload with a recurring cell): %s\n",
+				pub.Benchmarks, pub.Conforms, len(pub.Trends), pub.Index)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "directory that receives the site (required)")
+	return cmd
+}

@@ -1,0 +1,132 @@
+package compose
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startSleep starts `sleep 300` in dir (not through StartDetached) and
+// kills it at the end of the test.
+func startSleep(t *testing.T, dir string) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "300")
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+func writePID(t *testing.T, p Proc, content string) {
+	t.Helper()
+	if err := os.WriteFile(p.PIDFile, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fakeProc(t *testing.T, match ...string) Proc {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "svc")
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return Proc{Name: "svc", PIDFile: filepath.Join(dir, "svc.pid"), LogFile: filepath.Join(dir, "svc.log"), Match: match, Home: home}
+}
+
+// TestKillRefusesWhatItDidNotStart: `bench stack down` signals only a
+// process that is the service the pid file is for. A pid file holding
+// garbage, pid 1 or 0 (whose process groups are every process and our
+// own), or the pid of another program, or of the same program run
+// elsewhere, is refused: nothing is signalled, the pid file stays, and the
+// error names the file and what it found.
+func TestKillRefusesWhatItDidNotStart(t *testing.T) {
+	foreign := startSleep(t, t.TempDir())
+	for name, tc := range map[string]struct {
+		match   []string
+		content string
+		want    []string
+	}{
+		"other program":   {[]string{"rabbitmq-server"}, strconv.Itoa(foreign), []string{"names pid " + strconv.Itoa(foreign), `"sleep 300"`, "Not signalled"}},
+		"ours, elsewhere": {[]string{"sleep"}, strconv.Itoa(foreign), []string{"names pid " + strconv.Itoa(foreign), "working directory", "Not signalled"}},
+		"pid 1":           {[]string{"sleep"}, "1\n", []string{`holds "1"`, "not signalled"}},
+		"pid 0":           {[]string{"sleep"}, "0", []string{`holds "0"`}},
+		"negative":        {[]string{"sleep"}, "-1", []string{`holds "-1"`}},
+		"garbage":         {[]string{"sleep"}, "java\x00-jar\n", []string{`holds "java\x00-jar"`}},
+		"empty":           {[]string{"sleep"}, "", []string{`holds ""`}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := fakeProc(t, tc.match...)
+			writePID(t, p, tc.content)
+			err := p.Kill(context.Background(), time.Second)
+			if err == nil {
+				t.Fatal("Kill signalled a process it did not start")
+			}
+			for _, w := range append(tc.want, p.PIDFile) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			if _, statErr := os.Stat(p.PIDFile); statErr != nil {
+				t.Errorf("the pid file was removed after a refusal: %v", statErr)
+			}
+			if _, ours := p.PID(); ours {
+				t.Errorf("PID() reports the process as this service")
+			}
+		})
+	}
+	if !alive(foreign) {
+		t.Fatal("the foreign process was killed")
+	}
+}
+
+// TestKillStopsItsOwnService: a process StartDetached started in the
+// service's home, with the expected command, is stopped and its pid file
+// removed; a pid file naming a process that is gone is cleaned up.
+func TestKillStopsItsOwnService(t *testing.T) {
+	p := fakeProc(t, "sleep")
+	cmd := exec.Command("sleep", "300")
+	cmd.Dir = p.Home
+	if err := StartDetached(p, cmd); err != nil {
+		t.Fatal(err)
+	}
+	pid, ours := p.PID()
+	if !ours {
+		t.Fatalf("PID() does not recognise the process it started (pid %d): %v", pid, p.Identify(pid))
+	}
+	if err := p.Kill(context.Background(), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		t.Fatalf("pid %d still alive after Kill", pid)
+	}
+	if _, err := os.Stat(p.PIDFile); !os.IsNotExist(err) {
+		t.Fatalf("pid file left behind: %v", err)
+	}
+	writePID(t, p, strconv.Itoa(pid)) // the same pid, now dead
+	if err := p.Kill(context.Background(), time.Second); err != nil {
+		t.Fatalf("a pid file of a dead process: %v", err)
+	}
+	if _, err := os.Stat(p.PIDFile); !os.IsNotExist(err) {
+		t.Fatalf("stale pid file left behind: %v", err)
+	}
+}
+
+// TestStackProcsAreIdentified: every process of the stack names what it
+// must be, so no pid file is trusted blindly.
+func TestStackProcsAreIdentified(t *testing.T) {
+	e := &Env{Dir: t.TempDir()}
+	for _, s := range Services() {
+		for _, p := range s.Procs(e) {
+			if len(p.Match) == 0 || !strings.HasPrefix(p.Home, e.Dir+"/") {
+				t.Errorf("%s: process %s has Match %q and Home %q: both are needed to recognise it", s.Name(), p.Name, p.Match, p.Home)
+			}
+		}
+	}
+}

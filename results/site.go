@@ -1,0 +1,340 @@
+package results
+
+import (
+	_ "embed"
+	"fmt"
+	"html/template"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/inboxbench/inboxbench/results/schema"
+)
+
+// The site's pages: index.html and one page per trend, laid out by
+// site.html.tmpl with the report's style sheet and chart figure
+// (page.tmpl), so the site and the reports it links read as one thing.
+
+//go:embed site.html.tmpl
+var siteTemplate string
+
+var siteTmpl = withPage(template.Must(template.New("site").Funcs(pageFuncs).Parse(siteTemplate)))
+
+// indexView is index.html, already formatted.
+type indexView struct {
+	Title, Published string
+	Facts            []string
+	Runs             []indexRunView
+	Trends           []trendLinkView
+	NoTrend          string
+	Skipped          []string
+	SchemaVersion    int
+	ResultSchema     string
+	ConformSchema    string
+}
+
+// indexRunView is one run in the index: a benchmark run has one line
+// per cell, a conformance run one line.
+type indexRunView struct {
+	Kind, ID, Href      string
+	Date, DateTitle     string
+	Workload, Hash      string
+	TrendHref           string
+	Matrix              string
+	Verdict             verdictView
+	VerdictTitle        string
+	Cells               []indexCellView
+	Conform             string
+	Commit, CommitTitle string
+	Durability          string
+	DurabilityTitle     string
+	Machine             string
+	MachineTitle        string
+	Files               []fileLink
+	Span                int
+}
+
+type indexCellView struct {
+	Name                     string
+	Broken                   bool
+	Rate, E2E, Dedup, Share  string
+	Verdict                  verdictView
+	RateTitle, E2ETitle      string
+	DedupTitle, ShareTitle   string
+	TrendHref, TrendAnchorID string
+}
+
+type fileLink struct{ Name, Href string }
+
+type trendLinkView struct {
+	Workload, Href string
+	Cells          int
+	Runs           int
+	Breaks         int
+	Latest         string
+}
+
+func newIndexView(runs []*siteRun, trends []*trend, skipped []string, now time.Time) *indexView {
+	v := &indexView{Title: "inboxbench results", Published: now.UTC().Format("2006-01-02 15:04 UTC"), Skipped: skipped,
+		SchemaVersion: SchemaVersion, ResultSchema: "schema/" + schema.Result, ConformSchema: "schema/" + schema.Conform}
+	trendOf := map[string]*trend{}
+	for _, t := range trends {
+		trendOf[t.Workload] = t
+	}
+	var bench, conf int
+	for _, r := range runs {
+		if r.Run != nil {
+			bench++
+			v.Runs = append(v.Runs, benchRow(r, trendOf))
+		}
+		if r.Conform != nil {
+			conf++
+			v.Runs = append(v.Runs, conformRow(r))
+		}
+	}
+	v.Facts = append(v.Facts, plural(bench, "benchmark run"), plural(conf, "conformance run"),
+		plural(len(trends), "trend page"), "published "+v.Published)
+	for _, t := range trends {
+		tl := trendLinkView{Workload: t.Workload, Href: t.Path(), Cells: len(t.Cells), Runs: len(t.Runs),
+			Latest: t.Runs[len(t.Runs)-1].Started().UTC().Format("2006-01-02 15:04")}
+		for _, c := range t.Cells {
+			tl.Breaks += len(c.Series) - 1
+		}
+		v.Trends = append(v.Trends, tl)
+	}
+	if len(trends) == 0 {
+		v.NoTrend = "No cell recurs yet: a trend needs the same broker/strategy in two runs of one workload."
+	}
+	return v
+}
+
+// plural counts things: "1 trend page", "2 trend pages".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+func runHref(r *siteRun) string { return "runs/" + r.ID + "/report.html" }
+
+// runCommon fills what benchmark and conformance rows share.
+func runCommon(r *siteRun, kind string) indexRunView {
+	e := r.env()
+	row := indexRunView{Kind: kind, ID: r.ID, Href: runHref(r), Date: "-", Span: 1,
+		Commit: shortCommit(e.GitCommit), CommitTitle: e.GitCommit,
+		Durability: durabilityText(e.Durability), DurabilityTitle: durabilitySettings(e.Durability)}
+	if t := r.Started(); !t.IsZero() {
+		row.Date, row.DateTitle = t.UTC().Format("2006-01-02 15:04"), t.UTC().Format(time.RFC3339)
+	}
+	if e.Cores > 0 {
+		row.Machine = fmt.Sprintf("%d cores · %.0f GiB", e.Cores, float64(e.MemoryMiB)/1024)
+	}
+	row.MachineTitle = strings.Join(nonEmpty(e.OS, e.Postgres, e.Hostname), " · ")
+	for _, name := range runFiles {
+		if name == "report.html" || !exists(filepath.Join(r.Src, name)) {
+			continue
+		}
+		row.Files = append(row.Files, fileLink{name, "runs/" + r.ID + "/" + name})
+	}
+	return row
+}
+
+func benchRow(r *siteRun, trendOf map[string]*trend) indexRunView {
+	run := r.Run
+	row := runCommon(r, "benchmark")
+	row.Workload = workloadName(run.Workload)
+	row.Hash = "workload sha256 " + short(WorkloadHash(run.Workload))
+	t := trendOf[row.Workload]
+	if t != nil {
+		row.TrendHref = t.Path()
+	}
+	row.Matrix = matrixText(cellAxes(run.Cells))
+	ok, text := run.RunVerdict()
+	row.Verdict, row.VerdictTitle = verdictView{Text: "PASS", Class: "pass"}, text
+	if !ok {
+		row.Verdict.Text, row.Verdict.Class = "FAIL", "fail"
+	}
+	for i := range run.Cells {
+		c := &run.Cells[i]
+		l := &c.Latency
+		cv := indexCellView{Name: c.Name(), Broken: c.Broken, Rate: FormatRate(c.Throughput.EventsPerS),
+			E2E: latencyCell(l.E2E, l.E2E.P99), Dedup: latencyCell(l.Dedup, l.Dedup.P99),
+			Share: FormatShare(c.Contention.LockWaitShare), Verdict: cellVerdict(c)}
+		if c.Contention.Samples == 0 {
+			cv.Share = "—"
+		}
+		if c.Error != "" {
+			cv.Rate = "—"
+		}
+		if t != nil && t.hasCell(c) {
+			cv.TrendHref = t.Path() + "#" + cellAnchor(c.Broker+"/"+compareKey(c.Strategy))
+		}
+		row.Cells = append(row.Cells, cv)
+	}
+	row.Span = max(1, len(row.Cells))
+	return row
+}
+
+func conformRow(r *siteRun) indexRunView {
+	c := r.Conform
+	row := runCommon(r, "conformance")
+	var brokers, strategies, scenarios []string
+	for _, x := range c.Rows {
+		brokers = appendNew(brokers, x.Broker)
+		strategies = appendNew(strategies, x.Strategy)
+		scenarios = appendNew(scenarios, x.Scenario)
+	}
+	row.Workload = "-"
+	row.Matrix = matrixText(brokers, strategies)
+	s := Summarize(c.Rows)
+	row.Verdict = verdictView{Text: s.Verdict, Class: strings.ToLower(s.Verdict)}
+	row.VerdictTitle = fmt.Sprintf("%d of %d rows as expected", s.AsExpected, s.Rows)
+	row.Conform = fmt.Sprintf("%d scenarios (%s): %d of %d rows as expected; %s", len(scenarios), strings.Join(scenarios, ", "),
+		s.AsExpected, s.Rows, mutationText(s))
+	return row
+}
+
+// cellAxes lists the brokers and strategies of a run in first-seen order.
+func cellAxes(cells []Cell) (brokers, strategies []string) {
+	for _, c := range cells {
+		brokers = appendNew(brokers, c.Broker)
+		strategies = appendNew(strategies, c.Strategy)
+	}
+	return brokers, strategies
+}
+
+func matrixText(brokers, strategies []string) string {
+	if len(brokers) == 0 {
+		return "-"
+	}
+	return strings.Join(brokers, ", ") + " × " + strings.Join(strategies, ", ")
+}
+
+func appendNew(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// shortCommit cuts a commit id to 10 hex digits, keeping a -dirty mark.
+func shortCommit(c string) string {
+	if c == "" {
+		return "-"
+	}
+	head, dirty := strings.CutSuffix(c, "-dirty")
+	if len(head) > 10 {
+		head = head[:10]
+	}
+	if dirty {
+		head += "-dirty"
+	}
+	return head
+}
+
+func (t *trend) hasCell(c *Cell) bool {
+	name := c.Broker + "/" + compareKey(c.Strategy)
+	for _, ct := range t.Cells {
+		if ct.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// cellAnchor is a cell's fragment id on its trend page.
+func cellAnchor(name string) string { return "cell-" + safeName(strings.ReplaceAll(name, "/", "--")) }
+
+// trendView is one trend page.
+type trendView struct {
+	Title     string
+	Facts     []string
+	Intro     string
+	Cells     []trendCellView
+	Single    string
+	IndexHref string
+}
+
+type trendCellView struct {
+	Name, Anchor string
+	Charts       []*chart
+	Series       []trendSeriesView
+	Points       []trendPointView
+}
+
+type trendSeriesView struct {
+	Label, Reason, From, To string
+	Count                   int
+	Workload, Class         string
+	Changes                 []string
+}
+
+type trendPointView struct {
+	RunID, Href, Date, Commit, Series string
+	Rate, E2E, Dedup, Share           string
+	Verdict                           verdictView
+}
+
+func newTrendView(t *trend) (*trendView, error) {
+	v := &trendView{Title: "Trend: workload " + t.Workload, IndexHref: "../index.html",
+		Facts: []string{plural(len(t.Runs), "run"), plural(len(t.Cells), "recurring cell"),
+			"from " + longTime(t.Runs[0]), "to " + longTime(t.Runs[len(t.Runs)-1])}}
+	if len(t.Single) > 0 {
+		sort.Strings(t.Single)
+		v.Single = "Ran in one run only, so no trend yet: " + strings.Join(t.Single, ", ") + "."
+	}
+	href := func(r *siteRun) string { return "../" + runHref(r) }
+	for ci, ct := range t.Cells {
+		cv := trendCellView{Name: ct.Name, Anchor: cellAnchor(ct.Name)}
+		for _, m := range trendMetrics {
+			c, err := trendChart(ct, m, fmt.Sprintf("trend-%d-%s", ci, m.ID), href)
+			if err != nil {
+				return nil, err
+			}
+			cv.Charts = append(cv.Charts, c)
+		}
+		cv.Series = seriesViews(ct)
+		for _, p := range ct.Points {
+			l := &p.Cell.Latency
+			cv.Points = append(cv.Points, trendPointView{RunID: p.Run.ID, Href: href(p.Run), Date: longTime(p.Run),
+				Commit: shortCommit(p.Run.Run.Env.GitCommit), Series: fmt.Sprintf("[%d]", p.Series+1),
+				Rate: FormatRate(p.Cell.Throughput.EventsPerS), E2E: latencyCell(l.E2E, l.E2E.P99), Dedup: latencyCell(l.Dedup, l.Dedup.P99),
+				Share: FormatShare(p.Cell.Contention.LockWaitShare), Verdict: cellVerdict(p.Cell)})
+		}
+		v.Cells = append(v.Cells, cv)
+	}
+	return v, nil
+}
+
+func seriesViews(ct *cellTrend) []trendSeriesView {
+	out := make([]trendSeriesView, len(ct.Series))
+	for i, s := range ct.Series {
+		out[i] = trendSeriesView{Label: fmt.Sprintf("[%d]", i+1), Reason: s.Reason, Count: s.Count,
+			Workload: short(s.Workload), Class: s.Class.describe(), Changes: s.Changes}
+		if i == 0 {
+			out[i].Reason = "first runs"
+		}
+	}
+	for _, p := range ct.Points {
+		sv := &out[p.Series]
+		if sv.From == "" {
+			sv.From = longTime(p.Run)
+		}
+		sv.To = longTime(p.Run)
+	}
+	return out
+}

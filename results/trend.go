@@ -1,0 +1,291 @@
+package results
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Trends follow one cell (broker/strategy) of one workload across runs:
+// the view a nightly job publishes. Figures are comparable only between
+// runs that drove the same workload on the same kind of machine, so each
+// cell's points are split into series by a key:
+//
+//   - the workload: the SHA-256 of the result.json workload object
+//     re-encoded canonically (WorkloadHash), so a changed seed, event count,
+//     rate or fault ratio starts a new series even under the same name;
+//   - the environment class (envClass): cores, memory in whole GiB, OS and
+//     architecture, PostgreSQL's version, the version of the cell's own
+//     broker (a Kafka upgrade does not split a RabbitMQ line), the
+//     durability profile, and whether measurement was on.
+//
+// Deliberately not in the class: the git commit, the Go and client library
+// versions (the code under test: a trend exists to show their effect), the
+// host name (CI runners of one kind are interchangeable) and command-line
+// options that the workload does not record (--workers, --no-audit,
+// --partitioned-inbox): keep those fixed in a job that publishes trends.
+//
+// Points of different series are never joined by a line: each series is
+// its own line with its own legend entry, and its first point is marked
+// with what changed against the series before it.
+
+// WorkloadHash is the hex SHA-256 of the workload object with its keys
+// sorted and no whitespace: two runs of the same resolved spec hash alike
+// whatever the order or spacing of their files.
+func WorkloadHash(raw json.RawMessage) string {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // numbers keep their text: 0.10 and 0.1 stay apart only if written so
+	if err := dec.Decode(&v); err != nil {
+		v = string(raw)
+	}
+	b, _ := json.Marshal(v) // maps marshal with sorted keys
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// envClass is what must match for two runs' figures to share a line.
+type envClass struct {
+	Cores      int
+	MemoryGiB  int64
+	OS         string
+	Postgres   string
+	Broker     string // the cell's broker and its server version
+	Durability string
+	Measure    bool
+}
+
+func classOf(e Env, broker string) envClass {
+	c := envClass{Cores: e.Cores, MemoryGiB: int64(math.Round(float64(e.MemoryMiB) / 1024)), OS: e.OS,
+		Postgres: e.Postgres, Durability: durabilityText(e.Durability), Measure: e.Measure}
+	if broker != "none" {
+		c.Broker = broker + " " + e.Brokers[broker]
+	}
+	return c
+}
+
+// changes lists what differs from prev, as "what: before → after".
+func (c envClass) changes(prev envClass) []string {
+	var out []string
+	add := func(what string, a, b any) {
+		if a != b {
+			out = append(out, fmt.Sprintf("%s: %v → %v", what, orDash(fmt.Sprint(a)), orDash(fmt.Sprint(b))))
+		}
+	}
+	add("cores", prev.Cores, c.Cores)
+	add("memory GiB", prev.MemoryGiB, c.MemoryGiB)
+	add("OS", prev.OS, c.OS)
+	add("PostgreSQL", prev.Postgres, c.Postgres)
+	add("broker", prev.Broker, c.Broker)
+	add("durability", prev.Durability, c.Durability)
+	add("measurement", prev.Measure, c.Measure)
+	return out
+}
+
+// describe is the class in one line, for the series table.
+func (c envClass) describe() string {
+	parts := []string{fmt.Sprintf("%d cores", c.Cores), fmt.Sprintf("%d GiB", c.MemoryGiB), orDash(c.OS), orDash(c.Postgres)}
+	if c.Broker != "" {
+		parts = append(parts, c.Broker)
+	}
+	parts = append(parts, "durability "+c.Durability)
+	if !c.Measure {
+		parts = append(parts, "measurement off")
+	}
+	return strings.Join(parts, " · ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// durabilityText is the durability profile for tables: its name, "custom"
+// for settings without one, "-" when the run did not record it.
+func durabilityText(d *Durability) string {
+	switch {
+	case d == nil || (d.Profile == "" && len(d.Settings) == 0):
+		return "-"
+	case d.Profile != "":
+		return d.Profile
+	}
+	return "custom"
+}
+
+// durabilitySettings lists the recorded settings, "component.setting=value".
+func durabilitySettings(d *Durability) string {
+	if d == nil {
+		return ""
+	}
+	var out []string
+	for _, comp := range sortedKeys(d.Settings) {
+		for _, k := range sortedKeys(d.Settings[comp]) {
+			out = append(out, comp+"."+k+"="+d.Settings[comp][k])
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// trend is one workload name's page: every cell that ran in two runs or
+// more.
+type trend struct {
+	Workload string
+	Slug     string
+	Runs     []*siteRun // oldest first
+	Cells    []*cellTrend
+	Single   []string // cells that ran once: no trend yet
+}
+
+// Path is the page's path inside the site.
+func (t *trend) Path() string { return "trends/" + t.Slug + ".html" }
+
+// cellTrend is one cell over time.
+type cellTrend struct {
+	Name   string // broker/strategy; a strategy file by its name, whatever its hash
+	Points []trendPoint
+	Series []*trendSeries
+}
+
+type trendPoint struct {
+	Run    *siteRun
+	Cell   *Cell
+	Series int // index into cellTrend.Series
+}
+
+// trendSeries is a stretch of like runs: same workload, same class.
+type trendSeries struct {
+	Workload string // hash
+	Class    envClass
+	// Changes say what differs from the series of the point before this
+	// series' first point (empty for the first series).
+	Changes []string
+	// Reason sums Changes up: "workload changed", "environment changed" or both.
+	Reason string
+	Count  int
+}
+
+// buildTrends groups the benchmark runs by workload name, oldest first,
+// and keeps the names with at least one recurring cell.
+func buildTrends(runs []*siteRun) []*trend {
+	byName := map[string]*trend{}
+	var names []string
+	for i := len(runs) - 1; i >= 0; i-- { // runs are newest first
+		r := runs[i]
+		if r.Run == nil {
+			continue
+		}
+		name := workloadName(r.Run.Workload)
+		if name == "" {
+			name = "unnamed"
+		}
+		t := byName[name]
+		if t == nil {
+			t = &trend{Workload: name}
+			byName[name] = t
+			names = append(names, name)
+		}
+		t.Runs = append(t.Runs, r)
+	}
+	sort.Strings(names)
+	var out []*trend
+	slugs := map[string]int{}
+	for _, name := range names {
+		t := byName[name]
+		t.fillCells()
+		if len(t.Cells) == 0 {
+			continue
+		}
+		t.Slug = safeName(name)
+		if slugs[t.Slug]++; slugs[t.Slug] > 1 {
+			t.Slug = fmt.Sprintf("%s-%d", t.Slug, slugs[t.Slug])
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// fillCells collects each cell's points in run order and splits them
+// into series.
+func (t *trend) fillCells() {
+	byCell := map[string]*cellTrend{}
+	var order []string
+	for _, r := range t.Runs {
+		for i := range r.Run.Cells {
+			c := &r.Run.Cells[i]
+			name := c.Broker + "/" + compareKey(c.Strategy)
+			ct := byCell[name]
+			if ct == nil {
+				ct = &cellTrend{Name: name}
+				byCell[name] = ct
+				order = append(order, name)
+			}
+			ct.Points = append(ct.Points, trendPoint{Run: r, Cell: c})
+		}
+	}
+	for _, name := range order {
+		ct := byCell[name]
+		if len(ct.Points) < 2 {
+			t.Single = append(t.Single, name)
+			continue
+		}
+		ct.splitSeries()
+		t.Cells = append(t.Cells, ct)
+	}
+}
+
+// splitSeries assigns each point to the series of its (workload, class)
+// key, creating a series the first time a key appears.
+func (ct *cellTrend) splitSeries() {
+	index := map[string]int{}
+	for i := range ct.Points {
+		p := &ct.Points[i]
+		wl := WorkloadHash(p.Run.Run.Workload)
+		cl := classOf(p.Run.Run.Env, p.Cell.Broker)
+		key := wl + "\x00" + fmt.Sprintf("%+v", cl)
+		s, ok := index[key]
+		if !ok {
+			s = len(ct.Series)
+			index[key] = s
+			ts := &trendSeries{Workload: wl, Class: cl}
+			if i > 0 {
+				prev := ct.Points[i-1]
+				ts.describeChange(prev.Run.Run, ct.Series[prev.Series], p.Run.Run)
+			}
+			ct.Series = append(ct.Series, ts)
+		}
+		p.Series = s
+		ct.Series[s].Count++
+	}
+}
+
+func (s *trendSeries) describeChange(prevRun *Run, prev *trendSeries, run *Run) {
+	var reasons []string
+	if s.Workload != prev.Workload {
+		reasons = append(reasons, "workload changed")
+		diffs, err := workloadDiff(prevRun.Workload, run.Workload)
+		if err != nil || len(diffs) == 0 {
+			diffs = []string{"workload: " + short(prev.Workload) + " → " + short(s.Workload)}
+		}
+		s.Changes = append(s.Changes, diffs...)
+	}
+	if env := s.Class.changes(prev.Class); len(env) > 0 {
+		reasons = append(reasons, "environment changed")
+		s.Changes = append(s.Changes, env...)
+	}
+	s.Reason = strings.Join(reasons, ", ")
+}
+
+// short is a hash cut for display.
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

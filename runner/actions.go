@@ -1,0 +1,151 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Action is a mid-stream fault.
+type Action struct {
+	Name string
+	// At is the share of messages answered (0..1) that triggers it.
+	At float64
+	Do func(ctx context.Context, c CellInfo) error
+}
+
+// CellInfo tells an action what it acts on.
+type CellInfo struct {
+	Broker, Strategy, Schema, Consumer, Topic string
+	// AppName is the application_name of the cell's database
+	// connections (pg_terminate_backend targets them).
+	AppName string
+}
+
+// actions fire a cell's mid-stream faults — the planned consumer restarts
+// and Options.Actions (broker restarts, killed connections …) — once
+// their share of the stream has been answered, one at a time: two faults
+// injected in the same instant would hide each other.
+type actions struct {
+	list []Action
+	info CellInfo
+	// restartAt[k] is the answered count at which planned restart k fires.
+	restartAt []int64
+	cons      consumers
+	total     int64 // messages the stream holds
+	t         *tally
+	notes     *notes
+
+	mu       sync.Mutex
+	fired    []bool
+	restarts int // planned restarts done
+	err      error
+	acting   atomic.Int32
+}
+
+func newActions(list []Action, info CellInfo, restarts int, planned int64, total int64, cons consumers, t *tally, ns *notes) *actions {
+	a := &actions{list: list, info: info, cons: cons, total: total, t: t, notes: ns, fired: make([]bool, len(list))}
+	// Spread the planned restarts over the stream: restart k fires once
+	// that many of the planned messages have been answered.
+	for k := 1; k <= restarts; k++ {
+		a.restartAt = append(a.restartAt, planned*int64(k)/int64(restarts+1))
+	}
+	return a
+}
+
+// watch fires what is due every 20ms until everything fired or ctx ends.
+func (a *actions) watch(ctx context.Context) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !a.allFired() || a.restartsPending() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.restartDue()
+			a.fireDue(ctx)
+		}
+	}
+}
+
+// restartDue performs the planned restarts whose time has come.
+func (a *actions) restartDue() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for a.restarts < len(a.restartAt) && a.t.handled.Load() >= a.restartAt[a.restarts] {
+		a.cons.restart(a.restarts)
+		a.restarts++
+	}
+}
+
+// fireDue starts the next due action, unless one is running.
+func (a *actions) fireDue(ctx context.Context) {
+	if a.acting.Load() > 0 {
+		return
+	}
+	handled := a.t.handled.Load()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.list {
+		act := &a.list[i]
+		if a.fired[i] {
+			continue
+		}
+		if float64(handled) < act.At*float64(a.total) {
+			return
+		}
+		a.fired[i] = true
+		a.acting.Add(1)
+		go a.run(ctx, act, handled)
+		return
+	}
+}
+
+// run performs one action on a context of its own: ending the cell must
+// not cut a broker restart in half.
+func (a *actions) run(ctx context.Context, act *Action, handled int64) {
+	defer a.acting.Add(-1)
+	defer a.t.settled.Add(1) // the stall timer restarts after a fault
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	defer cancel()
+	if err := act.Do(ctx, a.info); err != nil {
+		a.notes.add(fmt.Sprintf("action %s: %v", act.Name, err))
+		a.mu.Lock()
+		a.err = errors.Join(a.err, fmt.Errorf("action %s: %w", act.Name, err))
+		a.mu.Unlock()
+		return
+	}
+	a.notes.add(fmt.Sprintf("action %s done with %d of %d messages answered", act.Name, handled, a.total))
+}
+
+func (a *actions) restartsPending() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.restarts < len(a.restartAt)
+}
+
+func (a *actions) allFired() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, f := range a.fired {
+		if !f {
+			return false
+		}
+	}
+	return true
+}
+
+// busy reports an action running or still to fire: the cell is not done.
+// (Planned restarts do not hold a cell open: a stream cut short by a
+// duration may never reach them.)
+func (a *actions) busy() bool { return a.acting.Load() > 0 || !a.allFired() }
+
+// failure joins the errors of the actions that failed.
+func (a *actions) failure() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}

@@ -1,0 +1,335 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// A cell is one broker × strategy: a fresh inbox schema, a fresh topic, the
+// plan published through the broker, consumed by the cell's consumers into
+// the inbox, measured, then judged. Its parts each have a file: the
+// publisher (publisher.go), the handler (handler.go), the consumers
+// (consumers.go, workers.go), the mid-stream actions (actions.go) and the
+// waiter (waiter.go); this file wires them.
+type cell struct {
+	o        *Options
+	plan     *workload.Plan
+	broker   string
+	id       string // schema, topic and group names derive from it
+	consumer string
+	strategy inbox.Strategy
+	fleet    *fleet // nil: consumers are goroutines of this process
+}
+
+var unsafeIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// cellID names the cell's schema, topic and consumer: fresh per run.
+func cellID(runID, broker, strategy string) string {
+	id := strings.ToLower(fmt.Sprintf("ib_%s_%s_%s", runID, broker, strategy))
+	id = unsafeIdent.ReplaceAllString(id, "_")
+	if len(id) > 60 {
+		// Keep a hash of the whole id: long strategy names (user files)
+		// that share a prefix must not share a schema.
+		h := sha256.Sum256([]byte(id))
+		id = id[:51] + "_" + hex.EncodeToString(h[:4])
+	}
+	return id
+}
+
+func (c *cell) topic() string { return strings.ReplaceAll(c.id, "_", "-") }
+func (c *cell) group() string { return "ib-" + c.id }
+
+// AppName is the application_name of a cell's connections, which the
+// contention sampler and fault actions select by. PostgreSQL keeps 63
+// bytes of it, so it is cut to that here: a longer name would match
+// nothing in pg_stat_activity.
+func AppName(cellID string) string {
+	n := "inboxbench/" + cellID
+	if len(n) > 63 {
+		n = n[:63]
+	}
+	return n
+}
+
+func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strategy string, fl *fleet) results.Cell {
+	id := cellID(o.RunID, broker, strategy)
+	res := results.Cell{Broker: broker, Strategy: strategy, Consumer: "balance-" + id, Schema: id}
+	st, err := lookupStrategy(*o, strategy)
+	if err != nil {
+		res.Error = err.Error()
+		res.Invariants.Verdict = "ERROR"
+		return res
+	}
+	res.Broken = st.Broken()
+	c := &cell{o: o, plan: plan, broker: broker, id: id, consumer: res.Consumer, strategy: st, fleet: fl}
+	if err := c.run(ctx, &res); err != nil {
+		res.Error = err.Error()
+		if res.Invariants.Verdict == "" {
+			res.Invariants.Verdict = "ERROR"
+		}
+	}
+	return res
+}
+
+// run sets the cell up, streams the plan through it, and judges it.
+func (c *cell) run(ctx context.Context, res *results.Cell) error {
+	ns := &notes{}
+	pool, in, err := openInbox(ctx, c.o, c.id, c.strategy, true, ns)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if c.o.Audit {
+		if err := inbox.InstallAudit(ctx, pool, c.id); err != nil {
+			return err
+		}
+	}
+	b, err := brokers.Open(ctx, c.broker, c.o.Cfg, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.broker, err)
+	}
+	defer b.Close()
+	res.Baseline = b.Capabilities().Baseline
+	setupCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = b.Setup(setupCtx, c.topic(), c.o.Spec.Shards)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%s: set up topic %s: %w", c.broker, c.topic(), err)
+	}
+	t := newTally(c.o.Measure, c.o.Retry)
+	h := newHandler(in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
+	cons := c.consumers(b, h, ns)
+	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	s := c.stream(ctx, b, in, cons, t, ns)
+	rep, serr := sampler.Stop(ctx)
+	if !s.started {
+		// Nothing was consumed, nor published: there is nothing to judge.
+		return s.err
+	}
+	if serr != nil && s.err == nil {
+		c.o.Log.Warn("contention sampler", "err", serr)
+	}
+	// Anything still parked gets one last chance to drain (its predecessor
+	// may have committed as the consumers stopped); what remains is stuck.
+	if _, err := inbox.DrainParkedWith(ctx, c.strategy, in, c.consumer); err != nil {
+		c.o.Log.Warn("final drain", "err", err)
+	}
+	inv, effects, err := Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Audit)
+	if err != nil {
+		return errors.Join(s.err, err)
+	}
+	misses, examples := t.dedupMisses()
+	judgeDecisions(&inv, misses, examples)
+	res.Invariants = inv
+	fill(res, t, s, rep, c.o.Spec.PublishRate)
+	res.Failures = t.failures()
+	res.Notes = append(res.Notes, ns.all()...)
+	// Durable effects are a fact of the database, not of what the
+	// consumers believe they did.
+	res.Counters.Effects = effects
+	if ferr := failureError(res.Failures); ferr != nil {
+		// Events were given up on: whatever the checker says of the rest,
+		// the cell did not run the workload.
+		res.Invariants.Verdict = "ERROR"
+		return errors.Join(s.err, ferr)
+	}
+	return s.err
+}
+
+// consumers chooses, once, how the cell's consumers run.
+func (c *cell) consumers(b brokers.Broker, h *handler, ns *notes) consumers {
+	n := c.o.Spec.Consumers
+	if c.fleet != nil {
+		if !b.Capabilities().InProcess {
+			return &workerConsumers{f: c.fleet, c: c, t: h.t, notes: ns}
+		}
+		// Its queues live in this process: no other process can consume
+		// them. The same number of consumers run here instead.
+		ns.add(fmt.Sprintf("%s lives in this process: its %d consumers ran as goroutines, not worker processes", c.broker, n))
+	}
+	return newLocalConsumers(b, c.topic(), c.group(), n, h, ns)
+}
+
+// streamed is what streaming a cell's plan produced.
+type streamed struct {
+	started       bool           // the consumers started: the stream ran
+	plan          *workload.Plan // what was published: the plan, or less when cut short
+	start, pubEnd time.Time
+	cpuBusy       float64
+	series        []float64
+	err           error
+}
+
+// stream starts the consumers, publishes the plan with the mid-stream
+// actions firing, waits until the stream is done, and stops everything.
+func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, ns *notes) streamed {
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	if err := cons.start(runCtx); err != nil {
+		return streamed{err: errors.Join(err, cons.stop(ctx))}
+	}
+	pub := &publisher{b: b, topic: c.topic(), plan: c.plan, spec: c.o.Spec, poison: c.o.Poison, t: t, notes: ns}
+	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
+	acts := newActions(c.o.Actions, info, c.o.Spec.Faults.ConsumerRestarts, int64(len(c.plan.Publishes)), pub.total(), cons, t, ns)
+	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second),
+		acts: acts, cons: cons, notes: ns,
+		progress: &progressLine{w: c.o.Progress, tty: c.o.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}
+
+	cpu0, cpuOK := hostCPU()
+	s := streamed{started: true, start: time.Now()}
+	w.progress.start = s.start
+	stopWarm := t.startWarmup(s.start, c.o.Spec.Warmup.D())
+	defer stopWarm()
+	cons.warm(ctx, time.Unix(0, t.warmEnd.Load()))
+	series := sampleSeries(runCtx, t)
+	go acts.watch(runCtx)
+	s.err = pub.run(runCtx, s.start)
+	s.pubEnd = time.Now()
+	s.plan = c.plan
+	if s.err == nil && pub.cut() {
+		s.plan = c.plan.Published(pub.sent)
+		ns.add(fmt.Sprintf("publishing stopped when the workload's duration was up: %d of %d events could take effect, and the checker judges those", len(s.plan.Events), len(c.plan.Events)))
+	}
+	if s.err == nil {
+		s.err = w.wait(runCtx)
+	}
+	if cpu1, ok := hostCPU(); ok && cpuOK {
+		s.cpuBusy = cpu1.busySince(cpu0)
+	}
+	stop()
+	w.progress.clear()
+	s.series = <-series
+	s.err = errors.Join(s.err, cons.stop(ctx), acts.failure())
+	return s
+}
+
+// openInbox connects a cell's pool (named for the contention sampler) and
+// returns its inbox; with setup it first migrates the schema and prepares
+// a user strategy (a worker joins a cell the coordinator set up).
+func openInbox(ctx context.Context, o *Options, schema string, st inbox.Strategy, setup bool, ns *notes) (*pgxpool.Pool, *inbox.Inbox, error) {
+	pcfg, err := pgxpool.ParseConfig(o.Cfg.PGURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres URL: %w", err)
+	}
+	// One connection per consumer, plus room for storms and draining.
+	pcfg.MaxConns = int32(o.Spec.Consumers*2 + o.Spec.Faults.StormConsumers + 4)
+	pcfg.ConnConfig.RuntimeParams["application_name"] = AppName(schema)
+	iopt := inbox.DefaultOptions()
+	iopt.Schema = schema
+	iopt.DisableParking = !o.Spec.ParkingOn()
+	iopt.BatchSize = o.Spec.BatchSize
+	inbox.ConfigurePool(pcfg, iopt)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres: %w", err)
+	}
+	fail := func(err error) (*pgxpool.Pool, *inbox.Inbox, error) {
+		pool.Close()
+		return nil, nil, err
+	}
+	if setup {
+		if err := setupSchema(ctx, pool, o, schema, st, ns); err != nil {
+			return fail(err)
+		}
+	}
+	in, err := inbox.New(pool, iopt)
+	if err != nil {
+		return fail(err)
+	}
+	return pool, in, nil
+}
+
+// setupSchema migrates a cell's schema in the run's layout, then runs a
+// user strategy file's DDL and has the server check its statements, before
+// anything is published.
+func setupSchema(ctx context.Context, pool *pgxpool.Pool, o *Options, schema string, st inbox.Strategy, ns *notes) error {
+	if _, err := inbox.MigrateLayout(ctx, pool, schema, o.InboxLayout); err != nil {
+		return fmt.Errorf("postgres: migrate schema %s: %w", schema, err)
+	}
+	if o.InboxLayout.Partitioned {
+		ns.add("inbox partitioned by event time")
+	}
+	if p, ok := st.(inbox.Preparer); ok {
+		return p.Prepare(ctx, pool, schema)
+	}
+	return nil
+}
+
+// fill copies the measurements into the result cell.
+func fill(res *results.Cell, t *tally, s streamed, rep inbox.ContentionReport, rate float64) {
+	res.Counters = t.c.snapshot()
+	res.Latency = t.meters.latencies()
+	first, last := t.firstEffect.Load(), t.lastEffect.Load()
+	// Throughput: effects after warm-up over the time from the later of
+	// the first effect and the end of warm-up to the last effect.
+	if last > first {
+		from, effects := first, res.Counters.Effects
+		if w := t.warmEnd.Load(); w > first {
+			from, effects = w, effects-t.effectsAtWarm.Load()
+		}
+		if last > from {
+			res.Throughput.EventsPerS = float64(effects) / time.Duration(last-from).Seconds()
+		} else {
+			// Everything took effect within the warm-up: report the whole
+			// window rather than nothing, and say so.
+			res.Throughput.EventsPerS = float64(res.Counters.Effects) / time.Duration(last-first).Seconds()
+			res.Notes = append(res.Notes, "the stream finished within the warm-up: events/s covers the whole run")
+		}
+		res.DurationS = time.Duration(last - first).Seconds()
+	}
+	res.Throughput.Series = s.series
+	res.Throughput.HostCPUBusy = s.cpuBusy
+	bound(res, t, s, rate)
+	res.Contention = results.Contention{Samples: rep.Samples, LockWaitSamples: rep.LockWaits, LockWaitShare: rep.LockWaitShare(),
+		BlockedMax: rep.BlockedMax, Deadlocks: rep.Deadlocks, Rollbacks: rep.Rollbacks, Commits: rep.Commits}
+	for _, st := range rep.Top {
+		res.Contention.TopStatements = append(res.Contention.TopStatements, results.Statement{Query: st.Query, Calls: st.Calls, MeanMs: st.MeanMs, TotalMs: st.TotalMs})
+	}
+	for _, p := range rep.Series {
+		res.Contention.Series = append(res.Contention.Series, results.WaitPoint{AtS: p.At.Seconds(), Waiting: p.LockWaits, Blocked: p.Blocked})
+	}
+}
+
+// bound says what limited the cell: did the consumers keep up with the
+// publisher (the last effect soon after the last confirm) or not?
+func bound(res *results.Cell, t *tally, s streamed, rate float64) {
+	if s.pubEnd.IsZero() || t.lastEffect.Load() == 0 {
+		return
+	}
+	pub := s.pubEnd.Sub(s.start)
+	if pub > 0 {
+		res.Throughput.PublishedPerS = float64(t.c.published.Load()) / pub.Seconds()
+	}
+	lag := time.Unix(0, t.lastEffect.Load()).Sub(s.pubEnd)
+	switch {
+	case lag > max(time.Second, pub/10):
+		res.Throughput.Bound = "consume"
+	case rate > 0:
+		res.Throughput.Bound = "rate"
+	default:
+		res.Throughput.Bound = "publish"
+	}
+}
+
+func fmtMicros(us int64) string {
+	if us == 0 {
+		return "-"
+	}
+	return results.FormatMicros(us)
+}

@@ -1,0 +1,145 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/inboxbench/inboxbench/brokers"
+)
+
+// consumers are the consumers of one cell. A cell chooses once how they
+// run — goroutines of this process (localConsumers) or `bench worker`
+// processes (workerConsumers, workers.go) — and nothing downstream asks
+// which.
+type consumers interface {
+	// start begins consuming and returns once the consumers are ready
+	// for the stream (for workers: once enough of them joined).
+	start(ctx context.Context) error
+	// warm tells the consumers when the warm-up ends.
+	warm(ctx context.Context, at time.Time)
+	// restart performs planned consumer restart k (0-based): one consumer
+	// leaves the group and joins again.
+	restart(k int)
+	// failed delivers an error that ends the cell.
+	failed() <-chan error
+	// lost counts consumers that vanished without a final report: what
+	// they answered last cannot be counted.
+	lost() int64
+	// stop ends consumption and brings the final counts and histograms
+	// into the cell's tally.
+	stop(ctx context.Context) error
+}
+
+// localConsumers are n goroutines of this process, each one subscription
+// with the cell's handler. `bench worker` runs them too, for its share.
+type localConsumers struct {
+	b      brokers.Broker
+	topic  string
+	group  string
+	n      int
+	h      *handler
+	notes  *notes
+	errs   chan error
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// restarts[i] asks consumer i to leave and subscribe again.
+	restarts []chan struct{}
+}
+
+func newLocalConsumers(b brokers.Broker, topic, group string, n int, h *handler, ns *notes) *localConsumers {
+	l := &localConsumers{b: b, topic: topic, group: group, n: n, h: h, notes: ns, errs: make(chan error, n)}
+	for range n {
+		l.restarts = append(l.restarts, make(chan struct{}, 1))
+	}
+	return l
+}
+
+func (l *localConsumers) start(ctx context.Context) error {
+	ctx, l.cancel = context.WithCancel(ctx)
+	for i := range l.n {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			if err := l.consume(ctx, i); err != nil {
+				l.errs <- err
+			}
+		}()
+	}
+	return nil
+}
+
+func (*localConsumers) warm(context.Context, time.Time) {} // they share the cell's tally
+func (l *localConsumers) failed() <-chan error          { return l.errs }
+func (*localConsumers) lost() int64                     { return 0 }
+
+func (l *localConsumers) restart(k int) {
+	select {
+	case l.restarts[k%l.n] <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+func (l *localConsumers) stop(context.Context) error {
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.wg.Wait()
+	return nil
+}
+
+// consume runs consumer idx: it subscribes, and subscribes again after a
+// crash fault, a lost connection or a planned restart, until ctx ends.
+func (l *localConsumers) consume(ctx context.Context, idx int) error {
+	opts := brokers.SubscribeOptions{MaxBatch: l.h.batchSize()}
+	for first := true; ctx.Err() == nil; first = false {
+		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		sub, err := l.b.Subscribe(sctx, l.topic, l.group, opts, l.h.handle)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil
+		case err != nil && first:
+			return fmt.Errorf("%s: consumer %d: subscribe: %w", l.b.Name(), idx, err)
+		case err != nil:
+			// The broker may be restarting: keep trying, as a production
+			// consumer would; the stall timeout ends a broker that never
+			// comes back, and the error is in the cell's notes.
+			l.notes.add(fmt.Sprintf("consumer %d: subscribe again: %v", idx, err))
+			if !sleep(ctx, time.Second) {
+				return nil
+			}
+			continue
+		}
+		if !l.await(ctx, idx, sub) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// await waits for sub to end or be restarted; false means ctx ended.
+func (l *localConsumers) await(ctx context.Context, idx int, sub brokers.Subscription) bool {
+	select {
+	case <-ctx.Done():
+		sub.Close()
+		return false
+	case <-l.restarts[idx]:
+		sub.Close()
+		return true
+	case <-sub.Done():
+	}
+	if errors.Is(sub.Err(), brokers.ErrCrashed) {
+		l.h.t.c.crashes.Add(1)
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	// Connection lost (a broker restart, a network fault): unacked
+	// deliveries come back; subscribe again.
+	l.notes.add(fmt.Sprintf("consumer %d: subscription ended: %v; subscribing again", idx, sub.Err()))
+	return sleep(ctx, 500*time.Millisecond)
+}

@@ -1,0 +1,99 @@
+package runner
+
+import (
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
+)
+
+// DedupMiss is the anomaly of an event (same consumer, source and id) that
+// had taken effect and was then decided STALE, GAP or APPLIED again,
+// where the inbox must say DUPLICATE. (PARKED is not one: a redelivery of
+// a parked event is decided PARKED while a concurrent commit drains it,
+// and the two are recorded in either order.) The final state can still be
+// right — the version check stopped the change — but the inbox did not
+// recognise the event, so every other side effect of the handler (an
+// e-mail, an outbox message, a call) ran again. An inbox that forgets keys
+// too early (a TTL-style dedup, retention shorter than redelivery) shows
+// this way.
+const DedupMiss = "dedup-miss"
+
+// decisions records, per event, whether it took effect, and counts the
+// decisions that missed it afterwards. The handler feeds it every
+// outcome; sharded so the hot path takes an uncontended lock.
+type decisions struct {
+	seed   maphash.Seed
+	shards [64]decisionShard
+	misses atomic.Int64
+
+	mu       sync.Mutex
+	examples []string
+}
+
+type decisionShard struct {
+	mu   sync.Mutex
+	took map[string]struct{}
+}
+
+func newDecisions() *decisions {
+	d := &decisions{seed: maphash.MakeSeed()}
+	for i := range d.shards {
+		d.shards[i].took = map[string]struct{}{}
+	}
+	return d
+}
+
+// record takes one decision (not the ones it drained: the tally passes
+// those one by one).
+func (d *decisions) record(o inbox.Outcome) {
+	switch o.Result {
+	case inbox.Applied, inbox.Stale, inbox.Gap:
+	default:
+		return
+	}
+	k := o.Key()
+	sh := &d.shards[maphash.String(d.seed, k)%uint64(len(d.shards))]
+	sh.mu.Lock()
+	_, took := sh.took[k]
+	if o.Result == inbox.Applied {
+		sh.took[k] = struct{}{}
+	}
+	sh.mu.Unlock()
+	if !took {
+		return
+	}
+	d.misses.Add(1)
+	d.mu.Lock()
+	if len(d.examples) < maxExamples {
+		d.examples = append(d.examples, fmt.Sprintf("%s (%s v%d) took effect, then a delivery of it was decided %s: the inbox did not recognise it",
+			o.ID, o.Subject, o.Version, o.Result))
+	}
+	d.mu.Unlock()
+}
+
+// report returns the misses and their examples.
+func (d *decisions) report() (int64, []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.misses.Load(), append([]string(nil), d.examples...)
+}
+
+// judgeDecisions adds what the deliveries' decisions show to a verdict:
+// dedup-miss, with examples.
+func judgeDecisions(inv *results.Invariants, misses int64, examples []string) {
+	if misses == 0 {
+		return
+	}
+	inv.Anomalies[DedupMiss] += misses
+	inv.Examples[DedupMiss] = append(inv.Examples[DedupMiss], examples...)
+	if len(inv.Examples[DedupMiss]) > maxExamples {
+		inv.Examples[DedupMiss] = inv.Examples[DedupMiss][:maxExamples]
+	}
+	if inv.Verdict == results.VerdictPass {
+		inv.Verdict = results.VerdictFail
+	}
+}

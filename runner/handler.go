@@ -1,0 +1,246 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/envelope"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// handler turns deliveries into inbox decisions and verdicts: decode,
+// apply through the strategy, count the outcome, answer the broker only
+// after the database decided. One handler serves every consumer of a cell
+// in a process.
+type handler struct {
+	in       *inbox.Inbox
+	strategy inbox.Strategy
+	consumer string
+	spec     *workload.Spec
+	// ackFirst: the strategy is a consumer-level negative control that
+	// acks before its commit (broken-ack-before-commit).
+	ackFirst bool
+	t        *tally
+	hooks    hooks
+}
+
+// hooks are what differs between a consumer inside `bench run` and one
+// in a `bench worker` process.
+type hooks interface {
+	// firstCrash says whether an event's crash fault fires now: once per
+	// event and cell, across processes.
+	firstCrash(ctx context.Context, key string) bool
+	// answered is told of each message answered for good in this process,
+	// before the driver acks it.
+	answered(id string)
+	// crash is the crash fault after the commit, before the ack: a worker
+	// process kills itself there and never returns; in process it returns
+	// and the verdicts tear the subscription down.
+	crash(ctx context.Context)
+}
+
+func newHandler(in *inbox.Inbox, st inbox.Strategy, consumer string, spec *workload.Spec, t *tally, h hooks) *handler {
+	hd := &handler{in: in, strategy: st, consumer: consumer, spec: spec, t: t, hooks: h}
+	if a, ok := st.(inbox.AckOrdering); ok {
+		hd.ackFirst = a.AckBeforeCommit()
+	}
+	return hd
+}
+
+// batchSize is the most deliveries one handler call takes: the workload's
+// batch size for strategies that apply batches, else one.
+func (h *handler) batchSize() int {
+	if b, ok := h.strategy.(inbox.Batching); ok && b.PrefersBatches() {
+		return h.spec.BatchSize
+	}
+	return 1
+}
+
+// handle is the brokers.Handler of the cell's consumers.
+func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.Verdict {
+	received := time.Now()
+	verdicts := make([]brokers.Verdict, len(ds))
+	byDelivery := make([]*envelope.Event, len(ds)) // nil for poison
+	evs := make([]*envelope.Event, 0, len(ds))
+	idx := make([]int, 0, len(ds))
+	crash := false
+	for i, d := range ds {
+		h.t.c.deliveries.Add(1)
+		if d.Redelivered || d.DeliveryCount > 1 || d.Attempt > 1 {
+			h.t.c.redeliveries.Add(1)
+		}
+		ev, err := envelope.Unmarshal(d.Body)
+		if err != nil {
+			// Poison: dead-lettered by the driver and counted, never
+			// silently acked.
+			h.t.c.rejected.Add(1)
+			verdicts[i] = brokers.Reject
+			continue
+		}
+		if h.spec.CrashAfterCommit(ev) && h.hooks.firstCrash(ctx, ev.Key()) {
+			crash = true
+		}
+		byDelivery[i] = ev
+		evs = append(evs, ev)
+		idx = append(idx, i)
+	}
+	switch {
+	case len(evs) > 0 && h.ackFirst && crash:
+		// The negative control acks first; the crash then lands between
+		// the ack and the commit: the events are gone.
+		for _, i := range idx {
+			verdicts[i] = brokers.Ack
+		}
+		h.record(ds, byDelivery, verdicts)
+		return verdicts
+	case len(evs) > 0:
+		h.apply(ctx, ds, evs, idx, verdicts, received)
+	}
+	if crash {
+		h.hooks.crash(ctx) // a worker process: a real kill -9, no return
+		// Committed, then "died" before the ack: nothing of this batch is
+		// acknowledged; the broker redelivers it.
+		for i := range verdicts {
+			verdicts[i] = brokers.Crash
+		}
+	}
+	h.record(ds, byDelivery, verdicts)
+	return verdicts
+}
+
+// apply runs the strategy on the decoded events (racing the storm's extra
+// appliers) and fills their verdicts.
+func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*envelope.Event, idx []int, verdicts []brokers.Verdict, received time.Time) {
+	h.t.c.executions.Add(int64(len(evs)))
+	release, wait := h.storms(ctx, evs)
+	release()
+	outs, _ := h.strategy.ApplyBatch(ctx, h.in, h.consumer, evs)
+	wait()
+	now := time.Now()
+	m := h.t.meters.get(ds[0].Shard)
+	h.t.countAll(outs)
+	for j, out := range outs {
+		id := messageID(ds[idx[j]], evs[j])
+		v := h.account(m, evs[j], out, received, now)
+		switch {
+		case out.Err != nil:
+			v = h.failed(ctx, id, evs[j], inbox.Describe(out.Err))
+		case out.Result == inbox.Gap:
+			v = h.failed(ctx, id, evs[j], gapFailure(evs[j], out))
+		default:
+			h.t.policy.Succeeded(id)
+		}
+		verdicts[idx[j]] = v
+	}
+}
+
+// failed asks the error policy what to answer for an event that was not
+// decided: send it back, or dead-letter it. Never ack an event without a
+// decision.
+func (h *handler) failed(ctx context.Context, id string, ev *envelope.Event, f inbox.Failure) brokers.Verdict {
+	v := h.t.policy.Verdict(ctx, id, ev, f)
+	if v == brokers.Reject {
+		h.t.c.failed.Add(1)
+	}
+	return v
+}
+
+// gapFailure describes a version-ahead event that was not parked (parking
+// off, or its bound full): retried while its predecessor may still come.
+func gapFailure(ev *envelope.Event, out inbox.Outcome) inbox.Failure {
+	why := "parking is off"
+	if out.ParkOverflow {
+		why = "the aggregate's parking bound is full"
+	}
+	return inbox.Failure{Kind: "version_gap", Retryable: true,
+		Message: fmt.Sprintf("%s v%d arrived before v%d and was not parked (%s); its predecessor did not come within the retry bound", ev.Subject, ev.AggregateVersion, ev.AggregateVersion-1, why)}
+}
+
+// storms prepares StormConsumers-1 extra appliers for each storm-marked
+// event, each on its own connection, that race the regular apply once
+// released: exactly one of all of them may win the inbox key.
+func (h *handler) storms(ctx context.Context, evs []*envelope.Event) (release, wait func()) {
+	if h.spec.Faults.ConcurrentDuplicates == 0 {
+		return func() {}, func() {} // the common case costs the hot path nothing
+	}
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for _, ev := range evs {
+		if !h.spec.Storm(ev) {
+			continue
+		}
+		for range h.spec.Faults.StormConsumers - 1 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-gate
+				h.t.c.executions.Add(1)
+				out, _ := h.in.Apply(ctx, h.strategy, h.consumer, ev)
+				h.t.count(out)
+			}()
+		}
+	}
+	return func() { close(gate) }, wg.Wait
+}
+
+// account records an outcome's latencies and picks the verdict.
+func (h *handler) account(m *meter, ev *envelope.Event, out inbox.Outcome, received, decided time.Time) brokers.Verdict {
+	// Warm-up excludes what was both sent and decided during it. A
+	// backlog built up during warm-up still counts when it commits later:
+	// its latency from the intended send time is what an overloaded
+	// consumer really costs.
+	measured := !ev.IntendedAt.IsZero() && decided.UnixNano() >= h.t.warmEnd.Load()
+	var e2e, dedup time.Duration
+	switch out.Result {
+	case inbox.Applied:
+		if measured {
+			e2e = decided.Sub(ev.IntendedAt)
+		}
+	case inbox.Duplicate:
+		dedup = decided.Sub(received)
+	}
+	if out.Result != inbox.NoResult {
+		m.record(out.Result.String(), e2e, out.Duration, dedup, measured)
+	}
+	switch {
+	case out.Err != nil, out.Result == inbox.Gap:
+		// Not decided, or the predecessor must come first (parking is
+		// off or full): the caller asks the error policy.
+		return brokers.Retry
+	default:
+		// APPLIED, DUPLICATE, PARKED (durably held), STALE and CONFLICT
+		// (decided and counted: redelivery cannot change them).
+		return brokers.Ack
+	}
+}
+
+// record counts the messages that reached a final verdict, once each.
+func (h *handler) record(ds []*brokers.Delivery, evs []*envelope.Event, vs []brokers.Verdict) {
+	for i, v := range vs {
+		if v != brokers.Ack && v != brokers.Reject {
+			continue
+		}
+		if id := messageID(ds[i], evs[i]); h.t.answer(id) {
+			h.hooks.answered(id)
+		}
+	}
+}
+
+// inProcess are the hooks of consumers inside `bench run`.
+type inProcess struct {
+	// crashed remembers events whose crash fault already fired, so a
+	// redelivery is not crashed again (Kafka has no redelivered flag).
+	crashed sync.Map
+}
+
+func (p *inProcess) firstCrash(_ context.Context, key string) bool {
+	_, done := p.crashed.LoadOrStore(key, true)
+	return !done
+}
+
+func (*inProcess) answered(string)       {}
+func (*inProcess) crash(context.Context) {}

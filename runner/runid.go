@@ -1,0 +1,131 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/inbox"
+)
+
+// A run id names a new run: its results directory, its cells' schemas,
+// topics and consumer groups all derive from it. Reusing one would judge a
+// cell on the old run's rows (every event a duplicate) and consume the
+// old topics, so a run id that was used is refused unless the run is told
+// to replace what exists.
+
+// ErrRunExists marks a run id whose results or schemas already exist.
+var ErrRunExists = errors.New("run id already used")
+
+var runIDChars = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+func validRunID(id string) error {
+	if !runIDChars.MatchString(id) || len(id) > 100 {
+		return fmt.Errorf("--run-id %q: use up to 100 letters, digits, '.', '_' or '-' (it names a directory, schemas and topics)", id)
+	}
+	return nil
+}
+
+// leftovers lists what a previous run with o.RunID left: its results
+// directory and its cells' schemas.
+func leftovers(ctx context.Context, o *Options, db inbox.DB) (dir string, schemas []string, err error) {
+	if !o.NoWrite {
+		d := filepath.Join(o.OutDir, o.RunID)
+		if _, err := os.Stat(d); err == nil {
+			dir = d
+		}
+	}
+	// Cell ids (cellID) start so; a long one keeps its first 51 bytes.
+	prefix := unsafeIdent.ReplaceAllString(strings.ToLower("ib_"+o.RunID+"_"), "_")
+	prefix = prefix[:min(len(prefix), 51)]
+	rows, err := db.Query(ctx, "SELECT nspname FROM pg_namespace WHERE left(nspname, length($1)) = $1 ORDER BY nspname", prefix)
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres: look for schemas of run %s: %w", o.RunID, err)
+	}
+	schemas, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres: look for schemas of run %s: %w", o.RunID, err)
+	}
+	return dir, schemas, nil
+}
+
+// claimRunID refuses a run id that was used, or with o.Replace drops what
+// the earlier run left: its schemas, its cells' topics, its results
+// directory and its worker control rows.
+func claimRunID(ctx context.Context, o *Options, db inbox.DB) error {
+	dir, schemas, err := leftovers(ctx, o, db)
+	if err != nil {
+		return err
+	}
+	if dir == "" && len(schemas) == 0 {
+		return nil
+	}
+	if !o.Replace {
+		var what []string
+		if dir != "" {
+			what = append(what, "the results directory "+dir)
+		}
+		if len(schemas) > 0 {
+			what = append(what, fmt.Sprintf("%d schema(s) %s", len(schemas), strings.Join(schemas[:min(3, len(schemas))], ", ")))
+		}
+		return fmt.Errorf("%w: %s: %s exist; choose another --run-id, or pass --replace to drop them first",
+			ErrRunExists, o.RunID, strings.Join(what, " and "))
+	}
+	for _, s := range schemas {
+		if err := inbox.DropSchema(ctx, db, s); err != nil {
+			return fmt.Errorf("--replace: %w", err)
+		}
+	}
+	if err := deleteTopics(ctx, o); err != nil {
+		return fmt.Errorf("--replace: %w", err)
+	}
+	if err := forgetRun(ctx, db, o.RunID); err != nil {
+		return fmt.Errorf("--replace: postgres: forget run %s: %w", o.RunID, err)
+	}
+	if dir != "" {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("--replace: %w", err)
+		}
+	}
+	fmt.Fprintf(o.Progress, "run %s: replaced what an earlier run of this id left (%d schema(s)%s)\n", o.RunID, len(schemas), map[bool]string{true: ", " + dir}[dir != ""])
+	return nil
+}
+
+// deleteTopics removes the topics the run's cells will use, from every
+// driver that can.
+func deleteTopics(ctx context.Context, o *Options) error {
+	for _, b := range o.Brokers {
+		br, err := brokers.Open(ctx, b, o.Cfg, nil)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b, err)
+		}
+		if d, ok := br.(brokers.TopicDeleter); ok {
+			for _, s := range cellStrategies(*o) {
+				c := cell{id: cellID(o.RunID, b, s)}
+				if err := d.DeleteTopic(ctx, c.topic()); err != nil {
+					br.Close()
+					return fmt.Errorf("%s: delete topic %s: %w", b, c.topic(), err)
+				}
+			}
+		}
+		br.Close()
+	}
+	return nil
+}
+
+// forgetRun removes a run's worker control rows, if there are any.
+func forgetRun(ctx context.Context, db inbox.DB, runID string) error {
+	var exists bool
+	if err := db.QueryRow(ctx, "SELECT to_regclass('inboxbench_runs.run') IS NOT NULL").Scan(&exists); err != nil || !exists {
+		return err
+	}
+	_, err := db.Exec(ctx, "DELETE FROM inboxbench_runs.run WHERE run_id = $1", runID)
+	return err
+}

@@ -1,0 +1,62 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inboxbench/inboxbench/internal/testenv"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+func TestRunIDCharacters(t *testing.T) {
+	for id, ok := range map[string]bool{"nightly-2026.11.30_a": true, "a/b": false, "../x": false, "a b": false, "x;drop": false,
+		strings.Repeat("a", 101): false} {
+		if err := validRunID(id); (err == nil) != ok {
+			t.Errorf("validRunID(%q) = %v", id, err)
+		}
+	}
+}
+
+// TestUsedRunIDIsRefused: a second run with the same id would judge the
+// first run's rows; it is refused naming what exists, and --replace runs
+// it on fresh schemas and topics.
+func TestUsedRunIDIsRefused(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ)
+	spec, err := workload.Parse([]byte("name: rerun\nseed: 4\naggregates: 5\nevents: 100\nconsumers: 1\nshards: 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("Re.run-%d", time.Now().UnixNano()%1e9)
+	out := t.TempDir()
+	o := Options{Cfg: cfg, Spec: spec, Brokers: []string{"none", "rabbitmq"}, Strategies: []string{"tx"}, OutDir: out, RunID: id,
+		Audit: true, StallTimeout: 20 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for i, replace := range []bool{false, false, true} {
+		o.Replace = replace
+		run, _, err := Run(ctx, o)
+		switch {
+		case i == 1:
+			if !errors.Is(err, ErrRunExists) || !strings.Contains(err.Error(), filepath.Join(out, id)) || !strings.Contains(err.Error(), "schema") {
+				t.Fatalf("second run with the same id: %v, want a refusal naming the directory and schemas", err)
+			}
+			continue
+		case err != nil:
+			t.Fatalf("run %d: %v", i, err)
+		}
+		for _, c := range run.Cells {
+			if c.Invariants.Verdict != "PASS" || c.Counters.Effects != 100 || c.Counters.Duplicates != 0 {
+				t.Errorf("run %d %s", i, describe(c))
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, id, "result.json")); err != nil {
+		t.Fatal(err)
+	}
+}

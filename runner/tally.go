@@ -1,0 +1,173 @@
+package runner
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/envelope"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
+)
+
+// tally is what one process counts of a cell: counters, histograms, the
+// messages answered for good and the window in which effects committed.
+// The handler writes it; the waiter, the progress line and the result
+// read it. In a `bench worker` process it is that worker's share, which
+// it reports; the coordinator's tally is then the sum of the reports.
+type tally struct {
+	c      counters
+	meters *meters
+	// handled counts distinct messages answered with Ack or Reject
+	// (final); done remembers which, so redeliveries are not counted twice.
+	handled atomic.Int64
+	done    sync.Map
+	// settled bumps whenever a message is answered for good (or a worker
+	// reports having answered some): the stall timer watches it.
+	settled atomic.Int64
+	// warmEnd is when the warm-up ends (unix nanos); effectsAtWarm the
+	// effects counted by then.
+	warmEnd       atomic.Int64
+	effectsAtWarm atomic.Int64
+	// firstEffect/lastEffect bound the throughput window (unix nanos).
+	firstEffect, lastEffect atomic.Int64
+	// remoteP99 is the workers' recent e2e p99, for the progress line.
+	remoteP99 atomic.Int64
+	// policy decides and remembers failed events in this process;
+	// remote holds what the workers reported of theirs.
+	policy *ErrorPolicy
+	remote atomic.Pointer[[]results.Failure]
+	// decided remembers which events took effect, to see the deliveries
+	// the inbox did not recognise afterwards (dedup-miss); remoteMisses
+	// are what the workers reported of theirs.
+	decided       *decisions
+	remoteMisses  atomic.Int64
+	remoteExample atomic.Pointer[[]string]
+}
+
+func newTally(measure bool, bound RetryBound) *tally {
+	return &tally{meters: newMeters(measure), policy: NewErrorPolicy(bound), decided: newDecisions()}
+}
+
+// dedupMisses are this process's and the workers' dedup misses.
+func (t *tally) dedupMisses() (int64, []string) {
+	n, ex := t.decided.report()
+	if r := t.remoteExample.Load(); r != nil {
+		ex = append(ex, *r...)
+	}
+	return n + t.remoteMisses.Load(), ex
+}
+
+// failures are the first failure of each kind, in this process and
+// reported by workers.
+func (t *tally) failures() []results.Failure {
+	fs := t.policy.Failures()
+	if r := t.remote.Load(); r != nil {
+		fs = mergeFailures(fs, append([]results.Failure(nil), *r...))
+	}
+	return fs
+}
+
+// countAll counts a batch's outcomes, then what their commits drained:
+// an event parked and drained by the same batch was parked first.
+func (t *tally) countAll(outs []inbox.Outcome) {
+	var drained []inbox.Outcome
+	for _, o := range outs {
+		drained = append(drained, o.Drained...)
+		o.Drained = nil
+		t.count(o)
+	}
+	if len(drained) > 0 {
+		t.countAll(drained)
+	}
+}
+
+// count updates counters for one outcome (and what its commit drained).
+func (t *tally) count(out inbox.Outcome) {
+	t.decided.record(out)
+	switch out.Result {
+	case inbox.Applied:
+		t.effect()
+	case inbox.Duplicate:
+		t.c.duplicates.Add(1)
+	case inbox.Gap:
+		t.c.gaps.Add(1)
+	case inbox.Parked:
+		t.c.parked.Add(1)
+	case inbox.Stale:
+		t.c.stale.Add(1)
+	case inbox.Conflict:
+		t.c.conflicts.Add(1)
+	}
+	if out.Attempts > 1 {
+		t.c.retries.Add(int64(out.Attempts - 1))
+	}
+	if out.Err != nil {
+		t.c.errors.Add(1)
+	}
+	for _, d := range out.Drained {
+		t.count(d)
+	}
+}
+
+func (t *tally) effect() {
+	t.c.effects.Add(1)
+	now := time.Now().UnixNano()
+	t.firstEffect.CompareAndSwap(0, now)
+	t.lastEffect.Store(now)
+}
+
+// answer records a message answered for good; it reports whether this is
+// the first answer for it in this process.
+func (t *tally) answer(id string) bool {
+	if _, seen := t.done.LoadOrStore(id, struct{}{}); seen {
+		return false
+	}
+	t.handled.Add(1)
+	t.settled.Add(1)
+	return true
+}
+
+// messageID names a delivered message for counting answers: its event
+// identity and attempt (a republish is a second message of the same
+// event), or its transport message id when it is not an event (poison).
+func messageID(d *brokers.Delivery, ev *envelope.Event) string {
+	if ev == nil {
+		return "poison " + d.ID
+	}
+	return ev.Key() + "#" + strconv.Itoa(ev.Attempt)
+}
+
+// warm marks the end of the warm-up at t0 and snapshots the effects then.
+func (t *tally) startWarmup(at time.Time, warmup time.Duration) (stop func() bool) {
+	t.warmEnd.Store(at.Add(warmup).UnixNano())
+	timer := time.AfterFunc(warmup, func() { t.effectsAtWarm.Store(t.c.effects.Load()) })
+	return timer.Stop
+}
+
+// notes are what happened to a cell besides its figures, each text once.
+type notes struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (n *notes) add(text string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range n.list {
+		if s == text {
+			return
+		}
+	}
+	if len(n.list) < 50 {
+		n.list = append(n.list, text)
+	}
+}
+
+func (n *notes) all() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.list...)
+}
