@@ -30,6 +30,8 @@ func TestParsersGolden(t *testing.T) {
 		{"rabbitmq-perftest-consume.txt", ParsePerfTestConsume},
 		{"rocketmq-producer.txt", func(s string) (Figure, error) { return ParseRocketMQProducer(s, warmup) }},
 		{"rocketmq-consumer.txt", ParseRocketMQConsumer},
+		{"rocketmq-producer-long.txt", func(s string) (Figure, error) { return ParseRocketMQProducer(s, warmup) }},
+		{"rocketmq-consumer-long.txt", ParseRocketMQConsumer},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
