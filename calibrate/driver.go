@@ -13,9 +13,10 @@ import (
 
 // driverModules are the Go client modules behind each driver.
 var driverModules = map[string]string{
-	"kafka":    "github.com/twmb/franz-go",
-	"rabbitmq": "github.com/rabbitmq/amqp091-go",
-	"rocketmq": "github.com/apache/rocketmq-client-go/v2",
+	"kafka":     "github.com/twmb/franz-go",
+	"rabbitmq":  "github.com/rabbitmq/amqp091-go",
+	"rocketmq":  "github.com/apache/rocketmq-client-go/v2",
+	"rocketmq5": "github.com/apache/rocketmq-clients/golang/v5",
 }
 
 // driverTool names the driver and its client library with the version
@@ -136,7 +137,7 @@ func shapeNotes(broker string, s results.Shape) []string {
 	case "rabbitmq":
 		return []string{common,
 			fmt.Sprintf("PerfTest keeps a sliding window of %d unconfirmed messages per channel, one channel per queue (%d in flight at most); the driver's batches are closed loop (%d in flight at most) over 4 confirm channels", s.Batch, s.Batch*s.Shards, s.Batch*s.Producers)}
-	case "rocketmq":
+	case "rocketmq", "rocketmq5":
 		return []string{common,
 			fmt.Sprintf("benchmark Producer: %d threads, each one synchronous send at a time, no key (round robin over queues); the driver sends with the key's hash queue, one key's messages one after another", s.Producers),
 			fmt.Sprintf("the benchmark Producer runs %d× the duration, so its Consumer's drain lasts long enough to be resolved from its 1 s sliding-window reports; its figure is its last 9 s window", rocketBacklogFactor),

@@ -112,7 +112,11 @@ machine and repeat, the ratios are steadier than the rates.`,
 // checkBrokers fails naming every broker that does not answer (calibrate
 // needs no PostgreSQL).
 func checkBrokers(ctx context.Context, e *compose.Env, bs []string) error {
-	svcs, err := compose.Select(bs)
+	var names []string
+	for _, b := range bs {
+		names = append(names, calibrate.Service(b))
+	}
+	svcs, err := compose.Select(names)
 	if err != nil {
 		return usageError{err}
 	}
