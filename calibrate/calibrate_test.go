@@ -19,10 +19,7 @@ import (
 // positive rates for all four figures and both ratios.
 func shortCalibration(t *testing.T, broker string, duration time.Duration) {
 	cfg := testenv.Require(t, broker)
-	dir, err := compose.AbsDir(cfg.StackDir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := testenv.StackDir(t, cfg) // the tools are cached there, beside the stack's Maven cache
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	shape := DefaultShape()
