@@ -116,6 +116,15 @@ check; negative controls (broken-*) are expected to fail.`,
 	f.IntVar(&fl.remoteWorkers, "remote-workers", 0, "also wait in each cell for this many workers started elsewhere with 'bench worker --run-id RUN_ID'")
 	f.DurationVar(&fl.join, "join-timeout", 2*time.Minute, "how long a cell waits for its workers to join")
 	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process to the file (go tool pprof FILE): where the harness itself spends its time")
+	f.BoolVar(&fl.findMax, "find-max-rate", false, "per cell, find the maximum sustainable rate with open-loop steps, then measure latency at fractions of it (also: publish_rate: max in the workload)")
+	d := runner.DefaultRateSearch
+	f.DurationVar(&fl.search.Step, "rate-step", d.Step, "with --find-max-rate: how long each step publishes (its first quarter, at most 2s, is not measured)")
+	f.DurationVar(&fl.search.MaxP99, "max-p99", d.MaxP99, "with --find-max-rate: a step whose e2e p99 is above this is not sustainable")
+	f.Float64Var(&fl.search.MaxBacklogGrowth, "max-backlog-growth", d.MaxBacklogGrowth, "with --find-max-rate: a step whose backlog grows faster than this share of its rate per second is not sustainable")
+	f.Float64Var(&fl.search.Precision, "rate-precision", d.Precision, "with --find-max-rate: stop bisecting when the bracket is within this share")
+	f.Float64SliceVar(&fl.search.Fractions, "at-fractions", d.Fractions, "with --find-max-rate: fractions of the maximum sustainable rate to measure latency at")
+	f.Float64SliceVar(&fl.search.Rates, "at-rates", nil, "absolute rates (events/s) to measure latency at, after the search (implies --find-max-rate)")
+	f.BoolVar(&fl.backlog, "backlog", false, "publish each cell's whole stream before its consumers start, and measure the drain")
 	f.BoolVar(&fl.partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
 	f.DurationVar(&fl.partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
 	return cmd
@@ -127,6 +136,8 @@ type runFlags struct {
 	noMeasure, noAudit                        bool
 	stall, join, retryFor                     time.Duration
 	retryAttempts                             int
+	findMax, backlog                          bool
+	search                                    runner.RateSearch
 	files                                     []string
 	workers, remoteWorkers                    int
 	partitioned, replace                      bool
@@ -166,6 +177,9 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 		// Only the files when files are given, unless --strategies adds
 		// built-ins beside them; else the workload's strategy.
 		o.Strategies = []string{o.Spec.Strategy}
+	}
+	if fl.findMax || len(fl.search.Rates) > 0 {
+		o.Search = &fl.search
 	}
 	if fl.workers > 0 {
 		if o.WorkerCmd, err = workerCommand(); err != nil {
