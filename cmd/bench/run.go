@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/inboxbench/inboxbench/brokers"
@@ -99,7 +100,27 @@ check; negative controls (broken-*) are expected to fail.`,
 			return verdictError(run)
 		},
 	}
-	f := cmd.Flags()
+	fl.register(cmd.Flags())
+	return cmd
+}
+
+// runFlags are the flags of 'bench run'.
+type runFlags struct {
+	brokers, strategies, workload, out, runID string
+	noMeasure, noAudit                        bool
+	stall, join, retryFor                     time.Duration
+	retryAttempts                             int
+	findMax, backlog                          bool
+	search                                    runner.RateSearch
+	files                                     []string
+	workers, remoteWorkers                    int
+	partitioned, replace                      bool
+	cpuProfile                                string
+	partitionInterval                         time.Duration
+}
+
+// register binds the flags of 'bench run' to fl.
+func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.brokers, "brokers", "none,rabbitmq,kafka,rocketmq", "comma-separated brokers: "+strings.Join(brokers.Names(), ", "))
 	f.StringVar(&fl.workload, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
@@ -127,22 +148,6 @@ check; negative controls (broken-*) are expected to fail.`,
 	f.BoolVar(&fl.backlog, "backlog", false, "publish each cell's whole stream before its consumers start, and measure the drain")
 	f.BoolVar(&fl.partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
 	f.DurationVar(&fl.partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
-	return cmd
-}
-
-// runFlags are the flags of 'bench run'.
-type runFlags struct {
-	brokers, strategies, workload, out, runID string
-	noMeasure, noAudit                        bool
-	stall, join, retryFor                     time.Duration
-	retryAttempts                             int
-	findMax, backlog                          bool
-	search                                    runner.RateSearch
-	files                                     []string
-	workers, remoteWorkers                    int
-	partitioned, replace                      bool
-	cpuProfile                                string
-	partitionInterval                         time.Duration
 }
 
 // options turns the flags into runner options; what they name is read
