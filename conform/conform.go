@@ -3,7 +3,10 @@
 // strategy, compares each outcome with what is declared in code, and
 // reports the matrix with the mutation score (negative controls caught /
 // negative controls run). A negative control that passes is a failure of
-// the suite, not a success of the control.
+// the suite, not a success of the control. A scenario that tests what a
+// strategy does not declare it handles (inbox.Handles), or needs what a
+// broker cannot do (its capabilities), is N/A with the reason, never FAIL
+// or ERROR.
 package conform
 
 import (

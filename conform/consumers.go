@@ -55,38 +55,10 @@ func twoConsumers(ctx context.Context, e *Env, broker string, st inbox.Strategy)
 	}
 	var done atomic.Int64
 	pol := runner.NewErrorPolicy(runner.RetryBound{})
-	consumers := []struct {
-		name string
-		in   *inbox.Inbox
-	}{{"balance-v1", l.in}, {"audit-v1", audit}}
-	for i, c := range consumers {
-		topic, err := l.topic(ctx, fmt.Sprintf("-%d", i))
+	for i, c := range []consumerTable{{"balance-v1", l.in}, {"audit-v1", audit}} {
+		sub, err := l.consumeAs(ctx, fmt.Sprintf("-%d", i), c, st, evs, pol, &done)
 		if err != nil {
 			return fail(err)
-		}
-		if err := l.publish(ctx, topic, evs...); err != nil {
-			return fail(err)
-		}
-		c := c
-		sub, err := l.b.Subscribe(ctx, topic, c.name, brokers.SubscribeOptions{}, brokers.PerDelivery(
-			func(hctx context.Context, d *brokers.Delivery) brokers.Verdict {
-				ev, err := envelope.Unmarshal(d.Body)
-				if err != nil {
-					return brokers.Reject
-				}
-				outs, _ := st.ApplyBatch(hctx, c.in, c.name, []*envelope.Event{ev})
-				if outs[0].Err != nil || outs[0].Result == inbox.Gap {
-					v, final := undecided(hctx, pol, d, ev, outs[0])
-					if final {
-						done.Add(1)
-					}
-					return v
-				}
-				done.Add(1)
-				return brokers.Ack
-			}))
-		if err != nil {
-			return fail(fmt.Errorf("%s: subscribe %s: %w", broker, topic, err))
 		}
 		defer sub.Close()
 	}
@@ -105,34 +77,79 @@ func twoConsumers(ctx context.Context, e *Env, broker string, st inbox.Strategy)
 		return fail(err)
 	}
 	// The audit consumer's table against the same oracle.
-	rows, err := l.pool.Query(ctx, "SELECT id, balance, version FROM "+pgx.Identifier{l.schema, "audit_account"}.Sanitize())
-	if err != nil {
+	if err := l.checkTable(ctx, "audit_account", "audit-v1", plan.Expected, &out); err != nil {
 		return fail(err)
 	}
-	got := map[string]workload.State{}
-	for rows.Next() {
-		var id string
-		var s workload.State
-		if err := rows.Scan(&id, &s.Balance, &s.Version); err != nil {
-			rows.Close()
-			return fail(err)
-		}
-		got[id] = s
+	out.Verdict = verdict(out.Anomalies)
+	return out
+}
+
+// consumerTable is a consumer and the inbox bound to its business table.
+type consumerTable struct {
+	name string
+	in   *inbox.Inbox
+}
+
+// consumeAs publishes evs to a topic of their own and consumes it as c,
+// counting each delivery answered for good in done.
+func (l *lab) consumeAs(ctx context.Context, suffix string, c consumerTable, st inbox.Strategy, evs []*envelope.Event,
+	pol *runner.ErrorPolicy, done *atomic.Int64) (brokers.Subscription, error) {
+	topic, err := l.topic(ctx, suffix)
+	if err != nil {
+		return nil, err
 	}
-	rows.Close()
-	var aggs []string
-	for a := range plan.Expected {
+	if err := l.publish(ctx, topic, evs...); err != nil {
+		return nil, err
+	}
+	sub, err := l.b.Subscribe(ctx, topic, c.name, brokers.SubscribeOptions{}, brokers.PerDelivery(
+		func(hctx context.Context, d *brokers.Delivery) brokers.Verdict {
+			ev, err := envelope.Unmarshal(d.Body)
+			if err != nil {
+				return brokers.Reject
+			}
+			outs, _ := st.ApplyBatch(hctx, c.in, c.name, []*envelope.Event{ev})
+			if outs[0].Err != nil || outs[0].Result == inbox.Gap {
+				v, final := undecided(hctx, pol, d, ev, outs[0])
+				if final {
+					done.Add(1)
+				}
+				return v
+			}
+			done.Add(1)
+			return brokers.Ack
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("%s: subscribe %s: %w", l.b.Name(), topic, err)
+	}
+	return sub, nil
+}
+
+// checkTable compares a consumer's business table with the oracle and
+// counts a lost effect for every aggregate off it.
+func (l *lab) checkTable(ctx context.Context, table, consumer string, want map[string]workload.State, out *Outcome) error {
+	rows, err := l.pool.Query(ctx, "SELECT id, balance, version FROM "+pgx.Identifier{l.schema, table}.Sanitize())
+	if err != nil {
+		return err
+	}
+	got := map[string]workload.State{}
+	var id string
+	var st workload.State
+	if _, err := pgx.ForEachRow(rows, []any{&id, &st.Balance, &st.Version}, func() error { got[id] = st; return nil }); err != nil {
+		return err
+	}
+	aggs := make([]string, 0, len(want))
+	for a := range want {
 		aggs = append(aggs, a)
 	}
 	sort.Strings(aggs)
 	for _, a := range aggs {
-		if want := plan.Expected[a]; got[a] != want {
+		if w := want[a]; got[a] != w {
 			out.Anomalies["lost-effect"]++
 			if len(out.Examples["lost-effect"]) < 5 {
-				out.Examples["lost-effect"] = append(out.Examples["lost-effect"], fmt.Sprintf("audit-v1 %s: balance %d version %d, expected %d/%d (deduplicated by the other consumer?)", a, got[a].Balance, got[a].Version, want.Balance, want.Version))
+				out.Examples["lost-effect"] = append(out.Examples["lost-effect"], fmt.Sprintf("%s %s: balance %d version %d, expected %d/%d (deduplicated by the other consumer?)",
+					consumer, a, got[a].Balance, got[a].Version, w.Balance, w.Version))
 			}
 		}
 	}
-	out.Verdict = verdict(out.Anomalies)
-	return out
+	return nil
 }

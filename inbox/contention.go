@@ -64,6 +64,19 @@ type ContentionPoint struct {
 	Blocked   int
 }
 
+// Totals are the busy backend states and the lock waits among them,
+// sampled so far: the difference of two readings is the lock-wait share
+// of a window (a rate step, say).
+type Totals struct{ Busy, LockWaits int64 }
+
+// Share is the lock-wait share between an earlier reading and this one.
+func (t Totals) Share(since Totals) float64 {
+	if busy := t.Busy - since.Busy; busy > 0 {
+		return float64(t.LockWaits-since.LockWaits) / float64(busy)
+	}
+	return 0
+}
+
 // ContentionSampler polls pg_stat_activity on its own connection.
 type ContentionSampler struct {
 	conn    *pgx.Conn
@@ -75,6 +88,7 @@ type ContentionSampler struct {
 
 	mu     sync.Mutex
 	rep    ContentionReport
+	totals Totals
 	err    error
 	db0    [3]int64
 	stmts0 map[int64]stmtRow
@@ -170,6 +184,7 @@ func (s *ContentionSampler) sample(ctx context.Context, cur *ContentionPoint) er
 			continue
 		}
 		s.rep.Busy++
+		s.totals.Busy++
 		if blockers > 0 {
 			blocked++
 		}
@@ -181,12 +196,20 @@ func (s *ContentionSampler) sample(ctx context.Context, cur *ContentionPoint) er
 		if typ == "Lock" {
 			s.rep.LockWaits[name]++
 			cur.LockWaits[name]++
+			s.totals.LockWaits++
 		}
 	}
 	s.rep.Samples++
 	s.rep.BlockedMax = max(s.rep.BlockedMax, blocked)
 	cur.Blocked = max(cur.Blocked, blocked)
 	return rows.Err()
+}
+
+// Totals reads the running totals.
+func (s *ContentionSampler) Totals() Totals {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.totals
 }
 
 func (s *ContentionSampler) dbStats(ctx context.Context) ([3]int64, error) {

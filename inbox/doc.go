@@ -75,9 +75,15 @@
 // User strategies come from SQL files (LoadStrategyFile, FileStrategy):
 // a team's own inbox SQL with named parameters, run in the same schema
 // after the built-in migration and judged by the same checker. They are
-// not registered: a runner takes them beside the registry's names. They
-// never park and never fall back to a built-in path. The format and the
-// contract are in examples/strategies/README.md.
+// not registered: a runner takes them beside the registry's names. The
+// harness parks the events a file answers GAP and applies them again
+// through the file (userpark.go); a file with a @batch section applies
+// batches (userbatch.go). A file never falls back to a built-in path. The
+// format and the contract are in examples/strategies/README.md.
+//
+// Capabilities are interfaces, not names: Batching (a runner hands such a
+// strategy batches), Scoped (a strategy file declares what it handles),
+// ParkDrainer (a strategy drains parked events with its own SQL).
 //
 // # Layouts and retention
 //
@@ -100,5 +106,16 @@
 // (ConfigurePool). A lock or statement timeout, deadlock, serialization
 // failure or lost connection is retried with backoff up to
 // Options.MaxAttempts; after that the event fails with an error matching
-// ErrRetryable and nothing of it is committed.
+// ErrRetryable and nothing of it is committed. Describe says of any
+// Outcome.Err whether it can heal (Failure.Retryable), with PostgreSQL's
+// condition name and, for a strategy file, the statement that failed.
+//
+// # What the checker reads
+//
+// The inbox owns its tables, so it installs the audit trigger the checker
+// relies on (InstallAudit: every change of an account's version or
+// balance, logged by the harness rather than the strategy) and reads the
+// snapshot the checker judges (ReadSnapshot: accounts, the consumer's
+// inbox and parked keys, the audit log). Judging it is runner.Judge's,
+// with no database.
 package inbox

@@ -473,6 +473,7 @@ func countersChart(run *Run) (*chart, error) {
 // runCharts renders every chart of a run, in report order, grouped by section.
 type runCharts struct {
 	Overview   []*chart
+	Rates      []*chart
 	Throughput []*chart
 	Latency    []*chart
 	DedupApply []*chart
@@ -504,6 +505,12 @@ func buildCharts(run *Run) (*runCharts, error) {
 	c, err = throughputChart(run)
 	if err := add(&rc.Throughput, c, err); err != nil {
 		return nil, err
+	}
+	for i := range run.Cells {
+		c, err := rateChart(&run.Cells[i], i)
+		if err := add(&rc.Rates, c, err); err != nil {
+			return nil, err
+		}
 	}
 
 	e2e := collectSpectra(run, "e2e")
@@ -555,7 +562,7 @@ func buildCharts(run *Run) (*runCharts, error) {
 // all lists every chart, for tests and for counting.
 func (rc *runCharts) all() []*chart {
 	var out []*chart
-	for _, g := range [][]*chart{rc.Overview, rc.Throughput, rc.Latency, rc.DedupApply, rc.Contention, rc.Counters} {
+	for _, g := range [][]*chart{rc.Overview, rc.Rates, rc.Throughput, rc.Latency, rc.DedupApply, rc.Contention, rc.Counters} {
 		out = append(out, g...)
 	}
 	return out

@@ -66,6 +66,8 @@ type htmlView struct {
 	Conform    *conformView
 	Calib      *calibrationView
 	Durability *durabilityView
+	Rates      *rateView
+	Saturated  string
 	Env        []kv
 	Workload   []kv
 }
@@ -120,6 +122,36 @@ type anomalyView struct {
 	Verdict                     verdictView
 	Examples                    []string
 	More                        int
+}
+
+// rateView is the rate search of the run's rate-search cells.
+type rateView struct {
+	Note       string
+	Header     []string
+	Rows       [][]string
+	StepHeader []string
+	Cells      []rateCellView
+}
+
+type rateCellView struct {
+	Name, Summary string
+	Rows          [][]string
+}
+
+func newRateView(run *Run) *rateView {
+	rows := RateRows(run)
+	if len(rows) == 0 {
+		return nil
+	}
+	v := &rateView{Note: RateNote, Header: RateHeader, Rows: rows, StepHeader: StepHeader}
+	for i := range run.Cells {
+		c := &run.Cells[i]
+		if c.Rate != nil {
+			v.Cells = append(v.Cells, rateCellView{Name: c.Name(), Rows: StepRows(c),
+				Summary: fmt.Sprintf("MSR %s/s, limited by %s.", FormatRate(c.Rate.MSR), LimitText(c.Rate.LimitedBy))})
+		}
+	}
+	return v
 }
 
 type conformView struct {
@@ -197,6 +229,10 @@ func (v *htmlView) fillRun(run *Run) error {
 	var err error
 	if v.Charts, err = buildCharts(run); err != nil {
 		return err
+	}
+	v.Rates = newRateView(run)
+	if run.Saturated() {
+		v.Saturated = SaturatedNote
 	}
 	for i := range run.Cells {
 		c := &run.Cells[i]

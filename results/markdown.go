@@ -98,6 +98,7 @@ func (m *mdWriter) run(run *Run) {
 	m.p("%s. Charts: report.html beside this file.\n\n", strings.Join(facts, " · "))
 
 	m.summary(run)
+	m.rates(run)
 	m.throughput(run)
 	m.latency(run)
 	m.counters(run)
@@ -118,6 +119,28 @@ func (m *mdWriter) summary(run *Run) {
 	}
 	m.table([]string{"broker", "strategy", "events/s", "vs none", "bound by", "host CPU", "e2e p50", "e2e p99", "e2e p99.9", "dedup p99", "lock-wait share", "verdict"},
 		"llrrlrrrrrrl", rows)
+	if run.Saturated() {
+		m.p("%s\n\n", SaturatedNote)
+	}
+}
+
+// rates writes the rate search of rate-search cells: the maximum
+// sustainable rate, the latency at fractions of it, every step.
+func (m *mdWriter) rates(run *Run) {
+	rows := RateRows(run)
+	if len(rows) == 0 {
+		return
+	}
+	m.p("## Maximum sustainable rate\n\n%s\n\n", RateNote)
+	m.table(RateHeader, "lrlrrrr", rows)
+	for i := range run.Cells {
+		c := &run.Cells[i]
+		if c.Rate == nil {
+			continue
+		}
+		m.p("### Steps: %s\n\nMSR %s/s, limited by %s.\n\n", c.Name(), FormatRate(c.Rate.MSR), LimitText(c.Rate.LimitedBy))
+		m.table(StepHeader, "lrrrrrrrrrrl", StepRows(c))
+	}
 }
 
 func (m *mdWriter) throughput(run *Run) {

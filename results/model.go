@@ -94,6 +94,15 @@ type Cell struct {
 	Contention Contention `json:"contention"`
 	Invariants Invariants `json:"invariants"`
 	Error      string     `json:"error,omitempty"`
+	// Mode is how the cell published: "saturated" (as fast as the broker
+	// confirmed: its latency is queueing-dominated, read it as a
+	// throughput run), "fixed-rate" (the workload's open-loop rate),
+	// "rate-search" (Rate holds the steps and the maximum sustainable
+	// rate) or "backlog" (the whole stream published before the consumers
+	// started: events/s is the drain rate).
+	Mode string `json:"mode,omitempty"`
+	// Rate is a rate-search cell's search.
+	Rate *RateSearch `json:"rate,omitempty"`
 	// Failures are the first failure of each kind among the events the
 	// inbox could not decide (a retryable one within its bound is sent
 	// back; others are dead-lettered and make the verdict ERROR).
@@ -209,6 +218,60 @@ type WaitPoint struct {
 	Blocked int              `json:"blocked"`
 }
 
+// RateSearch is the maximum sustainable rate (MSR) of a cell and how it
+// was found: open-loop steps at rising rates, then bisection, then
+// latency at fixed fractions of the MSR.
+type RateSearch struct {
+	// MSR is the highest rate, in events/s, whose step was sustainable.
+	MSR float64 `json:"msr"`
+	// LimitedBy is the criterion the lowest unsustainable step failed:
+	// "publish" (the broker did not take the rate), "backlog" (the
+	// consumers fell behind), "p99" (latency over the bound); or "steps"
+	// / "time" when the search stopped at its bounds first.
+	LimitedBy string       `json:"limited_by"`
+	Criteria  RateCriteria `json:"criteria"`
+	Steps     []RateStep   `json:"steps"`
+	// At are the steps at fixed fractions of the MSR (or absolute rates).
+	At []RateStep `json:"at,omitempty"`
+}
+
+// RateCriteria say when a step is sustainable.
+type RateCriteria struct {
+	StepS float64 `json:"step_s"`
+	// MaxBacklogGrowth is the largest backlog growth per second, as a
+	// share of the rate (0.05: 5% of the rate).
+	MaxBacklogGrowth float64 `json:"max_backlog_growth"`
+	// MaxPublishLagMs bounds how late the publisher may fall behind its
+	// schedule; the achieved rate must also reach 95% of the step's.
+	MaxPublishLagMs float64 `json:"max_publish_lag_ms"`
+	MaxP99Us        int64   `json:"max_p99_us"`
+	// Precision ends the bisection: (lowest failing − highest passing)
+	// / highest passing.
+	Precision float64 `json:"precision"`
+}
+
+// RateStep is one open-loop step.
+type RateStep struct {
+	// Phase is "ramp", "bisect" or "at".
+	Phase string `json:"phase"`
+	// Fraction of the MSR, for an "at" step with one.
+	Fraction float64 `json:"fraction,omitempty"`
+	Rate     float64 `json:"rate"`
+	Achieved float64 `json:"achieved"`
+	// BacklogSlope is the backlog's growth in events/s over the step's
+	// measured window (least squares): ~0 when consumers keep up.
+	BacklogSlope  float64 `json:"backlog_slope"`
+	PublishLagMs  float64 `json:"publish_lag_ms"`
+	E2E           Summary `json:"e2e"`
+	Dedup         Summary `json:"dedup"`
+	LockWaitShare float64 `json:"lock_wait_share"`
+	Sustainable   bool    `json:"sustainable"`
+	// Limit names the criterion an unsustainable step failed.
+	Limit string `json:"limit,omitempty"`
+	// DrainS is how long the backlog took to drain after publishing.
+	DrainS float64 `json:"drain_s"`
+}
+
 // Failure is the first failure of one kind while applying events, with how
 // often that kind happened.
 type Failure struct {
@@ -283,6 +346,8 @@ func (c *Cell) BoundText() string {
 		return "workload rate"
 	case "consume":
 		return "consumers"
+	case "latency":
+		return "latency bound"
 	}
 	return "-"
 }

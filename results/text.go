@@ -42,6 +42,17 @@ func WriteSummary(w io.Writer, run *Run) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if rows := RateRows(run); len(rows) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, strings.ToUpper(strings.Join(RateHeader, "\t"))+"\t")
+		for _, r := range rows {
+			fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	for _, c := range run.Cells {
 		if c.Error != "" {
 			fmt.Fprintf(w, "\n%s/%s: %s\n", c.Broker, c.Strategy, c.Error)

@@ -116,7 +116,13 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if err != nil {
 		return err
 	}
-	s := c.stream(ctx, b, in, cons, t, ns)
+	var s streamed
+	var rate *results.RateSearch
+	if c.o.Search != nil {
+		s, rate = c.search(ctx, b, in, cons, t, sampler, ns)
+	} else {
+		s = c.stream(ctx, b, in, cons, t, ns)
+	}
 	rep, serr := sampler.Stop(ctx)
 	if !s.started {
 		// Nothing was consumed, nor published: there is nothing to judge.
@@ -139,6 +145,13 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	res.Invariants = inv
 	fill(res, t, s, rep, c.o.Spec.PublishRate)
 	res.Failures = t.failures()
+	res.Mode, res.Rate = c.mode(), rate
+	if rate != nil {
+		// The headline of a rate search is its maximum sustainable rate,
+		// and what limited it is what bound the cell.
+		res.Throughput.EventsPerS = rate.MSR
+		res.Throughput.Bound = map[string]string{"publish": "publish", "backlog": "consume", "p99": "latency"}[rate.LimitedBy]
+	}
 	res.Notes = append(res.Notes, ns.all()...)
 	// Durable effects are a fact of the database, not of what the
 	// consumers believe they did.
@@ -166,6 +179,19 @@ func (c *cell) consumers(b brokers.Broker, h *handler, ns *notes) consumers {
 	return newLocalConsumers(b, c.topic(), c.group(), n, h, ns)
 }
 
+// mode names how the cell published (results.Cell.Mode).
+func (c *cell) mode() string {
+	switch {
+	case c.o.Search != nil:
+		return "rate-search"
+	case c.o.Backlog:
+		return "backlog"
+	case c.o.Spec.PublishRate > 0:
+		return "fixed-rate"
+	}
+	return "saturated"
+}
+
 // streamed is what streaming a cell's plan produced.
 type streamed struct {
 	started       bool           // the consumers started: the stream ran
@@ -181,10 +207,18 @@ type streamed struct {
 func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, ns *notes) streamed {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	pub := &publisher{b: b, topic: c.topic(), plan: c.plan, spec: c.o.Spec, poison: c.o.Poison, t: t, notes: ns}
+	if c.o.Backlog {
+		// The whole stream waits in the broker before any consumer starts:
+		// what follows measures the drain.
+		if err := pub.run(runCtx, time.Now()); err != nil {
+			return streamed{err: err}
+		}
+		ns.add(fmt.Sprintf("backlog: %d messages published before the consumers started; events/s is the drain rate", t.c.published.Load()))
+	}
 	if err := cons.start(runCtx); err != nil {
 		return streamed{err: errors.Join(err, cons.stop(ctx))}
 	}
-	pub := &publisher{b: b, topic: c.topic(), plan: c.plan, spec: c.o.Spec, poison: c.o.Poison, t: t, notes: ns}
 	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
 	acts := newActions(c.o.Actions, info, c.o.Spec.Faults.ConsumerRestarts, int64(len(c.plan.Publishes)), pub.total(), cons, t, ns)
 	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second),
@@ -199,7 +233,9 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	cons.warm(ctx, time.Unix(0, t.warmEnd.Load()))
 	series := sampleSeries(runCtx, t)
 	go acts.watch(runCtx)
-	s.err = pub.run(runCtx, s.start)
+	if !c.o.Backlog {
+		s.err = pub.run(runCtx, s.start)
+	}
 	s.pubEnd = time.Now()
 	s.plan = c.plan
 	if s.err == nil && pub.cut() {

@@ -39,17 +39,19 @@ func micros(d time.Duration) int64 {
 // uncontended except when progress reads it once a second. No global lock
 // sits on the hot path.
 type meter struct {
-	mu      sync.Mutex
-	e2e     *hdrhistogram.Histogram
-	apply   *hdrhistogram.Histogram
-	dedup   *hdrhistogram.Histogram
-	byKind  map[string]*hdrhistogram.Histogram
-	recent  *hdrhistogram.Histogram // e2e since the last progress line
-	enabled bool
+	mu     sync.Mutex
+	e2e    *hdrhistogram.Histogram
+	apply  *hdrhistogram.Histogram
+	dedup  *hdrhistogram.Histogram
+	byKind map[string]*hdrhistogram.Histogram
+	recent *hdrhistogram.Histogram // e2e since the last progress line
+	// stepE2E and stepDedup hold a rate step's latencies (rates.go).
+	stepE2E, stepDedup *hdrhistogram.Histogram
+	enabled            bool
 }
 
 func newMeter(enabled bool) *meter {
-	return &meter{e2e: newHist(), apply: newHist(), dedup: newHist(), recent: newHist(),
+	return &meter{e2e: newHist(), apply: newHist(), dedup: newHist(), recent: newHist(), stepE2E: newHist(), stepDedup: newHist(),
 		byKind: map[string]*hdrhistogram.Histogram{}, enabled: enabled}
 }
 
@@ -68,10 +70,12 @@ func (m *meter) record(kind string, e2e, apply, dedup time.Duration, measured bo
 	h.RecordValue(micros(apply))
 	if dedup > 0 {
 		m.dedup.RecordValue(micros(dedup))
+		m.stepDedup.RecordValue(micros(dedup))
 	}
 	if measured && e2e > 0 {
 		m.e2e.RecordValue(micros(e2e))
 		m.recent.RecordValue(micros(e2e))
+		m.stepE2E.RecordValue(micros(e2e))
 	}
 }
 
@@ -115,6 +119,23 @@ func (ms *meters) recentP99() int64 {
 		return true
 	})
 	return all.ValueAtQuantile(99)
+}
+
+// takeStep merges and resets the per-shard step histograms: a rate step's
+// e2e and dedup latencies since the previous call.
+func (ms *meters) takeStep() (e2e, dedup results.Summary) {
+	a, b := newHist(), newHist()
+	ms.m.Range(func(_, v any) bool {
+		m := v.(*meter)
+		m.mu.Lock()
+		a.Merge(m.stepE2E)
+		b.Merge(m.stepDedup)
+		m.stepE2E.Reset()
+		m.stepDedup.Reset()
+		m.mu.Unlock()
+		return true
+	})
+	return summary(a), summary(b)
 }
 
 func (ms *meters) latencies() results.Latencies {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
@@ -27,6 +28,8 @@ type publisher struct {
 	// sent[j] marks Publishes[j] confirmed by the broker; each goroutine
 	// writes only its own indexes.
 	sent []bool
+	// maxLag is the longest a batch went out after it was due (ns).
+	maxLag atomic.Int64
 }
 
 // cut reports whether publishing stopped before the end of the plan (a
@@ -80,24 +83,35 @@ func (p *publisher) run(ctx context.Context, start time.Time) error {
 
 // part sends one publisher's share of the plan (indexes into Publishes,
 // in plan order) in batches; an event's intended send time comes from its
-// place in the whole plan.
+// place in the whole plan. At a rate, a batch spans at most 5ms of
+// intended time and is sent when its last message is due, so nothing is
+// sent early and an event's latency, counted from its intended time,
+// never starts before it could have been sent; how late the batch went
+// out is the publish lag.
 func (p *publisher) part(ctx context.Context, start time.Time, idx []int, first bool) error {
-	const batch = 256
 	rate := p.spec.PublishRate
+	batch := 256
+	if rate > 0 {
+		perPublisher := rate / float64(max(1, min(p.spec.Publishers, len(p.plan.Publishes))))
+		batch = max(1, min(256, int(perPublisher*0.005)))
+	}
 	intendedAt := func(j int) time.Time {
 		return start.Add(time.Duration(float64(j) / rate * float64(time.Second)))
 	}
 	msgs := make([]brokers.Message, 0, batch)
 	for i := 0; i < len(idx); i += batch {
+		part := idx[i:min(i+batch, len(idx))]
 		intended := time.Now()
 		if rate > 0 {
-			intended = intendedAt(idx[i])
-			if !sleep(ctx, time.Until(intended)) {
+			due := intendedAt(part[len(part)-1])
+			if !sleep(ctx, time.Until(due)) {
 				return ctx.Err()
 			}
+			p.noteLag(time.Since(due))
+			intended = intendedAt(part[0])
 		}
 		msgs = msgs[:0]
-		for _, j := range idx[i:min(i+batch, len(idx))] {
+		for _, j := range part {
 			ev := *p.plan.Publishes[j].Event
 			ev.IntendedAt = intended
 			if rate > 0 {
@@ -112,7 +126,7 @@ func (p *publisher) part(ctx context.Context, start time.Time, idx []int, first 
 		if err := p.send(ctx, msgs); err != nil {
 			return err
 		}
-		for _, j := range idx[i:min(i+batch, len(idx))] {
+		for _, j := range part {
 			p.sent[j] = true
 		}
 		p.t.c.published.Add(int64(len(msgs)))
@@ -126,6 +140,16 @@ func (p *publisher) part(ctx context.Context, start time.Time, idx []int, first 
 		}
 	}
 	return nil
+}
+
+// noteLag keeps the largest publish lag seen.
+func (p *publisher) noteLag(d time.Duration) {
+	for {
+		cur := p.maxLag.Load()
+		if int64(d) <= cur || p.maxLag.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
 }
 
 // send publishes one batch and waits for its confirmations. A failed batch

@@ -89,6 +89,12 @@ type Options struct {
 	JoinTimeout time.Duration
 	// InboxLayout selects the plain or the time-partitioned inbox.
 	InboxLayout inbox.Layout
+	// Search, when set, finds each cell's maximum sustainable rate instead
+	// of publishing the workload once (rates.go).
+	Search *RateSearch
+	// Backlog publishes each cell's whole stream before its consumers
+	// start: events/s is then the drain rate of a backlog.
+	Backlog bool
 	// Retry bounds how long an event that keeps failing with retryable
 	// errors is sent back before its delivery is dead-lettered (zero:
 	// DefaultRetryBound). Failures that cannot heal are dead-lettered at
@@ -99,6 +105,9 @@ type Options struct {
 // Validate checks the options that need no server and fills defaults; its
 // errors name the option and what is accepted.
 func (o *Options) Validate() error {
+	if o.Spec != nil && o.Spec.FindMaxRate && o.Search == nil {
+		o.Search = &RateSearch{}
+	}
 	switch {
 	case o.Spec == nil:
 		return fmt.Errorf("runner: no workload")
@@ -110,6 +119,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--workers and --remote-workers count processes: 0 or more")
 	case o.Retry.Attempts < 0 || o.Retry.For < 0:
 		return fmt.Errorf("--retry-attempts and --retry-for bound retries: 0 (the default) or more")
+	case o.Search != nil && (o.Workers > 0 || o.RemoteWorkers > 0 || len(o.Actions) > 0 || o.Backlog):
+		return fmt.Errorf("--find-max-rate runs its steps with in-process consumers and no mid-stream faults: drop --workers, --remote-workers and --backlog")
 	case o.Workers > 0 && len(o.WorkerCmd) == 0:
 		return fmt.Errorf("runner: Options.Workers needs Options.WorkerCmd, the command that starts `bench worker`")
 	}
@@ -121,6 +132,11 @@ func (o *Options) Validate() error {
 	if o.InboxLayout.Partitioned && o.InboxLayout.Interval != 0 {
 		if err := inbox.ValidatePartitionInterval(o.InboxLayout.Interval); err != nil {
 			return fmt.Errorf("--partition-interval: %w", err)
+		}
+	}
+	if o.Search != nil {
+		if err := o.Search.validate(); err != nil {
+			return err
 		}
 	}
 	if o.RunID == "" {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/internal/testenv"
+	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -58,5 +59,50 @@ func TestUsedRunIDIsRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, id, "result.json")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSecretsStayOutOfResults: a command line carrying secrets (a
+// password in the PostgreSQL URL, the Kafka SASL password, the RocketMQ
+// secret key) is recorded in result.json and the reports with each one
+// redacted.
+func TestSecretsStayOutOfResults(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	spec, err := workload.Parse([]byte("name: secrets\naggregates: 3\nevents: 30\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{"pg-s3cret", "kafka-s3cret", "rmq-s3cret", "dsn-s3cret"}
+	args := []string{"bench", "run", "--pg-url", "postgres://app:pg-s3cret@db.example/x", "--kafka-password", "kafka-s3cret",
+		"--rocketmq-secret-key=rmq-s3cret", "--pg-url=host=db password=dsn-s3cret"}
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run, dir, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx"}, OutDir: out,
+		RunID: runID("s"), Args: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := results.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := results.WriteFiles(dir, rep, results.Outputs(true)); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secrets {
+			if strings.Contains(string(b), s) {
+				t.Errorf("%s holds %s", e.Name(), s)
+			}
+		}
+	}
+	if got := strings.Join(run.Env.CommandArg, " "); !strings.Contains(got, "--kafka-password ***") {
+		t.Errorf("command recorded as %q", got)
 	}
 }

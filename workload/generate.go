@@ -72,7 +72,15 @@ func EventID(agg string, v int64) string { return fmt.Sprintf("%s-v%d", agg, v) 
 
 // Generate builds the plan for s. The same spec (and seed) always gives the
 // same plan.
-func Generate(s *Spec) *Plan {
+func Generate(s *Spec) *Plan { return generate(s, "") }
+
+// GenerateSegment builds a plan whose aggregate (and so event) ids start
+// with prefix: segments of one run (a rate search's steps) share a
+// schema and a topic without sharing an aggregate, and MergePlans judges
+// them together.
+func GenerateSegment(s *Spec, prefix string) *Plan { return generate(s, prefix) }
+
+func generate(s *Spec, prefix string) *Plan {
 	rng := rand.New(rand.NewPCG(uint64(s.Seed), 0x1b0c5be7c4))
 	counts := spread(s)
 	// The order in which aggregates emit their next version: every
@@ -89,7 +97,7 @@ func Generate(s *Spec) *Plan {
 	version := make([]int64, s.Aggregates)
 	balance := make([]int64, s.Aggregates)
 	for n, a := range order {
-		agg := AggregateID(int(a))
+		agg := prefix + AggregateID(int(a))
 		version[a]++
 		v := version[a]
 		delta := s.Amount.Min
@@ -354,6 +362,25 @@ func (p *Plan) Published(sent []bool) *Plan {
 	for _, e := range p.MustNotApply {
 		if was[e.Key()] {
 			out.MustNotApply = append(out.MustNotApply, e)
+		}
+	}
+	return out
+}
+
+// MergePlans is one plan of segments with disjoint aggregates
+// (GenerateSegment): their events, publishes, oracles and must-not-apply
+// requests together.
+func MergePlans(plans ...*Plan) *Plan {
+	out := &Plan{Expected: map[string]State{}}
+	for _, p := range plans {
+		out.Spec = p.Spec
+		out.Events = append(out.Events, p.Events...)
+		out.Publishes = append(out.Publishes, p.Publishes...)
+		out.MustNotApply = append(out.MustNotApply, p.MustNotApply...)
+		out.OutOfOrder += p.OutOfOrder
+		out.Republished += p.Republished
+		for k, v := range p.Expected {
+			out.Expected[k] = v
 		}
 	}
 	return out

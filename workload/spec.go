@@ -41,8 +41,11 @@ type Spec struct {
 	// MessageSize pads each envelope to about this many bytes.
 	MessageSize int `yaml:"message_size" json:"message_size"`
 	// PublishRate in events/s, open loop; 0 publishes as fast as the broker
-	// confirms.
+	// confirms. In a file, "max" asks for the maximum sustainable rate
+	// instead (FindMaxRate, as bench run --find-max-rate).
 	PublishRate float64 `yaml:"publish_rate" json:"publish_rate"`
+	// FindMaxRate is set by publish_rate: max.
+	FindMaxRate bool `yaml:"-" json:"find_max_rate,omitempty"`
 	// Publishers is the number of concurrent publishers. Each owns the
 	// keys that hash to it and sends them in plan order, so per-key order
 	// is the plan's while the broker sees several batches in flight: one
@@ -179,6 +182,7 @@ func Load(path string) (*Spec, error) {
 // Parse decodes a workload over the defaults, rejecting unknown fields.
 func Parse(b []byte) (*Spec, error) {
 	s := Defaults()
+	b, s.FindMaxRate = rateMax(b)
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
@@ -188,6 +192,37 @@ func Parse(b []byte) (*Spec, error) {
 		return nil, err
 	}
 	return &s, nil
+}
+
+// rateMax finds publish_rate: max at the top of a document and writes 0
+// in its place (same line and column, so the decoder's messages still
+// point at the file's lines); found says it was there.
+func rateMax(b []byte) (out []byte, found bool) {
+	var doc yaml.Node
+	if yaml.Unmarshal(b, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return b, false
+	}
+	m := doc.Content[0].Content
+	for i := 0; i+1 < len(m); i += 2 {
+		v := m[i+1]
+		if m[i].Value != "publish_rate" || v.Kind != yaml.ScalarNode || v.Value != "max" || v.Style != 0 {
+			continue
+		}
+		lines := bytes.SplitAfter(b, []byte("\n"))
+		if v.Line < 1 || v.Line > len(lines) {
+			return b, false
+		}
+		line := lines[v.Line-1]
+		at := bytes.Index(line[min(v.Column-1, len(line)):], []byte("max"))
+		if at < 0 {
+			return b, false
+		}
+		at += min(v.Column-1, len(line))
+		fixed := append(append(append([]byte(nil), line[:at]...), "0  "...), line[at+3:]...)
+		lines[v.Line-1] = fixed
+		return bytes.Join(lines, nil), true
+	}
+	return b, false
 }
 
 func cleanYAMLError(err error) string {

@@ -319,3 +319,19 @@ func TestEncodeAtMessageSizeBound(t *testing.T) {
 		t.Fatalf("an unpadded envelope takes %d bytes: more than a quarter of the %d-byte headroom", len(natural), RecordHeadroom)
 	}
 }
+
+// TestPublishRateMax: publish_rate: max asks for the rate search, and
+// errors on other lines still name their line.
+func TestPublishRateMax(t *testing.T) {
+	s, err := Parse([]byte("name: x\npublish_rate: max\nconsumers: 2\n"))
+	if err != nil || !s.FindMaxRate || s.PublishRate != 0 || s.Consumers != 2 {
+		t.Fatalf("spec %+v, err %v", s, err)
+	}
+	if s, err := Parse([]byte("publish_rate: 100\n")); err != nil || s.FindMaxRate {
+		t.Fatalf("a number is a fixed rate: %+v %v", s, err)
+	}
+	_, err = Parse([]byte("publish_rate: max\nconsumer: 2\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("want an error naming line 2, got %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/inboxbench/inboxbench/brokers"
@@ -99,7 +100,27 @@ check; negative controls (broken-*) are expected to fail.`,
 			return verdictError(run)
 		},
 	}
-	f := cmd.Flags()
+	fl.register(cmd.Flags())
+	return cmd
+}
+
+// runFlags are the flags of 'bench run'.
+type runFlags struct {
+	brokers, strategies, workload, out, runID string
+	noMeasure, noAudit                        bool
+	stall, join, retryFor                     time.Duration
+	retryAttempts                             int
+	findMax, backlog                          bool
+	search                                    runner.RateSearch
+	files                                     []string
+	workers, remoteWorkers                    int
+	partitioned, replace                      bool
+	cpuProfile                                string
+	partitionInterval                         time.Duration
+}
+
+// register binds the flags of 'bench run' to fl.
+func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.brokers, "brokers", "none,rabbitmq,kafka,rocketmq", "comma-separated brokers: "+strings.Join(brokers.Names(), ", "))
 	f.StringVar(&fl.workload, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
@@ -116,22 +137,17 @@ check; negative controls (broken-*) are expected to fail.`,
 	f.IntVar(&fl.remoteWorkers, "remote-workers", 0, "also wait in each cell for this many workers started elsewhere with 'bench worker --run-id RUN_ID'")
 	f.DurationVar(&fl.join, "join-timeout", 2*time.Minute, "how long a cell waits for its workers to join")
 	f.StringVar(&fl.cpuProfile, "cpuprofile", "", "write a Go CPU profile of this process to the file (go tool pprof FILE): where the harness itself spends its time")
+	f.BoolVar(&fl.findMax, "find-max-rate", false, "per cell, find the maximum sustainable rate with open-loop steps, then measure latency at fractions of it (also: publish_rate: max in the workload)")
+	d := runner.DefaultRateSearch
+	f.DurationVar(&fl.search.Step, "rate-step", d.Step, "with --find-max-rate: how long each step publishes (its first quarter, at most 2s, is not measured)")
+	f.DurationVar(&fl.search.MaxP99, "max-p99", d.MaxP99, "with --find-max-rate: a step whose e2e p99 is above this is not sustainable")
+	f.Float64Var(&fl.search.MaxBacklogGrowth, "max-backlog-growth", d.MaxBacklogGrowth, "with --find-max-rate: a step whose backlog grows faster than this share of its rate per second is not sustainable")
+	f.Float64Var(&fl.search.Precision, "rate-precision", d.Precision, "with --find-max-rate: stop bisecting when the bracket is within this share")
+	f.Float64SliceVar(&fl.search.Fractions, "at-fractions", d.Fractions, "with --find-max-rate: fractions of the maximum sustainable rate to measure latency at")
+	f.Float64SliceVar(&fl.search.Rates, "at-rates", nil, "absolute rates (events/s) to measure latency at, after the search (implies --find-max-rate)")
+	f.BoolVar(&fl.backlog, "backlog", false, "publish each cell's whole stream before its consumers start, and measure the drain")
 	f.BoolVar(&fl.partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
 	f.DurationVar(&fl.partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
-	return cmd
-}
-
-// runFlags are the flags of 'bench run'.
-type runFlags struct {
-	brokers, strategies, workload, out, runID string
-	noMeasure, noAudit                        bool
-	stall, join, retryFor                     time.Duration
-	retryAttempts                             int
-	files                                     []string
-	workers, remoteWorkers                    int
-	partitioned, replace                      bool
-	cpuProfile                                string
-	partitionInterval                         time.Duration
 }
 
 // options turns the flags into runner options; what they name is read
@@ -166,6 +182,9 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 		// Only the files when files are given, unless --strategies adds
 		// built-ins beside them; else the workload's strategy.
 		o.Strategies = []string{o.Spec.Strategy}
+	}
+	if fl.findMax || len(fl.search.Rates) > 0 {
+		o.Search = &fl.search
 	}
 	if fl.workers > 0 {
 		if o.WorkerCmd, err = workerCommand(); err != nil {

@@ -1,0 +1,207 @@
+package runner
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/inboxbench/inboxbench/results"
+)
+
+// The rate search separates the two questions a saturated run mixes up:
+// what rate a setup sustains, and what latency it gives at a rate. A cell
+// runs open-loop steps at rising rates (doubling from StartRate), then
+// bisects between the highest sustainable and the lowest unsustainable
+// step until they are within Precision; the maximum sustainable rate
+// (MSR) is the highest sustainable step. Then it measures steps at fixed
+// fractions of the MSR. Each step publishes a fresh segment of the
+// workload (its own aggregates) through the same topic, consumers and
+// schema, is drained before the next one, and everything is judged
+// together at the end.
+//
+// A step is sustainable when the publisher kept its schedule (achieved
+// rate ≥ 95% of the step's, publish lag ≤ MaxPublishLag), the backlog did
+// not grow over the measured window (least-squares slope ≤
+// MaxBacklogGrowth × rate) and e2e p99 stayed ≤ MaxP99. Decisions depend
+// only on those measurements, so the search converges (each step halves
+// the bracket) and a repeated run lands within the measurements' noise.
+
+// RateSearch configures a cell's search for its maximum sustainable rate.
+type RateSearch struct {
+	// Step is how long each step publishes; its first Warmup is not
+	// measured (the consumers settle to the new rate).
+	Step, Warmup time.Duration
+	// Criteria of a sustainable step.
+	MaxBacklogGrowth float64
+	MaxPublishLag    time.Duration
+	MaxP99           time.Duration
+	// Precision ends the bisection; StartRate is the first step's rate.
+	Precision float64
+	StartRate float64
+	// MaxSteps and MaxTime bound the search of one cell.
+	MaxSteps int
+	MaxTime  time.Duration
+	// Fractions of the MSR, and absolute Rates, to measure latency at.
+	Fractions []float64
+	Rates     []float64
+}
+
+// DefaultRateSearch is what --find-max-rate uses unless told otherwise.
+var DefaultRateSearch = RateSearch{Step: 8 * time.Second, Warmup: 2 * time.Second, MaxBacklogGrowth: 0.05,
+	MaxPublishLag: time.Second, MaxP99: time.Second, Precision: 0.05, StartRate: 500, MaxSteps: 14,
+	MaxTime: 4 * time.Minute, Fractions: []float64{0.5, 0.8, 0.95}}
+
+// minRate is the slowest step the search tries.
+const minRate = 10
+
+func (r RateSearch) withDefaults() RateSearch {
+	d := DefaultRateSearch
+	pick := func(v *float64, def float64) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	if r.Step <= 0 {
+		r.Step = d.Step
+	}
+	if r.Warmup <= 0 || r.Warmup >= r.Step {
+		r.Warmup = min(d.Warmup, r.Step/4)
+	}
+	pick(&r.MaxBacklogGrowth, d.MaxBacklogGrowth)
+	pick(&r.Precision, d.Precision)
+	pick(&r.StartRate, d.StartRate)
+	if r.MaxPublishLag <= 0 {
+		r.MaxPublishLag = d.MaxPublishLag
+	}
+	if r.MaxP99 <= 0 {
+		r.MaxP99 = d.MaxP99
+	}
+	if r.MaxSteps <= 0 {
+		r.MaxSteps = d.MaxSteps
+	}
+	if r.MaxTime <= 0 {
+		r.MaxTime = d.MaxTime
+	}
+	if r.Fractions == nil && r.Rates == nil {
+		r.Fractions = d.Fractions
+	}
+	return r
+}
+
+func (r RateSearch) validate() error {
+	for _, f := range r.Fractions {
+		if !(f > 0 && f <= 1) {
+			return fmt.Errorf("--at-fractions %v: each must be above 0 and at most 1", f)
+		}
+	}
+	for _, v := range r.Rates {
+		if !(v >= minRate) || math.IsInf(v, 0) {
+			return fmt.Errorf("--at-rates %v: each must be at least %d events/s", v, minRate)
+		}
+	}
+	if r.MaxBacklogGrowth > 1 || r.Precision > 1 {
+		return fmt.Errorf("the rate search's backlog tolerance and precision are shares: at most 1")
+	}
+	return nil
+}
+
+func (r RateSearch) criteria() results.RateCriteria {
+	return results.RateCriteria{StepS: r.Step.Seconds(), MaxBacklogGrowth: r.MaxBacklogGrowth,
+		MaxPublishLagMs: float64(r.MaxPublishLag) / float64(time.Millisecond), MaxP99Us: r.MaxP99.Microseconds(), Precision: r.Precision}
+}
+
+// judgeStep says whether a measured step was sustainable, and if not which
+// criterion it failed, in the order that names the bottleneck: the
+// publisher (the broker did not take the rate) before the backlog (the
+// consumers did not keep up) before latency.
+func (r RateSearch) judgeStep(st *results.RateStep) {
+	switch {
+	case st.Achieved < 0.95*st.Rate || st.PublishLagMs > float64(r.MaxPublishLag)/float64(time.Millisecond):
+		st.Limit = "publish"
+	case st.BacklogSlope > r.MaxBacklogGrowth*st.Rate:
+		st.Limit = "backlog"
+	case st.E2E.P99 > r.MaxP99.Microseconds():
+		st.Limit = "p99"
+	}
+	st.Sustainable = st.Limit == ""
+}
+
+// searcher picks the next step's rate from what the steps found.
+type searcher struct {
+	o      RateSearch
+	lo, hi float64 // highest sustainable, lowest unsustainable (0: none yet)
+	limit  string  // the lowest unsustainable step's limit
+	steps  int
+	start  time.Time
+	// stopped says why the search ended before reaching Precision.
+	stopped string
+}
+
+func newSearcher(o RateSearch) *searcher { return &searcher{o: o, start: time.Now()} }
+
+// next returns the next step's rate and phase, or ok false when done.
+func (s *searcher) next() (rate float64, phase string, ok bool) {
+	switch {
+	case s.steps >= s.o.MaxSteps:
+		s.stopped = "steps"
+		return 0, "", false
+	case time.Since(s.start) > s.o.MaxTime:
+		s.stopped = "time"
+		return 0, "", false
+	case s.steps == 0:
+		return s.o.StartRate, "ramp", true
+	case s.hi == 0:
+		return s.lo * 2, "ramp", true
+	case s.lo == 0:
+		if s.hi/2 < minRate {
+			s.stopped = "floor"
+			return 0, "", false
+		}
+		return s.hi / 2, "ramp", true
+	case (s.hi-s.lo)/s.lo <= s.o.Precision:
+		return 0, "", false
+	}
+	// The geometric mean halves the bracket on a log scale: the right
+	// middle for a range that may span a power of ten.
+	return math.Sqrt(s.lo * s.hi), "bisect", true
+}
+
+// record takes a judged step.
+func (s *searcher) record(st results.RateStep) {
+	s.steps++
+	switch {
+	case st.Sustainable && st.Rate > s.lo:
+		s.lo = st.Rate
+	case !st.Sustainable && (s.hi == 0 || st.Rate < s.hi):
+		s.hi, s.limit = st.Rate, st.Limit
+	}
+}
+
+// result is the search's outcome.
+func (s *searcher) result() (msr float64, limitedBy string) {
+	switch {
+	case s.stopped != "" && s.hi == 0:
+		return s.lo, s.stopped
+	case s.hi == 0:
+		return s.lo, "steps"
+	}
+	return s.lo, s.limit
+}
+
+// backlogSlope is the least-squares slope, in events/s, of the backlog
+// samples (seconds, events).
+func backlogSlope(ts, vs []float64) float64 {
+	n := float64(len(ts))
+	if n < 2 {
+		return 0
+	}
+	var st, sv, stt, stv float64
+	for i := range ts {
+		st, sv, stt, stv = st+ts[i], sv+vs[i], stt+ts[i]*ts[i], stv+ts[i]*vs[i]
+	}
+	den := n*stt - st*st
+	if den == 0 {
+		return 0
+	}
+	return (n*stv - st*sv) / den
+}

@@ -1,0 +1,93 @@
+package runner
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/inboxbench/inboxbench/results"
+)
+
+// TestSearcherConverges drives the search against simulated systems with
+// a known capacity: it must end within its precision below the capacity,
+// in a bounded number of steps, naming the limit.
+func TestSearcherConverges(t *testing.T) {
+	o := DefaultRateSearch.withDefaults()
+	o.MaxTime = time.Hour
+	for _, capacity := range []float64{37, 800, 2600, 23_456, 150_000} {
+		s := newSearcher(o)
+		for {
+			rate, _, ok := s.next()
+			if !ok {
+				break
+			}
+			st := results.RateStep{Rate: rate, Achieved: rate}
+			if rate > capacity {
+				st.BacklogSlope = rate - capacity
+			}
+			o.judgeStep(&st)
+			s.record(st)
+		}
+		// The backlog may grow by MaxBacklogGrowth of the rate: the
+		// highest sustainable rate is capacity/(1-growth).
+		edge := capacity / (1 - o.MaxBacklogGrowth)
+		msr, limit := s.result()
+		if msr > edge || msr < edge/(1+o.Precision)-1 || limit != "backlog" {
+			t.Errorf("capacity %.0f: MSR %.0f limited by %q after %d steps", capacity, msr, limit, s.steps)
+		}
+		if s.steps > o.MaxSteps {
+			t.Errorf("capacity %.0f: %d steps", capacity, s.steps)
+		}
+	}
+}
+
+// TestSearcherStopsAtItsBounds: a system faster than every step the
+// search may take says so rather than inventing a limit.
+func TestSearcherStopsAtItsBounds(t *testing.T) {
+	o := DefaultRateSearch.withDefaults()
+	o.MaxSteps = 3
+	s := newSearcher(o)
+	for {
+		rate, _, ok := s.next()
+		if !ok {
+			break
+		}
+		s.record(results.RateStep{Rate: rate, Achieved: rate, Sustainable: true})
+	}
+	if msr, limit := s.result(); msr != 2000 || limit != "steps" {
+		t.Fatalf("MSR %.0f limited by %q, want 2000 by steps", msr, limit)
+	}
+}
+
+func TestJudgeStep(t *testing.T) {
+	o := DefaultRateSearch.withDefaults()
+	for _, tc := range []struct {
+		st   results.RateStep
+		want string
+	}{
+		{results.RateStep{Rate: 1000, Achieved: 999, BacklogSlope: 3}, ""},
+		{results.RateStep{Rate: 1000, Achieved: 900}, "publish"},
+		{results.RateStep{Rate: 1000, Achieved: 1000, PublishLagMs: 1500}, "publish"},
+		{results.RateStep{Rate: 1000, Achieved: 1000, BacklogSlope: 80}, "backlog"},
+		{results.RateStep{Rate: 1000, Achieved: 1000, E2E: results.Summary{Count: 1, P99: 2_000_000}}, "p99"},
+	} {
+		o.judgeStep(&tc.st)
+		if tc.st.Limit != tc.want || tc.st.Sustainable != (tc.want == "") {
+			t.Errorf("%+v: limit %q, want %q", tc.st, tc.st.Limit, tc.want)
+		}
+	}
+}
+
+func TestBacklogSlope(t *testing.T) {
+	var ts, vs []float64
+	for i := range 50 {
+		x := float64(i) / 10
+		ts, vs = append(ts, x), append(vs, 100+250*x+20*math.Sin(float64(i)))
+	}
+	if s := backlogSlope(ts, vs); math.Abs(s-250) > 10 {
+		t.Fatalf("slope %.1f, want about 250", s)
+	}
+	if backlogSlope(ts[:1], vs[:1]) != 0 {
+		t.Fatal("one sample has no slope")
+	}
+}

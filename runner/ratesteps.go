@@ -1,0 +1,235 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// stepEnv is what the steps of one cell's rate search share.
+type stepEnv struct {
+	c       *cell
+	b       brokers.Broker
+	in      *inbox.Inbox
+	t       *tally
+	sampler *inbox.ContentionSampler
+	notes   *notes
+	o       RateSearch
+	plans   []*workload.Plan
+}
+
+// search runs the cell's rate search: ramp and bisection, then the steps
+// at fixed fractions of the MSR. It returns the plan of everything
+// published, for the checker.
+func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, sampler *inbox.ContentionSampler, ns *notes) (streamed, *results.RateSearch) {
+	s := streamed{started: true, start: time.Now()}
+	if err := cons.start(ctx); err != nil {
+		return streamed{err: errors.Join(err, cons.stop(ctx))}, nil
+	}
+	env := &stepEnv{c: c, b: b, in: in, t: t, sampler: sampler, notes: ns, o: c.o.Search.withDefaults()}
+	seriesCtx, stopSeries := context.WithCancel(ctx)
+	series := sampleSeries(seriesCtx, t)
+	rs := &results.RateSearch{Criteria: env.o.criteria()}
+	sr := newSearcher(env.o)
+	for ctx.Err() == nil && s.err == nil {
+		rate, phase, ok := sr.next()
+		if !ok {
+			break
+		}
+		var st results.RateStep
+		st, s.err = env.step(ctx, len(env.plans), phase, rate)
+		env.o.judgeStep(&st)
+		sr.record(st)
+		rs.Steps = append(rs.Steps, st)
+		env.print(st)
+	}
+	rs.MSR, rs.LimitedBy = sr.result()
+	if s.err == nil {
+		rs.At, s.err = env.atRates(ctx, rs.MSR)
+	}
+	s.pubEnd = time.Now()
+	s.err = errors.Join(s.err, cons.stop(ctx))
+	stopSeries()
+	s.series = <-series
+	s.plan = workload.MergePlans(env.plans...)
+	return s, rs
+}
+
+// atRates measures the steps at fixed fractions of the MSR and at the
+// absolute rates asked for, each one step and a half long.
+func (e *stepEnv) atRates(ctx context.Context, msr float64) ([]results.RateStep, error) {
+	type point struct{ fraction, rate float64 }
+	var pts []point
+	if msr > 0 {
+		for _, f := range e.o.Fractions {
+			pts = append(pts, point{f, f * msr})
+		}
+	}
+	for _, r := range e.o.Rates {
+		pts = append(pts, point{0, r})
+	}
+	var out []results.RateStep
+	for _, p := range pts {
+		st, err := e.stepFor(ctx, len(e.plans), "at", p.rate, e.o.Step*3/2)
+		st.Fraction = p.fraction
+		e.o.judgeStep(&st)
+		out = append(out, st)
+		e.print(st)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+func (e *stepEnv) step(ctx context.Context, i int, phase string, rate float64) (results.RateStep, error) {
+	return e.stepFor(ctx, i, phase, rate, e.o.Step)
+}
+
+// stepFor publishes a fresh segment of the workload at rate for dur,
+// measures it after its warm-up, and waits until it is drained.
+func (e *stepEnv) stepFor(ctx context.Context, i int, phase string, rate float64, dur time.Duration) (results.RateStep, error) {
+	st := results.RateStep{Phase: phase, Rate: math.Round(rate)}
+	spec := e.segmentSpec(i, rate, dur)
+	plan := workload.GenerateSegment(spec, fmt.Sprintf("s%02d-", i))
+	pub := &publisher{b: e.b, topic: e.c.topic(), plan: plan, spec: spec, t: e.t, notes: e.notes}
+	start := time.Now()
+	warm := start.Add(e.o.Warmup)
+	e.t.warmEnd.Store(warm.UnixNano())
+	w := e.watch(ctx, start, warm)
+	err := pub.run(ctx, start)
+	end := time.Now()
+	m := w.stop()
+	e.plans = append(e.plans, plan.Published(pub.sent))
+	if err != nil {
+		return st, err
+	}
+	st.Achieved = m.published / end.Sub(warm).Seconds()
+	st.BacklogSlope = backlogSlope(m.ts, m.backlog)
+	st.PublishLagMs = float64(pub.maxLag.Load()) / float64(time.Millisecond)
+	drained, err := e.drain(ctx, max(30*time.Second, 3*dur))
+	st.DrainS = drained.Seconds()
+	st.E2E, st.Dedup = e.t.meters.takeStep()
+	st.LockWaitShare = e.sampler.Totals().Share(m.totals)
+	return st, err
+}
+
+// segmentSpec is the workload of step i: the cell's workload at rate, for
+// dur, with as many events as that takes and a seed of its own.
+func (e *stepEnv) segmentSpec(i int, rate float64, dur time.Duration) *workload.Spec {
+	spec := *e.c.o.Spec
+	spec.Seed += int64(i) + 1
+	spec.PublishRate, spec.Duration, spec.Warmup = rate, workload.Duration(dur), 0
+	spec.Events = int(math.Ceil(rate*dur.Seconds())) + 1
+	spec.Aggregates = min(spec.Aggregates, spec.Events)
+	spec.Faults.ConsumerRestarts = 0 // a restart mid-step would measure the restart
+	return &spec
+}
+
+// stepMeasure is what watching a step found after its warm-up.
+type stepMeasure struct {
+	ts, backlog []float64
+	published   float64 // messages published after the warm-up
+	totals      inbox.Totals
+}
+
+// stepWatch samples the backlog every 100ms from the end of a step's
+// warm-up until stop.
+type stepWatch struct {
+	done chan stepMeasure
+	stop func() stepMeasure
+}
+
+func (e *stepEnv) watch(ctx context.Context, start, warm time.Time) *stepWatch {
+	stopped := make(chan struct{}, 1)
+	w := &stepWatch{done: make(chan stepMeasure, 1)}
+	w.stop = func() stepMeasure {
+		stopped <- struct{}{}
+		return <-w.done
+	}
+	go func() {
+		var m stepMeasure
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		var pub0 int64
+		warmed := false
+		for {
+			select {
+			case <-stopped:
+				m.published = float64(e.t.c.published.Load() - pub0)
+				if !warmed {
+					m.totals = e.sampler.Totals()
+				}
+				w.done <- m
+				return
+			case <-ctx.Done():
+				w.done <- m
+				return
+			case now := <-tick.C:
+				if now.Before(warm) {
+					continue
+				}
+				if !warmed {
+					warmed, pub0, m.totals = true, e.t.c.published.Load(), e.sampler.Totals()
+					e.t.meters.takeStep() // what was decided during the warm-up is not the step's
+				}
+				m.ts = append(m.ts, now.Sub(start).Seconds())
+				m.backlog = append(m.backlog, float64(e.t.c.published.Load()-e.t.handled.Load()))
+			}
+		}
+	}()
+	return w
+}
+
+// drain waits until every published message was answered and nothing is
+// parked, for at most limit, or until nothing settled for the stall
+// timeout.
+func (e *stepEnv) drain(ctx context.Context, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	sw := &sweeper{in: e.in, st: e.c.strategy, consumer: e.c.consumer, t: e.t}
+	last, lastChange := e.t.settled.Load(), time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if e.t.handled.Load() >= e.t.c.published.Load() {
+			if done, err := sw.settle(ctx); err == nil && done {
+				return time.Since(start), nil
+			}
+		}
+		if s := e.t.settled.Load(); s != last {
+			last, lastChange = s, time.Now()
+		}
+		switch {
+		case time.Since(lastChange) > e.c.o.StallTimeout:
+			return time.Since(start), fmt.Errorf("stalled: no delivery settled for %s while draining a rate step, with %d of %d messages answered",
+				e.c.o.StallTimeout, e.t.handled.Load(), e.t.c.published.Load())
+		case time.Since(start) > limit:
+			return time.Since(start), fmt.Errorf("a rate step's backlog did not drain within %s (%d of %d messages answered): the search stops here",
+				limit.Round(time.Second), e.t.handled.Load(), e.t.c.published.Load())
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// print writes a step's line to the progress output.
+func (e *stepEnv) print(st results.RateStep) {
+	verdict := "sustainable"
+	if !st.Sustainable {
+		verdict = "NOT sustainable: " + st.Limit
+	}
+	fmt.Fprintf(e.c.o.Progress, "%s/%s: %-6s %s/s: achieved %s/s, backlog %+.0f/s, publish lag %s, e2e p99 %s, lock waits %s, drained in %.1fs: %s\n",
+		e.c.broker, e.c.strategy.Name(), st.Phase, results.FormatRate(st.Rate), results.FormatRate(st.Achieved), st.BacklogSlope,
+		time.Duration(st.PublishLagMs*float64(time.Millisecond)).Round(time.Millisecond), fmtMicros(st.E2E.P99),
+		results.FormatShare(st.LockWaitShare), st.DrainS, verdict)
+}
