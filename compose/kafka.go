@@ -104,6 +104,14 @@ func (*Kafka) proc(e *Env) Proc {
 
 func (k *Kafka) Procs(e *Env) []Proc { return []Proc{k.proc(e)} }
 
+// durabilitySettings: the fsync profile sets log.flush.interval.messages.
+func (*Kafka) durabilitySettings(profile string) string {
+	if profile == DurabilityFsync {
+		return "log.flush.interval.messages=1"
+	}
+	return ""
+}
+
 // Ports implements Porter: the broker and the KRaft controller listeners.
 func (*Kafka) Ports(e *Env) []Port {
 	var out []Port
@@ -151,6 +159,10 @@ func (*Kafka) writeConfig(e *Env) error {
 		"BrokerAddr":     kafkaBrokerAddr(e),
 		"ControllerAddr": KafkaControllerAddr,
 		"DataDir":        filepath.Join(dir, "data"),
+		"FlushMessages":  "",
+	}
+	if (&Kafka{}).durabilitySettings(startProfile(e, &Kafka{})) != "" {
+		data["FlushMessages"] = "1"
 	}
 	if err := writeTemplate(filepath.Join(dir, "config", "server.properties"), "kafka-server.properties", data); err != nil {
 		return err

@@ -136,3 +136,36 @@ func installedVersion(dir string) string {
 	v, _, _ := strings.Cut(string(b), "\n")
 	return strings.TrimSpace(v)
 }
+
+// FetchJavaTool fetches a Java program's runtime classpath from Maven
+// Central into <stack>/<dir>/lib, the way the stack fetches Kafka and
+// RocketMQ (a generated pom, `mvn dependency:copy-dependencies`, the shared
+// Maven cache <stack>/m2, a completion marker so the next call is free),
+// and returns the JVM classpath of that directory. coords are
+// "group:artifact:version"; name labels the pom and the Maven log
+// (<stack>/logs/<name>-maven.log), version is what the marker records.
+func FetchJavaTool(ctx context.Context, e *Env, dir, name, version string, coords ...string) (string, error) {
+	r := mavenRuntime{Name: name, Version: version}
+	for _, c := range coords {
+		p := strings.Split(c, ":")
+		if len(p) != 3 || p[0] == "" || p[1] == "" || p[2] == "" {
+			return "", fmt.Errorf("%s: Maven coordinate %q: want group:artifact:version", name, c)
+		}
+		r.Deps = append(r.Deps, mavenDep{p[0], p[1], p[2]})
+	}
+	if len(r.Deps) == 0 {
+		return "", fmt.Errorf("%s: no Maven coordinate to fetch", name)
+	}
+	if err := os.MkdirAll(e.Path("logs"), 0o755); err != nil {
+		return "", err
+	}
+	path := e.Path(dir)
+	if err := r.install(ctx, e, path); err != nil {
+		return "", fmt.Errorf("%s: fetch %s from Maven Central: %w (log: %s)", name, strings.Join(coords, ", "), err, e.Path("logs", name+"-maven.log"))
+	}
+	return classpath(filepath.Join(path, "lib")), nil
+}
+
+// Java returns the java launcher the stack uses ($JAVA_HOME/bin/java, else
+// java on PATH), checked to be Java 17 or newer.
+func Java(ctx context.Context) (string, error) { return javaBinary(ctx, 17) }

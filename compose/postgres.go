@@ -130,6 +130,16 @@ func chownTree(dir string, cred *syscall.Credential) error {
 	})
 }
 
+// durabilitySettings: the os profile sets synchronous_commit=off.
+func (*Postgres) durabilitySettings(profile string) string { return pgSynchronousCommit(profile) }
+
+func pgSynchronousCommit(profile string) string {
+	if profile == DurabilityOS {
+		return "off"
+	}
+	return "on"
+}
+
 func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	cred, err := pgOwner()
 	if err != nil {
@@ -174,9 +184,11 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	}
 	// Sized for a 2-core, shared machine: 256 MB of shared buffers keeps
 	// the whole stack well under 4 GiB. Durability settings stay at their
-	// defaults (fsync, synchronous_commit on): the benchmark measures the
-	// commit an inbox really pays for.
+	// defaults (fsync, synchronous_commit on) except in the os profile,
+	// which turns synchronous_commit off (fsync stays on: see
+	// durability.go).
 	cmd := asOwner(exec.Command(server, "-D", data,
+		"-c", "synchronous_commit="+pgSynchronousCommit(startProfile(e, p)),
 		"-p", strconv.Itoa(pgListenPort(e)), "-k", sock, "-c", "listen_addresses=127.0.0.1",
 		"-c", "hba_file="+filepath.Join(dir, "pg_hba.conf"),
 		"-c", "ident_file="+filepath.Join(dir, "pg_ident.conf"),

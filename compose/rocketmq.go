@@ -168,6 +168,16 @@ func rocketmqNamesrvAddr(e *Env) string {
 	return loopbackOr(e.Cfg.List(rocketmqbroker.SettingNamesrv), rocketmqbroker.DefaultNamesrv)
 }
 
+// durabilitySettings: the fsync profile sets flushDiskType=SYNC_FLUSH.
+func (*RocketMQ) durabilitySettings(profile string) string { return rocketmqFlushDiskType(profile) }
+
+func rocketmqFlushDiskType(profile string) string {
+	if profile == DurabilityFsync {
+		return "SYNC_FLUSH"
+	}
+	return "ASYNC_FLUSH"
+}
+
 func (*RocketMQ) writeConfig(e *Env) error {
 	home := e.Path("rocketmq")
 	nsAddr := rocketmqNamesrvAddr(e)
@@ -181,7 +191,8 @@ func (*RocketMQ) writeConfig(e *Env) error {
 	return writeTemplate(filepath.Join(home, "conf", "broker.conf"), "rocketmq-broker.conf", map[string]string{
 		"Home": home, "NamesrvAddr": nsAddr, "Host": host,
 		"BrokerPort": "50911", "FastPort": "50909", "HAPort": "50912",
-		"StoreDir": filepath.Join(home, "store"),
+		"StoreDir":      filepath.Join(home, "store"),
+		"FlushDiskType": rocketmqFlushDiskType(startProfile(e, &RocketMQ{})),
 	})
 }
 

@@ -21,6 +21,10 @@ type Env struct {
 	Dir string // absolute stack directory, e.g. /repo/.stack
 	Cfg config.Config
 	Out io.Writer // progress lines for the user
+	// Durability is the profile `up` starts services with (stock, fsync,
+	// os; see durability.go): "" keeps the one each service was started
+	// with. A running service with another profile is restarted.
+	Durability string
 }
 
 // Path joins elements under the stack directory.

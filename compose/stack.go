@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,8 +194,21 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 		fmt.Fprintf(e.Out, "%-9s "+format+"\n", append([]any{s.Name()}, a...)...)
 	}
 	if v, err := ready(ctx, e, s); err == nil {
-		say("already running at %s (%s): reused", s.Addr(e), v)
-		return nil
+		from, restart := needsRestart(e, s)
+		if !restart {
+			if p := RecordedDurability(e, s); p != "" && startedHere(e, s) {
+				v += ", durability " + p
+			}
+			say("already running at %s (%s): reused", s.Addr(e), v)
+			return nil
+		}
+		if !startedHere(e, s) {
+			return serviceError(e, s, usageErrorf("runs with durability %q, %q asked for, but this stack did not start it (no live pid file): change its settings yourself", from, e.Durability))
+		}
+		say("durability %s → %s: restarting", from, e.Durability)
+		if err := Down(ctx, &Env{Dir: e.Dir, Cfg: e.Cfg, Out: io.Discard}, []Service{s}, false); err != nil {
+			return serviceError(e, s, err)
+		}
 	}
 	for _, p := range s.Procs(e) {
 		if pid, alive := p.PID(); alive {
@@ -217,8 +231,9 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 	for time.Now().Before(deadline) {
 		v, err := ready(ctx, e, s)
 		if err == nil {
-			say("ready at %s in %s (%s)", s.Addr(e), time.Since(start).Round(100*time.Millisecond), v)
-			return nil
+			profile := startProfile(e, s)
+			say("ready at %s in %s (%s, durability %s)", s.Addr(e), time.Since(start).Round(100*time.Millisecond), v, profile)
+			return recordDurability(e, s, profile)
 		}
 		last = err
 		for _, p := range s.Procs(e) {
@@ -233,6 +248,17 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 		}
 	}
 	return serviceError(e, s, fmt.Errorf("not ready after %s: %v", timeout, last))
+}
+
+// startedHere reports whether a process of s from this stack's pid files
+// is alive.
+func startedHere(e *Env, s Service) bool {
+	for _, p := range s.Procs(e) {
+		if _, alive := p.PID(); alive {
+			return true
+		}
+	}
+	return false
 }
 
 func ready(ctx context.Context, e *Env, s Service) (string, error) {
@@ -300,6 +326,9 @@ type StatusRow struct {
 	Service, Version, Address string
 	Healthy                   bool
 	Detail                    string // error when unhealthy, or who runs it
+	// Durability is the profile this stack started the service with, ""
+	// when it did not start it.
+	Durability string
 	// Listening are the service's listening sockets on this host (see
 	// Listeners); ListenErr says why they could not be read.
 	Listening []Listening
@@ -327,6 +356,11 @@ func Status(ctx context.Context, e *Env, svcs []Service) []StatusRow {
 		go func(i int, s Service) {
 			defer wg.Done()
 			r := StatusRow{Service: s.Name(), Address: s.Addr(e)}
+			if startedHere(e, s) {
+				if r.Durability = RecordedDurability(e, s); r.Durability == "" {
+					r.Durability = DurabilityStock
+				}
+			}
 			v, err := ready(ctx, e, s)
 			r.Version, r.Healthy = v, err == nil
 			if err != nil {

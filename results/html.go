@@ -64,6 +64,8 @@ type htmlView struct {
 	Anomalies  []anomalyView
 	Errors     []kv
 	Conform    *conformView
+	Calib      *calibrationView
+	Durability *durabilityView
 	Rates      *rateView
 	Saturated  string
 	Env        []kv
@@ -180,10 +182,25 @@ func newHTMLView(r *Report) (*htmlView, error) {
 			return nil, err
 		}
 		v.Env = envRows(r.Run.Env)
-	} else {
+	} else if r.Conform != nil {
 		v.RunID = r.Conform.RunID
 		v.Title = "inboxbench conformance: " + r.Conform.RunID
 		v.Env = envRows(r.Conform.Env)
+	} else if r.Calibration != nil {
+		v.RunID = r.Calibration.RunID
+		v.Title = "inboxbench client calibration: " + r.Calibration.RunID
+	}
+	if r.Calibration != nil {
+		v.Calib = newCalibrationView(r.Calibration)
+	}
+	var env *Env
+	if r.Run != nil {
+		env = &r.Run.Env
+	} else if r.Conform != nil {
+		env = &r.Conform.Env
+	}
+	if env != nil && env.Durability != nil && len(env.Durability.Settings) > 0 {
+		v.Durability = &durabilityView{Intro: durabilityIntro(*env), Header: durabilityHeader, Rows: durabilityRows(*env)}
 	}
 	if r.Conform != nil {
 		v.Conform = newConformView(r.Conform)

@@ -16,20 +16,27 @@ import (
 func Markdown(out io.Writer, r *Report) error {
 	w := bufio.NewWriter(out)
 	md := &mdWriter{w: w}
-	if r.Run != nil {
+	switch {
+	case r.Run != nil:
 		md.run(r.Run)
-	} else {
+	case r.Conform != nil:
 		fmt.Fprintf(w, "# inboxbench conformance: %s\n\n", r.Conform.RunID)
+	case r.Calibration != nil:
+		fmt.Fprintf(w, "# inboxbench client calibration: %s\n\n", r.Calibration.RunID)
 	}
 	if r.Conform != nil {
 		md.conform(r.Conform)
 	}
-	if r.Run != nil {
+	if r.Calibration != nil {
+		md.calibration(r.Calibration)
+	}
+	switch {
+	case r.Run != nil:
 		md.env(r.Run.Env)
 		if err := md.workload(r.Run); err != nil {
 			return err
 		}
-	} else {
+	case r.Conform != nil:
 		md.env(r.Conform.Env)
 	}
 	return w.Flush()
@@ -453,6 +460,9 @@ func envRows(e Env) []kv {
 	for _, c := range sortedKeys(e.Clients) {
 		rows = append(rows, kv{"client " + c, e.Clients[c]})
 	}
+	if e.Durability != nil && e.Durability.Profile != "" {
+		rows = append(rows, kv{"durability profile", e.Durability.Profile})
+	}
 	rows = append(rows, kv{"cores", fmt.Sprint(e.Cores)})
 	if e.MemoryMiB > 0 {
 		rows = append(rows, kv{"memory", Thousands(e.MemoryMiB) + " MiB"})
@@ -477,6 +487,7 @@ func envRows(e Env) []kv {
 }
 
 func (m *mdWriter) env(e Env) {
+	m.durability(e)
 	m.p("## Environment\n\n")
 	var rows [][]string
 	for _, r := range envRows(e) {

@@ -61,6 +61,21 @@ type Durability struct {
 	Settings map[string]map[string]string `json:"settings,omitempty"`
 }
 
+// AddDurability records a service's durability settings in the run's
+// Durability (created when missing); nil or empty m is ignored.
+func (e *Env) AddDurability(service string, m map[string]string) {
+	if len(m) == 0 {
+		return
+	}
+	if e.Durability == nil {
+		e.Durability = &Durability{}
+	}
+	if e.Durability.Settings == nil {
+		e.Durability.Settings = map[string]map[string]string{}
+	}
+	e.Durability.Settings[service] = m
+}
+
 // Cell is one broker × strategy run.
 type Cell struct {
 	Broker   string `json:"broker"`

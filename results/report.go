@@ -20,6 +20,8 @@ type Report struct {
 	Dir     string
 	Run     *Run         // nil when the directory holds only conform.json
 	Conform *Conformance // nil when there is no conform.json
+	// Calibration is calibrate.json (`bench calibrate`), nil when absent.
+	Calibration *Calibration
 }
 
 // Load reads a run directory. It needs at least one of result.json and
@@ -39,8 +41,11 @@ func Load(dir string) (*Report, error) {
 	if rep.Conform, err = ReadConform(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	if rep.Run == nil && rep.Conform == nil {
-		return nil, fmt.Errorf("%s holds neither result.json nor %s: run 'bench run --out %s' or 'bench conform' first", dir, ConformFile, filepath.Dir(dir))
+	if rep.Calibration, err = ReadCalibration(filepath.Join(dir, CalibrationFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if rep.Run == nil && rep.Conform == nil && rep.Calibration == nil {
+		return nil, fmt.Errorf("%s holds neither result.json nor %s nor %s: run 'bench run --out %s', 'bench conform' or 'bench calibrate' first", dir, ConformFile, CalibrationFile, filepath.Dir(dir))
 	}
 	return rep, nil
 }

@@ -351,3 +351,44 @@ func TestSparseRuns(t *testing.T) {
 		})
 	}
 }
+
+func TestCalibrationOnlyReport(t *testing.T) {
+	r := loadFixture(t, filepath.Join("testdata", "calibrate-only"))
+	if r.Run != nil || r.Conform != nil || r.Calibration == nil {
+		t.Fatal("calibrate-only fixture should hold calibrate.json alone")
+	}
+	md := render(t, Markdown, r)
+	golden(t, "report.calibrate-only.golden.md", md)
+	page := string(render(t, HTML, r))
+	for _, want := range []string{"Client calibration", "publish ratio", "org.apache.kafka.tools.ProducerPerformance", "com.rabbitmq.perf.PerfTest", "benchmark.Consumer"} {
+		if !strings.Contains(page, want) || !strings.Contains(string(md), want) {
+			t.Errorf("calibration report lacks %q (md or html)", want)
+		}
+	}
+	if strings.Contains(page, `id="environment"`) {
+		t.Error("a calibration-only report has no run environment section")
+	}
+}
+
+func TestDurabilityTable(t *testing.T) {
+	r := loadFixture(t, "testdata")
+	r.Run.Env.Durability = &Durability{Profile: "stock"}
+	r.Run.Env.AddDurability("kafka", map[string]string{"acks": "all (client: leader waits for the in-sync replicas)", "replication.factor": "1",
+		"flush.messages": "9223372036854775807 (never)", "fsync before confirm": "no: acknowledged once in the page cache of the in-sync replicas"})
+	r.Run.Env.AddDurability("postgres", map[string]string{"fsync": "on", "synchronous_commit": "on", "wal_sync_method": "fdatasync",
+		"fsync before confirm": "yes: COMMIT returns after its WAL was flushed (fdatasync)"})
+	md := string(render(t, Markdown, r))
+	page := string(render(t, HTML, r))
+	for _, want := range []string{"## Durability", "Stack durability profile: stock", "| postgres | yes: COMMIT returns after its WAL was flushed (fdatasync) |", "| kafka | no: acknowledged once in the page cache"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	// PostgreSQL's row comes first, whatever the broker names.
+	if strings.Index(md, "| postgres | yes") > strings.Index(md, "| kafka | no") {
+		t.Error("the durability table does not start with postgres")
+	}
+	if !strings.Contains(page, `id="durability"`) || !strings.Contains(page, "synchronous_commit=on") {
+		t.Error("report.html lacks the durability table")
+	}
+}

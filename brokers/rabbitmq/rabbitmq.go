@@ -272,16 +272,7 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 	}
 	for i := 0; i < shards; i++ {
 		q := queueName(topic, i)
-		_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{
-			"x-queue-type":              "quorum",
-			"x-single-active-consumer":  true,
-			"x-dead-letter-exchange":    "",
-			"x-dead-letter-routing-key": dlq,
-			// at-least-once dead-lettering keeps a rejected message until
-			// the DLQ confirmed it; it requires reject-publish overflow.
-			"x-dead-letter-strategy": "at-least-once",
-			"x-overflow":             "reject-publish",
-		})
+		_, err := ch.QueueDeclare(q, true, false, false, false, shardQueueArgs(topic))
 		if err != nil {
 			return fmt.Errorf("rabbitmq: declare %s: %w", q, err)
 		}
@@ -293,6 +284,20 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 	b.shards[topic] = shards
 	b.mu.Unlock()
 	return nil
+}
+
+// shardQueueArgs are the arguments of every shard queue of topic.
+func shardQueueArgs(topic string) amqp.Table {
+	return amqp.Table{
+		"x-queue-type":              "quorum",
+		"x-single-active-consumer":  true,
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": topic + DLQSuffix,
+		// at-least-once dead-lettering keeps a rejected message until
+		// the DLQ confirmed it; it requires reject-publish overflow.
+		"x-dead-letter-strategy": "at-least-once",
+		"x-overflow":             "reject-publish",
+	}
 }
 
 func (b *Broker) queueExists(q string) (bool, error) {

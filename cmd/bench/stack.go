@@ -47,6 +47,7 @@ SERVICE arguments restrict a command to some services (default: all).`,
 		e, err := dirEnv()
 		return e, svcs, err
 	}
+	var durability string
 	up := &cobra.Command{
 		Use:   "up [SERVICE...]",
 		Short: "Install what is missing, start the services and wait until each answers its protocol",
@@ -54,16 +55,33 @@ SERVICE arguments restrict a command to some services (default: all).`,
 that is not already healthy, and waits for protocol-level readiness: a SQL
 query, an AMQP channel, a Kafka metadata request, a RocketMQ route query.
 A healthy service is reused, so running it twice is harmless. On failure it
-names the service, the command it ran and the log file to read.`,
+names the service, the command it ran and the log file to read.
+
+--durability chooses what a confirm and a commit mean:
+  stock   each server as it ships (default): Kafka and RocketMQ confirm from
+          the page cache, RabbitMQ quorum queues and PostgreSQL fsync first
+  fsync   every server fsyncs before it confirms: Kafka
+          log.flush.interval.messages=1, RocketMQ SYNC_FLUSH, RabbitMQ quorum
+          queues, PostgreSQL synchronous_commit=on
+  os      none waits for the disk where it can: Kafka and RocketMQ as stock,
+          PostgreSQL synchronous_commit=off (fsync stays on); RabbitMQ quorum
+          queues always fsync
+Without the flag each service keeps the profile it was started with. A
+running service whose settings differ under the new profile is restarted.`,
 		ValidArgs: compose.Names(),
 		RunE: func(c *cobra.Command, args []string) error {
 			e, svcs, err := resolve(args)
 			if err != nil {
 				return err
 			}
+			if err := compose.CheckDurability(durability); err != nil {
+				return usageError{err}
+			}
+			e.Durability = durability
 			return compose.Up(c.Context(), e, svcs)
 		},
 	}
+	up.Flags().StringVar(&durability, "durability", "", "durability profile: stock, fsync or os (default: keep each service's; stock for a new one)")
 	var wipe bool
 	down := &cobra.Command{
 		Use:   "down [SERVICE...]",
@@ -94,16 +112,19 @@ unhealthy or listens beyond loopback, except for the one documented case
 			}
 			rows := compose.Status(c.Context(), e, svcs)
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SERVICE\tVERSION\tADDRESS\tHEALTHY\tDETAIL")
+			fmt.Fprintln(tw, "SERVICE\tVERSION\tADDRESS\tHEALTHY\tDURABILITY\tDETAIL")
 			bad := 0
 			for _, r := range rows {
 				h := "yes"
 				if !r.Healthy {
 					h, bad = "NO", bad+1
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Service, dash(r.Version), r.Address, h, r.Detail)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, dash(r.Version), r.Address, h, dash(r.Durability), r.Detail)
 			}
 			tw.Flush()
+			if len(args) == 0 {
+				fmt.Printf("durability profile: %s\n", compose.StackDurability(e))
+			}
 			exposed := printListening(rows)
 			if bad > 0 {
 				return failure{fmt.Sprintf("%d of %d services unhealthy: start them with 'bench stack up'", bad, len(rows))}

@@ -1,0 +1,160 @@
+package brokerbench
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/inboxbench/inboxbench/brokers"
+)
+
+// Consumer is a running subscription that acks every delivery and counts
+// them. Histograms are kept per shard (a batch is one shard's), merged
+// when read, so shards share no lock on the hot path.
+type Consumer struct {
+	sub    brokers.Subscription
+	want   int64
+	series *Series
+	all    chan struct{}
+
+	received atomic.Int64
+	first    atomic.Int64 // unix ns of the first delivery, 0 before
+	last     atomic.Int64 // unix ns of the latest delivery
+
+	hmu   sync.Mutex
+	hists map[string]*shardHist
+}
+
+type shardHist struct {
+	mu sync.Mutex
+	h  *hdrhistogram.Histogram
+}
+
+func newHist() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
+}
+
+// StartConsumer subscribes to topic as group with o's Prefetch and
+// MaxBatch; Wait returns once want deliveries arrived. The subscription's
+// start-up counts from this call (Result.Series starts here).
+func StartConsumer(ctx context.Context, br brokers.Broker, topic, group string, o Options, want int64) (*Consumer, error) {
+	o = o.WithDefaults()
+	c := &Consumer{want: want, series: NewSeries(), all: make(chan struct{}), hists: map[string]*shardHist{}}
+	sub, err := br.Subscribe(ctx, topic, group, brokers.SubscribeOptions{Prefetch: o.Prefetch, MaxBatch: o.MaxBatch}, c.handle)
+	if err != nil {
+		return nil, fmt.Errorf("%s: subscribe to %s: %w", br.Name(), topic, err)
+	}
+	c.sub = sub
+	return c, nil
+}
+
+func (c *Consumer) handle(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
+	now := time.Now()
+	c.first.CompareAndSwap(0, now.UnixNano())
+	c.hmu.Lock() // short: finds the shard's histogram, whose own lock is uncontended
+	h := c.hists[ds[0].Shard]
+	if h == nil {
+		h = &shardHist{h: newHist()}
+		c.hists[ds[0].Shard] = h
+	}
+	c.hmu.Unlock()
+	h.mu.Lock()
+	for _, d := range ds {
+		if sent, err := strconv.ParseInt(d.Headers[SentHeader], 10, 64); err == nil {
+			_ = h.h.RecordValue(max(1, now.Sub(time.Unix(0, sent)).Microseconds()))
+		}
+	}
+	h.mu.Unlock()
+	c.series.Add(now, int64(len(ds)))
+	for {
+		l := c.last.Load()
+		if l >= now.UnixNano() || c.last.CompareAndSwap(l, now.UnixNano()) {
+			break
+		}
+	}
+	// Exactly one call crosses want, whatever its batch size.
+	if n := c.received.Add(int64(len(ds))); n >= c.want && n-int64(len(ds)) < c.want {
+		close(c.all)
+	}
+	return make([]brokers.Verdict, len(ds)) // all Ack (the zero Verdict)
+}
+
+// Wait blocks until want deliveries arrived, the subscription ended, ctx
+// ended, or no delivery came for idle (when > 0). Its error says how many
+// of want arrived.
+func (c *Consumer) Wait(ctx context.Context, idle time.Duration) error {
+	var tick <-chan time.Time
+	if idle > 0 {
+		t := time.NewTicker(min(idle/4, time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-c.all:
+			return nil
+		case <-c.sub.Done():
+			return fmt.Errorf("the subscription ended after %d of %d deliveries: %v", c.received.Load(), c.want, c.sub.Err())
+		case <-ctx.Done():
+			return fmt.Errorf("only %d of %d deliveries arrived: %w", c.received.Load(), c.want, ctx.Err())
+		case <-tick:
+			since := c.series.Start()
+			if l := c.last.Load(); l > 0 {
+				since = time.Unix(0, l)
+			}
+			if time.Since(since) > idle {
+				return fmt.Errorf("only %d of %d deliveries arrived, none for %v", c.received.Load(), c.want, idle)
+			}
+		}
+	}
+}
+
+// Close stops the subscription.
+func (c *Consumer) Close() error { return c.sub.Close() }
+
+// ConsumeResult is what a Consumer counted.
+type ConsumeResult struct {
+	Messages int64
+	// Startup is from StartConsumer to the first delivery (group join,
+	// rebalance, first fetch).
+	Startup time.Duration
+	// Span is from the first delivery to the last.
+	Span   time.Duration
+	Series *Series // deliveries per second from StartConsumer
+	// P50 and P99 are publish→handler latencies in microseconds.
+	P50, P99 int64
+}
+
+// Rate is deliveries per second from the first delivery to the last: the
+// consume rate without the subscription's start-up. Zero with fewer than
+// two handler calls.
+func (r ConsumeResult) Rate() float64 {
+	if r.Span <= 0 {
+		return 0
+	}
+	return float64(r.Messages) / r.Span.Seconds()
+}
+
+// Result reads the counters so far.
+func (c *Consumer) Result() ConsumeResult {
+	r := ConsumeResult{Messages: c.received.Load(), Series: c.series}
+	if f := c.first.Load(); f > 0 {
+		r.Startup = time.Unix(0, f).Sub(c.series.Start())
+		r.Span = time.Duration(c.last.Load() - f)
+	}
+	merged := newHist()
+	c.hmu.Lock()
+	for _, h := range c.hists {
+		h.mu.Lock()
+		merged.Merge(h.h)
+		h.mu.Unlock()
+	}
+	c.hmu.Unlock()
+	r.P50, r.P99 = merged.ValueAtQuantile(50), merged.ValueAtQuantile(99)
+	return r
+}

@@ -1,0 +1,242 @@
+// Package calibrate measures each broker's Go driver against the broker
+// vendor's own perf tool on the same shape, one right after the other on
+// the same machine: Kafka's ProducerPerformance and ConsumerPerformance
+// (kafka-tools), RabbitMQ's PerfTest, RocketMQ's benchmark Producer and
+// Consumer (rocketmq-example). The tools come from Maven Central the way
+// the local stack fetches the brokers (compose.FetchJavaTool, cached under
+// <stack>/calibrate/<broker>); the driver side is brokers/brokerbench.
+//
+// For each broker it measures, in this order: the vendor producer into a
+// fresh topic, the vendor consumer draining it, the driver publishing into
+// another fresh topic, the driver draining that. Both topics are created
+// by the driver's Setup, so shards, queue type and durability are the
+// same. Publish figures leave the first Warmup out (JVM JIT and client
+// start-up); consume figures are drains of a preloaded topic without the
+// consumer's start-up. The driver/vendor ratios say how much of the
+// broker's speed the Go client reaches.
+package calibrate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
+	"github.com/inboxbench/inboxbench/compose"
+	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/results"
+)
+
+// Options are a calibration's shape and where it runs.
+type Options struct {
+	Brokers []string // default rabbitmq, kafka, rocketmq
+	Shape   results.Shape
+	// Duration is how long each side publishes; Warmup (< Duration) is
+	// left out of the publish figures. MaxDrain bounds each drain.
+	Duration, Warmup, MaxDrain time.Duration
+	Cfg                        config.Config
+	Stack                      *compose.Env // where the tools are fetched to and logs go
+	Progress                   io.Writer    // one line per step; nil for none
+	RunID                      string
+}
+
+// DefaultShape is the shape of the issue's measurements: 1 KiB, 8
+// shards, 8 producers (one per queue for PerfTest and one sending thread
+// per queue for RocketMQ), 8 consumers, batches/confirm windows of 100.
+func DefaultShape() results.Shape {
+	return results.Shape{MessageSize: 1024, Shards: 8, Producers: 8, Consumers: 8, Batch: 100, Prefetch: 256, MaxBatch: 1}
+}
+
+// toolSlack is what a JVM tool gets beyond its measured time (start-up,
+// connecting, the last report).
+const toolSlack = 45 * time.Second
+
+// Validate checks the options, naming the flag to fix.
+func (o *Options) Validate() error {
+	s := o.Shape
+	switch {
+	case s.MessageSize < 300:
+		return fmt.Errorf("--size %d: the driver's envelope alone is ~250 bytes; use 300 or more", s.MessageSize)
+	case s.Shards < 1 || s.Producers < 1 || s.Consumers < 1 || s.Batch < 1 || s.Prefetch < 1 || s.MaxBatch < 1:
+		return fmt.Errorf("--shards, --producers, --consumers, --batch, --prefetch and --max-batch must be 1 or more")
+	case o.Duration < time.Second:
+		return fmt.Errorf("--duration %s: at least 1s", o.Duration)
+	case o.Warmup < 0 || o.Warmup >= o.Duration:
+		return fmt.Errorf("--warmup %s must be shorter than --duration %s", o.Warmup, o.Duration)
+	case o.MaxDrain < time.Second:
+		return fmt.Errorf("--max-drain %s: at least 1s", o.MaxDrain)
+	}
+	for _, b := range o.Brokers {
+		if _, err := vendorFor(b); err != nil {
+			return err
+		}
+	}
+	if contains(o.Brokers, "kafka") && (o.Cfg.Bool(kafkadriver.SettingTLS) || o.Cfg.Get(kafkadriver.SettingCAFile) != "" || o.Cfg.Get(kafkadriver.SettingSASL) != "") {
+		return fmt.Errorf("kafka: calibrate passes only bootstrap.servers to the vendor tools: TLS and SASL clusters are not supported")
+	}
+	return nil
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// runner is the state one calibration shares between steps.
+type runner struct {
+	Options
+	shape                      results.Shape
+	duration, warmup, maxDrain time.Duration
+	cfg                        config.Config
+	java, classpath, logDir    string
+}
+
+func (r *runner) say(format string, a ...any) {
+	if r.Progress != nil {
+		fmt.Fprintf(r.Progress, format+"\n", a...)
+	}
+}
+
+// Run calibrates every broker of o, one after another, and returns the
+// result; a broker that fails has its Error set and the others still run.
+// The error is for what stops everything (no Java, bad options).
+func Run(ctx context.Context, o Options) (*results.Calibration, error) {
+	if len(o.Brokers) == 0 {
+		o.Brokers = []string{"rabbitmq", "kafka", "rocketmq"}
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	java, err := compose.Java(ctx)
+	if err != nil {
+		return nil, err
+	}
+	shape := o.Shape
+	shape.DurationS, shape.WarmupS = o.Duration.Seconds(), o.Warmup.Seconds()
+	shape.Confirms = "every message confirmed before it counts: Kafka acks=all, RabbitMQ publisher confirms, RocketMQ synchronous send"
+	cal := &results.Calibration{SchemaVersion: results.CalibrationSchemaVersion, RunID: o.RunID, StartedAt: time.Now().UTC(),
+		Shape: shape, Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Java: javaVersion(ctx, java), GitCommit: gitCommit()}
+	for _, b := range o.Brokers {
+		r := &runner{Options: o, shape: shape, duration: o.Duration, warmup: o.Warmup, maxDrain: o.MaxDrain,
+			cfg: o.Cfg, java: java, logDir: o.Stack.Path("calibrate", "logs", o.RunID, b)}
+		cal.Brokers = append(cal.Brokers, r.broker(ctx, b))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	cal.FinishedAt = time.Now().UTC()
+	return cal, ctx.Err()
+}
+
+// broker measures one broker: vendor publish, vendor drain, driver
+// publish, driver drain.
+func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibration {
+	row := results.BrokerCalibration{Broker: name, Server: serverVersion(ctx, r.Stack, name), Notes: shapeNotes(name, r.shape)}
+	v, _ := vendorFor(name)
+	row.Vendor.Tool = v.tool()
+	row.Driver.Tool = driverTool(name)
+	version, coords := v.fetch()
+	r.say("%-9s fetching %s (cached under %s)", name, strings.Join(coords, ", "), r.Stack.Path("calibrate", name))
+	cp, err := compose.FetchJavaTool(ctx, r.Stack, "calibrate/"+name, "calibrate-"+name, version, coords...)
+	if err != nil {
+		row.Error = err.Error()
+		return row
+	}
+	r.classpath = cp
+	if err := r.vendorSide(ctx, name, v, &row.Vendor); err != nil {
+		row.Error = err.Error()
+	}
+	if err := r.driverSide(ctx, name, &row.Driver); err != nil && row.Error == "" {
+		row.Error = err.Error()
+	}
+	row.Ratios()
+	r.say("%-9s publish vendor %s driver %s (ratio %s); consume vendor %s driver %s (ratio %s)", name,
+		results.FormatRate(row.Vendor.Publish.MsgsPerS), results.FormatRate(row.Driver.Publish.MsgsPerS), results.RatioText(row.PublishRatio),
+		results.FormatRate(row.Vendor.Consume.MsgsPerS), results.FormatRate(row.Driver.Consume.MsgsPerS), results.RatioText(row.ConsumeRatio))
+	return row
+}
+
+func (r *runner) vendorSide(ctx context.Context, name string, v vendor, side *results.SideResult) error {
+	topic := uniqueTopic(name, "vendor")
+	_, cleanup, err := r.openTopic(ctx, name, topic)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	r.say("%-9s vendor publish: %s for %s", name, v.tool(), r.duration)
+	side.Publish = v.publish(ctx, r, topic)
+	if side.Publish.Error != "" {
+		return fmt.Errorf("vendor publish: %s", side.Publish.Error)
+	}
+	messages := side.Publish.Messages
+	if name == "kafka" {
+		if messages, err = kafkaMessages(ctx, r, topic); err != nil {
+			return err
+		}
+	}
+	if messages > 0 {
+		r.say("%-9s vendor drain of %d messages", name, messages)
+	} else {
+		r.say("%-9s vendor drain", name)
+	}
+	side.Consume = v.consume(ctx, r, topic, messages)
+	if side.Consume.Error != "" {
+		return fmt.Errorf("vendor consume: %s", side.Consume.Error)
+	}
+	return nil
+}
+
+func serverVersion(ctx context.Context, e *compose.Env, name string) string {
+	svcs, err := compose.Select([]string{Service(name)})
+	if err != nil {
+		return ""
+	}
+	for _, row := range compose.Status(ctx, e, svcs) {
+		if row.Healthy {
+			return row.Version
+		}
+	}
+	return ""
+}
+
+func uniqueTopic(broker, side string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "calib-" + broker + "-" + side + "-" + hex.EncodeToString(b[:])
+}
+
+var javaVersionLine = regexp.MustCompile(`version "([^"]+)"`)
+
+func javaVersion(ctx context.Context, java string) string {
+	out, err := exec.CommandContext(ctx, java, "-version").CombinedOutput()
+	if err != nil {
+		return ""
+	}
+	if m := javaVersionLine.FindSubmatch(out); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
+func gitCommit() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return ""
+}

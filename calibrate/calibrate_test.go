@@ -1,0 +1,69 @@
+package calibrate
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/inboxbench/inboxbench/compose"
+	"github.com/inboxbench/inboxbench/internal/testenv"
+	"github.com/inboxbench/inboxbench/results"
+
+	_ "github.com/inboxbench/inboxbench/brokers/all" // the drivers register themselves
+)
+
+// A short calibration of one broker against the real server: the vendor
+// tool is fetched (or found in <stack>/calibrate), runs, its output is
+// parsed, the driver runs on the same shape, and calibrate.json holds
+// positive rates for all four figures and both ratios.
+func shortCalibration(t *testing.T, broker string, duration time.Duration) {
+	cfg := testenv.Require(t, broker)
+	dir := testenv.StackDir(t, cfg) // the tools are cached there, beside the stack's Maven cache
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	shape := DefaultShape()
+	o := Options{Brokers: []string{broker}, Shape: shape, Duration: duration, Warmup: time.Second, MaxDrain: 60 * time.Second,
+		Cfg: cfg, Stack: &compose.Env{Dir: dir, Cfg: cfg}, RunID: "test-" + broker}
+	cal, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if _, err := cal.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	back, err := results.ReadCalibration(filepath.Join(out, results.CalibrationFile))
+	if err != nil {
+		t.Fatalf("calibrate.json does not read back: %v", err)
+	}
+	if len(back.Brokers) != 1 || back.Brokers[0].Broker != broker {
+		t.Fatalf("calibrate.json rows: %+v", back.Brokers)
+	}
+	b := back.Brokers[0]
+	if b.Error != "" {
+		t.Fatalf("%s: %s", broker, b.Error)
+	}
+	for name, m := range map[string]results.Measurement{
+		"vendor publish": b.Vendor.Publish, "vendor consume": b.Vendor.Consume,
+		"driver publish": b.Driver.Publish, "driver consume": b.Driver.Consume,
+	} {
+		if m.MsgsPerS <= 0 || m.Method == "" || m.Error != "" {
+			t.Errorf("%s %s: %.1f msgs/s, method %q, error %q", broker, name, m.MsgsPerS, m.Method, m.Error)
+		}
+	}
+	if len(b.Vendor.Publish.Command) == 0 || len(b.Vendor.Consume.Command) == 0 {
+		t.Errorf("%s: the vendor command lines are not recorded", broker)
+	}
+	if b.PublishRatio <= 0 || b.ConsumeRatio <= 0 {
+		t.Errorf("%s: ratios publish %.2f consume %.2f", broker, b.PublishRatio, b.ConsumeRatio)
+	}
+	t.Logf("%s: publish vendor %.0f driver %.0f (%.2f); consume vendor %.0f driver %.0f (%.2f)", broker,
+		b.Vendor.Publish.MsgsPerS, b.Driver.Publish.MsgsPerS, b.PublishRatio, b.Vendor.Consume.MsgsPerS, b.Driver.Consume.MsgsPerS, b.ConsumeRatio)
+}
+
+func TestCalibrateKafka(t *testing.T)    { shortCalibration(t, testenv.Kafka, 6*time.Second) }
+func TestCalibrateRabbitMQ(t *testing.T) { shortCalibration(t, testenv.RabbitMQ, 4*time.Second) }
+
+// The benchmark Producer prints its first report 10 s after launch.
+func TestCalibrateRocketMQ(t *testing.T) { shortCalibration(t, testenv.RocketMQ, 11*time.Second) }

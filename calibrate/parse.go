@@ -1,0 +1,424 @@
+package calibrate
+
+// Parsers of the vendor tools' console output. Each returns the figures a
+// tool printed and the rate calibrate reports from them; how that rate is
+// derived is spelled out in Figure.Method, because every tool reports
+// differently (5 s windows, 1 s samples, a sliding 9 s window, a summary).
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Figure is one measured rate and how it was derived from the output.
+type Figure struct {
+	MsgsPerS float64
+	Messages int64  // messages the figure counts (0 when the tool prints none)
+	Method   string // one sentence: which lines, which window
+	// Series holds the per-interval rates or counts the figure came from,
+	// for the record (msgs/s per report line).
+	Series []float64
+}
+
+// ErrNoReport means the output holds no report line to compute a rate from.
+var ErrNoReport = errors.New("no report line in the tool's output")
+
+// --- Kafka ProducerPerformance ---------------------------------------
+
+// producerPerfRE matches ProducerPerformance's periodic window line
+// (every 5 s): "123 records sent, 24.6 records/sec (0.02 MB/sec), 1.0 ms
+// avg latency, 5.0 ms max latency." The final summary has percentiles
+// after "max latency", so it does not end with "latency.".
+var producerPerfRE = regexp.MustCompile(`^(\d+) records sent, ([\d.]+) records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms max (?:latency\.|latency, )`)
+
+// ParseProducerPerformance reads Kafka ProducerPerformance output. Each
+// report line covers one window (count / rate = its length); windows that
+// start before warmup are dropped, and the figure is the records of the
+// remaining windows over their total length. The final summary (printed
+// only when --num-records is reached) covers the whole run, warm-up
+// included, so it is not used when windows are there.
+func ParseProducerPerformance(out string, warmup time.Duration) (Figure, error) {
+	type window struct {
+		n     int64
+		secs  float64
+		start float64
+	}
+	var ws []window
+	var at float64
+	var summary *window
+	for _, line := range lines(out) {
+		m := producerPerfRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		rate, _ := strconv.ParseFloat(m[2], 64)
+		if rate <= 0 {
+			continue
+		}
+		w := window{n: n, secs: float64(n) / rate, start: at}
+		if strings.Contains(line, "max latency, ") {
+			summary = &w
+			continue
+		}
+		ws = append(ws, w)
+		at += w.secs
+	}
+	if len(ws) == 0 && summary == nil {
+		return Figure{}, fmt.Errorf("ProducerPerformance: %w (want lines like \"N records sent, R records/sec …\")", ErrNoReport)
+	}
+	if len(ws) == 0 {
+		return Figure{MsgsPerS: float64(summary.n) / summary.secs, Messages: summary.n,
+			Method: "ProducerPerformance final summary (whole run, warm-up included: the run was shorter than one 5 s report window)"}, nil
+	}
+	f := Figure{Method: fmt.Sprintf("ProducerPerformance 5 s report windows starting at or after %s (warm-up dropped): records / window time", warmup)}
+	var n int64
+	var secs float64
+	for _, w := range ws {
+		f.Series = append(f.Series, float64(w.n)/w.secs)
+		f.Messages += w.n
+		if w.start+0.001 >= warmup.Seconds() {
+			n += w.n
+			secs += w.secs
+		}
+	}
+	if secs == 0 { // every window started inside the warm-up
+		for _, w := range ws {
+			n += w.n
+			secs += w.secs
+		}
+		f.Method = "ProducerPerformance report windows, all of them (the run was too short to drop the warm-up)"
+	}
+	f.MsgsPerS = float64(n) / secs
+	return f, nil
+}
+
+// --- Kafka ConsumerPerformance ---------------------------------------
+
+// ParseConsumerPerformance reads Kafka ConsumerPerformance's summary (a
+// header line and one data line, comma separated). The figure is
+// fetch.nMsg.sec: messages over the fetch time, which excludes the group
+// join (rebalance.time.ms); nMsg.sec would include it.
+func ParseConsumerPerformance(out string) (Figure, error) {
+	var header []string
+	for _, line := range lines(out) {
+		fields := splitCSV(line)
+		if len(fields) > 0 && fields[0] == "start.time" {
+			header = fields
+			continue
+		}
+		if header == nil || len(fields) != len(header) {
+			continue
+		}
+		row := map[string]string{}
+		for i, h := range header {
+			row[h] = fields[i]
+		}
+		rate, err1 := strconv.ParseFloat(row["fetch.nMsg.sec"], 64)
+		n, err2 := strconv.ParseInt(row["data.consumed.in.nMsg"], 10, 64)
+		if err1 != nil || err2 != nil {
+			return Figure{}, fmt.Errorf("ConsumerPerformance: data line %q: fetch.nMsg.sec or data.consumed.in.nMsg is not a number", line)
+		}
+		return Figure{MsgsPerS: rate, Messages: n,
+			Method: "ConsumerPerformance fetch.nMsg.sec: messages over the fetch time, group join excluded"}, nil
+	}
+	return Figure{}, fmt.Errorf("ConsumerPerformance: %w (want a \"start.time, end.time, …\" header and a data line)", ErrNoReport)
+}
+
+func splitCSV(line string) []string {
+	parts := strings.Split(line, ",")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
+}
+
+// --- RabbitMQ PerfTest -------------------------------------------------
+
+var (
+	perfTestTimeRE = regexp.MustCompile(`^id: [^,]+, time ([\d.]+) s`)
+	perfTestRateRE = regexp.MustCompile(`(sent|confirmed|nacked|returned|received): ([\d.]+) msg/s`)
+)
+
+// perfTestSample is one report line of PerfTest (every second by default).
+type perfTestSample struct {
+	at    float64            // seconds since the test started
+	rates map[string]float64 // sent, confirmed, nacked, returned, received
+}
+
+func parsePerfTest(out string) []perfTestSample {
+	var ss []perfTestSample
+	for _, line := range lines(out) {
+		m := perfTestTimeRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		at, _ := strconv.ParseFloat(m[1], 64)
+		s := perfTestSample{at: at, rates: map[string]float64{}}
+		for _, r := range perfTestRateRE.FindAllStringSubmatch(line, -1) {
+			s.rates[r[1]], _ = strconv.ParseFloat(r[2], 64)
+		}
+		ss = append(ss, s)
+	}
+	return ss
+}
+
+// ParsePerfTestPublish reads a producers-only PerfTest run. Each report
+// line is the rate over the interval since the previous one; the figure is
+// the confirmed rate averaged over the intervals that end after warmup
+// (weighted by their length).
+func ParsePerfTestPublish(out string, warmup time.Duration) (Figure, error) {
+	ss := parsePerfTest(out)
+	if len(ss) == 0 {
+		return Figure{}, fmt.Errorf("PerfTest: %w (want lines like \"id: …, time 1.000 s, sent: N msg/s, confirmed: N msg/s\")", ErrNoReport)
+	}
+	f := Figure{Method: fmt.Sprintf("PerfTest confirmed msg/s, 1 s samples after %s (warm-up dropped), weighted by interval", warmup)}
+	var n, secs, allN, allSecs, prev float64
+	for _, s := range ss {
+		r, ok := s.rates["confirmed"]
+		if !ok {
+			return Figure{}, fmt.Errorf("PerfTest: report line at %.3f s has no confirmed rate: run it with --confirm", s.at)
+		}
+		d := s.at - prev
+		prev = s.at
+		f.Series = append(f.Series, r)
+		allN += r * d
+		allSecs += d
+		if s.at-d+0.001 >= warmup.Seconds() {
+			n += r * d
+			secs += d
+		}
+	}
+	if secs == 0 {
+		n, secs = allN, allSecs
+		f.Method = "PerfTest confirmed msg/s over every sample (the run was too short to drop the warm-up)"
+	}
+	f.MsgsPerS = n / secs
+	f.Messages = int64(allN + 0.5)
+	return f, nil
+}
+
+// ParsePerfTestConsume reads a consumers-only PerfTest drain: the received
+// rate of each 1 s sample is turned into a count, and the figure is the
+// drain rate over its full seconds (see DrainRate).
+func ParsePerfTestConsume(out string) (Figure, error) {
+	ss := parsePerfTest(out)
+	if len(ss) == 0 {
+		return Figure{}, fmt.Errorf("PerfTest: %w (want lines like \"id: …, time 1.000 s, received: N msg/s\")", ErrNoReport)
+	}
+	var counts []float64
+	var prev float64
+	for _, s := range ss {
+		r, ok := s.rates["received"]
+		if !ok {
+			return Figure{}, fmt.Errorf("PerfTest: report line at %.3f s has no received rate: run it with consumers", s.at)
+		}
+		counts = append(counts, r*(s.at-prev))
+		prev = s.at
+	}
+	return drainFigure("PerfTest received msg/s, 1 s samples", counts)
+}
+
+// --- RocketMQ benchmark Producer and Consumer -----------------------
+
+var (
+	rmqSendRE    = regexp.MustCompile(`^Current Time: .*\| Send TPS: (\d+) \|`)
+	rmqConsumeRE = regexp.MustCompile(`^Current Time: .*\| Consume TPS: (\d+) \|`)
+)
+
+// rmqWindow is the span of the RocketMQ benchmark's TPS: it keeps the
+// last 10 one-second snapshots and divides the difference between the
+// oldest and the newest, so each line covers 9 s. The first line comes
+// once 10 snapshots exist; with a report interval of 1 s, line k (from 1)
+// covers seconds k to k+9 after the tool's timer started.
+const rmqWindow = 9
+
+// ParseRocketMQProducer reads the benchmark Producer's report lines (run
+// with -ri 1000). The figure is the last line's Send TPS: the 9 s before
+// the tool was stopped, which leaves the warm-up out once the run lasted
+// warmup + 9 s.
+func ParseRocketMQProducer(out string, warmup time.Duration) (Figure, error) {
+	var tps []float64
+	var complete int64
+	for _, line := range lines(out) {
+		if m := rmqSendRE.FindStringSubmatch(line); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			tps = append(tps, v)
+		}
+		if n, ok := rmqCompleteTotal(line); ok {
+			complete = n
+		}
+	}
+	if len(tps) == 0 {
+		return Figure{}, fmt.Errorf("RocketMQ benchmark Producer: %w (want \"Current Time: … | Send TPS: N | …\" lines; they start 10 s after launch, with -ri 1000)", ErrNoReport)
+	}
+	f := Figure{MsgsPerS: tps[len(tps)-1], Series: tps, Messages: complete,
+		Method: "RocketMQ benchmark Producer Send TPS of its last report: sends over the last 9 s before it was stopped"}
+	if start := len(tps); float64(start) < warmup.Seconds() {
+		f.Method += fmt.Sprintf(" (that window starts %d s after launch, inside the %s warm-up: run longer)", start, warmup)
+	}
+	return f, nil
+}
+
+// rmqCompleteTotal reads "[Complete] Send Total: N …".
+func rmqCompleteTotal(line string) (int64, bool) {
+	const p = "[Complete] Send Total: "
+	if !strings.HasPrefix(line, p) {
+		return 0, false
+	}
+	f := strings.Fields(strings.TrimPrefix(line, p))
+	if len(f) == 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(f[0], 10, 64)
+	return n, err == nil
+}
+
+// RocketMQConsumeTPS returns the Consume TPS values of the benchmark
+// Consumer's report lines, in order.
+func RocketMQConsumeTPS(out string) []float64 {
+	var tps []float64
+	for _, line := range lines(out) {
+		if m := rmqConsumeRE.FindStringSubmatch(line); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			tps = append(tps, v)
+		}
+	}
+	return tps
+}
+
+// ParseRocketMQConsumer reads a benchmark Consumer drain (run with -ri
+// 1000 until its TPS fell back to 0). Its lines are sliding 9 s windows
+// one second apart, W(t) = messages in (t-9, t] / 9; per-second counts
+// follow from the differences once the windows reach zero again:
+// c(t-8) = 9·(W(t) − W(t+1)) + c(t+1). The figure is the drain rate over
+// the full seconds of the drain (see DrainRate).
+func ParseRocketMQConsumer(out string) (Figure, error) {
+	tps := RocketMQConsumeTPS(out)
+	if len(tps) == 0 {
+		return Figure{}, fmt.Errorf("RocketMQ benchmark Consumer: %w (want \"Current Time: … | Consume TPS: N | …\" lines; they start 10 s after launch, with -ri 1000)", ErrNoReport)
+	}
+	last := len(tps) - 1
+	if tps[last] != 0 || !anyPositive(tps) {
+		return Figure{}, fmt.Errorf("RocketMQ benchmark Consumer: the drain did not finish within the output (%d report lines, last TPS %.0f): per-second counts need the window to fall back to 0", len(tps), tps[last])
+	}
+	counts := unslide(tps, rmqWindow)
+	return drainFigure("RocketMQ benchmark Consumer TPS (sliding 9 s windows, turned into per-second counts)", counts)
+}
+
+func anyPositive(v []float64) bool {
+	for _, x := range v {
+		if x > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// unslide turns sliding-window rates into per-second counts. w[i] is the
+// rate over span seconds, one window per second: window i covers seconds
+// i … i+span-1 (second 0 is the first second of the first window), so
+// the result has len(w)+span-1 seconds. The last window must be 0 (the
+// drain is over), which anchors the differences:
+// c[i] = span·(w[i] − w[i+1]) + c[i+span]. Negative values from rounding
+// are clamped to 0.
+func unslide(w []float64, span int) []float64 {
+	n := len(w) + span - 1
+	c := make([]float64, n+span)
+	d := func(i int) float64 {
+		if i < 0 || i >= len(w) {
+			return 0
+		}
+		return w[i] * float64(span)
+	}
+	// Window i covers counts c[i .. i+span-1]. Going backwards:
+	// c[i] = D(i) − D(i+1) + c[i+span].
+	for i := n - 1; i >= 0; i-- {
+		c[i] = d(i) - d(i+1) + c[i+span]
+	}
+	out := c[:n]
+	for i := range out {
+		if out[i] < 0 {
+			out[i] = 0
+		}
+	}
+	return out
+}
+
+// --- drains -------------------------------------------------------------
+
+// DrainRate is the rate of a drain given its per-second counts. The
+// drain is the run of seconds around the busiest one whose counts reach
+// drainFloor of it (smaller counts before or after are stragglers, or
+// rounding noise of a reconstruction); the figure is the messages of its
+// seconds strictly between the first and the last, over their number —
+// the first and last seconds are partial (start-up, tail) and are
+// dropped. A drain shorter than three seconds falls back to all its
+// messages over all its seconds (a lower bound). It returns the rate and
+// the number of seconds it used, and whether the partial edges were
+// dropped.
+func DrainRate(counts []float64) (rate float64, secs int, edgesDropped bool) {
+	peakAt, peak := 0, 0.0
+	for i, v := range counts {
+		if v > peak {
+			peakAt, peak = i, v
+		}
+	}
+	if peak == 0 {
+		return 0, 0, false
+	}
+	first, last := peakAt, peakAt
+	for first > 0 && counts[first-1] >= peak*drainFloor {
+		first--
+	}
+	for last < len(counts)-1 && counts[last+1] >= peak*drainFloor {
+		last++
+	}
+	if last-first >= 2 {
+		var n float64
+		for _, v := range counts[first+1 : last] {
+			n += v
+		}
+		return n / float64(last-first-1), last - first - 1, true
+	}
+	var n float64
+	for _, v := range counts[first : last+1] {
+		n += v
+	}
+	return n / float64(last-first+1), last - first + 1, false
+}
+
+// drainFloor is the share of the busiest second below which a second is
+// not part of the drain.
+const drainFloor = 0.05
+
+func drainFigure(source string, counts []float64) (Figure, error) {
+	rate, secs, dropped := DrainRate(counts)
+	if secs == 0 {
+		return Figure{}, fmt.Errorf("%s: no message was consumed", source)
+	}
+	var total float64
+	for _, v := range counts {
+		total += v
+	}
+	method := fmt.Sprintf("%s: messages of the drain's %d full seconds over their number (the partial first and last seconds dropped)", source, secs)
+	if !dropped {
+		method = fmt.Sprintf("%s: all messages over the drain's %d seconds (too short to drop partial seconds: a lower bound)", source, secs)
+	}
+	return Figure{MsgsPerS: rate, Messages: int64(total + 0.5), Method: method, Series: counts}, nil
+}
+
+func lines(out string) []string {
+	var ls []string
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		ls = append(ls, strings.TrimRight(sc.Text(), "\r"))
+	}
+	return ls
+}

@@ -1,0 +1,149 @@
+package calibrate
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// The recorded outputs in testdata/ are the tools' real stdout, captured
+// by `bench calibrate` (<stack>/calibrate/logs) on the local stack; the
+// golden files hold what the parsers make of them.
+func TestParsersGolden(t *testing.T) {
+	warmup := 5 * time.Second
+	cases := []struct {
+		file  string
+		parse func(string) (Figure, error)
+	}{
+		{"kafka-producer.txt", func(s string) (Figure, error) { return ParseProducerPerformance(s, warmup) }},
+		{"kafka-producer-complete.txt", func(s string) (Figure, error) { return ParseProducerPerformance(s, warmup) }},
+		{"kafka-consumer.txt", ParseConsumerPerformance},
+		{"rabbitmq-perftest-publish.txt", func(s string) (Figure, error) { return ParsePerfTestPublish(s, warmup) }},
+		{"rabbitmq-perftest-consume.txt", ParsePerfTestConsume},
+		{"rocketmq-producer.txt", func(s string) (Figure, error) { return ParseRocketMQProducer(s, warmup) }},
+		{"rocketmq-consumer.txt", ParseRocketMQConsumer},
+		{"rocketmq-producer-long.txt", func(s string) (Figure, error) { return ParseRocketMQProducer(s, warmup) }},
+		{"rocketmq-consumer-long.txt", ParseRocketMQConsumer},
+	}
+	for _, tc := range cases {
+		t.Run(tc.file, func(t *testing.T) {
+			in, err := os.ReadFile(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := tc.parse(string(in))
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if f.MsgsPerS <= 0 {
+				t.Errorf("rate %v, want > 0", f.MsgsPerS)
+			}
+			f.MsgsPerS = math.Round(f.MsgsPerS*10) / 10
+			for i := range f.Series {
+				f.Series[i] = math.Round(f.Series[i])
+			}
+			got, _ := json.MarshalIndent(f, "", "  ")
+			golden(t, strings.TrimSuffix(tc.file, ".txt")+".golden.json", append(got, '\n'))
+		})
+	}
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run 'go test ./calibrate -run Golden -update' to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (if intended, run 'go test ./calibrate -run Golden -update' and review the diff):\n got: %s\nwant: %s", path, got, want)
+	}
+}
+
+func TestParsersRejectForeignOutput(t *testing.T) {
+	junk := "Exception in thread \"main\" java.lang.NoClassDefFoundError: org/apache/kafka/tools/X\n"
+	for name, err := range map[string]error{
+		"ProducerPerformance": second(ParseProducerPerformance(junk, time.Second)),
+		"ConsumerPerformance": second(ParseConsumerPerformance(junk)),
+		"PerfTest publish":    second(ParsePerfTestPublish(junk, time.Second)),
+		"PerfTest consume":    second(ParsePerfTestConsume(junk)),
+		"RocketMQ producer":   second(ParseRocketMQProducer(junk, time.Second)),
+		"RocketMQ consumer":   second(ParseRocketMQConsumer(junk)),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error on output without a report line", name)
+		}
+	}
+	// A consumer whose window never fell back to 0 did not finish.
+	unfinished := "Current Time: 2026-11-30 16:11:00,005 | Consume TPS: 78 | AVG(B2C) RT(ms): 1 | AVG(S2C) RT(ms): 1 | MAX(B2C) RT(ms): 1 | MAX(S2C) RT(ms): 1 | Consume Fail: 0\n"
+	if _, err := ParseRocketMQConsumer(unfinished); err == nil || !strings.Contains(err.Error(), "did not finish") {
+		t.Errorf("unfinished drain: got %v", err)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+// unslide inverts the RocketMQ benchmark's sliding 9 s window exactly: a
+// drain turned into the tool's window rates comes back second by second.
+func TestUnslideRecoversCounts(t *testing.T) {
+	counts := []float64{0, 0, 0, 1200, 3400, 3500, 3300, 3600, 900, 0, 0, 0}
+	var w []float64
+	for i := 0; i+rmqWindow <= len(counts)+rmqWindow; i++ {
+		var n float64
+		for j := i; j < i+rmqWindow && j < len(counts); j++ {
+			n += counts[j]
+		}
+		w = append(w, n/rmqWindow)
+		if i >= len(counts) {
+			break
+		}
+	}
+	got := unslide(w, rmqWindow)
+	for i, c := range counts {
+		if math.Abs(got[i]-c) > 1e-6 {
+			t.Fatalf("second %d: got %v, want %v (all: %v)", i, got[i], c, got)
+		}
+	}
+	for _, c := range got[len(counts):] {
+		if c != 0 {
+			t.Fatalf("counts after the drain: %v", got[len(counts):])
+		}
+	}
+}
+
+func TestDrainRate(t *testing.T) {
+	cases := []struct {
+		name   string
+		counts []float64
+		want   float64
+		secs   int
+	}{
+		// partial first and last seconds are dropped
+		{"steady", []float64{0, 1200, 3400, 3500, 3300, 3600, 900, 0}, 3450, 4},
+		// stragglers and noise far from the drain are not part of it
+		{"noise", []float64{0, 9, 144, 0, 0, 27, 0, 315, 0, 1675, 7754, 7578, 2960, 0}, 7666, 2},
+		// too short to drop edges: all over all, a lower bound
+		{"short", []float64{0, 500, 1500, 0}, 1000, 2},
+		{"empty", []float64{0, 0}, 0, 0},
+	}
+	for _, tc := range cases {
+		got, secs, _ := DrainRate(tc.counts)
+		if math.Abs(got-tc.want) > 0.5 || secs != tc.secs {
+			t.Errorf("%s: DrainRate = %.1f over %d s, want %.1f over %d s", tc.name, got, secs, tc.want, tc.secs)
+		}
+	}
+}

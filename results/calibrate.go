@@ -1,0 +1,171 @@
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// CalibrationFile is the file `bench calibrate` writes into its run
+// directory.
+const CalibrationFile = "calibrate.json"
+
+// CalibrationSchemaVersion is bumped on any incompatible change of
+// calibrate.json.
+const CalibrationSchemaVersion = 1
+
+// Calibration is one calibrate.json: for each broker, the vendor's own
+// perf tool and the Go driver measured one after the other on the same
+// shape, so a reader can tell a slow client from a slow broker.
+type Calibration struct {
+	SchemaVersion int       `json:"schema_version"`
+	RunID         string    `json:"run_id"`
+	StartedAt     time.Time `json:"started_at"`
+	FinishedAt    time.Time `json:"finished_at"`
+	Shape         Shape     `json:"shape"`
+	// Host facts: figures from different machines are not comparable.
+	Cores     int                 `json:"cores"`
+	GoVersion string              `json:"go"`
+	Java      string              `json:"java,omitempty"`
+	GitCommit string              `json:"git_commit,omitempty"`
+	Brokers   []BrokerCalibration `json:"brokers"`
+}
+
+// Shape is what both sides of a calibration ran.
+type Shape struct {
+	MessageSize int `json:"message_size"`
+	Shards      int `json:"shards"`
+	Producers   int `json:"producers"`
+	Consumers   int `json:"consumers"`
+	Batch       int `json:"batch"` // driver messages per Publish call; PerfTest confirm window
+	Prefetch    int `json:"prefetch"`
+	// MaxBatch is the driver's handler batch (1: one delivery per call and
+	// one ack each, like the vendor consumers).
+	MaxBatch  int     `json:"max_batch"`
+	DurationS float64 `json:"duration_s"` // publish time of each side
+	WarmupS   float64 `json:"warmup_s"`   // left out of the publish figures
+	// Confirms says what a publish waits for: acks=all, publisher
+	// confirms, a synchronous send.
+	Confirms string `json:"confirms"`
+}
+
+// BrokerCalibration is one broker's row.
+type BrokerCalibration struct {
+	Broker string     `json:"broker"`
+	Server string     `json:"server,omitempty"` // the server's version as the stack reports it
+	Vendor SideResult `json:"vendor"`
+	Driver SideResult `json:"driver"`
+	// PublishRatio and ConsumeRatio are driver/vendor msgs/s; 0 when either
+	// side has no figure.
+	PublishRatio float64 `json:"publish_ratio"`
+	ConsumeRatio float64 `json:"consume_ratio"`
+	// Notes say where the two sides' shapes differ unavoidably.
+	Notes []string `json:"notes,omitempty"`
+	Error string   `json:"error,omitempty"`
+}
+
+// SideResult is one side (vendor tool or Go driver) of a broker's row.
+type SideResult struct {
+	// Tool names the program: Maven coordinates and classes, or the Go
+	// client module and version.
+	Tool    string      `json:"tool"`
+	Publish Measurement `json:"publish"`
+	Consume Measurement `json:"consume"`
+}
+
+// Measurement is one rate.
+type Measurement struct {
+	MsgsPerS float64 `json:"msgs_per_s"`
+	Messages int64   `json:"messages"`
+	// Method says which lines or which span the figure comes from.
+	Method string `json:"method,omitempty"`
+	// Command is the exact vendor command line (empty for the driver).
+	Command []string  `json:"command,omitempty"`
+	Series  []float64 `json:"series,omitempty"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// Ratios fills PublishRatio and ConsumeRatio from the two sides.
+func (b *BrokerCalibration) Ratios() {
+	ratio := func(d, v float64) float64 {
+		if d <= 0 || v <= 0 {
+			return 0
+		}
+		return d / v
+	}
+	b.PublishRatio = ratio(b.Driver.Publish.MsgsPerS, b.Vendor.Publish.MsgsPerS)
+	b.ConsumeRatio = ratio(b.Driver.Consume.MsgsPerS, b.Vendor.Consume.MsgsPerS)
+}
+
+// RatioText formats a driver/vendor ratio ("0.93") or "-".
+func RatioText(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+// Write stores c as dir/calibrate.json.
+func (c *Calibration) Write(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, CalibrationFile)
+	return p, os.WriteFile(p, append(b, '\n'), 0o644)
+}
+
+// ReadCalibration loads dir/calibrate.json (or the file itself).
+func ReadCalibration(path string) (*Calibration, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, CalibrationFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var c Calibration
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("%s: not a %s: %w", path, CalibrationFile, err)
+	}
+	if c.SchemaVersion != CalibrationSchemaVersion {
+		return nil, fmt.Errorf("%s: schema_version %d, this bench reads %d", path, c.SchemaVersion, CalibrationSchemaVersion)
+	}
+	return &c, nil
+}
+
+// LatestCalibration returns the newest calibrate.json (by started_at)
+// among the run directories under root, and its directory; nil, "" when
+// there is none. Unreadable files are skipped.
+func LatestCalibration(root string) (*Calibration, string) {
+	paths, _ := filepath.Glob(filepath.Join(root, "*", CalibrationFile))
+	var cals []*Calibration
+	dirs := map[*Calibration]string{}
+	for _, p := range paths {
+		if c, err := ReadCalibration(p); err == nil {
+			cals = append(cals, c)
+			dirs[c] = filepath.Dir(p)
+		}
+	}
+	if len(cals) == 0 {
+		return nil, ""
+	}
+	sort.Slice(cals, func(i, j int) bool { return cals[i].StartedAt.After(cals[j].StartedAt) })
+	return cals[0], dirs[cals[0]]
+}
+
+// Broker returns the row of a broker, or nil.
+func (c *Calibration) Broker(name string) *BrokerCalibration {
+	for i := range c.Brokers {
+		if c.Brokers[i].Broker == name {
+			return &c.Brokers[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package results
+
+import (
+	"fmt"
+	"strings"
+)
+
+// durabilityVerdictKey is the key every durability report fills in with
+// its one-line verdict (brokers.FsyncKey; results does not import brokers).
+const durabilityVerdictKey = "fsync before confirm"
+
+// durabilityRows is the durability table: one row per service (PostgreSQL
+// first, then the brokers by name) with its verdict and its settings as
+// key=value pairs, so unlike settings stand side by side.
+func durabilityRows(e Env) [][]string {
+	if e.Durability == nil {
+		return nil
+	}
+	settings := e.Durability.Settings
+	var services []string
+	if _, ok := settings["postgres"]; ok {
+		services = append(services, "postgres")
+	}
+	for _, s := range sortedKeys(settings) {
+		if s != "postgres" {
+			services = append(services, s)
+		}
+	}
+	var rows [][]string
+	for _, s := range services {
+		m := settings[s]
+		var settings []string
+		for _, k := range sortedKeys(m) {
+			if k != durabilityVerdictKey {
+				settings = append(settings, fmt.Sprintf("%s=%s", k, m[k]))
+			}
+		}
+		verdict := m[durabilityVerdictKey]
+		if verdict == "" {
+			verdict = "-"
+		}
+		rows = append(rows, []string{s, verdict, strings.Join(settings, "; ")})
+	}
+	return rows
+}
+
+var durabilityHeader = []string{"service", "fsync before confirm / commit", "settings (read from the server where it tells)"}
+
+func durabilityIntro(e Env) string {
+	t := "What a broker's confirm and a PostgreSQL commit meant in this run: a figure measured without an fsync before the confirm is not comparable with one measured with it."
+	if e.Durability != nil && e.Durability.Profile != "" {
+		t += fmt.Sprintf(" Stack durability profile: %s (bench stack up --durability).", e.Durability.Profile)
+	}
+	return t
+}
+
+// durabilityView is the HTML section.
+type durabilityView struct {
+	Intro  string
+	Header []string
+	Rows   [][]string
+}
+
+func (m *mdWriter) durability(e Env) {
+	if e.Durability == nil || len(e.Durability.Settings) == 0 {
+		return
+	}
+	m.p("## Durability\n\n%s\n\n", durabilityIntro(e))
+	m.table(durabilityHeader, "lll", durabilityRows(e))
+}
