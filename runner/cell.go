@@ -32,6 +32,8 @@ type cell struct {
 	consumer string
 	strategy inbox.Strategy
 	fleet    *fleet // nil: consumers are goroutines of this process
+	// durability is what the driver said its confirms mean.
+	durability map[string]string
 }
 
 var unsafeIdent = regexp.MustCompile(`[^a-z0-9_]+`)
@@ -64,14 +66,16 @@ func AppName(cellID string) string {
 	return n
 }
 
-func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strategy string, fl *fleet) results.Cell {
+// runCell runs one cell; it also returns what the broker's driver said
+// its confirms mean (brokers.DurabilityReporter).
+func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strategy string, fl *fleet) (results.Cell, map[string]string) {
 	id := cellID(o.RunID, broker, strategy)
 	res := results.Cell{Broker: broker, Strategy: strategy, Consumer: "balance-" + id, Schema: id}
 	st, err := lookupStrategy(*o, strategy)
 	if err != nil {
 		res.Error = err.Error()
 		res.Invariants.Verdict = "ERROR"
-		return res
+		return res, nil
 	}
 	res.Broken = st.Broken()
 	c := &cell{o: o, plan: plan, broker: broker, id: id, consumer: res.Consumer, strategy: st, fleet: fl}
@@ -81,7 +85,7 @@ func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strat
 			res.Invariants.Verdict = "ERROR"
 		}
 	}
-	return res
+	return res, c.durability
 }
 
 // run sets the cell up, streams the plan through it, and judges it.
@@ -109,6 +113,9 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if err != nil {
 		return fmt.Errorf("%s: set up topic %s: %w", c.broker, c.topic(), err)
 	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c.durability = brokers.DurabilityOf(dctx, b, c.topic())
+	cancel()
 	t := newTally(c.o.Measure, c.o.Retry)
 	h := newHandler(in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
 	cons := c.consumers(b, h, ns)

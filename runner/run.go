@@ -95,6 +95,10 @@ type Options struct {
 	// Backlog publishes each cell's whole stream before its consumers
 	// start: events/s is then the drain rate of a backlog.
 	Backlog bool
+	// Durability is what a commit and the stack's profile meant where the
+	// run measured (the CLI reads them: compose.FillDurability); each
+	// broker's own settings are added from its driver.
+	Durability *results.Durability
 	// Retry bounds how long an event that keeps failing with retryable
 	// errors is sent back before its delivery is dead-lettered (zero:
 	// DefaultRetryBound). Failures that cannot heal are dead-lettered at
@@ -210,13 +214,17 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 			if ctx.Err() != nil {
 				break
 			}
-			c := runCell(ctx, &o, plan, b, s, fl)
+			c, durability := runCell(ctx, &o, plan, b, s, fl)
 			run.Cells = append(run.Cells, c)
+			if run.Env.Durability == nil || run.Env.Durability.Settings[b] == nil {
+				run.Env.AddDurability(b, durability)
+			}
 			fmt.Fprintf(o.Progress, "%-15s %-26s %s  %s events/s  e2e p99 %s  %s\n", b, s, c.Invariants.Verdict,
 				results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), strings.TrimSpace(results.AnomalyLine(c)))
 		}
 	}
 	run.FinishedAt = time.Now().UTC()
+	citeCalibration(run, o.OutDir)
 	if o.NoWrite {
 		return run, "", ctx.Err()
 	}
@@ -242,5 +250,37 @@ func claim(ctx context.Context, o *Options) error {
 func environment(o Options) results.Env {
 	e := HostEnv(o.Servers)
 	e.Measure, e.CommandArg = o.Measure, config.RedactArgs(o.Args)
+	if o.Durability != nil {
+		d := *o.Durability
+		d.Settings = map[string]map[string]string{}
+		for k, v := range o.Durability.Settings {
+			d.Settings[k] = v
+		}
+		e.Durability = &d
+	}
 	return e
+}
+
+// citeCalibration notes, on cells whose pace the broker's publish path
+// set, what the latest client calibration measured of that broker: its
+// vendor's tool against this driver on the same shape. A slow publish
+// path is then the broker's, or the client's, by measurement.
+func citeCalibration(run *results.Run, root string) {
+	cal, dir := results.LatestCalibration(root)
+	if cal == nil {
+		return
+	}
+	for i := range run.Cells {
+		c := &run.Cells[i]
+		if c.Throughput.Bound != "publish" || c.Baseline {
+			continue
+		}
+		b := cal.Broker(c.Broker)
+		if b == nil || b.Error != "" {
+			continue
+		}
+		c.Notes = append(c.Notes, fmt.Sprintf("bound by the broker's publish path: the client calibration of %s (%s) measured %s's own tool (%s) publishing %s msgs/s and this driver %s (%.2f of it) on %d-byte messages",
+			cal.StartedAt.UTC().Format("2006-01-02 15:04"), dir, c.Broker, b.Vendor.Tool, results.FormatRate(b.Vendor.Publish.MsgsPerS),
+			results.FormatRate(b.Driver.Publish.MsgsPerS), b.PublishRatio, cal.Shape.MessageSize))
+	}
 }

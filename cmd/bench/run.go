@@ -79,6 +79,7 @@ check; negative controls (broken-*) are expected to fail.`,
 			if o.Servers, err = checkServices(c.Context(), cfg, o.Brokers); err != nil {
 				return err
 			}
+			o.Durability = serverDurability(c.Context(), cfg)
 			if fl.cpuProfile != "" {
 				stop, err := startCPUProfile(fl.cpuProfile)
 				if err != nil {
@@ -276,4 +277,15 @@ func verdictError(run *results.Run) error {
 		return failure{fmt.Sprintf("check failed for %s", strings.Join(bad, ", "))}
 	}
 	return nil
+}
+
+// serverDurability reads what a PostgreSQL commit means and the local
+// stack's durability profile, for the result's environment.
+func serverDurability(ctx context.Context, cfg *config.Config) *results.Durability {
+	dir, _ := compose.AbsDir(cfg.StackDir)
+	var env results.Env
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	compose.FillDurability(dctx, &compose.Env{Dir: dir, Cfg: *cfg}, &env)
+	return env.Durability
 }
