@@ -216,8 +216,11 @@ func (s *subscription) poll() {
 }
 
 // highWater is the per-partition backlog above which fetching pauses, so a
-// partition stuck in Retry cannot buffer without bound.
-func (s *subscription) highWater() int { return max(4*s.opts.Prefetch, 1000) }
+// partition stuck in Retry cannot buffer without bound. It must hold
+// several fetches: one 1 MiB fetch of 1 KiB records is already ~1000
+// records, and a bound at one fetch paused and resumed the partition on
+// nearly every fetch, halving the drain rate (bench calibrate showed it).
+func (s *subscription) highWater() int { return max(4*s.opts.Prefetch, 8192) }
 
 func (w *worker) push(s *subscription, recs []*kgo.Record) {
 	w.mu.Lock()
