@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -144,8 +145,9 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&fl.search.MaxP99, "max-p99", d.MaxP99, "with --find-max-rate: a step whose e2e p99 is above this is not sustainable")
 	f.Float64Var(&fl.search.MaxBacklogGrowth, "max-backlog-growth", d.MaxBacklogGrowth, "with --find-max-rate: a step whose backlog grows faster than this share of its rate per second is not sustainable")
 	f.Float64Var(&fl.search.Precision, "rate-precision", d.Precision, "with --find-max-rate: stop bisecting when the bracket is within this share")
-	f.Float64SliceVar(&fl.search.Fractions, "at-fractions", d.Fractions, "with --find-max-rate: fractions of the maximum sustainable rate to measure latency at")
-	f.Float64SliceVar(&fl.search.Rates, "at-rates", nil, "absolute rates (events/s) to measure latency at, after the search (implies --find-max-rate)")
+	fl.search.Fractions = d.Fractions
+	f.Var((*numbers)(&fl.search.Fractions), "at-fractions", "with --find-max-rate: fractions of the maximum sustainable rate to measure latency at")
+	f.Var((*numbers)(&fl.search.Rates), "at-rates", "absolute rates (events/s) to measure latency at, after the search (implies --find-max-rate)")
 	f.BoolVar(&fl.backlog, "backlog", false, "publish each cell's whole stream before its consumers start, and measure the drain")
 	f.BoolVar(&fl.partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
 	f.DurationVar(&fl.partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
@@ -289,3 +291,31 @@ func serverDurability(ctx context.Context, cfg *config.Config) *results.Durabili
 	compose.FillDurability(dctx, &compose.Env{Dir: dir, Cfg: *cfg}, &env)
 	return env.Durability
 }
+
+// numbers is a comma-separated list of numbers as a flag, shown in --help
+// the way a user writes it ("0.5,0.8,0.95"), not as Go formats a slice.
+type numbers []float64
+
+func (n *numbers) String() string {
+	s := make([]string, len(*n))
+	for i, x := range *n {
+		s[i] = strconv.FormatFloat(x, 'g', -1, 64)
+	}
+	return strings.Join(s, ",")
+}
+
+// Set replaces the list (a flag given twice keeps the last).
+func (n *numbers) Set(v string) error {
+	var out []float64
+	for _, f := range strings.Split(v, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", f)
+		}
+		out = append(out, x)
+	}
+	*n = out
+	return nil
+}
+
+func (n *numbers) Type() string { return "numbers" }

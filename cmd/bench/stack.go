@@ -31,22 +31,27 @@ every other command works against either.
 
 SERVICE arguments restrict a command to some services (default: all).`,
 	}
-	dirEnv := func() (*compose.Env, error) {
-		dir, err := compose.AbsDir(cfg.StackDir)
-		if err != nil {
-			return nil, err
-		}
-		return &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stdout}, nil
+	r := stackResolver{cfg}
+	cmd.AddCommand(newStackUpCmd(r), newStackDownCmd(r), newStackStatusCmd(r), newStackLogsCmd(r))
+	return cmd
+}
+
+// stackResolver turns SERVICE arguments into services and the stack's Env.
+type stackResolver struct{ cfg *config.Config }
+
+func (r stackResolver) resolve(args []string) (*compose.Env, []compose.Service, error) {
+	svcs, err := compose.Select(args)
+	if err != nil {
+		return nil, nil, usageError{err}
 	}
-	// resolve turns SERVICE arguments into services and the stack's Env.
-	resolve := func(args []string) (*compose.Env, []compose.Service, error) {
-		svcs, err := compose.Select(args)
-		if err != nil {
-			return nil, nil, usageError{err}
-		}
-		e, err := dirEnv()
-		return e, svcs, err
+	dir, err := compose.AbsDir(r.cfg.StackDir)
+	if err != nil {
+		return nil, nil, err
 	}
+	return &compose.Env{Dir: dir, Cfg: *r.cfg, Out: os.Stdout}, svcs, nil
+}
+
+func newStackUpCmd(r stackResolver) *cobra.Command {
 	var durability string
 	up := &cobra.Command{
 		Use:   "up [SERVICE...]",
@@ -70,7 +75,7 @@ Without the flag each service keeps the profile it was started with. A
 running service whose settings differ under the new profile is restarted.`,
 		ValidArgs: compose.Names(),
 		RunE: func(c *cobra.Command, args []string) error {
-			e, svcs, err := resolve(args)
+			e, svcs, err := r.resolve(args)
 			if err != nil {
 				return err
 			}
@@ -82,12 +87,16 @@ running service whose settings differ under the new profile is restarted.`,
 		},
 	}
 	up.Flags().StringVar(&durability, "durability", "", "durability profile: stock, fsync or os (default: keep each service's; stock for a new one)")
+	return up
+}
+
+func newStackDownCmd(r stackResolver) *cobra.Command {
 	var wipe bool
 	down := &cobra.Command{
 		Use:   "down [SERVICE...]",
 		Short: "Stop the services that 'up' started (data is kept unless --wipe)",
 		RunE: func(c *cobra.Command, args []string) error {
-			e, svcs, err := resolve(args)
+			e, svcs, err := r.resolve(args)
 			if err != nil {
 				return err
 			}
@@ -95,7 +104,11 @@ running service whose settings differ under the new profile is restarted.`,
 		},
 	}
 	down.Flags().BoolVar(&wipe, "wipe", false, "also delete the services' data directories")
-	status := &cobra.Command{
+	return down
+}
+
+func newStackStatusCmd(r stackResolver) *cobra.Command {
+	return &cobra.Command{
 		Use:   "status [SERVICE...]",
 		Short: "Check each service once and print service, version, address and health",
 		Long: `Checks each service with the same protocol-level query 'up' waits for, at the
@@ -106,7 +119,7 @@ of the service's known ports). Exits 1 when any selected service is
 unhealthy or listens beyond loopback, except for the one documented case
 (RocketMQ's HA port; see README).`,
 		RunE: func(c *cobra.Command, args []string) error {
-			e, svcs, err := resolve(args)
+			e, svcs, err := r.resolve(args)
 			if err != nil {
 				return err
 			}
@@ -135,13 +148,16 @@ unhealthy or listens beyond loopback, except for the one documented case
 			return nil
 		},
 	}
+}
+
+func newStackLogsCmd(r stackResolver) *cobra.Command {
 	var lines int
 	logs := &cobra.Command{
 		Use:   "logs SERVICE",
 		Short: "Print the tail of a service's log files",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			e, svcs, err := resolve(args)
+			e, svcs, err := r.resolve(args)
 			if err != nil {
 				return err
 			}
@@ -155,8 +171,7 @@ unhealthy or listens beyond loopback, except for the one documented case
 		},
 	}
 	logs.Flags().IntVarP(&lines, "lines", "n", 50, "number of lines per log file")
-	cmd.AddCommand(up, down, status, logs)
-	return cmd
+	return logs
 }
 
 // printListening prints each service's listening addresses and returns the
