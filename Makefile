@@ -52,8 +52,10 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+# go.mod as `go mod tidy` leaves it: direct dependencies not marked indirect.
 vet:
 	$(GO) vet ./...
+	$(GO) mod tidy -diff
 
 # Unit and integration tests against the real services started by stack-up.
 test: fmt-check vet test-deps stack-up
