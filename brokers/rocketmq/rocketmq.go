@@ -1,10 +1,15 @@
 // Package rocketmq is the RocketMQ driver (apache/rocketmq-client-go/v2,
 // classic remoting protocol), registered as "rocketmq".
 //
-// Ordering: the producer uses the hash queue selector with the ordering key
-// as sharding key (the client's default selector ignores the key), so a key
-// always lands in one message queue; one key's messages within a Publish
-// call are sent one after another with SendSync. The consumer is an orderly
+// Ordering: a message goes to the queue its ordering key hashes to
+// (FNV-1a over the topic's write queues, as the client's hash selector
+// computes), so a key always lands in one message queue. Publish groups a
+// call's messages by queue and sends each queue's messages in slice order
+// as batch sends (one request and one confirmation per up to 1 MiB),
+// queues in parallel; a failed batch fails its messages and every later
+// one of that queue, which is not sent. A send the broker refuses as busy
+// (SYSTEM_BUSY: dropped from its send queue unprocessed) is sent again
+// after a pause, for up to the send timeout. The consumer is an orderly
 // (clustering) push consumer: each queue is locked on the broker and
 // consumed by one goroutine at a time. Each callback gets a batch of up to
 // MaxBatch messages of one queue that the client already pulled
@@ -106,11 +111,7 @@ const (
 	OptSendTimeout = "send-timeout"
 )
 
-const (
-	rpcTimeout = 10 * time.Second
-	// publishConcurrency bounds parallel per-key send loops of one Publish.
-	publishConcurrency = 16
-)
+const rpcTimeout = 10 * time.Second
 
 func init() {
 	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
@@ -126,6 +127,7 @@ type Broker struct {
 	sendTimeout time.Duration
 	instance    string
 	seq         atomic.Int64
+	topics      sync.Map // topic → *topicState, see publish.go
 
 	prodOnce sync.Once
 	prod     producerAPI
@@ -243,7 +245,7 @@ func (b *Broker) producer() (producerAPI, error) {
 	b.prodOnce.Do(func() {
 		opts := []producer.Option{
 			producer.WithNsResolver(b.resolver()),
-			producer.WithQueueSelector(producer.NewHashQueueSelector()),
+			producer.WithQueueSelector(queueSelector{}),
 			producer.WithInstanceName(b.uniqueName("producer")),
 			producer.WithGroupName("inboxbench-producer"),
 			producer.WithRetry(2),
@@ -373,84 +375,13 @@ func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 	if err != nil {
 		return err
 	}
+	b.topics.Delete(topic)
 	for _, t := range []string{topic, topic + DLQSuffix} {
 		for _, addr := range masters {
 			if err := a.DeleteTopic(ctx, admin.WithTopicDelete(t), admin.WithBrokerAddrDelete(addr), admin.WithNameSrvAddr(b.namesrv)); err != nil {
 				return fmt.Errorf("rocketmq: delete topic %s on %s: %w", t, addr, err)
 			}
 		}
-	}
-	return nil
-}
-
-// Publish implements brokers.Broker: messages are grouped by key; each
-// key's messages are sent in order, keys in parallel.
-func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	p, err := b.producer()
-	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	byKey := map[string][]int{}
-	var keys []string
-	for i, m := range msgs {
-		if _, ok := byKey[m.Key]; !ok {
-			keys = append(keys, m.Key)
-		}
-		byKey[m.Key] = append(byKey[m.Key], i)
-	}
-	sem := make(chan struct{}, publishConcurrency)
-	var wg sync.WaitGroup
-	for _, k := range keys {
-		idx := byKey[k]
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			for n, i := range idx {
-				if err := b.send(ctx, p, topic, msgs[i], nil); err != nil {
-					errs[i] = err
-					// Later messages of the key must not overtake a failed one.
-					for _, j := range idx[n+1:] {
-						errs[j] = fmt.Errorf("rocketmq: publish %s to %s: not sent after an earlier failure of its key: %w", msgs[j].ID, topic, err)
-					}
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
-func (b *Broker) send(ctx context.Context, p producerAPI, topic string, m brokers.Message, extra map[string]string) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("rocketmq: publish %s to %s: %w", m.ID, topic, ctx.Err())
-	}
-	msg := primitive.NewMessage(topic, m.Body)
-	msg.WithShardingKey(m.Key)
-	if m.ID != "" {
-		msg.WithKeys([]string{m.ID})
-		msg.WithProperty(propID, m.ID)
-	}
-	for k, v := range m.Headers {
-		msg.WithProperty(propHeaderPref+k, v)
-	}
-	for k, v := range extra {
-		msg.WithProperty(k, v)
-	}
-	res, err := p.SendSync(ctx, msg)
-	if err != nil {
-		return fmt.Errorf("rocketmq: publish %s to %s: %w", m.ID, topic, err)
-	}
-	if res.Status != primitive.SendOK {
-		return fmt.Errorf("rocketmq: publish %s to %s: broker answered status %d (flush or slave timeout): not durable as configured", m.ID, topic, res.Status)
 	}
 	return nil
 }
