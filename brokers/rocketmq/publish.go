@@ -251,14 +251,3 @@ func (b *Broker) send(ctx context.Context, p producerAPI, topic string, m broker
 	ts.warm.Store(true)
 	return nil
 }
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
