@@ -35,7 +35,9 @@ const (
 	// routeEvery refreshes the topic's queues and brokers.
 	routeEvery = 30 * time.Second
 	// pullHold is how long the broker may hold a pull that found nothing
-	// (long polling: it answers as soon as a message arrives).
+	// (long polling: it answers as soon as a message arrives); the pull
+	// itself times out after twice that (a CPU-starved broker answers
+	// late), as the Java client's 15 s / 30 s.
 	pullHold = 15 * time.Second
 	// pullMax is the most messages asked for per pull; the broker answers
 	// with at most maxTransferCountOnMessageInMemory (32 by default).

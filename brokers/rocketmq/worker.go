@@ -210,7 +210,7 @@ func (s *subscription) startOffset(w *worker) (int64, bool) {
 func (s *subscription) pullLoop(w *worker, off int64) {
 	backoff := 100 * time.Millisecond
 	for w.waitSpace(s.opts.Prefetch) {
-		ctx, cancel := context.WithTimeout(w.ctx, pullHold+callTimeout)
+		ctx, cancel := context.WithTimeout(w.ctx, 2*pullHold)
 		res, err := s.gc.pull(ctx, w.addr, w.q, off, min(s.opts.Prefetch, pullMax), pullHold)
 		cancel()
 		if err != nil {
