@@ -57,6 +57,9 @@ type topicState struct {
 }
 
 func (b *Broker) topic(topic string) *topicState {
+	if v, ok := b.topics.Load(topic); ok {
+		return v.(*topicState)
+	}
 	v, _ := b.topics.LoadOrStore(topic, &topicState{})
 	return v.(*topicState)
 }

@@ -103,21 +103,33 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 	// Register now, so a broker that cannot be reached fails Subscribe
 	// (bounded by ctx) instead of a consumer that never consumes.
 	if err := s.heartbeatAll(ctx); err != nil {
-		s.cancel()
-		s.gc.close()
+		s.abandon()
 		return nil, fmt.Errorf("rocketmq: subscribe %s as %s: %w", topic, group, err)
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		s.cancel()
-		s.gc.close()
+		s.abandon()
 		return nil, errors.New("rocketmq: subscribe: broker is closed")
 	}
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
 	go s.loop()
 	return s, nil
+}
+
+// abandon undoes a Subscribe that failed after registering with some
+// broker: a member that never consumes would otherwise hold its share of
+// the queues until the broker expires it (120 s).
+func (s *subscription) abandon() {
+	s.cancel()
+	s.mu.Lock()
+	route := s.route
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	s.leave(ctx, nil, route)
+	s.gc.close()
 }
 
 func (s *subscription) Done() <-chan struct{} { return s.life.Done() }
