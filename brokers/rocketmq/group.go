@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -190,19 +191,10 @@ func (g *groupClient) call(ctx context.Context, addr string, code int, ext map[s
 	if err != nil {
 		return frame{}, err
 	}
-	if f.Code != 0 && !contains(ok, f.Code) {
+	if f.Code != 0 && !slices.Contains(ok, f.Code) {
 		return f, &RemotingError{Code: f.Code, Remark: f.Remark}
 	}
 	return f, nil
-}
-
-func contains(codes []int, c int) bool {
-	for _, x := range codes {
-		if x == c {
-			return true
-		}
-	}
-	return false
 }
 
 func (g *groupClient) close() {

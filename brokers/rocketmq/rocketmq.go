@@ -27,8 +27,9 @@
 // ConsumeRetryLater, and acknowledges a batch only as a whole.
 //
 // Consuming: every subscription is a member of the group (heartbeats to
-// every master broker of the topic). Once a second, or at once when a
-// broker says the membership changed, it reads the member list, takes its
+// every master broker of the topic). Once a second (every 200 ms while it
+// waits for a queue another member still holds), or at once when a broker
+// says the membership changed, it reads the member list, takes its
 // share of the topic's queues (the split of AllocateMessageQueueAveragely)
 // and locks them on the broker — the lock, renewed each round, is what
 // makes one member at a time consume a queue. A queue it no longer owns is
