@@ -53,20 +53,19 @@ type Message struct {
 // Delivery is one delivery of a Message to a Handler.
 type Delivery struct {
 	Message
-	// Redelivered is the broker's redelivery flag (AMQP redelivered, RocketMQ
-	// ReconsumeTimes > 0). Only meaningful when Capabilities.RedeliveryFlag.
+	// Redelivered is the broker's redelivery flag (AMQP redelivered). Only
+	// meaningful when Capabilities.RedeliveryFlag.
 	Redelivered bool
 	// DeliveryCount is how often this message has been delivered, this
 	// delivery included, as the client library reports it: quorum queue
-	// x-delivery-count + 1 (RabbitMQ, survives consumer crashes); RocketMQ
-	// ReconsumeTimes + 1 (counts suspends within one consumer only, back to
-	// 1 after a crash); 0 when unknown (Kafka). Trust it across crashes only
-	// when Capabilities.DeliveryCount.
+	// x-delivery-count + 1 (RabbitMQ, survives consumer crashes); 0 when
+	// unknown (Kafka, RocketMQ). Trust it across crashes only when
+	// Capabilities.DeliveryCount.
 	DeliveryCount int
 	// Attempt counts Handler calls for this delivery within this
 	// subscription: 1 on the first call, +1 for each in-place retry after
 	// a Retry verdict (its own, or one for an earlier delivery of its
-	// batch). RocketMQ reports ReconsumeTimes + 1.
+	// batch).
 	Attempt int
 	// TransportID identifies this delivery or stored copy for diagnostics
 	// (delivery tag, topic/partition@offset, msgId@queue:offset). Never use
@@ -130,9 +129,7 @@ func (v Verdict) String() string {
 //   - from the first Retry on, nothing is acknowledged: after a backoff the
 //     Handler is called again with the deliveries from that Retry onward,
 //     in the same order (whatever it answered for the later ones), so no
-//     later delivery of the shard overtakes the retried one. RocketMQ
-//     cannot acknowledge part of a batch: there the whole batch comes back,
-//     acked ones included (see its package doc);
+//     later delivery of the shard overtakes the retried one;
 //   - if any verdict is Crash, nothing of this call is acknowledged or
 //     dead-lettered and the subscription crashes (deliveries acknowledged
 //     by earlier calls stay acknowledged).
@@ -215,7 +212,8 @@ type Capabilities struct {
 // SubscribeOptions tune one subscription. Zero values mean the defaults.
 type SubscribeOptions struct {
 	// Prefetch bounds unacknowledged deliveries per shard (AMQP basic.qos,
-	// Kafka records buffered per partition, RocketMQ pull batch). Default 64.
+	// Kafka records buffered per partition, RocketMQ messages pulled ahead
+	// per queue). Default 64.
 	Prefetch int
 	// RetryBackoff is the first wait before an in-place retry after a
 	// Retry verdict; it doubles per attempt up to MaxRetryBackoff.

@@ -215,11 +215,10 @@ func (*RocketMQ) command(java string, e *Env, heap []string, mainClass, conf, lo
 		// logback dump ~200 status lines to stdout on every start.
 		"-Dlogback.statusListenerClass=org.apache.rocketmq.logging.ch.qos.logback.core.status.NopStatusListener",
 		// An orderly consumer holds a broker-side lock per queue. When a
-		// consumer dies (or rocketmq-client-go's Shutdown fails to unlock,
-		// which it does when its remoting client closes first), the queue
-		// waits for the lock to expire: 60s by default. 6s keeps the
-		// crash scenarios short; the Go driver renews every 2s, well
-		// inside it.
+		// consumer dies, the queue waits for the lock to expire: 60s by
+		// default. 6s keeps the crash scenarios short; the Go driver
+		// renews every second and stops handing out a queue whose lock
+		// it has not renewed for 5s, inside it.
 		"-Drocketmq.broker.rebalance.lockMaxLiveTime=6000",
 		"-cp", classpath(filepath.Join(home, "lib")),
 		mainClass, "-c", conf)

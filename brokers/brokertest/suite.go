@@ -270,8 +270,9 @@ func testRestartMidStream(t *testing.T, newBroker NewBroker) {
 }
 
 // Retry verdicts bring the message back, never lose it, and (with
-// PerKeyOrder) never let a later message of the key overtake it. This is
-// the proof against RocketMQ's orderly ConsumeRetryLater dropping messages.
+// PerKeyOrder) never let a later message of the key overtake it (the
+// proof against, e.g., rocketmq-client-go's orderly ConsumeRetryLater,
+// which drops the message).
 func testRetryNotLost(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	topic := setup(t, b, 2)

@@ -15,27 +15,19 @@ import (
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
-// TestLibraryPitfallOrderlyRetryLaterDrops verifies, against the real
-// broker, the client behaviour the driver works around: an orderly
-// consumer that answers ConsumeRetryLater never sees that message again
-// (the client commits past it). If this test starts failing, the client
-// was fixed and the driver's package doc should say so; the driver itself
-// never returns ConsumeRetryLater (see RetryNotLost in the suite).
-func TestLibraryPitfallOrderlyRetryLaterDrops(t *testing.T) {
-	cfg := testenv.Require(t, testenv.RocketMQ)
-	b := newBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	topic := brokertest.UniqueName(t, "ib")
-	if err := b.Setup(ctx, topic, 1); err != nil {
-		t.Fatal(err)
-	}
-	defer b.(brokers.TopicDeleter).DeleteTopic(ctx, topic)
-	msgs := brokertest.Events(t, brokertest.UniqueName(t, "e"), 1, 3, 0)
-	brokertest.Publish(t, b, topic, msgs, 30*time.Second)
+// The driver consumes with an orderly consumer of its own instead of
+// rocketmq-client-go's orderly push consumer. These tests verify, against
+// the real broker, the behaviour of the client's consumer that decided
+// it; if one starts failing, the client changed and the package doc
+// should say so. They run the client's consumer, which has data races of
+// its own: "RocketMQ" in their names keeps them out of `make test`'s
+// -race run.
 
-	var mu sync.Mutex
-	seen := map[string]int{}
+// orderlyClientConsumer starts the client's orderly push consumer on
+// topic with a fresh group; h answers each single-message callback.
+func orderlyClientConsumer(t *testing.T, topic string, h func(*primitive.MessageExt) consumer.ConsumeResult) {
+	t.Helper()
+	cfg := testenv.Require(t, testenv.RocketMQ)
 	pc, err := consumer.NewPushConsumer(
 		consumer.WithNsResolver(primitive.NewPassthroughResolver(cfg.List(rocketmq.SettingNamesrv))),
 		consumer.WithGroupName(brokertest.UniqueName(t, "g")),
@@ -50,14 +42,7 @@ func TestLibraryPitfallOrderlyRetryLaterDrops(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = pc.Subscribe(topic, consumer.MessageSelector{}, func(_ context.Context, ms ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		id := ms[0].GetProperty("ib-id")
-		seen[id]++
-		if id == msgs[0].ID && seen[id] == 1 {
-			return consumer.ConsumeRetryLater, nil
-		}
-		return consumer.ConsumeSuccess, nil
+		return h(ms[0]), nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +50,41 @@ func TestLibraryPitfallOrderlyRetryLaterDrops(t *testing.T) {
 	if err := pc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Shutdown()
+	t.Cleanup(func() { _ = pc.Shutdown() })
+}
+
+func pitfallTopic(t *testing.T, keys, perKey int) (string, []brokers.Message) {
+	t.Helper()
+	b := newBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topic := brokertest.UniqueName(t, "ib")
+	if err := b.Setup(ctx, topic, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.(brokers.TopicDeleter).DeleteTopic(context.Background(), topic) })
+	msgs := brokertest.Events(t, brokertest.UniqueName(t, "e"), keys, perKey, 0)
+	brokertest.Publish(t, b, topic, msgs, 30*time.Second)
+	return topic, msgs
+}
+
+// TestRocketMQClientPitfallOrderlyRetryLaterDrops: an orderly consumer that
+// answers ConsumeRetryLater never sees that message again (the client
+// commits past it).
+func TestRocketMQClientPitfallOrderlyRetryLaterDrops(t *testing.T) {
+	topic, msgs := pitfallTopic(t, 1, 3)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	orderlyClientConsumer(t, topic, func(m *primitive.MessageExt) consumer.ConsumeResult {
+		mu.Lock()
+		defer mu.Unlock()
+		id := m.GetProperty("ib-id")
+		seen[id]++
+		if id == msgs[0].ID && seen[id] == 1 {
+			return consumer.ConsumeRetryLater
+		}
+		return consumer.ConsumeSuccess
+	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
@@ -83,7 +102,36 @@ func TestLibraryPitfallOrderlyRetryLaterDrops(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if seen[msgs[0].ID] > 1 {
-		t.Fatalf("rocketmq: ConsumeRetryLater in orderly mode redelivered %s (%d calls): the client no longer drops it; update the driver docs", msgs[0].ID, seen[msgs[0].ID])
+		t.Fatalf("rocketmq: ConsumeRetryLater in orderly mode redelivered %s (%d calls): the client no longer drops it; update the package doc", msgs[0].ID, seen[msgs[0].ID])
 	}
 	t.Logf("confirmed: after ConsumeRetryLater the orderly consumer moved on; %s was handled %d time(s) and is lost to this group", msgs[0].ID, seen[msgs[0].ID])
+}
+
+// TestRocketMQClientPitfallOrderlyFirstPullWaits: with messages waiting,
+// the client's orderly consumer delivers the first one only after its
+// pull loop's 3 s back-off ("not locked in broker": the queue was locked
+// before its process queue existed). A lower bound, so a busy machine
+// cannot make it fail; the driver's own consumer delivers within
+// milliseconds (see the timeline in brokers/README.md).
+func TestRocketMQClientPitfallOrderlyFirstPullWaits(t *testing.T) {
+	topic, _ := pitfallTopic(t, 1, 1)
+	first := make(chan time.Time, 1)
+	start := time.Now()
+	orderlyClientConsumer(t, topic, func(*primitive.MessageExt) consumer.ConsumeResult {
+		select {
+		case first <- time.Now():
+		default:
+		}
+		return consumer.ConsumeSuccess
+	})
+	select {
+	case at := <-first:
+		if d := at.Sub(start); d < 2500*time.Millisecond {
+			t.Fatalf("rocketmq: the client's orderly consumer delivered the first message %v after start: the 3 s first-pull back-off is gone; update the package doc", d)
+		} else {
+			t.Logf("confirmed: first delivery %v after the consumer started", d.Round(time.Millisecond))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rocketmq: no delivery within 30 s")
+	}
 }

@@ -1,18 +1,18 @@
 package rocketmq
 
-// The few bytes of RocketMQ's remoting protocol that the driver and the
-// local stack's readiness check need: the name server's cluster table and
-// a broker's runtime info. rocketmq-client-go exposes neither (the cluster
-// call is commented out in admin.Admin; the implementation is internal).
+// One-shot remoting calls for the driver's admin needs and the local
+// stack's readiness check: the name server's cluster table, a topic's
+// route and a broker's runtime info. rocketmq-client-go exposes none of
+// them (the cluster call is commented out in admin.Admin; the
+// implementation is internal). The frame format and the consumer's
+// persistent connections are in conn.go.
 
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"regexp"
 	"sort"
@@ -111,10 +111,13 @@ type remotingHeader struct {
 	ExtFields map[string]string `json:"extFields,omitempty"`
 }
 
-// remotingCall sends one request over RocketMQ's remoting protocol (JSON
-// headers) and returns the response body; a non-zero response code is an
-// error carrying the server's remark. The wire format is
-// [total length][serialize type<<24 | header length][header][body], big endian.
+// remotingVersion is the protocol version the driver announces (the one
+// rocketmq-client-go sends).
+const remotingVersion = 317
+
+// remotingCall sends one request over a connection of its own and returns
+// the response body; a non-zero response code is an error carrying the
+// server's remark. For the occasional admin call; consumers keep a conn.
 func remotingCall(ctx context.Context, addr string, code int, ext map[string]string) ([]byte, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -130,46 +133,22 @@ func remotingCall(ctx context.Context, addr string, code int, ext map[string]str
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 
-	h := remotingHeader{Code: code, Language: "GO", Version: 317, Opaque: rmqOpaque.Add(1), ExtFields: ext}
-	hb, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
-	}
-	frame := make([]byte, 8, 8+len(hb))
-	binary.BigEndian.PutUint32(frame[0:4], uint32(4+len(hb)))
-	binary.BigEndian.PutUint32(frame[4:8], uint32(len(hb))) // serialize type 0 = JSON
-	frame = append(frame, hb...)
-	if _, err := conn.Write(frame); err != nil {
+	h := remotingHeader{Code: code, Language: "GO", Version: remotingVersion, Opaque: rmqOpaque.Add(1), ExtFields: ext}
+	if err := writeFrame(conn, h, nil); err != nil {
 		return nil, err
 	}
 	for {
-		var pre [8]byte
-		if _, err := io.ReadFull(conn, pre[:]); err != nil {
+		f, err := readFrame(conn)
+		if err != nil {
 			return nil, err
 		}
-		total := binary.BigEndian.Uint32(pre[0:4])
-		hlen := binary.BigEndian.Uint32(pre[4:8]) & 0xFFFFFF
-		if total < 4+hlen || total > 64<<20 {
-			return nil, fmt.Errorf("bad remoting frame (length %d, header %d)", total, hlen)
-		}
-		rest := make([]byte, total-4)
-		if _, err := io.ReadFull(conn, rest); err != nil {
-			return nil, err
-		}
-		if pre[4] != 0 {
-			return nil, fmt.Errorf("unsupported remoting serialize type %d", pre[4])
-		}
-		var rh remotingHeader
-		if err := json.Unmarshal(rest[:hlen], &rh); err != nil {
-			return nil, fmt.Errorf("remoting header: %w", err)
-		}
-		if rh.Opaque != h.Opaque || rh.Flag&1 == 0 {
+		if f.Opaque != h.Opaque || f.Flag&flagResponse == 0 {
 			continue // not our response (e.g. a server-initiated request)
 		}
-		if rh.Code != 0 {
-			return nil, &RemotingError{Code: rh.Code, Remark: rh.Remark}
+		if f.Code != 0 {
+			return nil, &RemotingError{Code: f.Code, Remark: f.Remark}
 		}
-		return rest[hlen:], nil
+		return f.body, nil
 	}
 }
 

@@ -1,61 +1,79 @@
-// Package rocketmq is the RocketMQ driver (apache/rocketmq-client-go/v2,
-// classic remoting protocol), registered as "rocketmq".
+// Package rocketmq is the RocketMQ driver (classic remoting protocol),
+// registered as "rocketmq". It publishes with apache/rocketmq-client-go/v2's
+// producer and consumes with an orderly consumer of its own (worker.go,
+// group.go, conn.go) that speaks the remoting protocol's consumer-group
+// requests directly.
 //
-// Ordering: the producer uses the hash queue selector with the ordering key
-// as sharding key (the client's default selector ignores the key), so a key
-// always lands in one message queue; one key's messages within a Publish
-// call are sent one after another with SendSync. The consumer is an orderly
-// (clustering) push consumer: each queue is locked on the broker and
-// consumed by one goroutine at a time. Each callback gets a batch of up to
-// MaxBatch messages of one queue that the client already pulled
-// (consumer.WithConsumeMessageBatchMaxSize, at most 1024), and makes one
-// Handler call with it.
+// Publishing: a message goes to the queue its ordering key hashes to
+// (FNV-1a over the topic's write queues, as the client's hash selector
+// computes), so a key always lands in one queue. Publish groups a call's
+// messages by queue and sends each queue's messages in slice order as
+// batch sends (one request and one confirmation per up to 1 MiB of
+// messages), queues in parallel: per-key order holds because a key's
+// messages share a queue and a queue's batches go one after another. A
+// failed batch fails its messages and every later one of that queue,
+// which is not sent. A send the broker refuses as busy (SYSTEM_BUSY: it
+// dropped the request from its send queue unprocessed) is sent again
+// after a pause, for up to the send timeout.
 //
-// Batches are the unit of acknowledgement: an orderly callback answers
-// once for all its messages, so the verdicts of a batch are mapped onto
-// one result. All Ack/Reject: the rejects are dead-lettered, then
-// ConsumeSuccess. Any Crash: as below, nothing acked. Any Retry: the whole
-// batch is suspended and comes back — the deliveries before the Retry that
-// the Handler acked included, with ReconsumeTimes+1 (so Attempt counts up
-// for them too). Handlers must tolerate re-seeing acked deliveries; the
-// inbox deduplicates them. Other drivers ack the prefix before a Retry.
+// Why not the client's orderly push consumer, measured on the local stack:
+// it pulls a newly assigned queue only 3 s after taking it (the queue is
+// locked before its process queue exists, so the first pull finds it
+// "unlocked" and backs off for 3 s), and when a member joins, the old
+// owner drops queues without unlocking them, so the new owner waits for
+// the broker's lock to expire (lockMaxLiveTime): with four consumers
+// starting together, deliveries stalled for 10-15 s. It also has data
+// races (it could not run under -race), drops a message answered
+// ConsumeRetryLater, and acknowledges a batch only as a whole.
 //
-// Retry: the callback sets the suspend time on the orderly context and
-// returns SuspendCurrentQueueAMoment; the client keeps the batch, blocks
-// the queue for that time and hands the same messages back with
-// ReconsumeTimes+1. MaxReconsumeTimes is -1 (unlimited), so a retried
-// message never leaves for the retry/DLQ topics behind the handler's back.
-// ConsumeRetryLater is never returned: in orderly mode this client version
-// commits past it, silently dropping the message (the conformance test
-// RetryNotLost proves the suspend path keeps it).
+// Consuming: every subscription is a member of the group (heartbeats to
+// every master broker of the topic). Once a second (every 200 ms while it
+// waits for a queue another member still holds), or at once when a broker
+// says the membership changed, it reads the member list, takes its
+// share of the topic's queues (the split of AllocateMessageQueueAveragely)
+// and locks them on the broker — the lock, renewed each round, is what
+// makes one member at a time consume a queue. A queue it no longer owns is
+// handed back cleanly: its worker stops after the running Handler call,
+// the finished offset is committed, then the queue is unlocked, so the
+// next owner starts where it left off within a round. A queue whose lock
+// is not renewed for 5 s (lockLease, shorter than the broker's
+// lockMaxLiveTime: 60 s by default, 6 s on the local stack) gets no new
+// Handler call; one the broker no longer grants is dropped at once.
+//
+// Each held queue has a worker: a puller keeps about Prefetch messages
+// buffered (pulls of up to 32 messages, the broker's default cap; a pull
+// that finds nothing waits at the broker, which answers when a message
+// arrives), and the handler loop passes up to MaxBatch buffered messages
+// (it never waits to fill a batch) to one Handler call. Verdicts are
+// obeyed as brokers.Handler documents, through driverutil.HandleBatch, as
+// the Kafka driver does: the Ack/Reject prefix before the first Retry is
+// settled, the deliveries from the Retry on are held in place and handed
+// to the Handler again after the backoff (Attempt counts the calls), so
+// nothing of the queue overtakes them. Settled offsets are committed to
+// the broker every round and when a queue is handed back or the
+// subscription closes.
 //
 // Reject: the driver publishes the message to "<topic>-DLQ" (created by
-// Setup; same key, properties, ib-dlq-source) and then acknowledges it;
-// counted in Stats.DeadLettered. If the dead-letter send fails the batch
-// is suspended and retried, never dropped (a reject of the same batch that
-// was sent before may then reach the DLQ twice: dead-lettering is
-// at-least-once).
+// Setup; same key, properties, ib-dlq-source) and then settles it; counted
+// in Stats.DeadLettered. If the dead-letter send fails, the subscription
+// ends with that error and the message, not settled, goes to the next
+// consumer.
 //
-// Crash: the callback returns SuspendCurrentQueueAMoment without acking and
-// the consumer is shut down; its offsets stay at the last acked message, and
-// the next consumer of the group gets the message again. The broker never
-// learned about the local attempt, so the redelivery carries
-// ReconsumeTimes 0: RocketMQ orderly consumption has no redelivered flag
-// (Capabilities say so); the same msgId/queue offset is the evidence.
+// Crash: nothing of the crashing Handler call is settled and nothing more
+// is committed; the subscription unlocks its queues and leaves the group
+// on the way out (a real crash holds the locks until lockMaxLiveTime), and
+// the next member starts from the last committed offset, so what was
+// settled in the last second comes again too. There is no redelivered
+// flag (ReconsumeTimes stays 0: the broker never learns of a local
+// attempt); the same msgId and queue offset are the evidence.
 //
 // Topics are created with the admin API on every master broker found in
 // the name server's cluster info (or the brokers given as option
 // "broker-addrs"), and Setup returns only once a route query shows the
-// queues. The client logs only errors unless option "log-level" says
-// otherwise (the setting is process-wide: it is the library's own global).
-//
-// Known library issues, documented rather than hidden: some goroutines of
-// rocketmq-client-go outlive Shutdown (route/heartbeat timers, the
-// remoting client's response-table sweeper); Shutdown does not wait for
-// running callbacks (the driver waits for its own); a clean Close may
-// redeliver the last acked message of a queue, because the client updates
-// the offset after the callback returned and Shutdown persists whatever it
-// has by then.
+// queues. The client library logs only errors unless option "log-level"
+// says otherwise (the setting is process-wide: it is the library's own
+// global); the consumer logs a failure it retries (broker unreachable)
+// at most once per 10 s per subscription.
 package rocketmq
 
 import (
@@ -64,7 +82,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -106,11 +123,7 @@ const (
 	OptSendTimeout = "send-timeout"
 )
 
-const (
-	rpcTimeout = 10 * time.Second
-	// publishConcurrency bounds parallel per-key send loops of one Publish.
-	publishConcurrency = 16
-)
+const rpcTimeout = 10 * time.Second
 
 func init() {
 	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
@@ -126,6 +139,7 @@ type Broker struct {
 	sendTimeout time.Duration
 	instance    string
 	seq         atomic.Int64
+	topics      sync.Map // topic → *topicState, see publish.go
 
 	prodOnce sync.Once
 	prod     producerAPI
@@ -198,14 +212,13 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 		PerKeyOrder:    true,
 		ConsumerGroups: true,
 		DeadLetter:     true,
-		// The Go client reassigns queues on its 20s rebalance tick, and an
-		// orderly consumer must then lock each queue at the broker, whose
-		// lock of the dead owner lasts up to lockMaxLiveTime (60s by
-		// default; the local stack sets 15s).
-		RedeliveryDelay: 80 * time.Second,
-		Description: "RocketMQ via rocketmq-client-go/v2: hash queue selector on the sharding key, orderly " +
-			"clustering push consumer, retry by SuspendCurrentQueueAMoment (never ConsumeRetryLater), " +
-			"MaxReconsumeTimes -1, Reject → <topic>-DLQ, no redelivered flag after a crash",
+		// A dead member's queues stay locked at the broker until
+		// lockMaxLiveTime (60s by default; the local stack sets 6s); the
+		// others retry the lock every 200ms until it expires.
+		RedeliveryDelay: 70 * time.Second,
+		Description: "RocketMQ, remoting protocol: rocketmq-client-go/v2 producer with per-queue batch sends " +
+			"on the key's hash queue; the driver's own orderly consumer (broker queue locks, long-polling " +
+			"pulls, in-place retry of the batch's unsettled rest), Reject → <topic>-DLQ, no redelivered flag",
 	}
 }
 
@@ -243,7 +256,7 @@ func (b *Broker) producer() (producerAPI, error) {
 	b.prodOnce.Do(func() {
 		opts := []producer.Option{
 			producer.WithNsResolver(b.resolver()),
-			producer.WithQueueSelector(producer.NewHashQueueSelector()),
+			producer.WithQueueSelector(queueSelector{}),
 			producer.WithInstanceName(b.uniqueName("producer")),
 			producer.WithGroupName("inboxbench-producer"),
 			producer.WithRetry(2),
@@ -373,84 +386,13 @@ func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 	if err != nil {
 		return err
 	}
+	b.topics.Delete(topic)
 	for _, t := range []string{topic, topic + DLQSuffix} {
 		for _, addr := range masters {
 			if err := a.DeleteTopic(ctx, admin.WithTopicDelete(t), admin.WithBrokerAddrDelete(addr), admin.WithNameSrvAddr(b.namesrv)); err != nil {
 				return fmt.Errorf("rocketmq: delete topic %s on %s: %w", t, addr, err)
 			}
 		}
-	}
-	return nil
-}
-
-// Publish implements brokers.Broker: messages are grouped by key; each
-// key's messages are sent in order, keys in parallel.
-func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	p, err := b.producer()
-	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	byKey := map[string][]int{}
-	var keys []string
-	for i, m := range msgs {
-		if _, ok := byKey[m.Key]; !ok {
-			keys = append(keys, m.Key)
-		}
-		byKey[m.Key] = append(byKey[m.Key], i)
-	}
-	sem := make(chan struct{}, publishConcurrency)
-	var wg sync.WaitGroup
-	for _, k := range keys {
-		idx := byKey[k]
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			for n, i := range idx {
-				if err := b.send(ctx, p, topic, msgs[i], nil); err != nil {
-					errs[i] = err
-					// Later messages of the key must not overtake a failed one.
-					for _, j := range idx[n+1:] {
-						errs[j] = fmt.Errorf("rocketmq: publish %s to %s: not sent after an earlier failure of its key: %w", msgs[j].ID, topic, err)
-					}
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return errs
-}
-
-func (b *Broker) send(ctx context.Context, p producerAPI, topic string, m brokers.Message, extra map[string]string) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("rocketmq: publish %s to %s: %w", m.ID, topic, ctx.Err())
-	}
-	msg := primitive.NewMessage(topic, m.Body)
-	msg.WithShardingKey(m.Key)
-	if m.ID != "" {
-		msg.WithKeys([]string{m.ID})
-		msg.WithProperty(propID, m.ID)
-	}
-	for k, v := range m.Headers {
-		msg.WithProperty(propHeaderPref+k, v)
-	}
-	for k, v := range extra {
-		msg.WithProperty(k, v)
-	}
-	res, err := p.SendSync(ctx, msg)
-	if err != nil {
-		return fmt.Errorf("rocketmq: publish %s to %s: %w", m.ID, topic, err)
-	}
-	if res.Status != primitive.SendOK {
-		return fmt.Errorf("rocketmq: publish %s to %s: broker answered status %d (flush or slave timeout): not durable as configured", m.ID, topic, res.Status)
 	}
 	return nil
 }
@@ -475,22 +417,4 @@ func (b *Broker) Close() error {
 		errs = append(errs, errors.New("rocketmq: admin shutdown did not finish within 15s"))
 	}
 	return errors.Join(errs...)
-}
-
-// message rebuilds the published Message from a stored one.
-func message(m *primitive.MessageExt) brokers.Message {
-	out := brokers.Message{Key: m.GetShardingKey(), ID: m.GetProperty(propID), Body: m.Body}
-	for k, v := range m.GetProperties() {
-		if h, ok := strings.CutPrefix(k, propHeaderPref); ok {
-			if out.Headers == nil {
-				out.Headers = map[string]string{}
-			}
-			out.Headers[h] = v
-		}
-	}
-	return out
-}
-
-func transportID(m *primitive.MessageExt) string {
-	return m.MsgId + "@" + m.Queue.BrokerName + ":" + strconv.Itoa(m.Queue.QueueId) + ":" + strconv.FormatInt(m.QueueOffset, 10)
 }

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/apache/rocketmq-client-go/v2/consumer"
-	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
@@ -19,43 +16,68 @@ import (
 // DefaultGroup is used when Subscribe is given an empty group.
 const DefaultGroup = "inboxbench"
 
-// maxBatch is rocketmq-client-go's upper bound for
-// ConsumeMessageBatchMaxSize (its Start rejects more).
-const maxBatch = 1024
-
-// pushConsumer is the part of the client's push consumer the driver uses.
-type pushConsumer interface {
-	Start() error
-	Shutdown() error
-	Rebalance()
-}
+// Timing of the orderly consumer.
+const (
+	// rebalanceEvery: member list, allocation, lock renewal and offset
+	// commit, when the group is settled; unsettledEvery while this
+	// consumer waits for a queue another member still holds.
+	rebalanceEvery = time.Second
+	unsettledEvery = 200 * time.Millisecond
+	// lockLease is how long after a successful lock (or renewal) a queue
+	// is consumed without another one: it must be shorter than the
+	// broker's rocketmq.broker.rebalance.lockMaxLiveTime (60 s by default,
+	// 6 s on the local stack), after which the broker may give the queue
+	// to another member.
+	lockLease = 5 * time.Second
+	// heartbeatEvery keeps the consumer registered (brokers expire a
+	// silent client after 120 s).
+	heartbeatEvery = 10 * time.Second
+	// routeEvery refreshes the topic's queues and brokers.
+	routeEvery = 30 * time.Second
+	// pullHold is how long the broker may hold a pull that found nothing
+	// (long polling: it answers as soon as a message arrives); the pull
+	// itself times out after twice that (a CPU-starved broker answers
+	// late), as the Java client's 15 s / 30 s.
+	pullHold = 15 * time.Second
+	// pullMax is the most messages asked for per pull; the broker answers
+	// with at most maxTransferCountOnMessageInMemory (32 by default).
+	pullMax = 32
+	// callTimeout bounds every request but a held pull.
+	callTimeout = 5 * time.Second
+)
 
 type subscription struct {
-	b     *Broker
-	topic string
-	group string
-	opts  brokers.SubscribeOptions
-	h     brokers.Handler
-	pc    pushConsumer
-	life  *driverutil.Lifecycle
-	stats brokers.Counters
+	b        *Broker
+	topic    string
+	group    string
+	opts     brokers.SubscribeOptions
+	h        brokers.Handler
+	gc       *groupClient
+	clientID string
+	life     *driverutil.Lifecycle
+	stats    brokers.Counters
 
-	ctx    context.Context // handlers' context: cancelled on Close and Crash
+	ctx    context.Context // cancelled by Close and Crash: stops everything
 	cancel context.CancelFunc
 
-	crashed atomic.Bool
-	endOnce sync.Once
+	crashed  atomic.Bool
+	endOnce  sync.Once
+	kick     chan struct{} // cap 1: rebalance now
+	loopDone chan struct{}
 
-	// inFlight counts running callbacks; once stopping is set no new
-	// callback calls the handler, so Close can wait for zero.
-	mu       sync.Mutex
-	stopping bool
-	inFlight int
-	idle     *sync.Cond
+	mu        sync.Mutex
+	workers   map[queue]*worker       // queues this consumer holds
+	releasing map[queue]chan struct{} // queues being handed back; closed when done
+	route     *topicRoute
+	routeAt   time.Time
+	beatAt    time.Time
+
+	commitMu sync.Mutex   // one commit of a queue at a time
+	lastWarn atomic.Int64 // unix nanos of the last warning, see warn
 }
 
-// Subscribe implements brokers.Broker with an orderly clustering push
-// consumer of group (a new group starts at the first offset).
+// Subscribe implements brokers.Broker with an orderly clustering consumer
+// of group (a new group starts at the first offset); see the package doc.
 func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts brokers.SubscribeOptions, h brokers.Handler) (brokers.Subscription, error) {
 	if group == "" {
 		group = DefaultGroup
@@ -66,79 +88,48 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 	if _, err := b.producer(); err != nil { // Reject needs it; fail now, not mid-stream
 		return nil, err
 	}
-	s := &subscription{b: b, topic: topic, group: group, opts: opts.WithDefaults(), h: h, life: driverutil.NewLifecycle()}
-	if s.opts.MaxBatch > maxBatch {
-		return nil, fmt.Errorf("rocketmq: subscribe %s: MaxBatch %d exceeds the client's limit of %d messages per callback", topic, s.opts.MaxBatch, maxBatch)
+	host, _ := os.Hostname()
+	s := &subscription{
+		b: b, topic: topic, group: group, opts: opts.WithDefaults(), h: h,
+		clientID:  host + "@" + b.uniqueName("consumer"),
+		life:      driverutil.NewLifecycle(),
+		kick:      make(chan struct{}, 1),
+		loopDone:  make(chan struct{}),
+		workers:   map[queue]*worker{},
+		releasing: map[queue]chan struct{}{},
 	}
-	s.idle = sync.NewCond(&s.mu)
+	s.gc = newGroupClient(group, s.clientID, s.rebalanceSoon)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	copts := []consumer.Option{
-		consumer.WithNsResolver(b.resolver()),
-		consumer.WithGroupName(group),
-		consumer.WithInstance(b.uniqueName("consumer")),
-		consumer.WithConsumerModel(consumer.Clustering),
-		consumer.WithConsumerOrder(true),
-		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
-		// -1: unlimited local re-consumption, so a message in Retry never
-		// moves to %RETRY%/%DLQ% without the handler saying Reject.
-		consumer.WithMaxReconsumeTimes(-1),
-		// The client hands an orderly callback up to this many messages of
-		// one queue that it already pulled; it never waits to fill one.
-		consumer.WithConsumeMessageBatchMaxSize(s.opts.MaxBatch),
-		consumer.WithPullBatchSize(int32(min(s.opts.Prefetch, 1024))),
-		consumer.WithPullThresholdForQueue(int64(max(s.opts.Prefetch, 64))),
-		// Renew (and retry) the broker-side queue locks every 2s instead of
-		// 20s: after a consumer dies, its queues move as soon as the
-		// broker lets its locks expire (rocketmq.broker.rebalance.
-		// lockMaxLiveTime, 60s by default, 6s on the local stack).
-		consumer.WithRebalanceLockInterval(2 * time.Second),
-	}
-	if b.creds.AccessKey != "" {
-		copts = append(copts, consumer.WithCredentials(b.creds))
-	}
-	pc, err := consumer.NewPushConsumer(copts...)
-	if err != nil {
+	// Register now, so a broker that cannot be reached fails Subscribe
+	// (bounded by ctx) instead of a consumer that never consumes.
+	if err := s.heartbeatAll(ctx); err != nil {
+		s.abandon()
 		return nil, fmt.Errorf("rocketmq: subscribe %s as %s: %w", topic, group, err)
 	}
-	if err := pc.Subscribe(topic, consumer.MessageSelector{}, s.consume); err != nil {
-		return nil, fmt.Errorf("rocketmq: subscribe %s as %s: %w", topic, group, err)
-	}
-	s.pc = pc
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
+		s.abandon()
 		return nil, errors.New("rocketmq: subscribe: broker is closed")
 	}
 	b.subs[s] = struct{}{}
 	b.mu.Unlock()
-	if err := pc.Start(); err != nil {
-		s.end(nil)
-		<-s.life.Done()
-		return nil, fmt.Errorf("rocketmq: start consumer of %s as %s: %w", topic, group, err)
-	}
-	go s.nudge()
+	go s.loop()
 	return s, nil
 }
 
-// nudge rebalances every second. The client rebalances at start and then
-// every 20s; a consumer joining a group computes its share at start, but
-// cannot lock those queues until their old owner (notified of the join)
-// has let go a moment later, so without a nudge it idles for 20s. Each
-// rebalance is one consumer-list query per topic.
-func (s *subscription) nudge() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-			if s.enter() {
-				s.pc.Rebalance()
-				s.leave()
-			}
-		}
-	}
+// abandon undoes a Subscribe that failed after registering with some
+// broker: a member that never consumes would otherwise hold its share of
+// the queues until the broker expires it (120 s).
+func (s *subscription) abandon() {
+	s.cancel()
+	s.mu.Lock()
+	route := s.route
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	s.leave(ctx, nil, route)
+	s.gc.close()
 }
 
 func (s *subscription) Done() <-chan struct{} { return s.life.Done() }
@@ -151,30 +142,59 @@ func (s *subscription) Close() error {
 	return s.life.Wait()
 }
 
-// end stops the subscription once: no handler starts any more, running
-// ones finish, then the consumer shuts down (unlocking its queues on the
-// broker and persisting acked offsets).
+func (s *subscription) crash() {
+	if s.crashed.CompareAndSwap(false, true) {
+		s.stats.Crashed()
+		s.end(brokers.ErrCrashed)
+	}
+}
+
+func (s *subscription) rebalanceSoon() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// end stops the subscription once: the rebalance loop and every queue
+// worker stop (a running handler finishes; what it settled counts),
+// finished offsets are committed unless it crashed, the queues are
+// unlocked and the consumer leaves the group, so the other members take
+// over at once.
 func (s *subscription) end(cause error) {
 	s.endOnce.Do(func() {
-		s.mu.Lock()
-		s.stopping = true
-		s.mu.Unlock()
 		s.cancel()
 		go func() {
+			<-s.loopDone
 			s.mu.Lock()
-			for s.inFlight > 0 {
-				s.idle.Wait()
+			held := make([]*worker, 0, len(s.workers))
+			for _, w := range s.workers {
+				held = append(held, w)
 			}
+			var pending []chan struct{}
+			for _, ch := range s.releasing {
+				pending = append(pending, ch)
+			}
+			route := s.route
 			s.mu.Unlock()
+			for _, w := range held {
+				<-w.exited
+			}
+			for _, ch := range pending {
+				<-ch
+			}
 			errs := []error{cause}
-			if cause == nil {
-				// The client commits an acked offset after the callback
-				// returned; give it that moment before Shutdown persists.
-				time.Sleep(200 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if !s.crashed.Load() {
+				for _, w := range held {
+					if err := s.commit(ctx, w); err != nil {
+						errs = append(errs, fmt.Errorf("rocketmq: commit the offset of %s (its last messages will be redelivered): %w", w.q, err))
+					}
+				}
 			}
-			if !driverutil.Bounded(20*time.Second, func() { _ = s.pc.Shutdown() }) {
-				errs = append(errs, fmt.Errorf("rocketmq: consumer of %s (group %s) did not shut down within 20s", s.topic, s.group))
-			}
+			s.leave(ctx, held, route)
+			s.gc.close()
 			s.b.mu.Lock()
 			delete(s.b.subs, s)
 			s.b.mu.Unlock()
@@ -183,161 +203,107 @@ func (s *subscription) end(cause error) {
 	})
 }
 
-func (s *subscription) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopping {
-		return false
+// leave unlocks the queues held and unregisters from every broker; both
+// only speed up the hand-over (locks expire, silent clients are dropped),
+// so failures are not errors.
+func (s *subscription) leave(ctx context.Context, held []*worker, route *topicRoute) {
+	byAddr := map[string][]queue{}
+	for _, w := range held {
+		byAddr[w.addr] = append(byAddr[w.addr], w.q)
 	}
-	s.inFlight++
-	return true
-}
-
-func (s *subscription) leave() {
-	s.mu.Lock()
-	s.inFlight--
-	if s.inFlight == 0 {
-		s.idle.Broadcast()
+	for addr, qs := range byAddr {
+		_ = s.gc.unlock(ctx, addr, qs)
 	}
-	s.mu.Unlock()
-}
-
-// suspend asks the client to hand the same message(s) back after d. The
-// time must be set on the orderly context: its default (-1) means no pause
-// at all, and consumer.WithSuspendCurrentQueueTimeMillis does not apply
-// to this path in this client version.
-func suspend(ctx context.Context, d time.Duration) (consumer.ConsumeResult, error) {
-	if oc, ok := primitive.GetOrderlyCtx(ctx); ok {
-		oc.SuspendCurrentQueueTimeMillis = int(max(d, 10*time.Millisecond) / time.Millisecond)
-	}
-	return consumer.SuspendCurrentQueueAMoment, nil
-}
-
-// consume is the orderly callback: one batch of one queue (up to
-// MaxBatch messages the client already pulled), one Handler call, the
-// verdicts mapped onto one orderly result for the whole batch — the
-// client acknowledges or suspends a batch as a unit:
-//   - all Ack/Reject: rejects are sent to the DLQ topic, then
-//     ConsumeSuccess;
-//   - any Retry: SuspendCurrentQueueAMoment; the whole batch comes back
-//     (ReconsumeTimes+1 for each), the acked deliveries before the Retry
-//     included, and nothing is dead-lettered yet;
-//   - any Crash: nothing is acked and the consumer shuts down.
-func (s *subscription) consume(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
-	if !s.enter() {
-		// Closing or crashed: leave everything unacked for the next owner.
-		return suspend(ctx, time.Second)
-	}
-	defer s.leave()
-	if len(msgs) == 0 {
-		return consumer.ConsumeSuccess, nil
-	}
-	ds := make([]*brokers.Delivery, len(msgs))
-	for i, m := range msgs {
-		attempt := int(m.ReconsumeTimes) + 1
-		ds[i] = &brokers.Delivery{
-			Message:       message(m),
-			Redelivered:   m.ReconsumeTimes > 0,
-			DeliveryCount: attempt,
-			Attempt:       attempt,
-			TransportID:   transportID(m),
-			Shard:         fmt.Sprintf("%s:%d", m.Queue.BrokerName, m.Queue.QueueId),
-			BrokerTime:    time.UnixMilli(m.StoreTimestamp),
-		}
-		s.stats.Delivered()
-	}
-	vs := s.h(s.ctx, ds)
-	if len(vs) != len(ds) {
-		// Guessing which delivery a missing verdict belongs to could ack
-		// something the caller never committed: ack nothing, fail.
-		s.end(fmt.Errorf("rocketmq: %s: handler returned %d verdicts for a batch of %d deliveries (first %s): it must return one per delivery", ds[0].Shard, len(vs), len(ds), ds[0].TransportID))
-		return suspend(ctx, time.Second)
-	}
-	retry := -1
-	for i, v := range vs {
-		switch v {
-		case brokers.Ack, brokers.Reject:
-		case brokers.Retry:
-			if retry < 0 {
-				retry = i
-			}
-		default: // Crash, or a verdict this driver does not know: ack nothing
-			if s.crashed.CompareAndSwap(false, true) {
-				s.stats.Crashed()
-				s.end(brokers.ErrCrashed)
-			}
-			return suspend(ctx, time.Second)
+	if route != nil {
+		for _, addr := range route.masters {
+			_ = s.gc.unregister(ctx, addr)
 		}
 	}
-	if retry >= 0 {
-		// Dead-lettering the rejects now would copy them again when the
-		// batch comes back: they are rejected (and sent) on the round
-		// that succeeds.
-		s.stats.Retried()
-		return suspend(ctx, s.opts.Backoff(ds[retry].Attempt))
-	}
-	rejected := 0
-	for i, v := range vs {
-		if v != brokers.Reject {
-			continue
-		}
-		if err := s.b.send(s.ctx, s.b.prod, s.topic+DLQSuffix, ds[i].Message, map[string]string{propSource: ds[i].TransportID}); err != nil {
-			// Not dead-lettered, so not acked: the whole batch again (a
-			// reject sent before this one may then reach the DLQ twice).
-			slog.Warn("rocketmq: dead-letter send failed; the batch will be handed to the handler again", "topic", s.topic, "id", ds[i].ID, "err", err)
-			return suspend(ctx, s.opts.Backoff(ds[i].Attempt))
-		}
-		rejected++
-	}
-	for range rejected {
-		s.stats.DeadLettered()
-	}
-	for range len(vs) - rejected {
-		s.stats.Acked()
-	}
-	return consumer.ConsumeSuccess, nil
 }
 
-// DeadLetters implements brokers.DeadLetterReader by consuming
-// "<topic>-DLQ" from the first offset with a throw-away group.
-func (b *Broker) DeadLetters(ctx context.Context, topic string, want int) ([]brokers.Message, error) {
-	var (
-		mu  sync.Mutex
-		out []brokers.Message
-		got = make(chan struct{}, 1)
-	)
-	sub, err := b.Subscribe(ctx, topic+DLQSuffix, fmt.Sprintf("inboxbench-dlq-reader-%d", time.Now().UnixNano()), brokers.SubscribeOptions{},
-		brokers.PerDelivery(func(_ context.Context, d *brokers.Delivery) brokers.Verdict {
-			mu.Lock()
-			out = append(out, d.Message)
-			mu.Unlock()
-			select {
-			case got <- struct{}{}:
-			default:
-			}
-			return brokers.Ack
-		}))
-	if err != nil {
-		return nil, fmt.Errorf("rocketmq: read dead letters of %s: %w", topic, err)
-	}
-	defer sub.Close()
+// loop rebalances and commits until the subscription ends.
+func (s *subscription) loop() {
+	defer close(s.loopDone)
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
-		mu.Lock()
-		n := len(out)
-		mu.Unlock()
-		if n >= want {
-			break
-		}
 		select {
-		case <-ctx.Done():
-			mu.Lock()
-			defer mu.Unlock()
-			return append([]brokers.Message(nil), out...), fmt.Errorf("rocketmq: read dead letters of %s: got %d of %d: %w", topic, n, want, ctx.Err())
-		case <-got:
-		case <-time.After(100 * time.Millisecond):
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		settled := s.rebalance()
+		s.commitAll()
+		next := rebalanceEvery
+		if !settled {
+			next = unsettledEvery
+		}
+		t.Reset(next)
+	}
+}
+
+func (s *subscription) routeFor(ctx context.Context) (*topicRoute, error) {
+	s.mu.Lock()
+	r, at := s.route, s.routeAt
+	s.mu.Unlock()
+	if r != nil && time.Since(at) < routeEvery {
+		return r, nil
+	}
+	r, err := fetchRoute(ctx, s.b.namesrv, s.topic)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.route, s.routeAt = r, time.Now()
+	s.mu.Unlock()
+	return r, nil
+}
+
+func (s *subscription) heartbeatAll(ctx context.Context) error {
+	r, err := s.routeFor(ctx)
+	if err != nil {
+		return err
+	}
+	version := time.Now().UnixMilli()
+	for _, addr := range r.masters {
+		if err := s.gc.heartbeat(ctx, addr, s.topic, version); err != nil {
+			return fmt.Errorf("heartbeat to broker %s: %w", addr, err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return append([]brokers.Message(nil), out...), nil
+	s.mu.Lock()
+	s.beatAt = time.Now()
+	s.mu.Unlock()
+	return nil
+}
+
+// needsHeartbeat: it is time, or a broker's connection is new (a broker
+// that restarted has forgotten the consumer).
+func (s *subscription) needsHeartbeat(r *topicRoute) bool {
+	s.mu.Lock()
+	at := s.beatAt
+	s.mu.Unlock()
+	if time.Since(at) > heartbeatEvery {
+		return true
+	}
+	for _, addr := range r.masters {
+		if s.gc.fresh(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// members returns the group's members as the first reachable broker of
+// the topic sees them.
+func (s *subscription) members(ctx context.Context, r *topicRoute) ([]string, error) {
+	var errs []error
+	for _, addr := range r.masters {
+		ids, err := s.gc.members(ctx, addr)
+		if err == nil {
+			return ids, nil
+		}
+		errs = append(errs, fmt.Errorf("broker %s: %w", addr, err))
+	}
+	return nil, errors.Join(errs...)
 }

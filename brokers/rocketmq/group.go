@@ -1,0 +1,370 @@
+package rocketmq
+
+// The consumer-group side of RocketMQ's remoting protocol that the
+// orderly consumer (subscription.go) speaks itself: heartbeats, the
+// group's member list, queue locks, consumer offsets and long-polling
+// pulls. Request codes and field names are those of
+// org.apache.rocketmq.remoting.protocol (RequestCode, ResponseCode and
+// the request headers).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+)
+
+// Request and response codes.
+const (
+	rmqPullMessage         = 11
+	rmqQueryConsumerOffset = 14
+	rmqUpdateConsumerOff   = 15
+	rmqHeartbeat           = 34
+	rmqUnregisterClient    = 35
+	rmqGetConsumerList     = 38
+	rmqNotifyIDsChanged    = 40
+	rmqLockBatchMQ         = 41
+	rmqUnlockBatchMQ       = 42
+
+	resPullNotFound         = 19
+	resPullRetryImmediately = 20
+	resPullOffsetMoved      = 21
+	resQueryNotFound        = 22
+)
+
+// Pull request flags (PullSysFlag).
+const (
+	pullFlagSuspend      = 2
+	pullFlagSubscription = 4
+)
+
+// queue is one message queue of a topic.
+type queue struct {
+	Topic      string `json:"topic"`
+	BrokerName string `json:"brokerName"`
+	QueueID    int    `json:"queueId"`
+}
+
+func (q queue) String() string { return q.BrokerName + ":" + strconv.Itoa(q.QueueID) }
+
+// topicRoute is what the name server says about a topic: its read queues
+// (sorted by broker name, then id) and each broker's master address.
+type topicRoute struct {
+	queues  []queue
+	masters map[string]string // broker name → address
+}
+
+func fetchRoute(ctx context.Context, namesrvs []string, topic string) (*topicRoute, error) {
+	var errs []error
+	for _, ns := range namesrvs {
+		body, err := remotingCall(ctx, ns, rmqGetRouteInfoByTopic, map[string]string{"topic": topic})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ns, err))
+			continue
+		}
+		var raw struct {
+			QueueDatas []struct {
+				BrokerName    string `json:"brokerName"`
+				ReadQueueNums int    `json:"readQueueNums"`
+			} `json:"queueDatas"`
+			BrokerDatas []struct {
+				BrokerName  string            `json:"brokerName"`
+				BrokerAddrs map[string]string `json:"brokerAddrs"`
+			} `json:"brokerDatas"`
+		}
+		if err := json.Unmarshal(FastJSONToJSON(body), &raw); err != nil {
+			errs = append(errs, fmt.Errorf("%s: route of %s: %w", ns, topic, err))
+			continue
+		}
+		r := &topicRoute{masters: map[string]string{}}
+		for _, bd := range raw.BrokerDatas {
+			if a := bd.BrokerAddrs["0"]; a != "" {
+				r.masters[bd.BrokerName] = a
+			}
+		}
+		for _, qd := range raw.QueueDatas {
+			if r.masters[qd.BrokerName] == "" {
+				continue // no master: nothing to lock or pull there
+			}
+			for i := range qd.ReadQueueNums {
+				r.queues = append(r.queues, queue{Topic: topic, BrokerName: qd.BrokerName, QueueID: i})
+			}
+		}
+		sort.Slice(r.queues, func(i, j int) bool {
+			a, b := r.queues[i], r.queues[j]
+			if a.BrokerName != b.BrokerName {
+				return a.BrokerName < b.BrokerName
+			}
+			return a.QueueID < b.QueueID
+		})
+		if len(r.queues) == 0 {
+			errs = append(errs, fmt.Errorf("%s: topic %s has no readable queue on a master broker", ns, topic))
+			continue
+		}
+		return r, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// allocate gives member me its share of queues (sorted) among members
+// (any order): contiguous ranges, the first len(queues)%len(members)
+// members one more — the same split as RocketMQ's
+// AllocateMessageQueueAveragely, so every member computes the same.
+func allocate(queues []queue, members []string, me string) []queue {
+	ms := append([]string(nil), members...)
+	sort.Strings(ms)
+	idx := sort.SearchStrings(ms, me)
+	if idx == len(ms) || ms[idx] != me || len(queues) == 0 {
+		return nil
+	}
+	n, c := len(queues), len(ms)
+	size := n / c
+	start := idx*size + min(idx, n%c)
+	if idx < n%c {
+		size++
+	}
+	return queues[start : start+size]
+}
+
+// groupClient speaks for one consumer (clientID) of a group, with one
+// connection per broker address, dialled on demand and again after a
+// failure.
+type groupClient struct {
+	group    string
+	clientID string
+	onNotify func() // the broker says the group's membership changed
+
+	mu     sync.Mutex
+	conns  map[string]*conn
+	closed bool
+}
+
+func newGroupClient(group, clientID string, onNotify func()) *groupClient {
+	return &groupClient{group: group, clientID: clientID, onNotify: onNotify, conns: map[string]*conn{}}
+}
+
+// fresh reports whether a call to addr would open a new connection (the
+// broker then does not know this consumer yet: heartbeat first).
+func (g *groupClient) fresh(addr string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.conns[addr]
+	return c == nil || c.broken()
+}
+
+func (g *groupClient) conn(ctx context.Context, addr string) (*conn, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, errors.New("consumer closed")
+	}
+	if c := g.conns[addr]; c != nil && !c.broken() {
+		return c, nil
+	}
+	c, err := dialConn(ctx, addr, func(code int, ext map[string]string) {
+		if code == rmqNotifyIDsChanged && ext["consumerGroup"] == g.group {
+			g.onNotify()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.conns[addr] = c
+	return c, nil
+}
+
+// call sends a request to addr and returns the response; codes other
+// than 0 and those in ok are errors.
+func (g *groupClient) call(ctx context.Context, addr string, code int, ext map[string]string, body []byte, ok ...int) (frame, error) {
+	c, err := g.conn(ctx, addr)
+	if err != nil {
+		return frame{}, err
+	}
+	f, err := c.call(ctx, code, ext, body)
+	if err != nil {
+		return frame{}, err
+	}
+	if f.Code != 0 && !slices.Contains(ok, f.Code) {
+		return f, &RemotingError{Code: f.Code, Remark: f.Remark}
+	}
+	return f, nil
+}
+
+func (g *groupClient) close() {
+	g.mu.Lock()
+	g.closed = true
+	conns := g.conns
+	g.conns = map[string]*conn{}
+	g.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
+// heartbeat registers the consumer and its subscription of topic with
+// the broker at addr (which then lists it among the group's members).
+func (g *groupClient) heartbeat(ctx context.Context, addr, topic string, subVersion int64) error {
+	type sub struct {
+		ClassFilterMode bool     `json:"classFilterMode"`
+		Topic           string   `json:"topic"`
+		SubString       string   `json:"subString"`
+		TagsSet         []string `json:"tagsSet"`
+		CodeSet         []int    `json:"codeSet"`
+		SubVersion      int64    `json:"subVersion"`
+		ExpressionType  string   `json:"expressionType"`
+	}
+	type consumerData struct {
+		GroupName           string `json:"groupName"`
+		ConsumeType         string `json:"consumeType"`
+		MessageModel        string `json:"messageModel"`
+		ConsumeFromWhere    string `json:"consumeFromWhere"`
+		SubscriptionDataSet []sub  `json:"subscriptionDataSet"`
+		UnitMode            bool   `json:"unitMode"`
+	}
+	body, err := json.Marshal(struct {
+		ClientID        string         `json:"clientID"`
+		ProducerDataSet []struct{}     `json:"producerDataSet"`
+		ConsumerDataSet []consumerData `json:"consumerDataSet"`
+	}{
+		ClientID:        g.clientID,
+		ProducerDataSet: []struct{}{},
+		ConsumerDataSet: []consumerData{{
+			GroupName: g.group, ConsumeType: "CONSUME_PASSIVELY", MessageModel: "CLUSTERING",
+			ConsumeFromWhere: "CONSUME_FROM_FIRST_OFFSET",
+			SubscriptionDataSet: []sub{{Topic: topic, SubString: "*", TagsSet: []string{}, CodeSet: []int{},
+				SubVersion: subVersion, ExpressionType: "TAG"}},
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = g.call(ctx, addr, rmqHeartbeat, nil, body)
+	return err
+}
+
+// unregister tells the broker the consumer left, so the other members
+// rebalance at once instead of after the broker's channel timeout.
+func (g *groupClient) unregister(ctx context.Context, addr string) error {
+	_, err := g.call(ctx, addr, rmqUnregisterClient, map[string]string{"clientID": g.clientID, "consumerGroup": g.group}, nil)
+	return err
+}
+
+// members lists the client ids of the group's consumers known to addr.
+func (g *groupClient) members(ctx context.Context, addr string) ([]string, error) {
+	f, err := g.call(ctx, addr, rmqGetConsumerList, map[string]string{"consumerGroup": g.group}, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		ConsumerIDList []string `json:"consumerIdList"`
+	}
+	if err := json.Unmarshal(FastJSONToJSON(f.body), &out); err != nil {
+		return nil, fmt.Errorf("consumer list of %s: %w", g.group, err)
+	}
+	return out.ConsumerIDList, nil
+}
+
+// lock locks (or renews) qs on the broker at addr for this consumer and
+// returns those it holds now.
+func (g *groupClient) lock(ctx context.Context, addr string, qs []queue) ([]queue, error) {
+	body, err := json.Marshal(struct {
+		ConsumerGroup string  `json:"consumerGroup"`
+		ClientID      string  `json:"clientId"`
+		MQSet         []queue `json:"mqSet"`
+	}{g.group, g.clientID, qs})
+	if err != nil {
+		return nil, err
+	}
+	f, err := g.call(ctx, addr, rmqLockBatchMQ, nil, body)
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		LockOKMQSet []queue `json:"lockOKMQSet"`
+	}
+	if err := json.Unmarshal(FastJSONToJSON(f.body), &out); err != nil {
+		return nil, fmt.Errorf("lock answer: %w", err)
+	}
+	return out.LockOKMQSet, nil
+}
+
+func (g *groupClient) unlock(ctx context.Context, addr string, qs []queue) error {
+	body, err := json.Marshal(struct {
+		ConsumerGroup string  `json:"consumerGroup"`
+		ClientID      string  `json:"clientId"`
+		MQSet         []queue `json:"mqSet"`
+	}{g.group, g.clientID, qs})
+	if err != nil {
+		return err
+	}
+	_, err = g.call(ctx, addr, rmqUnlockBatchMQ, nil, body)
+	return err
+}
+
+func (g *groupClient) queueExt(q queue) map[string]string {
+	return map[string]string{"consumerGroup": g.group, "topic": q.Topic, "queueId": strconv.Itoa(q.QueueID), "bname": q.BrokerName}
+}
+
+// offset returns the group's committed offset of q; a group that never
+// committed one starts at 0, the first offset (the broker moves a pull
+// below its minimum up to it).
+func (g *groupClient) offset(ctx context.Context, addr string, q queue) (int64, error) {
+	f, err := g.call(ctx, addr, rmqQueryConsumerOffset, g.queueExt(q), nil, resQueryNotFound)
+	if err != nil {
+		return 0, err
+	}
+	if f.Code == resQueryNotFound {
+		return 0, nil
+	}
+	return strconv.ParseInt(f.ExtFields["offset"], 10, 64)
+}
+
+func (g *groupClient) commit(ctx context.Context, addr string, q queue, offset int64) error {
+	ext := g.queueExt(q)
+	ext["commitOffset"] = strconv.FormatInt(offset, 10)
+	_, err := g.call(ctx, addr, rmqUpdateConsumerOff, ext, nil)
+	return err
+}
+
+// pulled is a pull's outcome: the messages found (possibly none) and the
+// offset to pull from next.
+type pulled struct {
+	msgs  []*primitive.MessageExt
+	next  int64
+	moved bool // the offset asked for is out of the queue's range
+}
+
+// pull asks for up to max messages of q from offset on. With nothing new
+// the broker holds the request for up to hold and answers as soon as a
+// message arrives (long polling); ctx must outlast hold.
+func (g *groupClient) pull(ctx context.Context, addr string, q queue, offset int64, max int, hold time.Duration) (pulled, error) {
+	ext := g.queueExt(q)
+	ext["queueOffset"] = strconv.FormatInt(offset, 10)
+	ext["maxMsgNums"] = strconv.Itoa(max)
+	ext["sysFlag"] = strconv.Itoa(pullFlagSuspend | pullFlagSubscription)
+	ext["commitOffset"] = "0"
+	ext["suspendTimeoutMillis"] = strconv.FormatInt(hold.Milliseconds(), 10)
+	ext["subscription"] = "*"
+	ext["subVersion"] = "0"
+	ext["expressionType"] = "TAG"
+	f, err := g.call(ctx, addr, rmqPullMessage, ext, nil, resPullNotFound, resPullRetryImmediately, resPullOffsetMoved)
+	if err != nil {
+		return pulled{}, err
+	}
+	next, err := strconv.ParseInt(f.ExtFields["nextBeginOffset"], 10, 64)
+	if err != nil {
+		return pulled{}, fmt.Errorf("pull %s: no nextBeginOffset in the answer (code %d): %w", q, f.Code, err)
+	}
+	out := pulled{next: next, moved: f.Code == resPullOffsetMoved}
+	if f.Code == 0 && len(f.body) > 0 {
+		out.msgs = primitive.DecodeMessage(f.body)
+	}
+	return out, nil
+}
