@@ -10,6 +10,9 @@ BENCH   := bin/bench
 # with its own code and runs under -race).
 RACE_PKGS = $(shell $(GO) list ./...)
 ROCKETMQ_TESTS = RocketMQ
+# Tests that disturb a shared server for everyone (a node-wide RabbitMQ
+# memory alarm) run alone, after the parallel packages.
+SOLO_TESTS = ByAlarm
 TEST_TIMEOUT ?= 30m
 
 .PHONY: all build bench test test-deps fmt-check vet fuzz stack-up stack-down stack-status clean
@@ -59,8 +62,9 @@ vet:
 
 # Unit and integration tests against the real services started by stack-up.
 test: fmt-check vet test-deps stack-up
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(ROCKETMQ_TESTS)' $(RACE_PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(ROCKETMQ_TESTS)|$(SOLO_TESTS)' $(RACE_PKGS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(ROCKETMQ_TESTS)' $(RACE_PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SOLO_TESTS)' $(RACE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
 
 # The parsers of untrusted input, fuzzed briefly on every `make test` from

@@ -136,7 +136,7 @@ func shapeNotes(broker string, s results.Shape) []string {
 			"ProducerPerformance is one producer client sending without waiting (unbounded in flight up to buffer.memory, linger.ms=5, batch.size=16384), records without key; ConsumerPerformance is one consumer client; the producers/consumers counts do not apply to them"}
 	case "rabbitmq":
 		return []string{common,
-			fmt.Sprintf("PerfTest keeps a sliding window of %d unconfirmed messages per channel, one channel per queue (%d in flight at most); the driver's batches are closed loop (%d in flight at most) over 4 confirm channels", s.Batch, s.Batch*s.Shards, s.Batch*s.Producers)}
+			fmt.Sprintf("PerfTest keeps a sliding window of %d unconfirmed messages per channel, one channel per queue (%d in flight at most); the driver's publishers each send a batch on a confirm channel of their own and wait for all its confirms before the next (%d in flight at most, fewer on average)", s.Batch, s.Batch*s.Shards, s.Batch*s.Producers)}
 	case "rocketmq", "rocketmq5":
 		return []string{common,
 			fmt.Sprintf("benchmark Producer: %d threads, each one synchronous send at a time, no key (round robin over queues); the driver sends with the key's hash queue, one key's messages one after another", s.Producers),

@@ -81,8 +81,10 @@ const DLQSuffix = ".dlq"
 
 // Option keys accepted in brokers.Options.
 const (
-	// OptPublishChannels is the number of confirm-mode channels Publish
-	// spreads concurrent calls over (default 4).
+	// OptPublishChannels caps the confirm-mode channels Publish opens: each
+	// concurrent call takes a channel of its own, so a publisher's batch
+	// never waits behind another's confirms (like PerfTest's channel per
+	// producer); past the cap, calls wait for a free one (default 64).
 	OptPublishChannels = "publish-channels"
 	// OptConfirmTimeout bounds how long one Publish call waits for its
 	// batch to be sent and confirmed (Go duration, default 30s). Past it
@@ -90,6 +92,9 @@ const (
 	// broker had blocked the connection.
 	OptConfirmTimeout = "confirm-timeout"
 )
+
+// DefaultPublishChannels is OptPublishChannels' default.
+const DefaultPublishChannels = 64
 
 // DefaultConfirmTimeout is OptConfirmTimeout's default.
 const DefaultConfirmTimeout = 30 * time.Second
@@ -112,8 +117,12 @@ func init() {
 // Broker is the RabbitMQ driver.
 type Broker struct {
 	url string
-	pub []*publisher
-	rr  uint64
+	// pub holds every confirm channel opened (at most maxPub), idle the
+	// ones no Publish call holds; both under mu, idleCh signals a return.
+	pub    []*publisher
+	idle   []*publisher
+	maxPub int
+	idleCh chan struct{}
 
 	confirmTimeout time.Duration
 
@@ -140,18 +149,15 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		}
 		confirmTimeout = d
 	}
-	n := 4
+	n := DefaultPublishChannels
 	if v, ok := opts[OptPublishChannels]; ok {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 64 {
 			return nil, fmt.Errorf("rabbitmq: option %s=%q: want 1…64", OptPublishChannels, v)
 		}
 	}
-	b := &Broker{url: cfg.Get(SettingURL), confirmTimeout: confirmTimeout, shards: map[string]int{}, subs: map[*subscription]struct{}{}}
-	for i := 0; i < n; i++ {
-		b.pub = append(b.pub, &publisher{b: b})
-	}
-	return b, nil
+	return &Broker{url: cfg.Get(SettingURL), confirmTimeout: confirmTimeout, shards: map[string]int{}, subs: map[*subscription]struct{}{},
+		maxPub: n, idleCh: make(chan struct{}, n)}, nil
 }
 
 // Name implements brokers.Broker.
@@ -359,12 +365,52 @@ func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Messa
 		}
 		return errs
 	}
-	b.mu.Lock()
-	p := b.pub[b.rr%uint64(len(b.pub))]
-	b.rr++
-	b.mu.Unlock()
+	p, err := b.takePublisher(ctx)
+	if err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("rabbitmq: publish %s to %s: no free confirm channel (option %s=%d): %w", msgs[i].ID, topic, OptPublishChannels, b.maxPub, err)
+		}
+		return errs
+	}
+	defer b.returnPublisher(p)
 	p.publish(ctx, topic, n, msgs, errs)
 	return errs
+}
+
+// takePublisher returns an idle confirm channel, a new one while fewer
+// than maxPub exist, or waits for one to be returned.
+func (b *Broker) takePublisher(ctx context.Context) (*publisher, error) {
+	for {
+		b.mu.Lock()
+		if k := len(b.idle); k > 0 {
+			p := b.idle[k-1]
+			b.idle = b.idle[:k-1]
+			b.mu.Unlock()
+			return p, nil
+		}
+		if len(b.pub) < b.maxPub {
+			p := &publisher{b: b}
+			b.pub = append(b.pub, p)
+			b.mu.Unlock()
+			return p, nil
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.idleCh:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (b *Broker) returnPublisher(p *publisher) {
+	b.mu.Lock()
+	b.idle = append(b.idle, p)
+	b.mu.Unlock()
+	select {
+	case b.idleCh <- struct{}{}:
+	default:
+	}
 }
 
 // Close implements brokers.Broker.
@@ -386,7 +432,10 @@ func (b *Broker) Close() error {
 			errs = append(errs, fmt.Errorf("rabbitmq: close connection: %w", err))
 		}
 	}
-	for _, p := range b.pub {
+	b.mu.Lock()
+	pubs := b.pub
+	b.mu.Unlock()
+	for _, p := range pubs {
 		p.close()
 	}
 	return errors.Join(errs...)
@@ -446,7 +495,7 @@ func message(d *amqp.Delivery) brokers.Message {
 
 // DeleteTopic implements brokers.TopicDeleter: it deletes the shard
 // queues and the DLQ.
-func (b *Broker) DeleteTopic(_ context.Context, topic string) error {
+func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 	n, err := b.shardCount(topic)
 	if err != nil {
 		return nil // no queues: nothing to delete
@@ -454,18 +503,48 @@ func (b *Broker) DeleteTopic(_ context.Context, topic string) error {
 	b.mu.Lock()
 	delete(b.shards, topic)
 	b.mu.Unlock()
-	ch, err := b.channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
+	names := []string{topic + DLQSuffix}
 	for i := 0; i < n; i++ {
-		if _, err := ch.QueueDelete(queueName(topic, i), false, false, false); err != nil {
-			return fmt.Errorf("rabbitmq: delete %s: %w", queueName(topic, i), err)
+		names = append(names, queueName(topic, i))
+	}
+	for _, q := range names {
+		if err := b.deleteQueue(ctx, q); err != nil {
+			return err
 		}
 	}
-	if _, err := ch.QueueDelete(topic+DLQSuffix, false, false, false); err != nil {
-		return fmt.Errorf("rabbitmq: delete %s%s: %w", topic, DLQSuffix, err)
-	}
 	return nil
+}
+
+// deleteQueue deletes one queue, retrying a few times on a server-side
+// failure: RabbitMQ before 4.0 (Ra before 2.16) can crash its quorum-queue
+// log writer when a queue just written to heavily is deleted (the queue's
+// directory goes while its log is flushed: rabbitmq/ra#484); the delete
+// then fails with 541 INTERNAL_ERROR while the queues restart, and
+// succeeds once they have.
+func (b *Broker) deleteQueue(ctx context.Context, q string) error {
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("rabbitmq: delete %s: %w (last: %v)", q, ctx.Err(), last)
+			case <-time.After(time.Duration(attempt) * time.Second):
+			}
+		}
+		ch, err := b.channel()
+		if err != nil {
+			return err
+		}
+		_, err = ch.QueueDelete(q, false, false, false)
+		_ = ch.Close()
+		var ae *amqp.Error
+		if err == nil || !errors.As(err, &ae) || ae.Code != amqp.InternalError {
+			if err != nil {
+				return fmt.Errorf("rabbitmq: delete %s: %w", q, err)
+			}
+			return nil
+		}
+		last = err
+	}
+	return fmt.Errorf("rabbitmq: delete %s: %w", q, last)
 }
