@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/results/schema"
 
 	_ "github.com/inboxbench/inboxbench/brokers/all" // the drivers register themselves
 )
@@ -16,7 +18,8 @@ import (
 // A short calibration of one broker against the real server: the vendor
 // tool is fetched (or found in <stack>/calibrate), runs, its output is
 // parsed, the driver runs on the same shape, and calibrate.json holds
-// positive rates for all four figures and both ratios.
+// positive rates for all four figures and both ratios, and matches its
+// JSON Schema.
 func shortCalibration(t *testing.T, broker string, duration time.Duration) {
 	cfg := testenv.Require(t, broker)
 	dir := testenv.StackDir(t, cfg) // the tools are cached there, beside the stack's Maven cache
@@ -30,8 +33,14 @@ func shortCalibration(t *testing.T, broker string, duration time.Duration) {
 		t.Fatal(err)
 	}
 	out := t.TempDir()
-	if _, err := cal.Write(out); err != nil {
+	path, err := cal.Write(out)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if raw, err := os.ReadFile(path); err != nil {
+		t.Fatal(err)
+	} else if err := schema.Validate(schema.Calibrate, raw); err != nil {
+		t.Errorf("calibrate.json does not match results/schema/calibrate.schema.json:\n%v", err)
 	}
 	back, err := results.ReadCalibration(filepath.Join(out, results.CalibrationFile))
 	if err != nil {

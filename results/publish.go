@@ -303,7 +303,7 @@ func copySchemas(out string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, name := range []string{schema.Result, schema.Conform} {
+	for _, name := range schema.Names {
 		b, err := schema.Files.ReadFile(name)
 		if err != nil {
 			return err

@@ -36,8 +36,9 @@ func TestReadmeDocumentsEveryField(t *testing.T) {
 		tables[name] = part
 	}
 	d := loadDocs(t)
-	objects := map[string]node{"result.json": d.root(schema.Result), "conform.json": d.root(schema.Conform)}
-	for _, file := range []string{schema.Result, schema.Conform} {
+	objects := map[string]node{"result.json": d.root(schema.Result), "conform.json": d.root(schema.Conform),
+		"calibrate.json": d.root(schema.Calibrate)}
+	for _, file := range schema.Names {
 		defs, _ := d[file]["$defs"].(map[string]any)
 		for name, def := range defs {
 			if m, ok := def.(map[string]any); ok && m["properties"] != nil {

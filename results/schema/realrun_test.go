@@ -23,7 +23,7 @@ import (
 // anomalies with examples and notes, and validates what it wrote.
 func TestRunOutputValidates(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres)
-	result, _ := compiled(t)
+	result, _, _ := compiled(t)
 	spec, err := workload.Parse([]byte(`
 name: schema-test
 seed: 3
@@ -58,7 +58,7 @@ faults:
 // order experiments on the database-only baseline, and validates the file.
 func TestConformOutputValidates(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres)
-	_, schemaConform := compiled(t)
+	_, schemaConform, _ := compiled(t)
 	scs, err := conform.Select([]string{"duplicate", "order"})
 	if err != nil {
 		t.Fatal(err)

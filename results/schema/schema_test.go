@@ -21,33 +21,21 @@ import (
 	"github.com/inboxbench/inboxbench/workload"
 )
 
-// base is the URL the schemas' $id values share; cross-file references
-// (conform → result) resolve against it.
-const base = "https://github.com/inboxbench/inboxbench/results/schema/"
+const base = schema.Base
 
-// compiled returns the validators for result.json and conform.json, with
-// formats (date-time) asserted, not only annotated.
-func compiled(t *testing.T) (result, conform *jsonschema.Schema) {
+// compiled returns the validators for result.json, conform.json and
+// calibrate.json.
+func compiled(t *testing.T) (result, conform, calibrate *jsonschema.Schema) {
 	t.Helper()
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	for _, name := range []string{schema.Result, schema.Conform} {
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(read(t, name)))
+	var out [3]*jsonschema.Schema
+	for i, name := range []string{schema.Result, schema.Conform, schema.Calibrate} {
+		s, err := schema.Compile(name)
 		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatalf("compile %s: %v", name, err)
 		}
-		if err := c.AddResource(base+name, doc); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		out[i] = s
 	}
-	var err error
-	if result, err = c.Compile(base + schema.Result); err != nil {
-		t.Fatalf("compile %s: %v", schema.Result, err)
-	}
-	if conform, err = c.Compile(base + schema.Conform); err != nil {
-		t.Fatalf("compile %s: %v", schema.Conform, err)
-	}
-	return result, conform
+	return out[0], out[1], out[2]
 }
 
 func read(t *testing.T, name string) []byte {
@@ -77,7 +65,7 @@ func validateErr(s *jsonschema.Schema, b []byte) error {
 }
 
 func TestSchemasDeclareTheModelVersion(t *testing.T) {
-	for _, name := range []string{schema.Result, schema.Conform} {
+	for _, name := range schema.Names {
 		var doc struct {
 			ID         string `json:"$id"`
 			Dialect    string `json:"$schema"`
@@ -90,9 +78,13 @@ func TestSchemasDeclareTheModelVersion(t *testing.T) {
 		if err := json.Unmarshal(read(t, name), &doc); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if doc.Properties.Version.Const != results.SchemaVersion {
+		want := results.SchemaVersion
+		if name == schema.Calibrate {
+			want = results.CalibrationSchemaVersion
+		}
+		if doc.Properties.Version.Const != want {
 			t.Errorf("%s: schema_version const %d, the model writes %d: bump the schema with the model (README, Result files)",
-				name, doc.Properties.Version.Const, results.SchemaVersion)
+				name, doc.Properties.Version.Const, want)
 		}
 		if doc.ID != base+name || doc.Dialect != "https://json-schema.org/draft/2020-12/schema" {
 			t.Errorf("%s: $id %q, $schema %q", name, doc.ID, doc.Dialect)
@@ -103,7 +95,7 @@ func TestSchemasDeclareTheModelVersion(t *testing.T) {
 // TestTestdataValidates checks the report fixtures: they are what the
 // writers' golden tests render, so they must be files bench could write.
 func TestTestdataValidates(t *testing.T) {
-	result, conform := compiled(t)
+	result, conform, _ := compiled(t)
 	dir := filepath.Join("..", "testdata")
 	validate(t, "testdata/result.json", result, mustRead(t, filepath.Join(dir, "result.json")))
 	validate(t, "testdata/conform.json", conform, mustRead(t, filepath.Join(dir, "conform.json")))
@@ -124,12 +116,14 @@ func mustRead(t *testing.T, path string) []byte {
 // them with the real writers and validates the files: a field the schema
 // does not know fails here, because every object is closed.
 func TestFullyPopulatedModelValidates(t *testing.T) {
-	result, conform := compiled(t)
+	result, conform, calibrate := compiled(t)
 	docs := loadDocs(t)
 	var run results.Run
 	fill(t, docs, reflect.ValueOf(&run).Elem(), docs.root(schema.Result), "result.json")
 	var conf results.Conformance
 	fill(t, docs, reflect.ValueOf(&conf).Elem(), docs.root(schema.Conform), "conform.json")
+	var cal results.Calibration
+	fill(t, docs, reflect.ValueOf(&cal).Elem(), docs.root(schema.Calibrate), "calibrate.json")
 
 	dir := t.TempDir()
 	p, err := run.Write(dir)
@@ -143,6 +137,10 @@ func TestFullyPopulatedModelValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	validate(t, "fully populated conform.json", conform, mustRead(t, p))
+	if p, err = cal.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "fully populated calibrate.json", calibrate, mustRead(t, p))
 
 	// The schema is strict enough to catch a renamed field or a wrong
 	// type: each mutation of the valid file must be refused.
@@ -172,6 +170,8 @@ func TestSchemaMatchesModel(t *testing.T) {
 	fill(t, docs, reflect.ValueOf(&run).Elem(), docs.root(schema.Result), "result.json")
 	var conf results.Conformance
 	fill(t, docs, reflect.ValueOf(&conf).Elem(), docs.root(schema.Conform), "conform.json")
+	var cal results.Calibration
+	fill(t, docs, reflect.ValueOf(&cal).Elem(), docs.root(schema.Calibrate), "calibrate.json")
 }
 
 // docs are the parsed schema files, for resolving references.
@@ -180,7 +180,7 @@ type docs map[string]map[string]any
 func loadDocs(t *testing.T) docs {
 	t.Helper()
 	d := docs{}
-	for _, name := range []string{schema.Result, schema.Conform} {
+	for _, name := range schema.Names {
 		var m map[string]any
 		if err := json.Unmarshal(read(t, name), &m); err != nil {
 			t.Fatal(err)
