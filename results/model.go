@@ -78,7 +78,11 @@ type Cell struct {
 	Counters   Counters   `json:"counters"`
 	Contention Contention `json:"contention"`
 	Invariants Invariants `json:"invariants"`
-	Error      string     `json:"error,omitempty"`
+	// Audit is how the checker's audit log was captured in this cell
+	// ("row-trigger, unlogged", "statement-trigger, unlogged"), or "off";
+	// empty in files written before it was recorded.
+	Audit string `json:"audit,omitempty"`
+	Error string `json:"error,omitempty"`
 	// Failures are the first failure of each kind among the events the
 	// inbox could not decide (a retryable one within its bound is sent
 	// back; others are dead-lettered and make the verdict ERROR).

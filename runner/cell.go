@@ -92,10 +92,13 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		return err
 	}
 	defer pool.Close()
+	audit := inbox.AuditOff
 	if c.o.Audit {
-		if err := inbox.InstallAudit(ctx, pool, c.id); err != nil {
-			return err
-		}
+		audit = inbox.AuditFor(c.strategy, c.o.AuditMode)
+	}
+	res.Audit = audit.Describe()
+	if err := inbox.InstallAudit(ctx, pool, c.id, audit); err != nil {
+		return err
 	}
 	b, err := brokers.Open(ctx, c.broker, c.o.Cfg, nil)
 	if err != nil {

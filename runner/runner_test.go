@@ -43,11 +43,17 @@ faults:
 
 func runCells(t *testing.T, spec *workload.Spec, brokers, strategies []string) *results.Run {
 	t.Helper()
+	return runCellsAudited(t, spec, brokers, strategies, inbox.AuditAuto)
+}
+
+// runCellsAudited runs the cells with the audit log captured as mode.
+func runCellsAudited(t *testing.T, spec *workload.Spec, brokers, strategies []string, mode inbox.AuditMode) *results.Run {
+	t.Helper()
 	cfg := testenv.Require(t, testenv.Postgres)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: brokers, Strategies: strategies,
-		OutDir: t.TempDir(), RunID: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9), Measure: true, Audit: true,
+		OutDir: t.TempDir(), RunID: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9), Measure: true, Audit: true, AuditMode: mode,
 		StallTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatalf("run: %v", err)
@@ -72,6 +78,13 @@ func TestCorrectStrategiesPassUnderFaults(t *testing.T) {
 			t.Errorf("%s", describe(c))
 			continue
 		}
+		want := inbox.AuditRow.Describe()
+		if c.Strategy == "batch" {
+			want = inbox.AuditStatement.Describe()
+		}
+		if c.Audit != want {
+			t.Errorf("%s/%s: audit %q, want %q", c.Broker, c.Strategy, c.Audit, want)
+		}
 		k := c.Counters
 		if k.Effects != int64(len(plan.Events)) {
 			t.Errorf("%s/%s: %d effects, want %d (one per event)", c.Broker, c.Strategy, k.Effects, len(plan.Events))
@@ -86,8 +99,16 @@ func TestCorrectStrategiesPassUnderFaults(t *testing.T) {
 }
 
 // TestNegativeControlsAreCaught proves the checker names the anomaly each
-// broken strategy's mistake predicts.
+// broken strategy's mistake predicts, with the audit log captured by row
+// triggers (what auto picks for them) and by statement triggers (what it
+// picks for batch): both must see every transition.
 func TestNegativeControlsAreCaught(t *testing.T) {
+	for _, mode := range []inbox.AuditMode{inbox.AuditRow, inbox.AuditStatement} {
+		t.Run(string(mode), func(t *testing.T) { negativeControlsCaught(t, mode) })
+	}
+}
+
+func negativeControlsCaught(t *testing.T, mode inbox.AuditMode) {
 	spec := faultsSpec(t, "")
 	for _, tc := range []struct {
 		strategy string
@@ -106,8 +127,11 @@ func TestNegativeControlsAreCaught(t *testing.T) {
 				s = faultsSpec(t, "")
 				s.Faults.ConcurrentDuplicates, s.Faults.StormConsumers = 0.5, 4
 			}
-			run := runCells(t, s, []string{"none"}, []string{tc.strategy})
+			run := runCellsAudited(t, s, []string{"none"}, []string{tc.strategy}, mode)
 			c := run.Cells[0]
+			if c.Audit != mode.Describe() {
+				t.Errorf("audit %q, want %q", c.Audit, mode.Describe())
+			}
 			if c.Invariants.Verdict != "FAIL" || !c.Broken {
 				t.Fatalf("negative control not caught: %s", describe(c))
 			}
