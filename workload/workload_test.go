@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"bytes"
+	"fmt"
 	"maps"
 	"reflect"
 	"strings"
@@ -176,6 +178,29 @@ func TestEncodePadsToMessageSize(t *testing.T) {
 	}
 	if _, err := envelope.Unmarshal(b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEncodeSplicesWhatMarshalWrites: the padding spliced in before the
+// closing brace gives the bytes of the envelope marshalled with it.
+func TestEncodeSplicesWhatMarshalWrites(t *testing.T) {
+	for _, size := range []int{0, 100, 300, 512, 4096} {
+		s := spec(t, fmt.Sprintf("message_size: %d\n", size))
+		for _, e := range Generate(s).Events[:20] {
+			got, err := s.Encode(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := envelope.Marshal(e)
+			c := *e
+			if n := size - len(b) - len(`,"data":""`); len(b) < size && n > 0 {
+				c.Data = padding(n)
+			}
+			want, _ := envelope.Marshal(&c)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("size %d: Encode\n got %s\nwant %s", size, got, want)
+			}
+		}
 	}
 }
 
