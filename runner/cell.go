@@ -113,6 +113,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		return fmt.Errorf("%s: set up topic %s: %w", c.broker, c.topic(), err)
 	}
 	t := newTally(c.o.Measure, c.o.Retry)
+	t.done = make(map[string]struct{}, len(c.plan.Publishes)+len(c.o.Poison)) // grown once, not while measuring
 	h := newHandler(in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
 	cons := c.consumers(b, h, ns)
 	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
