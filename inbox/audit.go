@@ -223,7 +223,8 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 		func() { snap.Accounts[id] = st }); err != nil {
 		return nil, err
 	}
-	if err := each(ctx, db, "SELECT source, event_id FROM "+s+".inbox WHERE consumer = $1", []any{&src, &id},
+	// Version 0 marks history loaded before the run (Prefill), not events.
+	if err := each(ctx, db, "SELECT source, event_id FROM "+s+".inbox WHERE consumer = $1 AND aggregate_version > 0", []any{&src, &id},
 		func() { snap.Inbox[src+" "+id] = true }, consumer); err != nil {
 		return nil, err
 	}

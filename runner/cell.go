@@ -92,6 +92,9 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		return err
 	}
 	defer pool.Close()
+	if err := c.prefill(ctx, pool, ns); err != nil {
+		return err
+	}
 	audit := inbox.AuditOff
 	if c.o.Audit {
 		audit = inbox.AuditFor(c.strategy, c.o.AuditMode)
@@ -120,7 +123,9 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if err != nil {
 		return err
 	}
+	stopPrune := c.pruneDuring(ctx, pool, ns)
 	s := c.stream(ctx, b, in, cons, t, ns)
+	stopPrune()
 	rep, serr := sampler.Stop(ctx)
 	if !s.started {
 		// Nothing was consumed, nor published: there is nothing to judge.

@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,6 +192,54 @@ func TestPartitionedInboxUnderFaults(t *testing.T) {
 		}
 		if !slices.Contains(c.Notes, "inbox partitioned by event time") {
 			t.Errorf("%s: the cell does not say its inbox was partitioned: %q", c.Strategy, c.Notes)
+		}
+	}
+}
+
+var removedRE = regexp.MustCompile(`(removed |partitions \()[12][0-9]{4} inbox rows`)
+
+// TestInboxAtProductionSize: a cell whose inbox is prefilled with history
+// and pruned beside the stream, on both layouts, still applies every event
+// once (retention never touches the run's own rows, nor refuses its
+// events on the partitioned layout), and says what it loaded and pruned.
+func TestInboxAtProductionSize(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	spec, err := workload.Parse([]byte(`
+name: inbox-size
+aggregates: 50
+events: 6000
+consumers: 4
+shards: 4
+message_size: 128
+inbox_prefill: 30000
+inbox_prefill_age: 30d
+inbox_prune_every: 1s
+inbox_prune_keep: 7d
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, partitioned := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx"},
+			OutDir: t.TempDir(), RunID: runID("size"), Audit: true, StallTimeout: 20 * time.Second, NoWrite: true,
+			InboxLayout: inbox.Layout{Partitioned: partitioned}})
+		cancel()
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		c := run.Cells[0]
+		if c.Invariants.Verdict != "PASS" || c.Error != "" || c.Counters.Effects != int64(spec.Events) {
+			t.Errorf("partitioned=%v: %s", partitioned, describe(c))
+		}
+		var prefilled, pruned bool
+		for _, n := range c.Notes {
+			prefilled = prefilled || strings.HasPrefix(n, "inbox prefilled with 30000 rows")
+			// 7 of the 30 days are kept: most of the history goes.
+			pruned = pruned || (strings.HasPrefix(n, "retention ran beside the stream") && removedRE.MatchString(n))
+		}
+		if !prefilled || !pruned {
+			t.Errorf("partitioned=%v: the notes do not say what was prefilled and pruned: %q", partitioned, c.Notes)
 		}
 	}
 }
