@@ -53,7 +53,7 @@ type Options struct {
 	// neither side has one).
 	Audit inbox.AuditMode
 	// ABMode is the audit the audit comparison measures against none
-	// (auto: what bench run installs by default).
+	// (zero: inbox.AuditStatement, what bench run installs by default).
 	ABMode   inbox.AuditMode
 	PGBench  string // the pgbench binary; FindPGBench when empty
 	Progress io.Writer
@@ -257,7 +257,7 @@ func (c *calibration) measure(ctx context.Context, round int, cmp, st string) er
 func (c *calibration) versusPGBench(ctx context.Context, st string, s *Sample) error {
 	mode := inbox.AuditOff
 	if c.o.Audit != inbox.AuditOff && c.o.Audit != "" {
-		mode = inbox.AuditFor(mustLookup(st), c.o.Audit)
+		mode = c.o.Audit
 	}
 	sh := c.o.shape(st)
 	if err := Prepare(ctx, c.pool, sh, mode); err != nil {
@@ -295,7 +295,10 @@ func (c *calibration) versusPGBench(ctx context.Context, st string, s *Sample) e
 // alternating from round to round so a drift of the machine favours
 // neither side.
 func (c *calibration) auditAB(ctx context.Context, round int, st string, s *Sample) error {
-	on := inbox.AuditFor(mustLookup(st), c.o.ABMode)
+	on := c.o.ABMode
+	if on == "" || on == inbox.AuditOff {
+		on = inbox.AuditStatement
+	}
 	modes := []inbox.AuditMode{on, inbox.AuditOff}
 	if round%2 == 0 {
 		modes = []inbox.AuditMode{inbox.AuditOff, on}
@@ -374,14 +377,6 @@ func (c *calibration) cellSide(id string) func(context.Context) (string, string,
 		}
 		return schema, runner.AppName(schema), nil
 	}
-}
-
-func mustLookup(name string) inbox.Strategy {
-	s, err := inbox.Lookup(name)
-	if err != nil {
-		panic(err) // Validate looked every strategy up
-	}
-	return s
 }
 
 // summarize takes each comparison's median and range over the rounds.

@@ -142,7 +142,7 @@ func TestTwinsRunAsTheStrategies(t *testing.T) {
 	for _, st := range Twins {
 		s := shape(st, true)
 		s.Schema = "ib_twin_test_" + st
-		if err := Prepare(ctx, pool, s, inbox.AuditFor(mustLookup(st), inbox.AuditAuto)); err != nil {
+		if err := Prepare(ctx, pool, s, inbox.AuditStatement); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { inbox.DropSchema(context.Background(), pool, s.Schema) })
@@ -177,7 +177,7 @@ func TestCalibrationRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err := Run(context.Background(), Options{Cfg: cfg, Spec: spec, Strategies: []string{"tx", "batch"},
-		Compare: []string{ComparePGBench, CompareAudit}, Rounds: 1, Measure: 2 * time.Second, ABMode: inbox.AuditAuto})
+		Compare: []string{ComparePGBench, CompareAudit}, Rounds: 1, Measure: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

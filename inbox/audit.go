@@ -13,34 +13,44 @@ import (
 
 // The audit log is what lets the checker see transitions (v1→v3 is a gap;
 // v3→v2 is stale; two changes to v2 are a duplicate) that the final state
-// hides. It is written by triggers on the business table, owned by the
-// harness rather than the strategy under test, into account_audit: one row
-// per captured statement (or changed row), each holding parallel arrays of
-// (aggregate, old/new version, old/new balance), ordered by seq.
+// hides. Triggers on the business table, owned by the harness rather than
+// the strategy under test, write every new state of an account into
+// account_audit (aggregate, version, balance), in order of seq; the
+// transition each row stands for is read back from the account's previous
+// row (ReadSnapshot).
 //
-// What it costs is part of every audited figure, so it is built to be cheap:
+// What it costs is part of every audited figure, so it is built to be
+// cheap (measured per statement, finely interleaved, in README "The audit
+// log and what it costs"):
 //
-//   - The table is UNLOGGED: no WAL, so nothing of it adds to the commit's
+//   - A statement trigger on the NEW TABLE only: one INSERT … SELECT per
+//     statement however many accounts it changed, and no join of old and
+//     new rows. The old state is the account's previous log row (or none:
+//     balance and version 0, as an account starts). That is exact because
+//     every change of an account is logged, in its commit order.
+//   - No WHEN clause and no filtering in the trigger (a WHEN clause is
+//     prepared again for every statement: it cost more than the INSERT);
+//     a row that changed nothing is skipped when the log is read.
+//   - An UNLOGGED table: no WAL, so nothing of it adds to the commit's
 //     flush. A server crash empties an unlogged table at recovery; a
 //     sentinel row (seq 0) written at install tells ReadSnapshot, which
 //     then refuses to judge instead of reporting every effect lost. A cell
-//     whose server crashed is measured nothing worth keeping anyway; the
+//     whose server crashed measured nothing worth keeping anyway; the
 //     business tables, which are logged, are untouched by this choice.
-//   - It has no index: seq orders it when it is read, once, after the cell.
-//   - Two capture modes, picked per cell for the strategy's statements
-//     (AuditFor): a row trigger with a WHEN clause (no function call for a
-//     row that did not change) for strategies that change one account per
-//     statement, and a statement trigger with transition tables (REFERENCING
-//     OLD TABLE / NEW TABLE: one INSERT … SELECT per statement, however many
-//     rows it changed) for set-based ones such as batch.
+//   - No index: seq orders the log when it is read, once, after the cell.
 //
-// Order: the checker needs each aggregate's transitions in commit order
+// Order: the checker needs each aggregate's changes in commit order
 // (runner.Judge folds them per aggregate; the order between aggregates only
 // picks which examples are shown). An AFTER trigger runs inside the
 // changing transaction, while it holds the account's row lock, so the next
 // change of that account (which waits for the lock, hence for the commit)
-// always draws a later seq. One statement changes a row at most once, so
-// the rows of one statement's entry are distinct aggregates.
+// always draws a later seq; a rolled-back change takes its log row with
+// it. One statement changes a row at most once.
+//
+// AuditRow, a plain row trigger writing the same rows, is kept for
+// comparison (bench calibrate-db --ab-audit row): it costs about as much
+// as the statement trigger for one row and four times as much per row of a
+// batch.
 const auditTableDDL = `
 DROP TRIGGER IF EXISTS account_audit ON %[1]s.account;
 DROP TRIGGER IF EXISTS account_audit_ins ON %[1]s.account;
@@ -48,79 +58,51 @@ DROP TRIGGER IF EXISTS account_audit_upd ON %[1]s.account;
 DROP TABLE IF EXISTS %[1]s.account_audit;
 CREATE UNLOGGED TABLE %[1]s.account_audit (
     seq          bigserial,
-    aggregate_id text[]   NOT NULL,
-    old_version  bigint[] NOT NULL,
-    new_version  bigint[] NOT NULL,
-    old_balance  bigint[] NOT NULL,
-    new_balance  bigint[] NOT NULL
+    aggregate_id text   NOT NULL,
+    version      bigint NOT NULL,
+    balance      bigint NOT NULL
 );
-INSERT INTO %[1]s.account_audit VALUES (0, '{}', '{}', '{}', '{}', '{}');
+INSERT INTO %[1]s.account_audit VALUES (0, '', 0, 0);
 `
 
-// auditRowDDL captures each changed row with its own INSERT. The WHEN
-// clauses keep rows that changed nothing (an account created at (id, 0, 0)
-// to be locked, an update to the same values) from calling the function.
-const auditRowDDL = `
-CREATE OR REPLACE FUNCTION %[1]s.account_audit_row() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO %[1]s.account_audit (aggregate_id, old_version, new_version, old_balance, new_balance)
-        VALUES (ARRAY[NEW.id], '{0}', ARRAY[NEW.version], '{0}', ARRAY[NEW.balance]);
-    ELSE
-        INSERT INTO %[1]s.account_audit (aggregate_id, old_version, new_version, old_balance, new_balance)
-        VALUES (ARRAY[NEW.id], ARRAY[OLD.version], ARRAY[NEW.version], ARRAY[OLD.balance], ARRAY[NEW.balance]);
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER account_audit_ins AFTER INSERT ON %[1]s.account FOR EACH ROW
-    WHEN (NEW.version <> 0 OR NEW.balance <> 0)
-    EXECUTE FUNCTION %[1]s.account_audit_row();
-CREATE TRIGGER account_audit_upd AFTER UPDATE ON %[1]s.account FOR EACH ROW
-    WHEN (OLD.version IS DISTINCT FROM NEW.version OR OLD.balance IS DISTINCT FROM NEW.balance)
-    EXECUTE FUNCTION %[1]s.account_audit_row();
-`
-
-// auditStatementDDL captures each statement's changed rows with one INSERT
-// from its transition tables. Old and new rows are matched by id, which no
-// strategy changes. An INSERT … ON CONFLICT DO UPDATE fires both triggers,
-// each with the rows it inserted or updated.
+// auditStatementDDL: one INSERT per statement, from its NEW TABLE. An
+// INSERT … ON CONFLICT DO UPDATE fires both triggers, each with the rows
+// it inserted or updated. (Transition tables allow one event per trigger.)
 const auditStatementDDL = `
-CREATE OR REPLACE FUNCTION %[1]s.account_audit_ins() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION %[1]s.account_audit_stmt() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO %[1]s.account_audit (aggregate_id, old_version, new_version, old_balance, new_balance)
-    SELECT array_agg(n.id), array_agg(0::bigint), array_agg(n.version), array_agg(0::bigint), array_agg(n.balance)
-    FROM new_rows n WHERE n.version <> 0 OR n.balance <> 0
-    HAVING count(*) > 0;
-    RETURN NULL;
-END $$;
-CREATE OR REPLACE FUNCTION %[1]s.account_audit_upd() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO %[1]s.account_audit (aggregate_id, old_version, new_version, old_balance, new_balance)
-    SELECT array_agg(n.id), array_agg(o.version), array_agg(n.version), array_agg(o.balance), array_agg(n.balance)
-    FROM old_rows o JOIN new_rows n ON n.id = o.id
-    WHERE o.version IS DISTINCT FROM n.version OR o.balance IS DISTINCT FROM n.balance
-    HAVING count(*) > 0;
+    INSERT INTO %[1]s.account_audit (aggregate_id, version, balance) SELECT n.id, n.version, n.balance FROM new_rows n;
     RETURN NULL;
 END $$;
 CREATE TRIGGER account_audit_ins AFTER INSERT ON %[1]s.account REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION %[1]s.account_audit_ins();
-CREATE TRIGGER account_audit_upd AFTER UPDATE ON %[1]s.account REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION %[1]s.account_audit_upd();
+    FOR EACH STATEMENT EXECUTE FUNCTION %[1]s.account_audit_stmt();
+CREATE TRIGGER account_audit_upd AFTER UPDATE ON %[1]s.account REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION %[1]s.account_audit_stmt();
+`
+
+// auditRowDDL: one INSERT per changed row.
+const auditRowDDL = `
+CREATE OR REPLACE FUNCTION %[1]s.account_audit_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO %[1]s.account_audit (aggregate_id, version, balance) VALUES (NEW.id, NEW.version, NEW.balance);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER account_audit AFTER INSERT OR UPDATE ON %[1]s.account
+    FOR EACH ROW EXECUTE FUNCTION %[1]s.account_audit_row();
 `
 
 // AuditMode is how the audit log is captured (see auditTableDDL).
 type AuditMode string
 
-// Audit modes. AuditAuto is resolved per cell by AuditFor.
+// Audit modes.
 const (
-	AuditAuto      AuditMode = "auto"
+	AuditStatement AuditMode = "statement" // the default
 	AuditRow       AuditMode = "row"
-	AuditStatement AuditMode = "statement"
 	AuditOff       AuditMode = "off"
 )
 
 // AuditModes lists the accepted mode names, for flags and errors.
-var AuditModes = []AuditMode{AuditAuto, AuditRow, AuditStatement, AuditOff}
+var AuditModes = []AuditMode{AuditStatement, AuditRow, AuditOff}
 
 // ParseAuditMode accepts a mode name.
 func ParseAuditMode(s string) (AuditMode, error) {
@@ -129,57 +111,34 @@ func ParseAuditMode(s string) (AuditMode, error) {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("audit mode %q: accepted values are auto, row, statement, off", s)
+	return "", fmt.Errorf("audit mode %q: accepted values are statement, row, off", s)
 }
 
 // Describe is the mode as result files record it: the trigger and the
 // table it writes ("statement-trigger, unlogged"), or "off".
 func (m AuditMode) Describe() string {
 	switch m {
+	case AuditStatement, "":
+		return "statement-trigger, unlogged"
 	case AuditRow:
 		return "row-trigger, unlogged"
-	case AuditStatement:
-		return "statement-trigger, unlogged"
-	case AuditOff:
-		return "off"
 	}
 	return string(m)
 }
 
-// SetBased is implemented by strategies whose statements change many
-// accounts at once (batch): AuditFor captures their changes per statement.
-type SetBased interface {
-	SetBased() bool
-}
-
-// AuditFor resolves AuditAuto for st: the statement trigger for a
-// set-based strategy, whose one UPDATE changes a whole batch of accounts
-// (one capture instead of one per row), and the row trigger for the rest,
-// whose statements change one account each (a row trigger's INSERT … VALUES
-// is cheaper than a statement trigger's transition tables for one row).
-func AuditFor(st Strategy, m AuditMode) AuditMode {
-	if m != AuditAuto && m != "" {
-		return m
-	}
-	if sb, ok := st.(SetBased); ok && sb.SetBased() {
-		return AuditStatement
-	}
-	return AuditRow
-}
-
 // InstallAudit creates schema's audit log, empty, and the triggers of mode
-// on its account table (AuditAuto is taken as AuditRow: resolve it with
-// AuditFor first). It replaces an earlier log and triggers.
+// ("" is AuditStatement; AuditOff installs nothing) on its account table.
+// It replaces an earlier log and triggers.
 func InstallAudit(ctx context.Context, db DB, schema string, mode AuditMode) error {
+	if mode == AuditOff {
+		return nil
+	}
 	s := pgx.Identifier{schema}.Sanitize()
 	ddl := fmt.Sprintf(auditTableDDL, s)
-	switch mode {
-	case AuditOff:
-		return nil
-	case AuditStatement:
-		ddl += fmt.Sprintf(auditStatementDDL, s)
-	default:
+	if mode == AuditRow {
 		ddl += fmt.Sprintf(auditRowDDL, s)
+	} else {
+		ddl += fmt.Sprintf(auditStatementDDL, s)
 	}
 	if _, err := db.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("install audit trigger (%s) in %s: %w", mode.Describe(), schema, err)
@@ -242,11 +201,21 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 	if !alive {
 		return nil, fmt.Errorf("checker: the audit log of %s lost its sentinel row: the server crashed during the cell and emptied the unlogged log, so the transitions are gone; run the cell again", schema)
 	}
-	var t Transition
-	err := each(ctx, db, "SELECT t.a, t.ov, t.nv, t.ob, t.nb FROM "+s+".account_audit l, "+
-		"unnest(l.aggregate_id, l.old_version, l.new_version, l.old_balance, l.new_balance) AS t(a, ov, nv, ob, nb) ORDER BY l.seq",
-		[]any{&t.Aggregate, &t.OldVersion, &t.NewVersion, &t.OldBalance, &t.NewBalance},
-		func() { snap.Transitions = append(snap.Transitions, t) })
+	// Each row is an account's new state; the transition starts from its
+	// previous row (none: an account starts at version 0, balance 0).
+	last := map[string]AccountState{}
+	var agg string
+	var now AccountState
+	err := each(ctx, db, "SELECT aggregate_id, version, balance FROM "+s+".account_audit WHERE seq > 0 ORDER BY seq",
+		[]any{&agg, &now.Version, &now.Balance}, func() {
+			was := last[agg]
+			if was == now {
+				return // a row written unchanged, or created at (id, 0, 0) to be locked
+			}
+			last[agg] = now
+			snap.Transitions = append(snap.Transitions, Transition{Aggregate: agg,
+				OldVersion: was.Version, NewVersion: now.Version, OldBalance: was.Balance, NewBalance: now.Balance})
+		})
 	if err != nil {
 		return nil, fmt.Errorf("%w (was the audit trigger installed?)", err)
 	}

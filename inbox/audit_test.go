@@ -90,16 +90,8 @@ func TestAuditModeNames(t *testing.T) {
 			t.Errorf("ParseAuditMode(%q) = %q, %v", m, got, err)
 		}
 	}
-	if _, err := ParseAuditMode("rows"); err == nil || !strings.Contains(err.Error(), "auto, row, statement, off") {
+	if _, err := ParseAuditMode("rows"); err == nil || !strings.Contains(err.Error(), "statement, row, off") {
 		t.Errorf("ParseAuditMode(rows): %v, want an error listing the modes", err)
-	}
-	for name, want := range map[string]AuditMode{"batch": AuditStatement, "tx": AuditRow, "cte": AuditRow, "pipeline": AuditRow} {
-		if got := AuditFor(mustStrategy(t, name), AuditAuto); got != want {
-			t.Errorf("AuditFor(%s) = %s, want %s", name, got, want)
-		}
-	}
-	if got := AuditFor(mustStrategy(t, "batch"), AuditRow); got != AuditRow {
-		t.Errorf("AuditFor(batch, row) = %s: an explicit mode must win", got)
 	}
 }
 

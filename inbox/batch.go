@@ -23,9 +23,6 @@ func (batchStrategy) Broken() bool { return false }
 // PrefersBatches implements Batching.
 func (batchStrategy) PrefersBatches() bool { return true }
 
-// SetBased implements SetBased: one UPDATE changes every account of a chunk.
-func (batchStrategy) SetBased() bool { return true }
-
 func (batchStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
 	outs := make([]Outcome, len(events))
 	var fast, slow []int

@@ -97,7 +97,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	}
 	audit := inbox.AuditOff
 	if c.o.Audit {
-		audit = inbox.AuditFor(c.strategy, c.o.AuditMode)
+		audit = c.o.AuditMode
 	}
 	res.Audit = audit.Describe()
 	if err := inbox.InstallAudit(ctx, pool, c.id, audit); err != nil {

@@ -51,7 +51,7 @@ type Options struct {
 	// counts, to measure what measuring costs.
 	Measure bool
 	// Audit installs the checker's audit trigger (default on), captured as
-	// AuditMode says (zero: auto, chosen per strategy by inbox.AuditFor).
+	// AuditMode says (zero: inbox.AuditStatement).
 	Audit     bool
 	AuditMode inbox.AuditMode
 	// Progress receives live progress; TTY selects a redrawn line instead

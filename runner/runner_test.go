@@ -45,7 +45,7 @@ faults:
 
 func runCells(t *testing.T, spec *workload.Spec, brokers, strategies []string) *results.Run {
 	t.Helper()
-	return runCellsAudited(t, spec, brokers, strategies, inbox.AuditAuto)
+	return runCellsAudited(t, spec, brokers, strategies, inbox.AuditStatement)
 }
 
 // runCellsAudited runs the cells with the audit log captured as mode.
@@ -80,11 +80,7 @@ func TestCorrectStrategiesPassUnderFaults(t *testing.T) {
 			t.Errorf("%s", describe(c))
 			continue
 		}
-		want := inbox.AuditRow.Describe()
-		if c.Strategy == "batch" {
-			want = inbox.AuditStatement.Describe()
-		}
-		if c.Audit != want {
+		if want := inbox.AuditStatement.Describe(); c.Audit != want {
 			t.Errorf("%s/%s: audit %q, want %q", c.Broker, c.Strategy, c.Audit, want)
 		}
 		k := c.Counters
@@ -101,11 +97,11 @@ func TestCorrectStrategiesPassUnderFaults(t *testing.T) {
 }
 
 // TestNegativeControlsAreCaught proves the checker names the anomaly each
-// broken strategy's mistake predicts, with the audit log captured by row
-// triggers (what auto picks for them) and by statement triggers (what it
-// picks for batch): both must see every transition.
+// broken strategy's mistake predicts, with the audit log captured by the
+// statement trigger (the default) and by the row trigger: both must see
+// every transition.
 func TestNegativeControlsAreCaught(t *testing.T) {
-	for _, mode := range []inbox.AuditMode{inbox.AuditRow, inbox.AuditStatement} {
+	for _, mode := range []inbox.AuditMode{inbox.AuditStatement, inbox.AuditRow} {
 		t.Run(string(mode), func(t *testing.T) { negativeControlsCaught(t, mode) })
 	}
 }

@@ -52,7 +52,7 @@ then the median ratio with its range; exit 1 if a goal is not met.`,
 				return usagef("--audit: %v", err)
 			}
 			if o.ABMode, err = inbox.ParseAuditMode(abAudit); err != nil || o.ABMode == inbox.AuditOff {
-				return usagef("--ab-audit %q: accepted values are auto, row, statement", abAudit)
+				return usagef("--ab-audit %q: accepted values are statement, row", abAudit)
 			}
 			if err := o.Validate(); err != nil {
 				return usageError{err}
@@ -85,8 +85,8 @@ then the median ratio with its range; exit 1 if a goal is not met.`,
 	f.StringVar(&compare, "compare", dbcalib.ComparePGBench+","+dbcalib.CompareAudit, "comparisons to make: pgbench, audit")
 	f.IntVar(&rounds, "rounds", 3, "times each comparison is measured, interleaved")
 	f.DurationVar(&dur, "duration", 20*time.Second, "measured time of each pgbench run and none cell, after the workload's warm-up")
-	f.StringVar(&audit, "audit", string(inbox.AuditOff), "audit log on both sides of the pgbench comparison: off, auto, row, statement")
-	f.StringVar(&abAudit, "ab-audit", string(inbox.AuditAuto), "audit log the audit comparison measures: auto (bench run's default), row, statement")
+	f.StringVar(&audit, "audit", string(inbox.AuditOff), "audit log on both sides of the pgbench comparison: off, statement, row")
+	f.StringVar(&abAudit, "ab-audit", string(inbox.AuditStatement), "audit log the audit comparison measures: statement (bench run's default) or row")
 	f.StringVar(&out, "json", "", "also write the report (every sample, the pgbench command lines and scripts) to this file")
 	return cmd
 }
