@@ -94,15 +94,30 @@ CREATE TRIGGER account_audit AFTER INSERT OR UPDATE ON %[1]s.account
 // AuditMode is how the audit log is captured (see auditTableDDL).
 type AuditMode string
 
-// Audit modes.
+// Audit modes. AuditAuto is resolved per cell by ResolveAudit.
 const (
-	AuditStatement AuditMode = "statement" // the default
+	AuditAuto      AuditMode = "auto" // wal where the server can decode it, else statement
+	AuditWAL       AuditMode = "wal"  // logical decoding (auditwal.go)
+	AuditStatement AuditMode = "statement"
 	AuditRow       AuditMode = "row"
 	AuditOff       AuditMode = "off"
 )
 
 // AuditModes lists the accepted mode names, for flags and errors.
-var AuditModes = []AuditMode{AuditStatement, AuditRow, AuditOff}
+var AuditModes = []AuditMode{AuditAuto, AuditWAL, AuditStatement, AuditRow, AuditOff}
+
+// ResolveAudit turns AuditAuto ("" too) into AuditWAL when the server can
+// decode its WAL (CheckWALAudit), else AuditStatement; other modes are
+// returned as they are.
+func ResolveAudit(ctx context.Context, db DB, m AuditMode) AuditMode {
+	if m != AuditAuto && m != "" {
+		return m
+	}
+	if CheckWALAudit(ctx, db) == nil {
+		return AuditWAL
+	}
+	return AuditStatement
+}
 
 // ParseAuditMode accepts a mode name.
 func ParseAuditMode(s string) (AuditMode, error) {
@@ -111,27 +126,33 @@ func ParseAuditMode(s string) (AuditMode, error) {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("audit mode %q: accepted values are statement, row, off", s)
+	return "", fmt.Errorf("audit mode %q: accepted values are auto, wal, statement, row, off", s)
 }
 
 // Describe is the mode as result files record it: the trigger and the
 // table it writes ("statement-trigger, unlogged"), or "off".
 func (m AuditMode) Describe() string {
 	switch m {
-	case AuditStatement, "":
+	case AuditStatement:
 		return "statement-trigger, unlogged"
 	case AuditRow:
 		return "row-trigger, unlogged"
+	case AuditWAL:
+		return "wal-decoding, unlogged"
 	}
 	return string(m)
 }
 
 // InstallAudit creates schema's audit log, empty, and the triggers of mode
-// ("" is AuditStatement; AuditOff installs nothing) on its account table.
-// It replaces an earlier log and triggers.
+// (AuditStatement or AuditRow) on its account table. It replaces an
+// earlier log and triggers. AuditOff installs nothing; AuditWAL needs a
+// slot, not triggers: StartWALAudit.
 func InstallAudit(ctx context.Context, db DB, schema string, mode AuditMode) error {
-	if mode == AuditOff {
+	switch mode {
+	case AuditOff:
 		return nil
+	case AuditWAL, AuditAuto, "":
+		return fmt.Errorf("install audit in %s: mode %q installs no trigger (ResolveAudit, then StartWALAudit for wal)", schema, mode)
 	}
 	s := pgx.Identifier{schema}.Sanitize()
 	ddl := fmt.Sprintf(auditTableDDL, s)

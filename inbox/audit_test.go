@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
 // TestAuditModesSeeTheSameTransitions: the row trigger and the statement
@@ -33,16 +35,24 @@ func TestAuditModesSeeTheSameTransitions(t *testing.T) {
 		{"a", 0, 1, 0, 5}, {"b", 0, 1, 0, 3}, {"a", 1, 2, 5, 7},
 		{"a", 2, 4, 7, 8}, {"b", 1, 3, 3, 5}, {"c", 0, 1, 0, 3},
 	}
-	for _, mode := range []AuditMode{AuditRow, AuditStatement} {
+	for _, mode := range []AuditMode{AuditRow, AuditStatement, AuditWAL} {
 		t.Run(string(mode), func(t *testing.T) {
 			in := newInbox(t, nil)
 			ctx := context.Background()
-			if err := InstallAudit(ctx, in.pool, in.Schema(), mode); err != nil {
+			var wal *WALAudit
+			if mode == AuditWAL {
+				wal = startWAL(t, in)
+			} else if err := InstallAudit(ctx, in.pool, in.Schema(), mode); err != nil {
 				t.Fatal(err)
 			}
 			for _, q := range statements {
 				if _, err := in.pool.Exec(ctx, strings.ReplaceAll(q, "{A}", in.Schema()+".account")); err != nil {
 					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			if wal != nil {
+				if err := wal.Finish(ctx); err != nil {
+					t.Fatal(err)
 				}
 			}
 			snap, err := ReadSnapshot(ctx, in.pool, in.Schema(), "c", true)
@@ -54,6 +64,38 @@ func TestAuditModesSeeTheSameTransitions(t *testing.T) {
 				t.Fatalf("transitions per aggregate:\n got %v\nwant %v", got, w)
 			}
 		})
+	}
+}
+
+// startWAL starts a logical decoding audit of in's schema. The server
+// must allow it: the local stack runs with wal_level=logical and grants
+// its role REPLICATION (a stack started before that must be restarted).
+func startWAL(t *testing.T, in *Inbox) *WALAudit {
+	t.Helper()
+	cfg := testenv.Require(t, testenv.Postgres)
+	w, err := StartWALAudit(context.Background(), cfg.PGURL, in.Schema())
+	if err != nil {
+		t.Fatalf("%v (the local stack sets both; restart a stack started before: bench stack down postgres && bench stack up postgres)", err)
+	}
+	t.Cleanup(func() { w.Close(context.Background()) })
+	return w
+}
+
+// TestAuditWALRefusesWhatItCannotRead: a change of the account table the
+// decoder cannot parse (a strategy that added a column) fails the audit
+// instead of leaving a transition out.
+func TestAuditWALRefusesWhatItCannotRead(t *testing.T) {
+	in := newInbox(t, nil)
+	ctx := context.Background()
+	w := startWAL(t, in)
+	a := in.Schema() + ".account"
+	for _, q := range []string{"ALTER TABLE " + a + " ADD COLUMN note text", "INSERT INTO " + a + " VALUES ('x', 1, 1, 'n')"} {
+		if _, err := in.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(ctx); err == nil || !strings.Contains(err.Error(), "could not be read") {
+		t.Fatalf("Finish = %v, want an error saying a change could not be read", err)
 	}
 }
 

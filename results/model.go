@@ -79,8 +79,9 @@ type Cell struct {
 	Contention Contention `json:"contention"`
 	Invariants Invariants `json:"invariants"`
 	// Audit is how the checker's audit log was captured in this cell
-	// ("row-trigger, unlogged", "statement-trigger, unlogged"), or "off";
-	// empty in files written before it was recorded.
+	// ("wal-decoding, unlogged", "statement-trigger, unlogged",
+	// "row-trigger, unlogged"), or "off"; empty in files written before it
+	// was recorded.
 	Audit string `json:"audit,omitempty"`
 	Error string `json:"error,omitempty"`
 	// Failures are the first failure of each kind among the events the

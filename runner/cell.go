@@ -95,14 +95,12 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if err := c.prefill(ctx, pool, ns); err != nil {
 		return err
 	}
-	audit := inbox.AuditOff
-	if c.o.Audit {
-		audit = c.o.AuditMode
-	}
-	res.Audit = audit.Describe()
-	if err := inbox.InstallAudit(ctx, pool, c.id, audit); err != nil {
+	audit, err := c.startAudit(ctx, pool)
+	if err != nil {
 		return err
 	}
+	defer audit.close(ctx)
+	res.Audit = audit.mode.Describe()
 	b, err := brokers.Open(ctx, c.broker, c.o.Cfg, nil)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.broker, err)
@@ -138,6 +136,9 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	// may have committed as the consumers stopped); what remains is stuck.
 	if _, err := in.DrainParked(ctx, c.consumer); err != nil {
 		c.o.Log.Warn("final drain", "err", err)
+	}
+	if err := audit.finish(ctx); err != nil {
+		return errors.Join(s.err, err)
 	}
 	inv, effects, err := Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Audit)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	_ "github.com/inboxbench/inboxbench/brokers/all"
 	_ "github.com/inboxbench/inboxbench/brokers/none"
 	"github.com/inboxbench/inboxbench/inbox"
@@ -104,6 +106,24 @@ func TestNegativeControlsAreCaught(t *testing.T) {
 	for _, mode := range []inbox.AuditMode{inbox.AuditStatement, inbox.AuditRow} {
 		t.Run(string(mode), func(t *testing.T) { negativeControlsCaught(t, mode) })
 	}
+}
+
+// TestNegativeControlsCaughtFromTheWAL: the same, with the log decoded
+// from the write-ahead log. The server must allow logical decoding: the
+// local stack runs with wal_level=logical and grants its role REPLICATION
+// (a stack started before that must be restarted).
+func TestNegativeControlsCaughtFromTheWAL(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	conn, err := pgx.Connect(context.Background(), cfg.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inbox.CheckWALAudit(context.Background(), conn)
+	conn.Close(context.Background())
+	if err != nil {
+		t.Fatalf("%v (restart a stack started before the stack set it: bench stack down postgres && bench stack up postgres)", err)
+	}
+	negativeControlsCaught(t, inbox.AuditWAL)
 }
 
 func negativeControlsCaught(t *testing.T, mode inbox.AuditMode) {

@@ -103,7 +103,7 @@ check; negative controls (broken-*) are expected to fail.`,
 	f.BoolVar(&fl.replace, "replace", false, "reuse --run-id: drop the schemas, topics and results an earlier run of it left, first")
 	f.BoolVar(&fl.noMeasure, "no-measure", false, "record no latency histograms (to measure what measuring costs)")
 	f.BoolVar(&fl.noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only); the same as --audit off")
-	f.StringVar(&fl.audit, "audit", string(inbox.AuditStatement), "how the audit log is captured: statement (a statement trigger writing one INSERT per statement into an unlogged table), row (a row trigger, for comparison), or off (the same as --no-audit)")
+	f.StringVar(&fl.audit, "audit", string(inbox.AuditAuto), "how the audit log is captured: auto (wal where the server allows it, else statement), wal (decoded from the write-ahead log after the cell: wal_level=logical, a role with REPLICATION), statement (a statement trigger into an unlogged table), row (a row trigger, for comparison), or off (the same as --no-audit)")
 	f.DurationVar(&fl.stall, "stall-timeout", 30*time.Second, "end a cell in which no delivery was acked or dead-lettered for this long")
 	f.IntVar(&fl.retryAttempts, "retry-attempts", runner.DefaultRetryBound.Attempts, "dead-letter a delivery whose event failed with a retryable error this many times (lock timeouts, serialization failures …; permanent errors are dead-lettered at once)")
 	f.DurationVar(&fl.retryFor, "retry-for", runner.DefaultRetryBound.For, "…or this long after its first failure, whichever comes first")
