@@ -31,10 +31,21 @@ const (
 	// CompareAudit: the same none cell with the audit log and without
 	// (goal: audited ≥ 97% of unaudited).
 	CompareAudit = "audit"
+	// ComparePrefill: the none cell with the workload's inbox_prefill
+	// against the same cell on an empty inbox (no goal: what a big inbox
+	// costs).
+	ComparePrefill = "prefill"
+	// ComparePrune: the prefilled cell with the workload's retention
+	// running beside it (inbox_prune_every) against without (no goal).
+	ComparePrune = "prune"
 )
 
-// Goals are the ratios each comparison must reach.
-var Goals = map[string]float64{ComparePGBench: 0.95, CompareAudit: 0.97}
+// Comparisons lists every comparison, in the order a round runs them.
+var Comparisons = []string{ComparePGBench, CompareAudit, ComparePrefill, ComparePrune}
+
+// Goals are the ratios each comparison must reach; the inbox-size
+// comparisons are measurements with no goal.
+var Goals = map[string]float64{ComparePGBench: 0.95, CompareAudit: 0.97, ComparePrefill: 0, ComparePrune: 0}
 
 // Options of a calibration.
 type Options struct {
@@ -50,13 +61,15 @@ type Options struct {
 	// that long from a short pilot cell).
 	Measure time.Duration
 	// Audit is the audit of both sides of the pgbench comparison (off:
-	// neither side has one).
+	// neither side has one; auto resolves as bench run does).
 	Audit inbox.AuditMode
 	// ABMode is the audit the audit comparison measures against none
-	// (zero: inbox.AuditStatement, what bench run installs by default).
-	ABMode   inbox.AuditMode
-	PGBench  string // the pgbench binary; FindPGBench when empty
-	Progress io.Writer
+	// (zero: auto, what bench run installs by default).
+	ABMode inbox.AuditMode
+	// InboxLayout is the layout of every none cell's inbox.
+	InboxLayout inbox.Layout
+	PGBench     string // the pgbench binary; FindPGBench when empty
+	Progress    io.Writer
 }
 
 // Sample is one side-by-side measurement.
@@ -72,6 +85,12 @@ type Sample struct {
 	Audit     string  `json:"audit"`
 	// HostCPUBusy is the host's busy share during the none cell(s).
 	HostCPUBusy float64 `json:"host_cpu_busy"`
+	// SubjectP99 and ReferenceP99 are the none cells' end-to-end p99, and
+	// the Apply ones their inbox transaction's p99, in µs (0 for pgbench).
+	SubjectP99        int64 `json:"subject_e2e_p99_us,omitempty"`
+	ReferenceP99      int64 `json:"reference_e2e_p99_us,omitempty"`
+	SubjectApplyP99   int64 `json:"subject_apply_p99_us,omitempty"`
+	ReferenceApplyP99 int64 `json:"reference_apply_p99_us,omitempty"`
 	// SubjectCPU and ReferenceCPU are each side's CPU per event (cpu.go),
 	// when the server runs on this host; CPURatio is reference over
 	// subject: the throughput ratio a machine with nothing else to do
@@ -135,8 +154,14 @@ func (o *Options) Validate() error {
 	}
 	for _, c := range o.Compare {
 		if _, ok := Goals[c]; !ok {
-			return fmt.Errorf("--compare %q: accepted values are %s, %s", c, ComparePGBench, CompareAudit)
+			return fmt.Errorf("--compare %q: accepted values are %s", c, strings.Join(Comparisons, ", "))
 		}
+	}
+	switch {
+	case slices.Contains(o.Compare, ComparePrefill) && s.InboxPrefill == 0:
+		return fmt.Errorf("--compare prefill: workload %s sets no inbox_prefill: give a workload that does (e.g. workloads/inbox-10m.yaml)", s.Name)
+	case slices.Contains(o.Compare, ComparePrune) && s.InboxPruneEvery == 0:
+		return fmt.Errorf("--compare prune: workload %s sets no inbox_prune_every: give a workload that does (e.g. workloads/inbox-10m.yaml)", s.Name)
 	}
 	for _, st := range o.Strategies {
 		if _, err := inbox.Lookup(st); err != nil {
@@ -213,7 +238,7 @@ func (c *calibration) size(ctx context.Context, st string) error {
 	if st == "batch" {
 		pilot = c.o.Spec.Consumers * c.o.Spec.BatchSize * 40
 	}
-	cell, _, err := c.none(ctx, st, max(pilot, c.o.Spec.Aggregates), inbox.AuditOff)
+	cell, _, err := c.none(ctx, c.emptyInbox(), st, max(pilot, c.o.Spec.Aggregates), inbox.AuditOff)
 	if err != nil {
 		return fmt.Errorf("pilot cell: %w", err)
 	}
@@ -234,21 +259,93 @@ func (c *calibration) measure(ctx context.Context, round int, cmp, st string) er
 		err = c.versusPGBench(ctx, st, &s)
 	case CompareAudit:
 		err = c.auditAB(ctx, round, st, &s)
+	case ComparePrefill, ComparePrune:
+		return c.inboxSize(ctx, round, cmp, st)
 	}
 	if err != nil {
 		return fmt.Errorf("round %d, %s, %s: %w", round, cmp, st, err)
 	}
+	c.record(s)
+	return nil
+}
+
+// record completes a sample's ratios, keeps it and prints it.
+func (c *calibration) record(s Sample) {
+	cmp, round, st := s.Compare, s.Round, s.Strategy
 	s.Ratio = s.Subject / s.Reference
 	if s.SubjectCPU != nil && s.ReferenceCPU != nil && s.SubjectCPU.Total > 0 {
 		s.CPURatio = s.ReferenceCPU.Total / s.SubjectCPU.Total
 	}
 	c.rep.Samples = append(c.rep.Samples, s)
-	ref := map[string]string{ComparePGBench: "pgbench", CompareAudit: "no audit"}[cmp]
-	sub := map[string]string{ComparePGBench: "none", CompareAudit: "audit"}[cmp]
+	ref := map[string]string{ComparePGBench: "pgbench", CompareAudit: "no audit", ComparePrefill: "empty", ComparePrune: "no prune"}[cmp]
+	sub := map[string]string{ComparePGBench: "none", CompareAudit: "audit", ComparePrefill: "prefilled", ComparePrune: "prune"}[cmp]
 	fmt.Fprintf(c.o.Progress, "round %d  %-6s %-8s %s %s events/s, %s %s events/s: ratio %.3f (audit %s, host CPU %.0f%%)\n",
 		round, st, cmp, sub, results.FormatRate(s.Subject), ref, results.FormatRate(s.Reference), s.Ratio, s.Audit, 100*s.HostCPUBusy)
+	if s.SubjectP99 > 0 && s.ReferenceP99 > 0 {
+		fmt.Fprintf(c.o.Progress, "         p99: e2e %s vs %s, apply %s vs %s\n", results.FormatMicros(s.SubjectP99), results.FormatMicros(s.ReferenceP99),
+			results.FormatMicros(s.SubjectApplyP99), results.FormatMicros(s.ReferenceApplyP99))
+	}
 	if s.CPURatio > 0 {
 		fmt.Fprintf(c.o.Progress, "         CPU per event: %s %s, %s %s: ratio %.3f\n", sub, s.SubjectCPU, ref, s.ReferenceCPU, s.CPURatio)
+	}
+}
+
+// emptyInbox is the workload without its prefill and retention: what
+// the pgbench and audit comparisons, and the reference of prefill, run.
+func (c *calibration) emptyInbox() workload.Spec {
+	s := c.prefilled()
+	s.InboxPrefill, s.InboxPrefillAge = 0, 0
+	return s
+}
+
+// prefilled is the workload with its prefill and without retention.
+func (c *calibration) prefilled() workload.Spec {
+	s := *c.o.Spec
+	s.InboxPruneEvery, s.InboxPruneKeep = 0, 0
+	return s
+}
+
+// inboxSize measures the prefill and prune comparisons. When both are
+// asked for, one round measures three cells (empty, prefilled, prefilled
+// with retention: the prefilled one is the reference of prune), in an
+// order that reverses from round to round; it runs when prefill's turn
+// comes and prune's turn is then skipped.
+func (c *calibration) inboxSize(ctx context.Context, round int, cmp, st string) error {
+	both := slices.Contains(c.o.Compare, ComparePrefill) && slices.Contains(c.o.Compare, ComparePrune)
+	if both && cmp == ComparePrune {
+		return nil
+	}
+	kinds := []string{"empty", "prefilled"}
+	switch {
+	case both:
+		kinds = append(kinds, "pruned")
+	case cmp == ComparePrune:
+		kinds = []string{"prefilled", "pruned"}
+	}
+	if round%2 == 0 {
+		slices.Reverse(kinds)
+	}
+	specs := map[string]workload.Spec{"empty": c.emptyInbox(), "prefilled": c.prefilled(), "pruned": *c.o.Spec}
+	cells, cpus := map[string]results.Cell{}, map[string]*CPU{}
+	for _, k := range kinds {
+		cell, cpu, err := c.none(ctx, specs[k], st, c.rep.Events[st], inbox.AuditStatement)
+		if err != nil {
+			return fmt.Errorf("round %d, %s cell, %s: %w", round, k, st, err)
+		}
+		cells[k], cpus[k] = cell, cpu
+	}
+	pair := func(cmp, sub, ref string) {
+		a, b := cells[sub], cells[ref]
+		c.record(Sample{Round: round, Compare: cmp, Strategy: st, Subject: a.Throughput.EventsPerS, Reference: b.Throughput.EventsPerS,
+			Audit: a.Audit, HostCPUBusy: (a.Throughput.HostCPUBusy + b.Throughput.HostCPUBusy) / 2,
+			SubjectP99: a.Latency.E2E.P99, ReferenceP99: b.Latency.E2E.P99, SubjectApplyP99: a.Latency.Apply.P99, ReferenceApplyP99: b.Latency.Apply.P99,
+			SubjectCPU: cpus[sub], ReferenceCPU: cpus[ref]})
+	}
+	if slices.Contains(c.o.Compare, ComparePrefill) {
+		pair(ComparePrefill, "prefilled", "empty")
+	}
+	if slices.Contains(c.o.Compare, ComparePrune) {
+		pair(ComparePrune, "pruned", "prefilled")
 	}
 	return nil
 }
@@ -257,13 +354,27 @@ func (c *calibration) measure(ctx context.Context, round int, cmp, st string) er
 func (c *calibration) versusPGBench(ctx context.Context, st string, s *Sample) error {
 	mode := inbox.AuditOff
 	if c.o.Audit != inbox.AuditOff && c.o.Audit != "" {
-		mode = c.o.Audit
+		mode = inbox.ResolveAudit(ctx, c.pool, c.o.Audit)
 	}
 	sh := c.o.shape(st)
-	if err := Prepare(ctx, c.pool, sh, mode); err != nil {
+	if err := Prepare(ctx, c.pool, sh); err != nil {
 		return err
 	}
 	defer inbox.DropSchema(context.WithoutCancel(ctx), c.pool, sh.Schema)
+	var wal *inbox.WALAudit
+	var err error
+	switch mode {
+	case inbox.AuditOff:
+	case inbox.AuditWAL:
+		if wal, err = inbox.StartWALAudit(ctx, c.o.Cfg.PGURL, sh.Schema); err != nil {
+			return err
+		}
+		defer wal.Close(ctx)
+	default:
+		if err := inbox.InstallAudit(ctx, c.pool, sh.Schema, mode); err != nil {
+			return err
+		}
+	}
 	var local *pgxpool.Pool
 	if c.local {
 		local = c.pool
@@ -282,11 +393,17 @@ func (c *calibration) versusPGBench(ctx context.Context, st string, s *Sample) e
 	if _, err := Verify(ctx, c.pool, sh); err != nil {
 		return err
 	}
-	cell, cpu, err := c.none(ctx, st, c.rep.Events[st], mode)
+	if wal != nil {
+		if err := wal.Finish(ctx); err != nil {
+			return err
+		}
+	}
+	cell, cpu, err := c.none(ctx, c.emptyInbox(), st, c.rep.Events[st], mode)
 	if err != nil {
 		return err
 	}
 	s.Subject, s.Reference, s.Audit, s.HostCPUBusy = cell.Throughput.EventsPerS, run.EventsPerS, cell.Audit, cell.Throughput.HostCPUBusy
+	s.SubjectP99, s.SubjectApplyP99 = cell.Latency.E2E.P99, cell.Latency.Apply.P99
 	s.SubjectCPU, s.ReferenceCPU = cpu, run.CPU
 	return nil
 }
@@ -295,8 +412,8 @@ func (c *calibration) versusPGBench(ctx context.Context, st string, s *Sample) e
 // alternating from round to round so a drift of the machine favours
 // neither side.
 func (c *calibration) auditAB(ctx context.Context, round int, st string, s *Sample) error {
-	on := c.o.ABMode
-	if on == "" || on == inbox.AuditOff {
+	on := inbox.ResolveAudit(ctx, c.pool, c.o.ABMode)
+	if on == inbox.AuditOff {
 		on = inbox.AuditStatement
 	}
 	modes := []inbox.AuditMode{on, inbox.AuditOff}
@@ -304,14 +421,16 @@ func (c *calibration) auditAB(ctx context.Context, round int, st string, s *Samp
 		modes = []inbox.AuditMode{inbox.AuditOff, on}
 	}
 	for _, m := range modes {
-		cell, cpu, err := c.none(ctx, st, c.rep.Events[st], m)
+		cell, cpu, err := c.none(ctx, c.emptyInbox(), st, c.rep.Events[st], m)
 		if err != nil {
 			return err
 		}
 		if m == inbox.AuditOff {
 			s.Reference, s.ReferenceCPU = cell.Throughput.EventsPerS, cpu
+			s.ReferenceP99, s.ReferenceApplyP99 = cell.Latency.E2E.P99, cell.Latency.Apply.P99
 		} else {
 			s.Subject, s.Audit, s.SubjectCPU = cell.Throughput.EventsPerS, cell.Audit, cpu
+			s.SubjectP99, s.SubjectApplyP99 = cell.Latency.E2E.P99, cell.Latency.Apply.P99
 		}
 		s.HostCPUBusy += cell.Throughput.HostCPUBusy / 2
 	}
@@ -321,18 +440,22 @@ func (c *calibration) auditAB(ctx context.Context, round int, st string, s *Samp
 // none runs one `bench run --brokers none` cell of the strategy, with its
 // CPU per event when the server is local, and drops its schema. A cell
 // that did not pass is an error: its figures would not be the strategy's.
-func (c *calibration) none(ctx context.Context, st string, events int, mode inbox.AuditMode) (results.Cell, *CPU, error) {
-	spec := *c.o.Spec
+func (c *calibration) none(ctx context.Context, spec workload.Spec, st string, events int, mode inbox.AuditMode) (results.Cell, *CPU, error) {
 	spec.Events, spec.Strategy = events, st
 	c.seq++
 	id := fmt.Sprintf("calibrate-%s-%d", time.Now().UTC().Format("150405"), c.seq)
+	progress := io.Discard
+	if spec.InboxPrefill > 0 {
+		progress = c.o.Progress // minutes of loading deserve a word
+	}
 	var stop func(time.Duration) (CPU, error)
 	if c.local {
 		sm := &sampler{pool: c.pool, client: selfCPU, side: c.cellSide(id)}
 		stop = sm.start(ctx)
 	}
 	run, _, err := runner.Run(ctx, runner.Options{Cfg: c.o.Cfg, Spec: &spec, Brokers: []string{"none"}, Strategies: []string{st},
-		RunID: id, NoWrite: true, Measure: true, Audit: mode != inbox.AuditOff, AuditMode: mode, StallTimeout: 30 * time.Second})
+		RunID: id, NoWrite: true, Measure: true, Audit: mode != inbox.AuditOff, AuditMode: mode, StallTimeout: 30 * time.Second,
+		InboxLayout: c.o.InboxLayout, Progress: progress})
 	var cpu *CPU
 	if stop != nil {
 		if cw, cerr := stop(spec.Warmup.D()); cerr == nil {
@@ -399,7 +522,7 @@ func summarize(samples []Sample) []Summary {
 		r := ratios[k]
 		med, lo, hi := medianRange(r)
 		sum := Summary{Compare: k.cmp, Strategy: k.st, Median: med, Min: lo, Max: hi, Rounds: len(r),
-			Goal: Goals[k.cmp], Met: med >= Goals[k.cmp]}
+			Goal: Goals[k.cmp], Met: Goals[k.cmp] == 0 || med >= Goals[k.cmp]}
 		if cr := cpuRatios[k]; len(cr) > 0 {
 			sum.CPUMedian, sum.CPUMin, sum.CPUMax = medianRange(cr)
 		}
@@ -427,17 +550,21 @@ func (c *CPU) String() string {
 func (r *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "\n%-8s %-8s %-22s %-8s %s\n", "COMPARE", "STRATEGY", "RATIO median [min–max]", "GOAL", "")
 	for _, s := range r.Summaries {
-		what := map[string]string{ComparePGBench: "none / pgbench", CompareAudit: "audit / no audit"}[s.Compare]
-		verdict := "met"
-		if !s.Met {
+		what := map[string]string{ComparePGBench: "none / pgbench", CompareAudit: "audit / no audit",
+			ComparePrefill: "prefilled / empty inbox", ComparePrune: "retention beside / none"}[s.Compare]
+		verdict, goal := "met", fmt.Sprintf("≥ %.2f", s.Goal)
+		switch {
+		case s.Goal == 0:
+			verdict, goal = "measured", "-"
+		case !s.Met:
 			verdict = "NOT met"
 		}
 		cpu := ""
 		if s.CPUMedian > 0 {
 			cpu = fmt.Sprintf("; CPU per event %.3f [%.3f–%.3f]", s.CPUMedian, s.CPUMin, s.CPUMax)
 		}
-		fmt.Fprintf(w, "%-8s %-8s %.3f [%.3f–%.3f]    ≥ %.2f   %s (%s, %d rounds%s)\n", s.Compare, s.Strategy, s.Median, s.Min, s.Max,
-			s.Goal, verdict, what, s.Rounds, cpu)
+		fmt.Fprintf(w, "%-8s %-8s %.3f [%.3f–%.3f]    %-7s  %s (%s, %d rounds%s)\n", s.Compare, s.Strategy, s.Median, s.Min, s.Max,
+			goal, verdict, what, s.Rounds, cpu)
 	}
 }
 

@@ -142,7 +142,10 @@ func TestTwinsRunAsTheStrategies(t *testing.T) {
 	for _, st := range Twins {
 		s := shape(st, true)
 		s.Schema = "ib_twin_test_" + st
-		if err := Prepare(ctx, pool, s, inbox.AuditStatement); err != nil {
+		if err := Prepare(ctx, pool, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := inbox.InstallAudit(ctx, pool, s.Schema, inbox.AuditStatement); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { inbox.DropSchema(context.Background(), pool, s.Schema) })

@@ -211,9 +211,10 @@ func (s Shape) Defines() []string {
 }
 
 // Prepare creates the twin's schema as a cell's is created (the inbox
-// migrations), its accounts at (id, 0, 0), and the audit of mode. A schema
-// of that name is dropped first.
-func Prepare(ctx context.Context, db inbox.DB, s Shape, mode inbox.AuditMode) error {
+// migrations) and its accounts at (id, 0, 0). A schema of that name is
+// dropped first. The audit, if any, is the caller's (inbox.InstallAudit,
+// inbox.StartWALAudit).
+func Prepare(ctx context.Context, db inbox.DB, s Shape) error {
 	if err := inbox.DropSchema(ctx, db, s.Schema); err != nil {
 		return err
 	}
@@ -226,7 +227,7 @@ func Prepare(ctx context.Context, db inbox.DB, s Shape, mode inbox.AuditMode) er
 	if _, err := db.Exec(ctx, strings.Replace(q, "$1::int", strconv.Itoa(s.Aggregates), 1)); err != nil {
 		return fmt.Errorf("twin schema %s: accounts: %w", s.Schema, err)
 	}
-	return inbox.InstallAudit(ctx, db, s.Schema, mode)
+	return nil
 }
 
 // Verify checks the twin did what the strategy would: every event that
