@@ -50,8 +50,11 @@ type sampler struct {
 	pool *pgxpool.Pool
 	// side names the side's schema and its backends' application_name
 	// ("" until the schema exists).
-	side    func(context.Context) (schema, appName string, err error)
-	client  func() (time.Duration, error)
+	side   func(context.Context) (schema, appName string, err error)
+	client func() (time.Duration, error)
+	// seen keeps every backend's last CPU time, so one that leaves (a
+	// connection closed) keeps counting what it used.
+	seen    map[procID]time.Duration
 	mu      sync.Mutex
 	samples []usage
 	err     error
@@ -99,11 +102,17 @@ func (s *sampler) sample(ctx context.Context) (usage, error) {
 	if err != nil {
 		return u, err
 	}
+	if s.seen == nil {
+		s.seen = map[procID]time.Duration{}
+	}
 	for _, pid := range pids {
-		c, err := procCPU(int(pid))
+		id, c, err := procCPU(int(pid))
 		if err != nil {
 			continue // a backend that just left
 		}
+		s.seen[id] = c
+	}
+	for _, c := range s.seen {
 		u.server += c
 	}
 	u.client, err = s.client()
@@ -154,26 +163,35 @@ func (s *sampler) window(warmup time.Duration) (CPU, error) {
 	return c, nil
 }
 
+// procID names a process across pid reuse: its pid and start time.
+type procID struct {
+	pid   int
+	start string
+}
+
 // procCPU is a process's user+system CPU time from /proc.
-func procCPU(pid int) (time.Duration, error) {
+func procCPU(pid int) (procID, time.Duration, error) {
+	id := procID{pid: pid}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return id, 0, err
 	}
 	s := string(b)
-	// Fields after the command, which is in parentheses and may hold spaces.
+	// Fields after the command, which is in parentheses and may hold
+	// spaces: utime is f[11], stime f[12], starttime f[19].
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	if len(f) < 20 {
+		return id, 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
+	id.start = f[19]
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
 	st, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
+		return id, 0, err
 	}
 	// Linux reports clock ticks of 1/100 s (USER_HZ) on every platform Go
 	// supports.
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+	return id, time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
 
 // selfCPU is this process's CPU time.

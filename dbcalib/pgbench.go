@@ -92,7 +92,7 @@ func RunPGBench(ctx context.Context, bin, pgURL string, s Shape, warmup, measure
 	var stop func(time.Duration) (CPU, error)
 	if pool != nil {
 		pid := cmd.Process.Pid
-		sm := &sampler{pool: pool, client: func() (time.Duration, error) { return procCPU(pid) },
+		sm := &sampler{pool: pool, client: func() (time.Duration, error) { _, c, err := procCPU(pid); return c, err },
 			side: func(context.Context) (string, string, error) { return s.Schema, pgbenchAppName, nil }}
 		stop = sm.start(ctx)
 	}

@@ -56,7 +56,8 @@ var auditCostShapes = []struct{ name, body string }{
 // BenchmarkAuditCost measures what each audit costs per statement, inside
 // the server, finely interleaved so that a busy machine slows every
 // variant alike: each iteration runs every shape for every variant in
-// turn (one PL/pgSQL block, 50 statements each), and the medians over the
+// turn, starting with another one each time (one PL/pgSQL block, 50
+// statements each), and the medians over the
 // iterations are reported per variant, as µs per statement and as a share
 // of the unaudited time. `wal` adds nothing here (it reads the WAL after
 // the cell), so it is the "none" column. Run it with a fixed count:
@@ -101,7 +102,11 @@ func BenchmarkAuditCost(b *testing.B) {
 			round := 0
 			for b.Loop() {
 				round++
-				for k, s := range schemas {
+				// Each round starts with another variant: none is favoured
+				// or hurt by going first.
+				for j := range schemas {
+					k := (j + round) % len(schemas)
+					s := schemas[k]
 					body := strings.NewReplacer("{S}", s, "{I}", fmt.Sprintf("(%d * 50 + i)", round)).Replace(shape.body)
 					start := time.Now()
 					if _, err := conn.Exec(ctx, "DO $$ DECLARE x bool; y bool; BEGIN FOR i IN 1..50 LOOP "+body+" END LOOP; END $$"); err != nil {
