@@ -138,7 +138,7 @@ func TestTwinsRunAsTheStrategies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close) // after the schemas are dropped: cleanups run last first
 	for _, st := range Twins {
 		s := shape(st, true)
 		s.Schema = "ib_twin_test_" + st
