@@ -186,7 +186,10 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	// the whole stack well under 4 GiB. Durability settings stay at their
 	// defaults (fsync, synchronous_commit on) except in the os profile,
 	// which turns synchronous_commit off (fsync stays on: see
-	// durability.go).
+	// durability.go). wal_level=logical lets the checker's audit be
+	// decoded from the WAL after a cell instead of written by triggers
+	// inside it (inbox/auditwal.go); it costs the full new image of an
+	// updated row in the WAL instead of its changed part.
 	cmd := asOwner(exec.Command(server, "-D", data,
 		"-c", "synchronous_commit="+pgSynchronousCommit(startProfile(e, p)),
 		"-p", strconv.Itoa(pgListenPort(e)), "-k", sock, "-c", "listen_addresses=127.0.0.1",
@@ -197,6 +200,7 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 		"-c", "track_io_timing=on",
 		"-c", "max_connections=200",
 		"-c", "shared_buffers=256MB",
+		"-c", "wal_level=logical",
 		"-c", "unix_socket_permissions=0770",
 	), cred)
 	proc := p.Procs(e)[0]
@@ -292,6 +296,8 @@ func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc
 		// A password older stacks set; the superuser logs in by peer only.
 		"ALTER ROLE " + pgSuperuser + " PASSWORD NULL",
 		"GRANT pg_signal_backend TO " + pgAppRole,
+		// The audit's logical decoding slot (not the strategies) needs it.
+		"ALTER ROLE " + pgAppRole + " REPLICATION",
 	}
 	for _, s := range stmts {
 		if _, err := conn.Exec(ctx, s); err != nil {

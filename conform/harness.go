@@ -79,7 +79,7 @@ func newLab(ctx context.Context, e *Env, scenario, broker string, st inbox.Strat
 			return nil, err
 		}
 	}
-	if err := inbox.InstallAudit(ctx, pool, schema); err != nil {
+	if err := inbox.InstallAudit(ctx, pool, schema, inbox.AuditStatement); err != nil {
 		l.close()
 		return nil, err
 	}

@@ -90,13 +90,30 @@ func Marshal(e *Event) ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
-	return json.Marshal(e)
+	b, err := AppendJSON(make([]byte, 0, 256+len(e.Data)), e)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: %w", err)
+	}
+	return b, nil
 }
 
 // Unmarshal decodes and validates b. Unknown attributes are rejected so a
 // typo in a producer's field name surfaces as a poison message, not as a
 // silently zero amount.
 func Unmarshal(b []byte) (*Event, error) {
+	var fast Event
+	if decodeFast(b, &fast) {
+		if err := fast.Validate(); err != nil {
+			return nil, fmt.Errorf("envelope: %w", err)
+		}
+		return &fast, nil
+	}
+	return unmarshalJSON(b)
+}
+
+// unmarshalJSON is Unmarshal by encoding/json: the definition the fast
+// path (codec.go) follows, and what decides everything it declines.
+func unmarshalJSON(b []byte) (*Event, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var e Event

@@ -26,18 +26,18 @@ func (batchStrategy) PrefersBatches() bool { return true }
 func (batchStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
 	outs := make([]Outcome, len(events))
 	var fast, slow []int
-	first := map[string]int{} // event key → index of its first copy in this call
+	first := make(map[eventKey]int, len(events)) // index of each event's first copy in this call
 	copies := map[int]int{}
 	for i, ev := range events {
 		switch {
 		case validate(consumer, ev) != nil || !fastPath(ev):
 			slow = append(slow, i)
 		default:
-			if j, ok := first[ev.Key()]; ok {
+			if j, ok := first[keyOf(ev)]; ok {
 				copies[i] = j
 				continue
 			}
-			first[ev.Key()] = i
+			first[keyOf(ev)] = i
 			fast = append(fast, i)
 		}
 	}
@@ -119,7 +119,7 @@ func (in *Inbox) batchChunk(ctx context.Context, consumer string, events []*enve
 // inside it, the only row locks are then the sorted ones, so concurrent
 // batches cannot deadlock each other. Once accounts exist (the steady
 // state) this costs nothing.
-func (in *Inbox) lockBatch(ctx context.Context, consumer string, aggs []string, claim textCols, claimV []int64) (pgx.Tx, map[string]int64, []*envelope.Event, map[string]bool, error) {
+func (in *Inbox) lockBatch(ctx context.Context, consumer string, aggs []string, claim textCols, claimV []int64) (pgx.Tx, map[string]int64, []*envelope.Event, map[eventKey]bool, error) {
 	for attempt := 0; ; attempt++ {
 		tx, err := in.pool.Begin(ctx)
 		if err != nil {
@@ -146,12 +146,12 @@ func (in *Inbox) lockBatch(ctx context.Context, consumer string, aggs []string, 
 				parked, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*envelope.Event, error) { return scanParked(r, "") })
 			}
 		}
-		claimed := map[string]bool{}
+		claimed := make(map[eventKey]bool, len(claimV))
 		if err == nil {
 			rows, err = br.Query()
 			if err == nil {
-				var s, e string
-				_, err = pgx.ForEachRow(rows, []any{&s, &e}, func() error { claimed[s+" "+e] = true; return nil })
+				var k eventKey
+				_, err = pgx.ForEachRow(rows, []any{&k.source, &k.id}, func() error { claimed[k] = true; return nil })
 			}
 		}
 		if cerr := br.Close(); err == nil {
@@ -180,6 +180,12 @@ func (in *Inbox) lockBatch(ctx context.Context, consumer string, aggs []string, 
 		}
 	}
 }
+
+// eventKey is an event's identity as a map key (envelope.Event.Key
+// without building a string).
+type eventKey struct{ source, id string }
+
+func keyOf(ev *envelope.Event) eventKey { return eventKey{ev.Source, ev.ID} }
 
 // batchCand is an event competing for the next versions of an aggregate:
 // a batch event (idx ≥ 0) or a parked one (idx < 0 unless redelivered in
@@ -247,7 +253,10 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 // round trip as the locks (the claim runs after them); the primary key
 // says which are duplicates.
 func batchKeys(events []*envelope.Event, idx []int) (aggs []string, claim textCols, claimV []int64) {
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(idx))
+	aggs = make([]string, 0, len(idx))
+	claim = textCols{s: make([]string, 0, len(idx)), e: make([]string, 0, len(idx)), a: make([]string, 0, len(idx)), t: make([]*time.Time, 0, len(idx))}
+	claimV = make([]int64, 0, len(idx))
 	for _, i := range idx {
 		ev := events[i]
 		if !seen[ev.Subject] {
@@ -278,24 +287,24 @@ type batchDecision struct {
 // candidates sorts the chunk's claimed events and the aggregates' parked
 // events into per-aggregate candidate lists; unclaimed events are
 // DUPLICATE. A redelivered parked event's claim is withdrawn.
-func (d *batchDecision) candidates(events []*envelope.Event, idx []int, parkedRows []*envelope.Event, claimed map[string]bool) map[string][]batchCand {
-	parkedKeys := map[string]bool{}
+func (d *batchDecision) candidates(events []*envelope.Event, idx []int, parkedRows []*envelope.Event, claimed map[eventKey]bool) map[string][]batchCand {
+	parkedKeys := make(map[eventKey]bool, len(parkedRows))
 	for _, p := range parkedRows {
-		parkedKeys[p.Key()] = true
+		parkedKeys[keyOf(p)] = true
 		d.parkedPerAgg[p.Subject]++
-		if claimed[p.Key()] {
+		if claimed[keyOf(p)] {
 			d.w.unclaim.add(p)
 		}
 	}
-	byAgg := map[string][]batchCand{}
-	inBatch := map[string]int{}
+	byAgg := make(map[string][]batchCand, len(idx))
+	inBatch := make(map[eventKey]int, len(idx))
 	for _, i := range idx {
 		ev := events[i]
-		inBatch[ev.Key()] = i
+		inBatch[keyOf(ev)] = i
 		switch {
-		case parkedKeys[ev.Key()]:
+		case parkedKeys[keyOf(ev)]:
 			// Redelivered while parked: it shares the parked row's fate.
-		case !claimed[ev.Key()]:
+		case !claimed[keyOf(ev)]:
 			o := newOutcome(ev)
 			o.Result = Duplicate
 			d.res[i] = o
@@ -304,7 +313,7 @@ func (d *batchDecision) candidates(events []*envelope.Event, idx []int, parkedRo
 		}
 	}
 	for _, p := range parkedRows {
-		j, ok := inBatch[p.Key()]
+		j, ok := inBatch[keyOf(p)]
 		if !ok {
 			j = -1
 		}

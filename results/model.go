@@ -93,6 +93,11 @@ type Cell struct {
 	Counters   Counters   `json:"counters"`
 	Contention Contention `json:"contention"`
 	Invariants Invariants `json:"invariants"`
+	// Audit is how the checker's audit log was captured in this cell
+	// ("wal-decoding, unlogged", "statement-trigger, unlogged",
+	// "row-trigger, unlogged"), or "off"; empty in files written before it
+	// was recorded.
+	Audit string `json:"audit,omitempty"`
 	Error      string     `json:"error,omitempty"`
 	// Mode is how the cell published: "saturated" (as fast as the broker
 	// confirmed: its latency is queueing-dominated, read it as a

@@ -96,11 +96,15 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		return err
 	}
 	defer pool.Close()
-	if c.o.Audit {
-		if err := inbox.InstallAudit(ctx, pool, c.id); err != nil {
-			return err
-		}
+	if err := c.prefill(ctx, pool, ns); err != nil {
+		return err
 	}
+	audit, err := c.startAudit(ctx, pool)
+	if err != nil {
+		return err
+	}
+	defer audit.close(ctx)
+	res.Audit = audit.mode.Describe()
 	b, err := brokers.Open(ctx, c.broker, c.o.Cfg, nil)
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.broker, err)
@@ -117,12 +121,14 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	c.durability = brokers.DurabilityOf(dctx, b, c.topic())
 	cancel()
 	t := newTally(c.o.Measure, c.o.Retry)
+	t.done = make(map[string]struct{}, len(c.plan.Publishes)+len(c.o.Poison)) // grown once, not while measuring
 	h := newHandler(in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
 	cons := c.consumers(b, h, ns)
 	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
 	if err != nil {
 		return err
 	}
+	stopPrune := c.pruneDuring(ctx, pool, ns)
 	var s streamed
 	var rate *results.RateSearch
 	if c.o.Search != nil {
@@ -130,6 +136,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	} else {
 		s = c.stream(ctx, b, in, cons, t, ns)
 	}
+	stopPrune()
 	rep, serr := sampler.Stop(ctx)
 	if !s.started {
 		// Nothing was consumed, nor published: there is nothing to judge.
@@ -142,6 +149,9 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	// may have committed as the consumers stopped); what remains is stuck.
 	if _, err := inbox.DrainParkedWith(ctx, c.strategy, in, c.consumer); err != nil {
 		c.o.Log.Warn("final drain", "err", err)
+	}
+	if err := audit.finish(ctx); err != nil {
+		return errors.Join(s.err, err)
 	}
 	inv, effects, err := Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Audit)
 	if err != nil {

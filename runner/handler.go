@@ -64,7 +64,7 @@ func (h *handler) batchSize() int {
 func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.Verdict {
 	received := time.Now()
 	verdicts := make([]brokers.Verdict, len(ds))
-	byDelivery := make([]*envelope.Event, len(ds)) // nil for poison
+	ids := make([]string, len(ds)) // messageID of each delivery
 	evs := make([]*envelope.Event, 0, len(ds))
 	idx := make([]int, 0, len(ds))
 	crash := false
@@ -78,13 +78,13 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 			// Poison: dead-lettered by the driver and counted, never
 			// silently acked.
 			h.t.c.rejected.Add(1)
-			verdicts[i] = brokers.Reject
+			verdicts[i], ids[i] = brokers.Reject, messageID(d, nil)
 			continue
 		}
 		if h.spec.CrashAfterCommit(ev) && h.hooks.firstCrash(ctx, ev.Key()) {
 			crash = true
 		}
-		byDelivery[i] = ev
+		ids[i] = messageID(d, ev)
 		evs = append(evs, ev)
 		idx = append(idx, i)
 	}
@@ -95,10 +95,10 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 		for _, i := range idx {
 			verdicts[i] = brokers.Ack
 		}
-		h.record(ds, byDelivery, verdicts)
+		h.record(ids, verdicts)
 		return verdicts
 	case len(evs) > 0:
-		h.apply(ctx, ds, evs, idx, verdicts, received)
+		h.apply(ctx, ds, evs, idx, ids, verdicts, received)
 	}
 	if crash {
 		h.hooks.crash(ctx) // a worker process: a real kill -9, no return
@@ -108,13 +108,13 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 			verdicts[i] = brokers.Crash
 		}
 	}
-	h.record(ds, byDelivery, verdicts)
+	h.record(ids, verdicts)
 	return verdicts
 }
 
 // apply runs the strategy on the decoded events (racing the storm's extra
 // appliers) and fills their verdicts.
-func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*envelope.Event, idx []int, verdicts []brokers.Verdict, received time.Time) {
+func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*envelope.Event, idx []int, ids []string, verdicts []brokers.Verdict, received time.Time) {
 	h.t.c.executions.Add(int64(len(evs)))
 	release, wait := h.storms(ctx, evs)
 	release()
@@ -124,7 +124,7 @@ func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*enve
 	m := h.t.meters.get(ds[0].Shard)
 	h.t.countAll(outs)
 	for j, out := range outs {
-		id := messageID(ds[idx[j]], evs[j])
+		id := ids[idx[j]]
 		v := h.account(m, evs[j], out, received, now)
 		switch {
 		case out.Err != nil:
@@ -219,15 +219,14 @@ func (h *handler) account(m *meter, ev *envelope.Event, out inbox.Outcome, recei
 }
 
 // record counts the messages that reached a final verdict, once each.
-func (h *handler) record(ds []*brokers.Delivery, evs []*envelope.Event, vs []brokers.Verdict) {
+func (h *handler) record(ids []string, vs []brokers.Verdict) {
+	final := make([]string, 0, len(vs))
 	for i, v := range vs {
-		if v != brokers.Ack && v != brokers.Reject {
-			continue
-		}
-		if id := messageID(ds[i], evs[i]); h.t.answer(id) {
-			h.hooks.answered(id)
+		if v == brokers.Ack || v == brokers.Reject {
+			final = append(final, ids[i])
 		}
 	}
+	h.t.answerAll(final, h.hooks.answered)
 }
 
 // inProcess are the hooks of consumers inside `bench run`.

@@ -50,8 +50,10 @@ type Options struct {
 	// Measure switches latency histograms on (default); off, the run only
 	// counts, to measure what measuring costs.
 	Measure bool
-	// Audit installs the checker's audit trigger (default on).
-	Audit bool
+	// Audit installs the checker's audit trigger (default on), captured as
+	// AuditMode says (zero: inbox.AuditStatement).
+	Audit     bool
+	AuditMode inbox.AuditMode
 	// Progress receives live progress; TTY selects a redrawn line instead
 	// of one line every few seconds.
 	Progress io.Writer
@@ -142,6 +144,14 @@ func (o *Options) Validate() error {
 		if err := o.Search.validate(); err != nil {
 			return err
 		}
+	}
+	if o.AuditMode != "" {
+		if _, err := inbox.ParseAuditMode(string(o.AuditMode)); err != nil {
+			return fmt.Errorf("--audit: %w", err)
+		}
+	}
+	if o.AuditMode == inbox.AuditOff {
+		o.Audit = false
 	}
 	if o.RunID == "" {
 		o.RunID = NewRunID()

@@ -3,9 +3,13 @@ package runner
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	_ "github.com/inboxbench/inboxbench/brokers/all"
 	_ "github.com/inboxbench/inboxbench/brokers/none"
@@ -43,11 +47,17 @@ faults:
 
 func runCells(t *testing.T, spec *workload.Spec, brokers, strategies []string) *results.Run {
 	t.Helper()
+	return runCellsAudited(t, spec, brokers, strategies, inbox.AuditStatement)
+}
+
+// runCellsAudited runs the cells with the audit log captured as mode.
+func runCellsAudited(t *testing.T, spec *workload.Spec, brokers, strategies []string, mode inbox.AuditMode) *results.Run {
+	t.Helper()
 	cfg := testenv.Require(t, testenv.Postgres)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: brokers, Strategies: strategies,
-		OutDir: t.TempDir(), RunID: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9), Measure: true, Audit: true,
+		OutDir: t.TempDir(), RunID: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9), Measure: true, Audit: true, AuditMode: mode,
 		StallTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatalf("run: %v", err)
@@ -72,6 +82,9 @@ func TestCorrectStrategiesPassUnderFaults(t *testing.T) {
 			t.Errorf("%s", describe(c))
 			continue
 		}
+		if want := inbox.AuditStatement.Describe(); c.Audit != want {
+			t.Errorf("%s/%s: audit %q, want %q", c.Broker, c.Strategy, c.Audit, want)
+		}
 		k := c.Counters
 		if k.Effects != int64(len(plan.Events)) {
 			t.Errorf("%s/%s: %d effects, want %d (one per event)", c.Broker, c.Strategy, k.Effects, len(plan.Events))
@@ -86,8 +99,34 @@ func TestCorrectStrategiesPassUnderFaults(t *testing.T) {
 }
 
 // TestNegativeControlsAreCaught proves the checker names the anomaly each
-// broken strategy's mistake predicts.
+// broken strategy's mistake predicts, with the audit log captured by the
+// statement trigger (the default) and by the row trigger: both must see
+// every transition.
 func TestNegativeControlsAreCaught(t *testing.T) {
+	for _, mode := range []inbox.AuditMode{inbox.AuditStatement, inbox.AuditRow} {
+		t.Run(string(mode), func(t *testing.T) { negativeControlsCaught(t, mode) })
+	}
+}
+
+// TestNegativeControlsCaughtFromTheWAL: the same, with the log decoded
+// from the write-ahead log. The server must allow logical decoding: the
+// local stack runs with wal_level=logical and grants its role REPLICATION
+// (a stack started before that must be restarted).
+func TestNegativeControlsCaughtFromTheWAL(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	conn, err := pgx.Connect(context.Background(), cfg.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = inbox.CheckWALAudit(context.Background(), conn)
+	conn.Close(context.Background())
+	if err != nil {
+		t.Fatalf("%v (restart a stack started before the stack set it: bench stack down postgres && bench stack up postgres)", err)
+	}
+	negativeControlsCaught(t, inbox.AuditWAL)
+}
+
+func negativeControlsCaught(t *testing.T, mode inbox.AuditMode) {
 	spec := faultsSpec(t, "")
 	for _, tc := range []struct {
 		strategy string
@@ -106,8 +145,11 @@ func TestNegativeControlsAreCaught(t *testing.T) {
 				s = faultsSpec(t, "")
 				s.Faults.ConcurrentDuplicates, s.Faults.StormConsumers = 0.5, 4
 			}
-			run := runCells(t, s, []string{"none"}, []string{tc.strategy})
+			run := runCellsAudited(t, s, []string{"none"}, []string{tc.strategy}, mode)
 			c := run.Cells[0]
+			if c.Audit != mode.Describe() {
+				t.Errorf("audit %q, want %q", c.Audit, mode.Describe())
+			}
 			if c.Invariants.Verdict != "FAIL" || !c.Broken {
 				t.Fatalf("negative control not caught: %s", describe(c))
 			}
@@ -166,6 +208,54 @@ func TestPartitionedInboxUnderFaults(t *testing.T) {
 		}
 		if !slices.Contains(c.Notes, "inbox partitioned by event time") {
 			t.Errorf("%s: the cell does not say its inbox was partitioned: %q", c.Strategy, c.Notes)
+		}
+	}
+}
+
+var removedRE = regexp.MustCompile(`(removed |partitions \()[12][0-9]{4} inbox rows`)
+
+// TestInboxAtProductionSize: a cell whose inbox is prefilled with history
+// and pruned beside the stream, on both layouts, still applies every event
+// once (retention never touches the run's own rows, nor refuses its
+// events on the partitioned layout), and says what it loaded and pruned.
+func TestInboxAtProductionSize(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	spec, err := workload.Parse([]byte(`
+name: inbox-size
+aggregates: 50
+events: 6000
+consumers: 4
+shards: 4
+message_size: 128
+inbox_prefill: 30000
+inbox_prefill_age: 30d
+inbox_prune_every: 1s
+inbox_prune_keep: 7d
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, partitioned := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx"},
+			OutDir: t.TempDir(), RunID: runID("size"), Audit: true, StallTimeout: 20 * time.Second, NoWrite: true,
+			InboxLayout: inbox.Layout{Partitioned: partitioned}})
+		cancel()
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		c := run.Cells[0]
+		if c.Invariants.Verdict != "PASS" || c.Error != "" || c.Counters.Effects != int64(spec.Events) {
+			t.Errorf("partitioned=%v: %s", partitioned, describe(c))
+		}
+		var prefilled, pruned bool
+		for _, n := range c.Notes {
+			prefilled = prefilled || strings.HasPrefix(n, "inbox prefilled with 30000 rows")
+			// 7 of the 30 days are kept: most of the history goes.
+			pruned = pruned || (strings.HasPrefix(n, "retention ran beside the stream") && removedRE.MatchString(n))
+		}
+		if !prefilled || !pruned {
+			t.Errorf("partitioned=%v: the notes do not say what was prefilled and pruned: %q", partitioned, c.Notes)
 		}
 	}
 }

@@ -267,9 +267,7 @@ func (w *workerConsumers) readAnswered(ctx context.Context) error {
 	}
 	var keys []string
 	_, err = pgx.ForEachRow(rows, []any{&keys}, func() error {
-		for _, k := range keys {
-			w.t.answer(k)
-		}
+		w.t.answerAll(keys, nil)
 		return nil
 	})
 	return err

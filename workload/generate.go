@@ -282,34 +282,52 @@ func mix64(z uint64) uint64 {
 // CrashAfterCommit reports whether the consumer must crash after
 // committing this event's first delivery.
 func (s *Spec) CrashAfterCommit(e *envelope.Event) bool {
-	return e.Attempt == 0 && chance(s.Seed, "crash", e.Key(), s.Faults.CrashAfterCommit)
+	// The ratio first: without the fault, no key is built per delivery.
+	return e.Attempt == 0 && s.Faults.CrashAfterCommit > 0 && chance(s.Seed, "crash", e.Key(), s.Faults.CrashAfterCommit)
 }
 
 // Storm reports whether this event is delivered to StormConsumers
 // consumers at once.
 func (s *Spec) Storm(e *envelope.Event) bool {
-	return e.Attempt == 0 && chance(s.Seed, "storm", e.Key(), s.Faults.ConcurrentDuplicates)
+	return e.Attempt == 0 && s.Faults.ConcurrentDuplicates > 0 && chance(s.Seed, "storm", e.Key(), s.Faults.ConcurrentDuplicates)
 }
 
-// Encode renders the envelope padded to the spec's message size.
+// Encode renders the envelope padded to the spec's message size. The
+// padding goes in data, the envelope's last field, and is plain ASCII, so
+// it is spliced in before the closing brace rather than encoded again.
 func (s *Spec) Encode(e *envelope.Event) ([]byte, error) {
 	b, err := envelope.Marshal(e)
 	if err != nil || len(b) >= s.MessageSize {
 		return b, err
 	}
-	c := *e
-	c.Data = padding(s.MessageSize - len(b) - len(`,"data":""`))
-	return envelope.Marshal(&c)
+	n := s.MessageSize - len(b) - len(`,"data":""`)
+	if e.Data != "" {
+		c := *e
+		c.Data = padding(n)
+		return envelope.Marshal(&c)
+	}
+	if n <= 0 {
+		return b, nil
+	}
+	out := make([]byte, 0, len(b)+len(`,"data":""`)+n)
+	out = append(out, b[:len(b)-1]...)
+	out = append(out, `,"data":"`...)
+	for ; n > len(padAlphabet); n -= len(padAlphabet) {
+		out = append(out, padAlphabet...)
+	}
+	out = append(out, padAlphabet[:n]...)
+	return append(out, `"}`...), nil
 }
+
+const padAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 func padding(n int) string {
 	if n <= 0 {
 		return ""
 	}
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 	b := make([]byte, n)
 	for i := range b {
-		b[i] = alphabet[i%len(alphabet)]
+		b[i] = padAlphabet[i%len(padAlphabet)]
 	}
 	return string(b)
 }

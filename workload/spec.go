@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,7 +64,21 @@ type Spec struct {
 	// Parking holds version-ahead events until their predecessor commits.
 	Parking *bool  `yaml:"parking" json:"parking"`
 	Faults  Faults `yaml:"faults" json:"faults"`
+	// InboxPrefill loads this many old rows into each cell's inbox before
+	// the run, outside its figures, so a strategy is judged at the size
+	// its inbox will have in production; InboxPrefillAge is how much
+	// history they span (see inbox.Prefill).
+	InboxPrefill    int      `yaml:"inbox_prefill" json:"inbox_prefill,omitempty"`
+	InboxPrefillAge Duration `yaml:"inbox_prefill_age" json:"inbox_prefill_age,omitempty"`
+	// InboxPruneEvery runs the inbox's retention during the cell, every
+	// period, keeping the newest InboxPruneKeep of the history: what
+	// cleaning up costs the stream it runs beside.
+	InboxPruneEvery Duration `yaml:"inbox_prune_every" json:"inbox_prune_every,omitempty"`
+	InboxPruneKeep  Duration `yaml:"inbox_prune_keep" json:"inbox_prune_keep,omitempty"`
 }
+
+// MaxInboxPrefill bounds inbox_prefill: about 20 GB of inbox per cell.
+const MaxInboxPrefill = 100_000_000
 
 // Amount is the distribution of increment amounts.
 type Amount struct {
@@ -121,9 +136,9 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if err := n.Decode(&s); err != nil {
 		return err
 	}
-	v, err := time.ParseDuration(s)
+	v, err := parseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration: write e.g. 30s, 2m or 1m30s", n.Line, s)
+		return fmt.Errorf("line %d: %q is not a duration: write e.g. 30s, 2m, 1m30s or 30d", n.Line, s)
 	}
 	*d = Duration(v)
 	return nil
@@ -132,9 +147,22 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
 func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
+	v, err := parseDuration(string(b))
 	*d = Duration(v)
 	return err
+}
+
+// parseDuration is time.ParseDuration that also takes whole days ("30d"),
+// the unit retention is spoken in.
+func parseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 100_000 {
+			return 0, fmt.Errorf("%q: write whole days such as 30d", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
 }
 
 // Defaults is the spec a workload file starts from.
@@ -232,7 +260,8 @@ func cleanYAMLError(err error) string {
 func fieldNames() []string {
 	return []string{"name", "seed", "aggregates", "events", "duration", "warmup", "amount{distribution,min,max}",
 		"key_skew{kind,s,hot_share}", "snapshot_ratio", "message_size", "publish_rate", "consumers", "shards",
-		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts}"}
+		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts}",
+		"inbox_prefill", "inbox_prefill_age", "inbox_prune_every", "inbox_prune_keep"}
 }
 
 // Bounds a workload file is checked against. Each keeps a run inside what
@@ -396,6 +425,30 @@ func (s *Spec) validateFaults() error {
 		return fmt.Errorf("faults.idempotency_conflicts with faults.out_of_order: a reordered original could meet its conflicting request first; use one or the other")
 	case f.OutOfOrder > 0 && !s.ParkingOn():
 		return fmt.Errorf("faults.out_of_order: %v with parking off: gaps would be rejected and retried by redelivery; turn parking on or set out_of_order to 0", f.OutOfOrder)
+	}
+	return s.validateInbox()
+}
+
+// validateInbox checks the prefill and the retention run during a cell.
+func (s *Spec) validateInbox() error {
+	day := 24 * time.Hour
+	switch age, every, keep := s.InboxPrefillAge.D(), s.InboxPruneEvery.D(), s.InboxPruneKeep.D(); {
+	case s.InboxPrefill < 0 || s.InboxPrefill > MaxInboxPrefill:
+		return fmt.Errorf("inbox_prefill: %d: use 0 (an empty inbox) to %d rows", s.InboxPrefill, MaxInboxPrefill)
+	case s.InboxPrefill > 0 && age <= 0:
+		return fmt.Errorf("inbox_prefill: %d rows need inbox_prefill_age, the history they span (e.g. 30d)", s.InboxPrefill)
+	case s.InboxPrefill == 0 && age != 0:
+		return fmt.Errorf("inbox_prefill_age: %s without inbox_prefill: set how many rows to load, or remove it", age)
+	case age < 0 || age > 3650*day:
+		return fmt.Errorf("inbox_prefill_age: %s: use 1s to 3650d", age)
+	case every < 0 || every > day || (every > 0 && every < time.Second):
+		return fmt.Errorf("inbox_prune_every: %s: use 1s to 24h, or 0 (no retention during the cell)", every)
+	case every > 0 && keep == 0:
+		return errors.New("inbox_prune_every needs inbox_prune_keep: the history retention keeps (e.g. 7d)")
+	case every == 0 && keep != 0:
+		return fmt.Errorf("inbox_prune_keep: %s without inbox_prune_every: set how often retention runs, or remove it", keep)
+	case keep != 0 && (keep < time.Hour || keep > 3650*day):
+		return fmt.Errorf("inbox_prune_keep: %s: use 1h to 3650d: a shorter retention would forget this run's own events while they can still be redelivered", keep)
 	}
 	return nil
 }

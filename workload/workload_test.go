@@ -1,6 +1,9 @@
 package workload
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"reflect"
 	"strings"
@@ -180,6 +183,29 @@ func TestEncodePadsToMessageSize(t *testing.T) {
 	}
 }
 
+// TestEncodeSplicesWhatMarshalWrites: the padding spliced in before the
+// closing brace gives the bytes of the envelope marshalled with it.
+func TestEncodeSplicesWhatMarshalWrites(t *testing.T) {
+	for _, size := range []int{0, 100, 300, 512, 4096} {
+		s := spec(t, fmt.Sprintf("message_size: %d\n", size))
+		for _, e := range Generate(s).Events[:20] {
+			got, err := s.Encode(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := envelope.Marshal(e)
+			c := *e
+			if n := size - len(b) - len(`,"data":""`); len(b) < size && n > 0 {
+				c.Data = padding(n)
+			}
+			want, _ := envelope.Marshal(&c)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("size %d: Encode\n got %s\nwant %s", size, got, want)
+			}
+		}
+	}
+}
+
 // TestPublishedPlan: a stream cut short expects only what was sent, and
 // only what could apply of it.
 func TestPublishedPlan(t *testing.T) {
@@ -333,5 +359,41 @@ func TestPublishRateMax(t *testing.T) {
 	_, err = Parse([]byte("publish_rate: max\nconsumer: 2\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("want an error naming line 2, got %v", err)
+	}
+}
+
+// TestInboxSizeFields: the prefill and the retention beside the stream are
+// checked, each error naming its field.
+func TestInboxSizeFields(t *testing.T) {
+	s := spec(t, "inbox_prefill: 10000000\ninbox_prefill_age: 30d\ninbox_prune_every: 5s\ninbox_prune_keep: 7d\n")
+	if s.InboxPrefillAge.D() != 30*24*time.Hour || s.InboxPruneKeep.D() != 7*24*time.Hour || s.InboxPruneEvery.D() != 5*time.Second {
+		t.Fatalf("parsed %+v", s)
+	}
+	for y, want := range map[string]string{
+		"inbox_prefill: -1\n":                                         "inbox_prefill: -1",
+		"inbox_prefill: 100000001\ninbox_prefill_age: 1d\n":           "inbox_prefill: 100000001",
+		"inbox_prefill: 10\n":                                         "need inbox_prefill_age",
+		"inbox_prefill_age: 3d\n":                                     "inbox_prefill_age: 72h0m0s without inbox_prefill",
+		"inbox_prefill: 10\ninbox_prefill_age: 4000d\n":               "inbox_prefill_age",
+		"inbox_prefill: 10\ninbox_prefill_age: 3x\n":                  "is not a duration",
+		"inbox_prune_every: 5s\n":                                     "needs inbox_prune_keep",
+		"inbox_prune_keep: 7d\n":                                      "without inbox_prune_every",
+		"inbox_prune_every: 100ms\ninbox_prune_keep: 7d\n":            "inbox_prune_every: 100ms",
+		"inbox_prune_every: 5s\ninbox_prune_keep: 10m\n":              "inbox_prune_keep: 10m0s: use 1h to 3650d",
+		"inbox_prefill: 10\ninbox_prefill_age: 1d\ninbox_prefil: 3\n": "inbox_prefil",
+	} {
+		_, err := Parse([]byte(y))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one containing %q", y, err, want)
+		}
+	}
+	// Unset, the fields stay out of the result's workload object, so
+	// trend lines of existing workloads do not break.
+	b, err := json.Marshal(spec(t, "name: plain\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "inbox_") {
+		t.Errorf("an unset prefill is written: %s", b)
 	}
 }

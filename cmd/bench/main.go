@@ -41,6 +41,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) int {
+	tuneGC()
 	cfg, cfgErr := config.FromEnv()
 	root := newRoot(&cfg)
 	root.SetArgs(args)
@@ -100,7 +101,7 @@ flags or these environment variables:
 		}
 		return nil
 	}
-	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newConformCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg), newPublishCmd(cfg), newWorkerCmd(cfg), newCalibrateCmd(cfg))
+	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newConformCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg), newPublishCmd(cfg), newWorkerCmd(cfg), newCalibrateCmd(cfg), newCalibrateDBCmd(cfg))
 	for _, c := range root.Commands() {
 		groupOnly(c)
 	}

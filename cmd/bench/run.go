@@ -110,6 +110,7 @@ check; negative controls (broken-*) are expected to fail.`,
 type runFlags struct {
 	brokers, strategies, workload, out, runID string
 	noMeasure, noAudit                        bool
+	audit                                     string
 	stall, join, retryFor                     time.Duration
 	retryAttempts                             int
 	findMax, backlog                          bool
@@ -131,7 +132,8 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.runID, "run-id", "", "name of the run: its directory, schemas and topics (default: UTC timestamp); a used one is refused")
 	f.BoolVar(&fl.replace, "replace", false, "reuse --run-id: drop the schemas, topics and results an earlier run of it left, first")
 	f.BoolVar(&fl.noMeasure, "no-measure", false, "record no latency histograms (to measure what measuring costs)")
-	f.BoolVar(&fl.noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only)")
+	f.BoolVar(&fl.noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only); the same as --audit off")
+	f.StringVar(&fl.audit, "audit", string(inbox.AuditAuto), "how the audit log is captured: auto (wal where the server allows it, else statement), wal (decoded from the write-ahead log after the cell: wal_level=logical, a role with REPLICATION), statement (a statement trigger into an unlogged table), row (a row trigger, for comparison), or off (the same as --no-audit)")
 	f.DurationVar(&fl.stall, "stall-timeout", 30*time.Second, "end a cell in which no delivery was acked or dead-lettered for this long")
 	f.IntVar(&fl.retryAttempts, "retry-attempts", runner.DefaultRetryBound.Attempts, "dead-letter a delivery whose event failed with a retryable error this many times (lock timeouts, serialization failures …; permanent errors are dead-lettered at once)")
 	f.DurationVar(&fl.retryFor, "retry-for", runner.DefaultRetryBound.For, "…or this long after its first failure, whichever comes first")
@@ -162,7 +164,14 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 		Workers: fl.workers, RemoteWorkers: fl.remoteWorkers, Args: os.Args,
 		Retry:       runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor},
 		InboxLayout: inbox.Layout{Partitioned: fl.partitioned, Interval: fl.partitionInterval}}
-	var err error
+	mode, err := inbox.ParseAuditMode(fl.audit)
+	if err != nil {
+		return o, usagef("--audit: %v", err)
+	}
+	o.AuditMode = mode
+	if mode == inbox.AuditOff {
+		o.Audit = false
+	}
 	if o.Spec, err = workload.Load(fl.workload); err != nil {
 		return o, usageError{err}
 	}
