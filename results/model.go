@@ -98,7 +98,7 @@ type Cell struct {
 	// "row-trigger, unlogged"), or "off"; empty in files written before it
 	// was recorded.
 	Audit string `json:"audit,omitempty"`
-	Error      string     `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
 	// Mode is how the cell published: "saturated" (as fast as the broker
 	// confirmed: its latency is queueing-dominated, read it as a
 	// throughput run), "fixed-rate" (the workload's open-loop rate),
