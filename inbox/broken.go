@@ -121,7 +121,7 @@ func (brokenCheckThenInsert) ApplyBatch(ctx context.Context, in *Inbox, consumer
 				return fmt.Errorf("begin: %w", err)
 			}
 			var seen bool
-			if err := tx.QueryRow(ctx, in.sql.brokenInboxExists, consumer, ev.Source, ev.ID).Scan(&seen); err != nil {
+			if err := tx.QueryRow(ctx, in.sql.inboxExists, consumer, ev.Source, ev.ID).Scan(&seen); err != nil {
 				return rollback(ctx, tx, fmt.Errorf("check inbox: %w", err))
 			}
 			if seen {

@@ -300,7 +300,18 @@ func (in *Inbox) drainInTx(ctx context.Context, tx pgx.Tx, consumer, agg string,
 			}
 			o := newOutcome(ev)
 			if ev.AggregateVersion <= cur {
+				// A redelivery decided by the one-statement path can apply
+				// the event while its parked copy, committed a moment
+				// before, was outside that statement's snapshot: then the
+				// copy is the inbox's DUPLICATE, not STALE.
+				var seen bool
+				if err := tx.QueryRow(ctx, in.sql.inboxExists, consumer, ev.Source, ev.ID).Scan(&seen); err != nil {
+					return outs, fmt.Errorf("unpark %s: look up its inbox key: %w", ev.Key(), err)
+				}
 				o.Result = Stale
+				if seen {
+					o.Result = Duplicate
+				}
 				outs = append(outs, o)
 				continue
 			}

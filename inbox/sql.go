@@ -29,7 +29,7 @@ type sqlText struct {
 	batchParked, batchInboxInsert   string
 	batchInboxDelete, batchUpdate   string
 	batchPark, batchParkedDelete    string
-	brokenInboxExists, brokenClaim  string
+	inboxExists, brokenClaim        string
 	brokenUnversioned, brokenAddAll string
 	brokenForget                    string
 	pruneBatch, stats, stuckParked  string
@@ -193,7 +193,7 @@ func (t *sqlText) batch(s func(string) string) {
 
 // broken fills the negative controls' mistakes.
 func (t *sqlText) broken(s func(string) string) {
-	t.brokenInboxExists = s(`SELECT EXISTS (SELECT 1 FROM {S}.inbox WHERE consumer = $1 AND source = $2 AND event_id = $3)`)
+	t.inboxExists = s(`SELECT EXISTS (SELECT 1 FROM {S}.inbox WHERE consumer = $1 AND source = $2 AND event_id = $3)`)
 	t.brokenClaim = s(`INSERT INTO {S}.broken_claim (scope, claim_key) VALUES ($1, $2) ON CONFLICT DO NOTHING`)
 	t.brokenForget = s(`DELETE FROM {S}.broken_claim WHERE scope = $1 AND claimed_at < clock_timestamp() - make_interval(secs => $2::bigint / 1e6)`)
 	// Trusts the preceding SELECT alone: no version guard.
