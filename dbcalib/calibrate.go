@@ -117,14 +117,19 @@ type Summary struct {
 	CPUMax    float64 `json:"cpu_max,omitempty"`
 }
 
+// SchemaVersion is the shape version of the JSON report (--json),
+// results/schema/calibrate-db.schema.json; bumped on an incompatible change.
+const SchemaVersion = 1
+
 // Report is a calibration's outcome.
 type Report struct {
-	StartedAt time.Time      `json:"started_at"`
-	Env       results.Env    `json:"env"`
-	Workload  *workload.Spec `json:"workload"`
-	Events    map[string]int `json:"events"` // events of each strategy's none cells
-	Samples   []Sample       `json:"samples"`
-	Summaries []Summary      `json:"summaries"`
+	SchemaVersion int            `json:"schema_version"`
+	StartedAt     time.Time      `json:"started_at"`
+	Env           results.Env    `json:"env"`
+	Workload      *workload.Spec `json:"workload"`
+	Events        map[string]int `json:"events"` // events of each strategy's none cells
+	Samples       []Sample       `json:"samples"`
+	Summaries     []Summary      `json:"summaries"`
 	// PGBench is each twin's pgbench command line (the URL left out).
 	PGBench map[string][]string `json:"pgbench,omitempty"`
 	Scripts map[string]string   `json:"scripts,omitempty"`
@@ -211,7 +216,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	defer pool.Close()
-	c := &calibration{o: &o, pool: pool, local: serverIsLocal(ctx, pool), rep: &Report{StartedAt: time.Now().UTC(), Env: runner.HostEnv(nil), Workload: o.Spec,
+	c := &calibration{o: &o, pool: pool, local: serverIsLocal(ctx, pool), rep: &Report{SchemaVersion: SchemaVersion, StartedAt: time.Now().UTC(), Env: runner.HostEnv(nil), Workload: o.Spec,
 		Events: map[string]int{}, PGBench: map[string][]string{}, Scripts: map[string]string{}}}
 	for _, st := range o.Strategies {
 		if err := c.size(ctx, st); err != nil {

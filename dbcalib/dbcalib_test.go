@@ -2,6 +2,8 @@ package dbcalib
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/internal/testenv"
+	"github.com/inboxbench/inboxbench/results/schema"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -194,5 +197,17 @@ func TestCalibrationRuns(t *testing.T) {
 		if s.Compare == CompareAudit && !strings.Contains(s.Audit, "unlogged") {
 			t.Errorf("%s: audit %q: the audited side ran without the audit", s.Strategy, s.Audit)
 		}
+	}
+	// What --json writes is what its schema says.
+	p := filepath.Join(t.TempDir(), "calibrate-db.json")
+	if err := rep.WriteJSON(p); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Validate(schema.CalibrateDB, b); err != nil {
+		t.Errorf("calibrate-db report does not match %s:\n%v", schema.CalibrateDB, err)
 	}
 }

@@ -91,7 +91,7 @@ func newCalibrateDBCmd(cfg *config.Config) *cobra.Command {
 		Long:  calibrateDBLong,
 		Example: `  bench calibrate-db
   bench calibrate-db --compare audit --strategies batch --rounds 5
-  bench calibrate-db --compare pgbench --json calibrate.json
+  bench calibrate-db --compare pgbench --json calibrate-db.json
   bench calibrate-db --workload inbox-10m --compare prefill,prune --rounds 2 --partitioned-inbox`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {

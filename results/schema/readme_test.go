@@ -37,7 +37,7 @@ func TestReadmeDocumentsEveryField(t *testing.T) {
 	}
 	d := loadDocs(t)
 	objects := map[string]node{"result.json": d.root(schema.Result), "conform.json": d.root(schema.Conform),
-		"calibrate.json": d.root(schema.Calibrate)}
+		"calibrate.json": d.root(schema.Calibrate), "calibrate-db.json": d.root(schema.CalibrateDB)}
 	for _, file := range schema.Names {
 		defs, _ := d[file]["$defs"].(map[string]any)
 		for name, def := range defs {

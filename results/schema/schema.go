@@ -1,11 +1,13 @@
 // Package schema ships the JSON Schemas (draft 2020-12) of the files
 // inboxbench writes: result.schema.json for result.json (`bench run`),
 // conform.schema.json for conform.json (`bench conform`) and
-// calibrate.schema.json for calibrate.json (`bench calibrate`). Users' tooling
+// calibrate.schema.json for calibrate.json (`bench calibrate`) and
+// calibrate-db.schema.json for the report of `bench calibrate-db --json`.
+// Users' tooling
 // validates against them; `bench publish` copies them into every site.
 //
-// The schemas follow the Go model in results/model.go, results/conform.go
-// and results/calibrate.go field for field, and the tests in this directory keep
+// The schemas follow the Go model in results/model.go, results/conform.go,
+// results/calibrate.go and dbcalib/calibrate.go field for field, and the tests in this directory keep
 // them in step: a field added to, renamed in or removed from a model
 // struct (or from workload.Spec, which result.json embeds) fails
 // TestSchemaMatchesModel until the schema and the README's "Result files"
@@ -35,8 +37,12 @@ const (
 // Calibrate is calibrate.json's schema (`bench calibrate`).
 const Calibrate = "calibrate.schema.json"
 
+// CalibrateDB is the schema of `bench calibrate-db --json`'s report
+// (dbcalib.Report).
+const CalibrateDB = "calibrate-db.schema.json"
+
 // Names lists the schema files.
-var Names = []string{Result, Conform, Calibrate}
+var Names = []string{Result, Conform, Calibrate, CalibrateDB}
 
 // Base is the URL the schemas' $id values share; cross-file references
 // (conform → result) resolve against it.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/inboxbench/inboxbench/dbcalib"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/results/schema"
 	"github.com/inboxbench/inboxbench/workload"
@@ -79,8 +80,11 @@ func TestSchemasDeclareTheModelVersion(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		want := results.SchemaVersion
-		if name == schema.Calibrate {
+		switch name {
+		case schema.Calibrate:
 			want = results.CalibrationSchemaVersion
+		case schema.CalibrateDB:
+			want = dbcalib.SchemaVersion
 		}
 		if doc.Properties.Version.Const != want {
 			t.Errorf("%s: schema_version const %d, the model writes %d: bump the schema with the model (README, Result files)",
@@ -141,6 +145,15 @@ func TestFullyPopulatedModelValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	validate(t, "fully populated calibrate.json", calibrate, mustRead(t, p))
+	var db dbcalib.Report
+	fill(t, docs, reflect.ValueOf(&db).Elem(), docs.root(schema.CalibrateDB), "calibrate-db.json")
+	p = filepath.Join(dir, "calibrate-db.json")
+	if err := db.WriteJSON(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := schema.Validate(schema.CalibrateDB, mustRead(t, p)); err != nil {
+		t.Errorf("fully populated calibrate-db.json does not match its schema:\n%v", err)
+	}
 
 	// The schema is strict enough to catch a renamed field or a wrong
 	// type: each mutation of the valid file must be refused.
@@ -172,6 +185,8 @@ func TestSchemaMatchesModel(t *testing.T) {
 	fill(t, docs, reflect.ValueOf(&conf).Elem(), docs.root(schema.Conform), "conform.json")
 	var cal results.Calibration
 	fill(t, docs, reflect.ValueOf(&cal).Elem(), docs.root(schema.Calibrate), "calibrate.json")
+	var db dbcalib.Report
+	fill(t, docs, reflect.ValueOf(&db).Elem(), docs.root(schema.CalibrateDB), "calibrate-db.json")
 }
 
 // docs are the parsed schema files, for resolving references.
