@@ -199,7 +199,7 @@ func (r *runner) vendorSide(ctx context.Context, name string, v vendor, side *re
 }
 
 func serverVersion(ctx context.Context, e *compose.Env, name string) string {
-	svcs, err := compose.Select([]string{Service(name)})
+	svcs, err := compose.Select([]string{name})
 	if err != nil {
 		return ""
 	}

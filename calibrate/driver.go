@@ -137,9 +137,9 @@ func shapeNotes(broker string, s results.Shape) []string {
 	case "rabbitmq":
 		return []string{common,
 			fmt.Sprintf("PerfTest keeps a sliding window of %d unconfirmed messages per channel, one channel per queue (%d in flight at most); the driver's publishers each send a batch on a confirm channel of their own and wait for all its confirms before the next (%d in flight at most, fewer on average)", s.Batch, s.Batch*s.Shards, s.Batch*s.Producers)}
-	case "rocketmq", "rocketmq5":
+	case "rocketmq":
 		return []string{common,
-			fmt.Sprintf("benchmark Producer: %d threads, each one synchronous send at a time, no key (round robin over queues); the driver sends with the key's hash queue, one key's messages one after another", s.Producers),
+			fmt.Sprintf("benchmark Producer: %d threads, each one synchronous send at a time, no key (round robin over queues); the driver's publishers send each Publish call's messages of one queue (the key's hash queue) as one synchronous batch send, so a key's order holds", s.Producers),
 			fmt.Sprintf("the benchmark Producer runs %d× the duration, so its Consumer's drain lasts long enough to be resolved from its 1 s sliding-window reports; its figure is its last 9 s window", rocketBacklogFactor),
 			"benchmark Consumer is a concurrent push consumer; the driver's is orderly (a broker lock per queue, one batch of a queue at a time)"}
 	}

@@ -48,22 +48,13 @@ type vendor interface {
 	consume(ctx context.Context, r *runner, topic string, messages int64) results.Measurement
 }
 
-// Service is the local stack's service behind a broker driver ("rocketmq"
-// for "rocketmq5" too), for readiness checks and the server's version.
-func Service(broker string) string {
-	if broker == "rocketmq5" {
-		return "rocketmq"
-	}
-	return broker
-}
-
 func vendorFor(broker string) (vendor, error) {
 	switch broker {
 	case "kafka":
 		return kafkaVendor{}, nil
 	case "rabbitmq":
 		return rabbitVendor{}, nil
-	case "rocketmq", "rocketmq5": // the same broker, whichever protocol the driver speaks
+	case "rocketmq":
 		return rocketVendor{}, nil
 	}
 	return nil, fmt.Errorf("no vendor perf tool for broker %q: calibrate knows kafka, rabbitmq and rocketmq", broker)

@@ -112,11 +112,7 @@ machine and repeat, the ratios are steadier than the rates.`,
 // checkBrokers fails naming every broker that does not answer (calibrate
 // needs no PostgreSQL).
 func checkBrokers(ctx context.Context, e *compose.Env, bs []string) error {
-	var names []string
-	for _, b := range bs {
-		names = append(names, calibrate.Service(b))
-	}
-	svcs, err := compose.Select(names)
+	svcs, err := compose.Select(bs)
 	if err != nil {
 		return usageError{err}
 	}
