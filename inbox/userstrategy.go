@@ -208,6 +208,16 @@ func (s *FileStrategy) runDDL(ctx context.Context, pool *pgxpool.Pool, schema st
 	if err != nil {
 		return fmt.Errorf("strategy file %s: @ddl: begin: %w", s.f.path, err)
 	}
+	// Several processes (bench worker) prepare the same schema: the first
+	// runs the DDL, the others find its mark and skip it.
+	done, err := s.markDDL(ctx, tx, schema)
+	if err != nil {
+		return rollback(ctx, tx, fmt.Errorf("strategy file %s: @ddl: %w", s.f.path, err))
+	}
+	if done {
+		s.ddlRan[schema] = true
+		return tx.Commit(ctx)
+	}
 	for _, st := range r.ddl {
 		if _, err := tx.Exec(ctx, st.sql); err != nil {
 			return rollback(ctx, tx, s.serverErr(st, "", err))
@@ -218,6 +228,24 @@ func (s *FileStrategy) runDDL(ctx context.Context, pool *pgxpool.Pool, schema st
 	}
 	s.ddlRan[schema] = true
 	return nil
+}
+
+// markDDL records in schema that this file's @ddl runs, under a lock
+// held to the end of tx, and reports whether another process ran it
+// already.
+func (s *FileStrategy) markDDL(ctx context.Context, tx pgx.Tx, schema string) (bool, error) {
+	q := pgx.Identifier{schema, "strategy_file_ddl"}.Sanitize()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", schema+".strategy_file_ddl"); err != nil {
+		return false, err
+	}
+	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+q+" (file text PRIMARY KEY, ran_at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		return false, err
+	}
+	tag, err := tx.Exec(ctx, "INSERT INTO "+q+" (file) VALUES ($1) ON CONFLICT DO NOTHING", s.Name())
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 0, nil
 }
 
 // checkLast checks what the last statement of a section must return: the

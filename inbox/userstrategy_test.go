@@ -31,6 +31,19 @@ func fileStrategy(t testing.TB, in *Inbox, name string) *FileStrategy {
 	return s
 }
 
+// TestStrategyFileDDLRunsOncePerSchema: bench worker processes each load
+// the file and prepare the cell's schema; only the first runs the @ddl
+// (idempotency.sql's CREATE FUNCTION would fail a second time).
+func TestStrategyFileDDLRunsOncePerSchema(t *testing.T) {
+	in := newInbox(t, parkingOff)
+	fileStrategy(t, in, "idempotency.sql")
+	other := fileStrategy(t, in, "idempotency.sql") // a second process
+	outs, err := other.ApplyBatch(ctxT(t), in, "c", []*envelope.Event{ev("e1", "acct-1", 1, 5)})
+	if err != nil || len(outs) != 1 || outs[0].Result != Applied {
+		t.Fatalf("the second process applies with the DDL the first ran: %+v, %v", outs, err)
+	}
+}
+
 // forEachExample runs f per correct example file, each in its own schema.
 func forEachExample(t *testing.T, mutate func(*Options), f func(t *testing.T, in *Inbox, s Strategy)) {
 	for _, name := range []string{"tx.sql", "cte.sql"} {
