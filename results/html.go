@@ -68,6 +68,7 @@ type htmlView struct {
 	Durability *durabilityView
 	Rates      *rateView
 	Saturated  string
+	Notes      []string
 	Env        []kv
 	Workload   []kv
 }
@@ -234,6 +235,7 @@ func (v *htmlView) fillRun(run *Run) error {
 	if run.Saturated() {
 		v.Saturated = SaturatedNote
 	}
+	v.Notes = CellNotes(run)
 	for i := range run.Cells {
 		c := &run.Cells[i]
 		l := &c.Latency

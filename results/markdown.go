@@ -122,6 +122,12 @@ func (m *mdWriter) summary(run *Run) {
 	if run.Saturated() {
 		m.p("%s\n\n", SaturatedNote)
 	}
+	for _, n := range CellNotes(run) {
+		m.p("- %s\n", n)
+	}
+	if len(CellNotes(run)) > 0 {
+		m.p("\n")
+	}
 }
 
 // rates writes the rate search of rate-search cells: the maximum

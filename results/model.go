@@ -380,3 +380,16 @@ func (r *Run) VsNone(c *Cell) string {
 	}
 	return "-"
 }
+
+// CellNotes are the cells' notes (a client calibration cited, faults
+// injected), each prefixed with its cell, for the reports.
+func CellNotes(run *Run) []string {
+	var out []string
+	for i := range run.Cells {
+		c := &run.Cells[i]
+		for _, n := range c.Notes {
+			out = append(out, c.Broker+"/"+c.StrategyLabel()+": "+n)
+		}
+	}
+	return out
+}

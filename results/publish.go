@@ -187,8 +187,8 @@ func walkRuns(root, outAbs string) (found []*siteRun, skipped []string, err erro
 		if !d.IsDir() {
 			return nil
 		}
-		if abs, _ := filepath.Abs(path); abs == outAbs || (path != root && strings.HasPrefix(d.Name(), ".")) || exists(filepath.Join(path, siteMarker)) {
-			return filepath.SkipDir // the site being written, an earlier site (its copies of runs), .git and the like
+		if abs, _ := filepath.Abs(path); abs == outAbs || (path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata")) || exists(filepath.Join(path, siteMarker)) {
+			return filepath.SkipDir // the site being written, an earlier site (its copies of runs), .git, Go test fixtures (testdata) and the like
 		}
 		if !exists(filepath.Join(path, "result.json")) && !exists(filepath.Join(path, ConformFile)) {
 			return nil

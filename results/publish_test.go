@@ -80,6 +80,9 @@ func resultsTree(t *testing.T) string {
 	writeFile(t, filepath.Join(dir, "conf", ConformFile), mustReadFile(t, filepath.Join("testdata", ConformFile)))
 	writeFile(t, filepath.Join(dir, "night-3", "report.html"), []byte("<!DOCTYPE html><title>kept</title><p>the report as it was</p>"))
 	writeFile(t, filepath.Join(dir, "broken", "result.json"), []byte("{"))
+	// A Go package's test fixtures (the results directory of a checkout
+	// holds this package's): not runs.
+	writeFile(t, filepath.Join(dir, "pkg", "testdata", ConformFile), mustReadFile(t, filepath.Join("testdata", ConformFile)))
 	return dir
 }
 

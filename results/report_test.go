@@ -392,3 +392,17 @@ func TestDurabilityTable(t *testing.T) {
 		t.Error("report.html lacks the durability table")
 	}
 }
+
+// TestCellNotesRendered: a cell's notes (the client calibration cited for
+// a cell bound by the broker's publish path) appear in both reports.
+func TestCellNotesRendered(t *testing.T) {
+	r := loadFixture(t, "testdata")
+	r.Run.Cells[0].Notes = []string{"bound by the broker's publish path: the client calibration measured 0.80 of the vendor's tool"}
+	want := r.Run.Cells[0].Broker + "/" + r.Run.Cells[0].StrategyLabel() + ": bound by the broker&#39;s publish path"
+	if page := string(render(t, HTML, r)); !strings.Contains(page, want) {
+		t.Errorf("report.html lacks the cell note %q", want)
+	}
+	if md := string(render(t, Markdown, r)); !strings.Contains(md, "- "+r.Run.Cells[0].Broker+"/"+r.Run.Cells[0].StrategyLabel()+": bound by the broker's publish path") {
+		t.Error("report.md lacks the cell note")
+	}
+}
