@@ -66,11 +66,11 @@ func runWithExtra(t *testing.T, spec *workload.Spec, strategies []string, extra 
 		StallTimeout: 20 * time.Second}
 }
 
-// TestStrategyFilesJudgedBesideBuiltins: the example files run through
+// TestStrategyFilesCheckedBesideBuiltins: the example files run through
 // the same workload and checker as the built-ins, in the same run, gaps
 // parked for them; the correct ones pass with one effect per event, the
 // split example fails with inbox-without-effect.
-func TestStrategyFilesJudgedBesideBuiltins(t *testing.T) {
+func TestStrategyFilesCheckedBesideBuiltins(t *testing.T) {
 	spec := noGapSpec(t)
 	plan := workload.Generate(spec)
 	extra := loadExamples(t, "tx.sql", "cte.sql", "batch.sql", "idempotency.sql", "broken-split.sql")
