@@ -134,6 +134,7 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 		wg.Add(1)
 		go func(b string) {
 			defer wg.Done()
+			bc := caps(o.Env.Cfg, b) // opens the driver: once per broker
 			for _, sc := range o.Scenarios {
 				for _, st := range o.Strategies {
 					// A built-in negative control runs where it is targeted
@@ -147,7 +148,7 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 						return
 					}
 					var row results.ConformRow
-					if why := notApplicable(sc, caps(o.Env.Cfg, b), b, st); why != "" {
+					if why := notApplicable(sc, bc, b, st); why != "" {
 						row = results.ConformRow{Scenario: sc.Name, Broker: b, Strategy: st.Name(), Broken: st.Broken(),
 							Expected: results.VerdictNA, Verdict: results.VerdictNA, Reason: why}
 					} else {

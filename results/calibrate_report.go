@@ -17,7 +17,7 @@ var calibrationHeader = []string{"broker", "server", "vendor publish/s", "driver
 func calibrationRows(c *Calibration) [][]string {
 	var rows [][]string
 	for _, b := range c.Brokers {
-		rows = append(rows, []string{b.Broker, dashIfEmpty(b.Server),
+		rows = append(rows, []string{b.Broker, orDash(b.Server),
 			rateOrDash(b.Vendor.Publish.MsgsPerS), rateOrDash(b.Driver.Publish.MsgsPerS), RatioText(b.PublishRatio),
 			rateOrDash(b.Vendor.Consume.MsgsPerS), rateOrDash(b.Driver.Consume.MsgsPerS), RatioText(b.ConsumeRatio)})
 	}
@@ -29,13 +29,6 @@ func rateOrDash(v float64) string {
 		return "-"
 	}
 	return FormatRate(v)
-}
-
-func dashIfEmpty(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // shapeText is the shape in one sentence.

@@ -122,10 +122,10 @@ func (m *mdWriter) summary(run *Run) {
 	if run.Saturated() {
 		m.p("%s\n\n", SaturatedNote)
 	}
-	for _, n := range CellNotes(run) {
-		m.p("- %s\n", n)
-	}
-	if len(CellNotes(run)) > 0 {
+	if notes := CellNotes(run); len(notes) > 0 {
+		for _, n := range notes {
+			m.p("- %s\n", n)
+		}
 		m.p("\n")
 	}
 }

@@ -32,8 +32,10 @@ type cell struct {
 	consumer string
 	strategy inbox.Strategy
 	fleet    *fleet // nil: consumers are goroutines of this process
-	// durability is what the driver said its confirms mean.
-	durability map[string]string
+	// askDurability says whether to ask the driver what its confirms
+	// mean (once per broker and run); durability is its answer.
+	askDurability bool
+	durability    map[string]string
 }
 
 var unsafeIdent = regexp.MustCompile(`[^a-z0-9_]+`)
@@ -66,9 +68,9 @@ func AppName(cellID string) string {
 	return n
 }
 
-// runCell runs one cell; it also returns what the broker's driver said
-// its confirms mean (brokers.DurabilityReporter).
-func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strategy string, fl *fleet) (results.Cell, map[string]string) {
+// runCell runs one cell; with askDurability it also returns what the
+// broker's driver said its confirms mean (brokers.DurabilityReporter).
+func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strategy string, fl *fleet, askDurability bool) (results.Cell, map[string]string) {
 	id := cellID(o.RunID, broker, strategy)
 	res := results.Cell{Broker: broker, Strategy: strategy, Consumer: "balance-" + id, Schema: id}
 	st, err := lookupStrategy(*o, strategy)
@@ -78,7 +80,7 @@ func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strat
 		return res, nil
 	}
 	res.Broken = st.Broken()
-	c := &cell{o: o, plan: plan, broker: broker, id: id, consumer: res.Consumer, strategy: st, fleet: fl}
+	c := &cell{o: o, plan: plan, broker: broker, id: id, consumer: res.Consumer, strategy: st, fleet: fl, askDurability: askDurability}
 	if err := c.run(ctx, &res); err != nil {
 		res.Error = err.Error()
 		if res.Invariants.Verdict == "" {
@@ -117,9 +119,11 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if err != nil {
 		return fmt.Errorf("%s: set up topic %s: %w", c.broker, c.topic(), err)
 	}
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c.durability = brokers.DurabilityOf(dctx, b, c.topic())
-	cancel()
+	if c.askDurability {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c.durability = brokers.DurabilityOf(dctx, b, c.topic())
+		cancel()
+	}
 	t := newTally(c.o.Measure, c.o.Retry)
 	t.done = make(map[string]struct{}, len(c.plan.Publishes)+len(c.o.Poison)) // grown once, not while measuring
 	h := newHandler(in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})

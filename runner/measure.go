@@ -44,14 +44,16 @@ type meter struct {
 	apply  *hdrhistogram.Histogram
 	dedup  *hdrhistogram.Histogram
 	byKind map[string]*hdrhistogram.Histogram
-	recent *hdrhistogram.Histogram // e2e since the last progress line
-	// stepE2E and stepDedup hold a rate step's latencies (rates.go).
-	stepE2E, stepDedup *hdrhistogram.Histogram
-	enabled            bool
+	// recent is e2e since it was last taken: by the progress line in a
+	// streamed cell, by the rate step in a rate search (never both: the
+	// search runs neither the progress line nor workers); stepDedup is a
+	// rate step's dedup latency.
+	recent, stepDedup *hdrhistogram.Histogram
+	enabled           bool
 }
 
 func newMeter(enabled bool) *meter {
-	return &meter{e2e: newHist(), apply: newHist(), dedup: newHist(), recent: newHist(), stepE2E: newHist(), stepDedup: newHist(),
+	return &meter{e2e: newHist(), apply: newHist(), dedup: newHist(), recent: newHist(), stepDedup: newHist(),
 		byKind: map[string]*hdrhistogram.Histogram{}, enabled: enabled}
 }
 
@@ -75,7 +77,6 @@ func (m *meter) record(kind string, e2e, apply, dedup time.Duration, measured bo
 	if measured && e2e > 0 {
 		m.e2e.RecordValue(micros(e2e))
 		m.recent.RecordValue(micros(e2e))
-		m.stepE2E.RecordValue(micros(e2e))
 	}
 }
 
@@ -121,16 +122,16 @@ func (ms *meters) recentP99() int64 {
 	return all.ValueAtQuantile(99)
 }
 
-// takeStep merges and resets the per-shard step histograms: a rate step's
-// e2e and dedup latencies since the previous call.
+// takeStep merges and resets the per-shard recent and step histograms: a
+// rate step's e2e and dedup latencies since the previous call.
 func (ms *meters) takeStep() (e2e, dedup results.Summary) {
 	a, b := newHist(), newHist()
 	ms.m.Range(func(_, v any) bool {
 		m := v.(*meter)
 		m.mu.Lock()
-		a.Merge(m.stepE2E)
+		a.Merge(m.recent)
 		b.Merge(m.stepDedup)
-		m.stepE2E.Reset()
+		m.recent.Reset()
 		m.stepDedup.Reset()
 		m.mu.Unlock()
 		return true

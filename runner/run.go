@@ -224,9 +224,10 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 			if ctx.Err() != nil {
 				break
 			}
-			c, durability := runCell(ctx, &o, plan, b, s, fl)
+			ask := run.Env.Durability == nil || run.Env.Durability.Settings[b] == nil
+			c, durability := runCell(ctx, &o, plan, b, s, fl, ask)
 			run.Cells = append(run.Cells, c)
-			if run.Env.Durability == nil || run.Env.Durability.Settings[b] == nil {
+			if ask {
 				run.Env.AddDurability(b, durability)
 			}
 			fmt.Fprintf(o.Progress, "%-15s %-26s %s  %s events/s  e2e p99 %s  %s\n", b, s, c.Invariants.Verdict,

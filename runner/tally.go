@@ -123,12 +123,6 @@ func (t *tally) effect() {
 	t.lastEffect.Store(now)
 }
 
-// answer records a message answered for good; it reports whether this is
-// the first answer for it in this process.
-func (t *tally) answer(id string) bool {
-	return t.answerAll([]string{id}, nil) == 1
-}
-
 // answerAll records the messages ids answered for good and calls first
 // (when not nil) for each answered for the first time in this process;
 // it returns how many were.
