@@ -84,7 +84,7 @@ func (brokenSplit) ApplyBatch(ctx context.Context, in *Inbox, consumer string, e
 			}
 			if n == 0 {
 				var cur int64
-				if err := tx.QueryRow(ctx, "SELECT version FROM "+pgx.Identifier{in.opt.Schema, in.opt.AccountTable}.Sanitize()+" WHERE id = $1", ev.Subject).Scan(&cur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				if err := tx.QueryRow(ctx, in.sql.accountVersion, ev.Subject).Scan(&cur); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 					return rollback(ctx, tx, err)
 				}
 				out.Result = Gap

@@ -469,6 +469,12 @@ func (in *Inbox) claimKey(ctx context.Context, tx pgx.Tx, consumer string, ev *e
 // between a one-statement apply and its drain, and a final sweep before a
 // run is checked.
 func (in *Inbox) DrainParked(ctx context.Context, consumer string) ([]Outcome, error) {
+	return in.drainEach(ctx, consumer, func(agg string) ([]Outcome, error) { return in.drainAggregate(ctx, consumer, agg) })
+}
+
+// drainEach drains, with drain, every aggregate of consumer that has
+// parked events (the built-ins' DrainParked and a strategy file's).
+func (in *Inbox) drainEach(ctx context.Context, consumer string, drain func(agg string) ([]Outcome, error)) ([]Outcome, error) {
 	rows, err := in.pool.Query(ctx, in.sql.drainCandidates, consumer)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: consumer %q: list parked aggregates: %w", consumer, err)
@@ -479,7 +485,7 @@ func (in *Inbox) DrainParked(ctx context.Context, consumer string) ([]Outcome, e
 	}
 	var all []Outcome
 	for _, agg := range aggs {
-		outs, err := in.drainAggregate(ctx, consumer, agg)
+		outs, err := drain(agg)
 		all = append(all, outs...)
 		if err != nil {
 			return all, err

@@ -58,6 +58,9 @@ func buildSQL(schema, account string) sqlText {
 func (t *sqlText) decision(s func(string) string) {
 	t.inboxInsert = s(`INSERT INTO {S}.inbox (consumer, source, event_id, aggregate_id, aggregate_version, event_time)
 		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`)
+	// Whether the inbox holds a key (the drain's DUPLICATE check; the
+	// broken-split negative control's pre-check).
+	t.inboxExists = s(`SELECT EXISTS (SELECT 1 FROM {S}.inbox WHERE consumer = $1 AND source = $2 AND event_id = $3)`)
 	// With parking on, the claim is guarded: a redelivery of a parked
 	// event must not claim its key (it would hold that row while waiting
 	// for the account lock, while the predecessor's transaction, holding
@@ -193,7 +196,6 @@ func (t *sqlText) batch(s func(string) string) {
 
 // broken fills the negative controls' mistakes.
 func (t *sqlText) broken(s func(string) string) {
-	t.inboxExists = s(`SELECT EXISTS (SELECT 1 FROM {S}.inbox WHERE consumer = $1 AND source = $2 AND event_id = $3)`)
 	t.brokenClaim = s(`INSERT INTO {S}.broken_claim (scope, claim_key) VALUES ($1, $2) ON CONFLICT DO NOTHING`)
 	t.brokenForget = s(`DELETE FROM {S}.broken_claim WHERE scope = $1 AND claimed_at < clock_timestamp() - make_interval(secs => $2::bigint / 1e6)`)
 	// Trusts the preceding SELECT alone: no version guard.

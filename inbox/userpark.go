@@ -203,21 +203,5 @@ func (s *FileStrategy) DrainParked(ctx context.Context, in *Inbox, consumer stri
 	if err != nil {
 		return nil, err
 	}
-	rows, err := in.pool.Query(ctx, in.sql.drainCandidates, consumer)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: consumer %q: list parked aggregates: %w", consumer, err)
-	}
-	aggs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("inbox: consumer %q: list parked aggregates: %w", consumer, err)
-	}
-	var all []Outcome
-	for _, agg := range aggs {
-		outs, err := s.drainAggregate(ctx, in, r, consumer, agg)
-		all = append(all, outs...)
-		if err != nil {
-			return all, err
-		}
-	}
-	return all, nil
+	return in.drainEach(ctx, consumer, func(agg string) ([]Outcome, error) { return s.drainAggregate(ctx, in, r, consumer, agg) })
 }
