@@ -26,6 +26,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,28 +80,16 @@ func (o *Options) Validate() error {
 			return err
 		}
 	}
-	if contains(o.Brokers, "kafka") && (o.Cfg.Bool(kafkadriver.SettingTLS) || o.Cfg.Get(kafkadriver.SettingCAFile) != "" || o.Cfg.Get(kafkadriver.SettingSASL) != "") {
+	if slices.Contains(o.Brokers, "kafka") && (o.Cfg.Bool(kafkadriver.SettingTLS) || o.Cfg.Get(kafkadriver.SettingCAFile) != "" || o.Cfg.Get(kafkadriver.SettingSASL) != "") {
 		return fmt.Errorf("kafka: calibrate passes only bootstrap.servers to the vendor tools: TLS and SASL clusters are not supported")
 	}
 	return nil
 }
 
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // runner is the state one calibration shares between steps.
 type runner struct {
 	Options
-	shape                      results.Shape
-	duration, warmup, maxDrain time.Duration
-	cfg                        config.Config
-	java, classpath, logDir    string
+	java, classpath, logDir string
 }
 
 func (r *runner) say(format string, a ...any) {
@@ -129,8 +118,7 @@ func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 	cal := &results.Calibration{SchemaVersion: results.CalibrationSchemaVersion, RunID: o.RunID, StartedAt: time.Now().UTC(),
 		Shape: shape, Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Java: javaVersion(ctx, java), GitCommit: gitCommit()}
 	for _, b := range o.Brokers {
-		r := &runner{Options: o, shape: shape, duration: o.Duration, warmup: o.Warmup, maxDrain: o.MaxDrain,
-			cfg: o.Cfg, java: java, logDir: o.Stack.Path("calibrate", "logs", o.RunID, b)}
+		r := &runner{Options: o, java: java, logDir: o.Stack.Path("calibrate", "logs", o.RunID, b)}
 		cal.Brokers = append(cal.Brokers, r.broker(ctx, b))
 		if ctx.Err() != nil {
 			break
@@ -143,7 +131,7 @@ func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 // broker measures one broker: vendor publish, vendor drain, driver
 // publish, driver drain.
 func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibration {
-	row := results.BrokerCalibration{Broker: name, Server: serverVersion(ctx, r.Stack, name), Notes: shapeNotes(name, r.shape)}
+	row := results.BrokerCalibration{Broker: name, Server: serverVersion(ctx, r.Stack, name), Notes: shapeNotes(name, r.Shape)}
 	v, _ := vendorFor(name)
 	row.Vendor.Tool = v.tool()
 	row.Driver.Tool = driverTool(name)
@@ -175,7 +163,7 @@ func (r *runner) vendorSide(ctx context.Context, name string, v vendor, side *re
 		return err
 	}
 	defer cleanup()
-	r.say("%-9s vendor publish: %s for %s", name, v.tool(), r.duration)
+	r.say("%-9s vendor publish: %s for %s", name, v.tool(), r.Duration)
 	side.Publish = v.publish(ctx, r, topic)
 	if side.Publish.Error != "" {
 		return fmt.Errorf("vendor publish: %s", side.Publish.Error)

@@ -22,11 +22,10 @@ type toolRun struct {
 	name    string   // for errors and the log file: "kafka-producer"
 	args    []string // java arguments after the launcher
 	timeout time.Duration
-	// until is called with every stdout line; true stops the tool.
+	// until is called with every stdout line; true stops the tool. A tool
+	// with one runs until killed: being stopped, by until or the timeout,
+	// is its normal end.
 	until func(line string) bool
-	// stopOK: being stopped by until or timeout is the normal end (tools
-	// that run until killed).
-	stopOK bool
 }
 
 // runTool starts java with r.args, tees stdout and stderr to
@@ -94,7 +93,7 @@ func runTool(ctx context.Context, java, logDir string, r toolRun) (string, error
 	switch {
 	case ctx.Err() != nil:
 		return out.String(), ctx.Err()
-	case wasStopped && !r.stopOK && r.until == nil:
+	case wasStopped && r.until == nil:
 		return out.String(), fmt.Errorf("%s: still running after %s: stopped (log: %s)", r.name, r.timeout, logPath)
 	case wasStopped:
 		return out.String(), nil

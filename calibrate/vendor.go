@@ -118,11 +118,11 @@ func (kafkaVendor) tool() string {
 // report windows cover the shape's duration.
 func (kafkaVendor) publish(ctx context.Context, r *runner, topic string) results.Measurement {
 	cmd := r.javaCmd("org.apache.kafka.tools.ProducerPerformance",
-		"--topic", topic, "--num-records", "1000000000", "--record-size", strconv.Itoa(r.shape.MessageSize),
-		"--throughput", "-1", "--producer-props", "bootstrap.servers="+strings.Join(r.cfg.List(kafkadriver.SettingBrokers), ","), "acks=all")
+		"--topic", topic, "--num-records", "1000000000", "--record-size", strconv.Itoa(r.Shape.MessageSize),
+		"--throughput", "-1", "--producer-props", "bootstrap.servers="+strings.Join(r.Cfg.List(kafkadriver.SettingBrokers), ","), "acks=all")
 	var covered float64
-	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "kafka-producer", args: cmd[1:], stopOK: true,
-		timeout: r.duration + toolSlack,
+	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "kafka-producer", args: cmd[1:],
+		timeout: r.Duration + toolSlack,
 		until: func(line string) bool {
 			if m := producerPerfRE.FindStringSubmatch(line); m != nil {
 				n, _ := strconv.ParseFloat(m[1], 64)
@@ -130,12 +130,12 @@ func (kafkaVendor) publish(ctx context.Context, r *runner, topic string) results
 					covered += n / rate
 				}
 			}
-			return covered >= r.duration.Seconds()-0.5
+			return covered >= r.Duration.Seconds()-0.5
 		}})
 	if err != nil {
 		return measured(cmd, Figure{}, err)
 	}
-	f, err := ParseProducerPerformance(out, r.warmup)
+	f, err := ParseProducerPerformance(out, r.Warmup)
 	return measured(cmd, f, err)
 }
 
@@ -144,9 +144,9 @@ func (kafkaVendor) publish(ctx context.Context, r *runner, topic string) results
 // offset.
 func (kafkaVendor) consume(ctx context.Context, r *runner, topic string, messages int64) results.Measurement {
 	cmd := r.javaCmd("org.apache.kafka.tools.ConsumerPerformance",
-		"--bootstrap-server", strings.Join(r.cfg.List(kafkadriver.SettingBrokers), ","), "--topic", topic,
+		"--bootstrap-server", strings.Join(r.Cfg.List(kafkadriver.SettingBrokers), ","), "--topic", topic,
 		"--messages", strconv.FormatInt(messages, 10), "--group", topic+"-vendor-g", "--timeout", "10000")
-	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "kafka-consumer", args: cmd[1:], timeout: r.maxDrain + toolSlack})
+	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "kafka-consumer", args: cmd[1:], timeout: r.MaxDrain + toolSlack})
 	if err != nil {
 		return measured(cmd, Figure{}, err)
 	}
@@ -156,7 +156,7 @@ func (kafkaVendor) consume(ctx context.Context, r *runner, topic string, message
 
 // kafkaMessages sums the topic's end offsets: what a drain must read.
 func kafkaMessages(ctx context.Context, r *runner, topic string) (int64, error) {
-	opts, err := kafkadriver.ClientOpts(r.cfg)
+	opts, err := kafkadriver.ClientOpts(r.Cfg)
 	if err != nil {
 		return 0, err
 	}
@@ -191,11 +191,11 @@ func (rabbitVendor) tool() string { return "com.rabbitmq:perf-test:" + PerfTestV
 // gets one queue, round robin.
 func (r *runner) perfTestQueues(topic string) []string {
 	return []string{"--queue-pattern", topic + ".%d", "--queue-pattern-from", "0",
-		"--queue-pattern-to", strconv.Itoa(r.shape.Shards - 1), "--predeclared", "--auto-delete", "false"}
+		"--queue-pattern-to", strconv.Itoa(r.Shape.Shards - 1), "--predeclared", "--auto-delete", "false"}
 }
 
 func (r *runner) perfTestURI() string {
-	raw := r.cfg.Get(rabbitdriver.SettingURL)
+	raw := r.Cfg.Get(rabbitdriver.SettingURL)
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
@@ -207,18 +207,18 @@ func (r *runner) perfTestURI() string {
 // connections × shards/Producers channels), persistent messages, a
 // sliding confirm window of Batch unconfirmed messages per channel.
 func (rabbitVendor) publish(ctx context.Context, r *runner, topic string) results.Measurement {
-	s := r.shape
+	s := r.Shape
 	channels := (s.Shards + s.Producers - 1) / s.Producers
 	args := []string{"--uri", r.perfTestURI(), "--producers", strconv.Itoa(s.Producers),
 		"--producer-channel-count", strconv.Itoa(channels), "--consumers", "0",
 		"--confirm", strconv.Itoa(s.Batch), "--size", strconv.Itoa(s.MessageSize), "--flag", "persistent",
-		"--time", strconv.Itoa(int(math.Ceil(r.duration.Seconds()))), "--id", "calibrate-publish"}
+		"--time", strconv.Itoa(int(math.Ceil(r.Duration.Seconds()))), "--id", "calibrate-publish"}
 	cmd := r.javaCmd("com.rabbitmq.perf.PerfTest", append(args, r.perfTestQueues(topic)...)...)
-	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rabbitmq-perftest-publish", args: cmd[1:], timeout: r.duration + toolSlack})
+	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rabbitmq-perftest-publish", args: cmd[1:], timeout: r.Duration + toolSlack})
 	if err != nil {
 		return measured(cmd, Figure{}, err)
 	}
-	f, err := ParsePerfTestPublish(out, r.warmup)
+	f, err := ParsePerfTestPublish(out, r.Warmup)
 	return measured(cmd, f, err)
 }
 
@@ -227,14 +227,14 @@ func (rabbitVendor) publish(ctx context.Context, r *runner, topic string) result
 // consumer), manual acks one by one (PerfTest's default), the shape's
 // prefetch, until the queues are empty.
 func (rabbitVendor) consume(ctx context.Context, r *runner, topic string, _ int64) results.Measurement {
-	s := r.shape
+	s := r.Shape
 	channels := (s.Shards + s.Consumers - 1) / s.Consumers
 	args := []string{"--uri", r.perfTestURI(), "--producers", "0", "--consumers", strconv.Itoa(s.Consumers),
 		"--consumer-channel-count", strconv.Itoa(channels),
 		"--qos", strconv.Itoa(s.Prefetch), "--exit-when", "empty",
-		"--time", strconv.Itoa(int(math.Ceil(r.maxDrain.Seconds()))), "--id", "calibrate-consume"}
+		"--time", strconv.Itoa(int(math.Ceil(r.MaxDrain.Seconds()))), "--id", "calibrate-consume"}
 	cmd := r.javaCmd("com.rabbitmq.perf.PerfTest", append(args, r.perfTestQueues(topic)...)...)
-	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rabbitmq-perftest-consume", args: cmd[1:], timeout: r.maxDrain + toolSlack})
+	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rabbitmq-perftest-consume", args: cmd[1:], timeout: r.MaxDrain + toolSlack})
 	if err != nil {
 		return measured(cmd, Figure{}, err)
 	}
@@ -272,25 +272,25 @@ const rocketBacklogFactor = 2
 // selector spreads messages round robin), reporting every second, stopped
 // once it has sent for rocketBacklogFactor × the shape's duration.
 func (rocketVendor) publish(ctx context.Context, r *runner, topic string) results.Measurement {
-	s := r.shape
+	s := r.Shape
 	cmd := r.javaCmd("org.apache.rocketmq.example.benchmark.Producer",
-		"-n", strings.Join(r.cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-w", strconv.Itoa(s.Producers),
+		"-n", strings.Join(r.Cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-w", strconv.Itoa(s.Producers),
 		"-s", strconv.Itoa(s.MessageSize), "-k", "false", "-ri", "1000")
 	cmd = append(cmd[:1], append(r.rocketJVM(), cmd[1:]...)...)
 	lines := 0
-	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rocketmq-producer", args: cmd[1:], stopOK: true,
-		timeout: rocketBacklogFactor*r.duration + toolSlack + 10*time.Second,
+	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rocketmq-producer", args: cmd[1:],
+		timeout: rocketBacklogFactor*r.Duration + toolSlack + 10*time.Second,
 		until: func(line string) bool {
 			if rmqSendRE.MatchString(line) {
 				lines++
 			}
 			// Line k covers seconds k … k+9 after launch.
-			return float64(lines+rmqWindow) >= rocketBacklogFactor*r.duration.Seconds()
+			return float64(lines+rmqWindow) >= rocketBacklogFactor*r.Duration.Seconds()
 		}})
 	if err != nil {
 		return measured(cmd, Figure{}, err)
 	}
-	f, err := ParseRocketMQProducer(out, r.warmup)
+	f, err := ParseRocketMQProducer(out, r.Warmup)
 	return measured(cmd, f, err)
 }
 
@@ -300,12 +300,12 @@ func (rocketVendor) publish(ctx context.Context, r *runner, topic string) result
 // window fell back to 0 after the drain.
 func (rocketVendor) consume(ctx context.Context, r *runner, topic string, _ int64) results.Measurement {
 	cmd := r.javaCmd("org.apache.rocketmq.example.benchmark.Consumer",
-		"-n", strings.Join(r.cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-g", topic+"_vendor_g",
-		"-w", strconv.Itoa(r.shape.Consumers), "-ri", "1000")
+		"-n", strings.Join(r.Cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-g", topic+"_vendor_g",
+		"-w", strconv.Itoa(r.Shape.Consumers), "-ri", "1000")
 	cmd = append(cmd[:1], append(r.rocketJVM(), cmd[1:]...)...)
 	seen := false
-	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rocketmq-consumer", args: cmd[1:], stopOK: true,
-		timeout: r.maxDrain + toolSlack + 10*time.Second,
+	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rocketmq-consumer", args: cmd[1:],
+		timeout: r.MaxDrain + toolSlack + 10*time.Second,
 		until: func(line string) bool {
 			m := rmqConsumeRE.FindStringSubmatch(line)
 			if m == nil {

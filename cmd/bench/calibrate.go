@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,7 +64,8 @@ machine and repeat, the ratios are steadier than the rates.`,
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			if err := checkBrokers(c.Context(), o.Stack, bs); err != nil {
+			// Calibrate needs no PostgreSQL: only the brokers are checked.
+			if _, err := checkReachable(c.Context(), o.Stack, bs); err != nil {
 				return err
 			}
 			cal, err := calibrate.Run(c.Context(), o)
@@ -107,27 +107,6 @@ machine and repeat, the ratios are steadier than the rates.`,
 	f.DurationVar(&warmup, "warmup", 5*time.Second, "start of each publish left out of the figure (JVM and client warm-up)")
 	f.DurationVar(&maxDrain, "max-drain", 60*time.Second, "longest a drain may take; a slower drain is cut and its figure covers what arrived")
 	return cmd
-}
-
-// checkBrokers fails naming every broker that does not answer (calibrate
-// needs no PostgreSQL).
-func checkBrokers(ctx context.Context, e *compose.Env, bs []string) error {
-	svcs, err := compose.Select(bs)
-	if err != nil {
-		return usageError{err}
-	}
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	var bad []string
-	for _, r := range compose.Status(ctx, e, svcs) {
-		if !r.Healthy {
-			bad = append(bad, fmt.Sprintf("%s at %s: %s", r.Service, r.Address, r.Detail))
-		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("not reachable:\n  %s\nstart the local stack with 'bench stack up' or point the flags/INBOXBENCH_* variables at your servers", strings.Join(bad, "\n  "))
-	}
-	return nil
 }
 
 // printCalibration prints one row per broker: vendor and driver publish

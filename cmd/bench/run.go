@@ -254,16 +254,22 @@ func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[st
 			need = append(need, b)
 		}
 	}
-	svcs, err := compose.Select(need)
+	dir, _ := compose.AbsDir(cfg.StackDir)
+	return checkReachable(ctx, &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, need)
+}
+
+// checkReachable asks each named service once (20 s at most) and fails
+// naming every one that does not answer; else it returns their versions.
+func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[string]string, error) {
+	svcs, err := compose.Select(names)
 	if err != nil {
 		return nil, err
 	}
-	dir, _ := compose.AbsDir(cfg.StackDir)
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	versions := map[string]string{}
 	var bad []string
-	for _, r := range compose.Status(ctx, &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, svcs) {
+	for _, r := range compose.Status(ctx, e, svcs) {
 		if !r.Healthy {
 			bad = append(bad, fmt.Sprintf("%s at %s: %s", r.Service, r.Address, r.Detail))
 			continue
