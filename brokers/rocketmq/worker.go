@@ -236,6 +236,7 @@ func (s *subscription) pullLoop(w *worker, off int64) {
 
 // handleLoop hands the buffered messages to the Handler in order.
 func (s *subscription) handleLoop(w *worker) {
+	shard := w.q.String() // one queue per worker: built once, not per delivery
 	for {
 		msgs := w.take(s.opts.MaxBatch)
 		if msgs == nil || !w.waitLease() {
@@ -245,8 +246,8 @@ func (s *subscription) handleLoop(w *worker) {
 		for i, m := range msgs {
 			ds[i] = &brokers.Delivery{
 				Message:     message(m),
-				TransportID: transportID(w.q, m),
-				Shard:       w.q.String(),
+				TransportID: transportID(shard, m),
+				Shard:       shard,
 				BrokerTime:  time.UnixMilli(m.StoreTimestamp),
 			}
 		}
@@ -440,8 +441,9 @@ func message(m *primitive.MessageExt) brokers.Message {
 	return out
 }
 
-func transportID(q queue, m *primitive.MessageExt) string {
-	return m.MsgId + "@" + q.String() + ":" + strconv.FormatInt(m.QueueOffset, 10)
+// transportID is the message's id on the broker: its id, queue and offset.
+func transportID(shard string, m *primitive.MessageExt) string {
+	return m.MsgId + "@" + shard + ":" + strconv.FormatInt(m.QueueOffset, 10)
 }
 
 // DeadLetters implements brokers.DeadLetterReader by consuming
