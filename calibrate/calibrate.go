@@ -26,11 +26,9 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
 
-	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
@@ -76,12 +74,13 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--max-drain %s: at least 1s", o.MaxDrain)
 	}
 	for _, b := range o.Brokers {
-		if _, err := vendorFor(b); err != nil {
+		v, err := vendorFor(b)
+		if err != nil {
 			return err
 		}
-	}
-	if slices.Contains(o.Brokers, "kafka") && (o.Cfg.Bool(kafkadriver.SettingTLS) || o.Cfg.Get(kafkadriver.SettingCAFile) != "" || o.Cfg.Get(kafkadriver.SettingSASL) != "") {
-		return fmt.Errorf("kafka: calibrate passes only bootstrap.servers to the vendor tools: TLS and SASL clusters are not supported")
+		if err := v.check(o.Cfg); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -131,8 +130,8 @@ func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 // broker measures one broker: vendor publish, vendor drain, driver
 // publish, driver drain.
 func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibration {
-	row := results.BrokerCalibration{Broker: name, Server: serverVersion(ctx, r.Stack, name), Notes: shapeNotes(name, r.Shape)}
 	v, _ := vendorFor(name)
+	row := results.BrokerCalibration{Broker: name, Server: serverVersion(ctx, r.Stack, name), Notes: shapeNotes(v, r.Shape)}
 	row.Vendor.Tool = v.tool()
 	row.Driver.Tool = driverTool(name)
 	version, coords := v.fetch()
@@ -168,11 +167,9 @@ func (r *runner) vendorSide(ctx context.Context, name string, v vendor, side *re
 	if side.Publish.Error != "" {
 		return fmt.Errorf("vendor publish: %s", side.Publish.Error)
 	}
-	messages := side.Publish.Messages
-	if name == "kafka" {
-		if messages, err = kafkaMessages(ctx, r, topic); err != nil {
-			return err
-		}
+	messages, err := v.backlog(ctx, r, topic, side.Publish.Messages)
+	if err != nil {
+		return err
 	}
 	if messages > 0 {
 		r.say("%-9s vendor drain of %d messages", name, messages)

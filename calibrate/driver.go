@@ -121,25 +121,12 @@ func perSecond(s *brokerbench.Series) []float64 {
 }
 
 // shapeNotes say where the vendor tool's shape differs from the driver's
-// unavoidably; the README explains each.
-func shapeNotes(broker string, s results.Shape) []string {
+// unavoidably (the driver's side, then v's); the README explains each.
+func shapeNotes(v vendor, s results.Shape) []string {
 	acks := "acks one by one"
 	if s.MaxBatch > 1 {
 		acks = fmt.Sprintf("handler batches of up to %d deliveries (--max-batch: the vendor consumers take one at a time)", s.MaxBatch)
 	}
 	common := fmt.Sprintf("driver: %d publishers, each sends %d messages with keys and waits for all their confirms before the next call; one subscription, a goroutine or channel per shard, %s", s.Producers, s.Batch, acks)
-	switch broker {
-	case "kafka":
-		return []string{common,
-			"ProducerPerformance is one producer client sending without waiting (unbounded in flight up to buffer.memory, linger.ms=5, batch.size=16384), records without key; ConsumerPerformance is one consumer client; the producers/consumers counts do not apply to them"}
-	case "rabbitmq":
-		return []string{common,
-			fmt.Sprintf("PerfTest keeps a sliding window of %d unconfirmed messages per channel, one channel per queue (%d in flight at most); the driver's publishers each send a batch on a confirm channel of their own and wait for all its confirms before the next (%d in flight at most, fewer on average)", s.Batch, s.Batch*s.Shards, s.Batch*s.Producers)}
-	case "rocketmq":
-		return []string{common,
-			fmt.Sprintf("benchmark Producer: %d threads, each one synchronous send at a time, no key (round robin over queues); the driver's publishers send each Publish call's messages of one queue (the key's hash queue) as one synchronous batch send, so a key's order holds", s.Producers),
-			fmt.Sprintf("the benchmark Producer runs %d× the duration, so its Consumer's drain lasts long enough to be resolved from its 1 s sliding-window reports; its figure is its last 9 s window", rocketBacklogFactor),
-			"benchmark Consumer is a concurrent push consumer; the driver's is orderly (a broker lock per queue, one batch of a queue at a time)"}
-	}
-	return nil
+	return append([]string{common}, v.notes(s)...)
 }

@@ -44,18 +44,24 @@ type vendor interface {
 	// publish runs the producer into topic (already created with the
 	// shape's shards) and parses its output.
 	publish(ctx context.Context, r *runner, topic string) results.Measurement
+	// backlog is what the drain of topic must read after the vendor
+	// published the given count.
+	backlog(ctx context.Context, r *runner, topic string, published int64) (int64, error)
 	// consume drains topic, which holds messages, as a new group.
 	consume(ctx context.Context, r *runner, topic string, messages int64) results.Measurement
+	// check refuses settings the tool cannot be given.
+	check(cfg config.Config) error
+	// notes say where the vendor tool's shape differs from the driver's
+	// unavoidably; the README explains each.
+	notes(s results.Shape) []string
 }
 
+// vendors are the perf tools by broker driver name.
+var vendors = map[string]vendor{"kafka": kafkaVendor{}, "rabbitmq": rabbitVendor{}, "rocketmq": rocketVendor{}}
+
 func vendorFor(broker string) (vendor, error) {
-	switch broker {
-	case "kafka":
-		return kafkaVendor{}, nil
-	case "rabbitmq":
-		return rabbitVendor{}, nil
-	case "rocketmq":
-		return rocketVendor{}, nil
+	if v, ok := vendors[broker]; ok {
+		return v, nil
 	}
 	return nil, fmt.Errorf("no vendor perf tool for broker %q: calibrate knows kafka, rabbitmq and rocketmq", broker)
 }
@@ -154,8 +160,9 @@ func (kafkaVendor) consume(ctx context.Context, r *runner, topic string, message
 	return measured(cmd, f, err)
 }
 
-// kafkaMessages sums the topic's end offsets: what a drain must read.
-func kafkaMessages(ctx context.Context, r *runner, topic string) (int64, error) {
+// backlog sums the topic's end offsets: ProducerPerformance, stopped, does
+// not say how many of its records were acked.
+func (kafkaVendor) backlog(ctx context.Context, r *runner, topic string, _ int64) (int64, error) {
 	opts, err := kafkadriver.ClientOpts(r.Cfg)
 	if err != nil {
 		return 0, err
@@ -177,6 +184,10 @@ func kafkaMessages(ctx context.Context, r *runner, topic string) (int64, error) 
 // --- RabbitMQ ----------------------------------------------------------
 
 type rabbitVendor struct{}
+
+func (rabbitVendor) backlog(_ context.Context, _ *runner, _ string, published int64) (int64, error) {
+	return published, nil
+}
 
 func (rabbitVendor) fetch() (string, []string) {
 	return PerfTestVersion, []string{"com.rabbitmq:perf-test:" + PerfTestVersion}
@@ -245,6 +256,10 @@ func (rabbitVendor) consume(ctx context.Context, r *runner, topic string, _ int6
 // --- RocketMQ ----------------------------------------------------------
 
 type rocketVendor struct{}
+
+func (rocketVendor) backlog(_ context.Context, _ *runner, _ string, published int64) (int64, error) {
+	return published, nil
+}
 
 func (rocketVendor) fetch() (string, []string) {
 	return RocketMQExampleVersion, []string{"org.apache.rocketmq:rocketmq-example:" + RocketMQExampleVersion}
@@ -322,3 +337,28 @@ func (rocketVendor) consume(ctx context.Context, r *runner, topic string, _ int6
 	f, err := ParseRocketMQConsumer(out)
 	return measured(cmd, f, err)
 }
+
+func (kafkaVendor) notes(results.Shape) []string {
+	return []string{"ProducerPerformance is one producer client sending without waiting (unbounded in flight up to buffer.memory, linger.ms=5, batch.size=16384), records without key; ConsumerPerformance is one consumer client; the producers/consumers counts do not apply to them"}
+}
+
+func (rabbitVendor) notes(s results.Shape) []string {
+	return []string{fmt.Sprintf("PerfTest keeps a sliding window of %d unconfirmed messages per channel, one channel per queue (%d in flight at most); the driver's publishers each send a batch on a confirm channel of their own and wait for all its confirms before the next (%d in flight at most, fewer on average)", s.Batch, s.Batch*s.Shards, s.Batch*s.Producers)}
+}
+
+func (rocketVendor) notes(s results.Shape) []string {
+	return []string{
+		fmt.Sprintf("benchmark Producer: %d threads, each one synchronous send at a time, no key (round robin over queues); the driver's publishers send each Publish call's messages of one queue (the key's hash queue) as one synchronous batch send, so a key's order holds", s.Producers),
+		fmt.Sprintf("the benchmark Producer runs %d× the duration, so its Consumer's drain lasts long enough to be resolved from its 1 s sliding-window reports; its figure is its last 9 s window", rocketBacklogFactor),
+		"benchmark Consumer is a concurrent push consumer; the driver's is orderly (a broker lock per queue, one batch of a queue at a time)"}
+}
+
+func (kafkaVendor) check(cfg config.Config) error {
+	if cfg.Bool(kafkadriver.SettingTLS) || cfg.Get(kafkadriver.SettingCAFile) != "" || cfg.Get(kafkadriver.SettingSASL) != "" {
+		return fmt.Errorf("kafka: calibrate passes only bootstrap.servers to the vendor tools: TLS and SASL clusters are not supported")
+	}
+	return nil
+}
+
+func (rabbitVendor) check(config.Config) error { return nil }
+func (rocketVendor) check(config.Config) error { return nil }

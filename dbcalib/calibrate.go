@@ -240,7 +240,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // last about the warm-up plus Measure.
 func (c *calibration) size(ctx context.Context, st string) error {
 	pilot := c.o.Spec.Consumers * 400
-	if st == "batch" {
+	if batched(st) {
 		pilot = c.o.Spec.Consumers * c.o.Spec.BatchSize * 40
 	}
 	cell, _, err := c.none(ctx, c.emptyInbox(), st, max(pilot, c.o.Spec.Aggregates), inbox.AuditOff)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,6 +29,17 @@ type Shape struct {
 // Twins lists the strategies that have a pgbench twin.
 var Twins = []string{"tx", "batch"}
 
+// batched reports whether the built-in strategy applies events in batches
+// (inbox.Batching): its twin's transactions then apply batch_size events.
+func batched(strategy string) bool {
+	st, err := inbox.Lookup(strategy)
+	if err != nil {
+		return false
+	}
+	b, ok := st.(inbox.Batching)
+	return ok && b.PrefersBatches()
+}
+
 // perClient is how many aggregates each client owns. Client c owns
 // aggregates c, c+Clients, c+2·Clients …, as a bench run consumer owns the
 // keys of its shards: no two clients ever touch the same account.
@@ -35,7 +47,7 @@ func (s Shape) perClient() int { return s.Aggregates / s.Clients }
 
 // EventsPerTx is how many events one pgbench transaction applies.
 func (s Shape) EventsPerTx() int {
-	if s.Strategy == "batch" {
+	if batched(s.Strategy) {
 		return s.BatchSize
 	}
 	return 1
@@ -44,11 +56,11 @@ func (s Shape) EventsPerTx() int {
 // check names what the twin cannot reproduce.
 func (s Shape) check() error {
 	switch {
-	case s.Strategy != "tx" && s.Strategy != "batch":
+	case !slices.Contains(Twins, s.Strategy):
 		return fmt.Errorf("strategy %q has no pgbench twin: use %s", s.Strategy, strings.Join(Twins, " or "))
 	case s.Clients < 1 || s.Aggregates < s.Clients:
 		return fmt.Errorf("aggregates %d, consumers %d: every consumer needs at least one aggregate of its own", s.Aggregates, s.Clients)
-	case s.Strategy == "batch" && s.perClient() < s.BatchSize:
+	case batched(s.Strategy) && s.perClient() < s.BatchSize:
 		return fmt.Errorf("aggregates %d over %d consumers leave %d per consumer, fewer than batch_size %d: a batch must touch distinct aggregates; raise aggregates to at least %d",
 			s.Aggregates, s.Clients, s.perClient(), s.BatchSize, s.Clients*s.BatchSize)
 	}
@@ -121,7 +133,7 @@ func Script(s Shape) (string, error) {
 	if err := s.check(); err != nil {
 		return "", err
 	}
-	if s.Strategy == "batch" {
+	if batched(s.Strategy) {
 		return s.batchScript()
 	}
 	return s.txScript()

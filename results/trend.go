@@ -60,11 +60,11 @@ type envClass struct {
 	Measure    bool
 }
 
-func classOf(e Env, broker string) envClass {
+func classOf(e Env, cell *Cell) envClass {
 	c := envClass{Cores: e.Cores, MemoryGiB: int64(math.Round(float64(e.MemoryMiB) / 1024)), OS: e.OS,
 		Postgres: e.Postgres, Durability: durabilityText(e.Durability), Measure: e.Measure}
-	if broker != "none" {
-		c.Broker = broker + " " + e.Brokers[broker]
+	if !cell.Baseline { // a baseline cell has no broker server
+		c.Broker = cell.Broker + " " + e.Brokers[cell.Broker]
 	}
 	return c
 }
@@ -247,7 +247,7 @@ func (ct *cellTrend) splitSeries() {
 	for i := range ct.Points {
 		p := &ct.Points[i]
 		wl := WorkloadHash(p.Run.Run.Workload)
-		cl := classOf(p.Run.Run.Env, p.Cell.Broker)
+		cl := classOf(p.Run.Run.Env, p.Cell)
 		key := wl + "\x00" + fmt.Sprintf("%+v", cl)
 		s, ok := index[key]
 		if !ok {
