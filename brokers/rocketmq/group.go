@@ -9,9 +9,13 @@ package rocketmq
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha1"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -139,15 +143,16 @@ func allocate(queues []queue, members []string, me string) []queue {
 type groupClient struct {
 	group    string
 	clientID string
-	onNotify func() // the broker says the group's membership changed
+	creds    primitive.Credentials // ACL: requests are signed when AccessKey is set
+	onNotify func()                // the broker says the group's membership changed
 
 	mu     sync.Mutex
 	conns  map[string]*conn
 	closed bool
 }
 
-func newGroupClient(group, clientID string, onNotify func()) *groupClient {
-	return &groupClient{group: group, clientID: clientID, onNotify: onNotify, conns: map[string]*conn{}}
+func newGroupClient(group, clientID string, creds primitive.Credentials, onNotify func()) *groupClient {
+	return &groupClient{group: group, clientID: clientID, creds: creds, onNotify: onNotify, conns: map[string]*conn{}}
 }
 
 // fresh reports whether a call to addr would open a new connection (the
@@ -187,7 +192,7 @@ func (g *groupClient) call(ctx context.Context, addr string, code int, ext map[s
 	if err != nil {
 		return frame{}, err
 	}
-	f, err := c.call(ctx, code, ext, body)
+	f, err := c.call(ctx, code, signed(g.creds, ext, body), body)
 	if err != nil {
 		return frame{}, err
 	}
@@ -367,4 +372,30 @@ func (g *groupClient) pull(ctx context.Context, addr string, q queue, offset int
 		out.msgs = primitive.DecodeMessage(f.body)
 	}
 	return out, nil
+}
+
+// signed returns ext with the ACL fields of RocketMQ's remoting protocol
+// when creds has an access key (else ext as it is), as the client
+// library's producer and admin sign theirs: Signature is the base64
+// HMAC-SHA1, keyed by the secret key, of the values of every field
+// (AccessKey included) in the order of their names, followed by body.
+func signed(creds primitive.Credentials, ext map[string]string, body []byte) map[string]string {
+	if creds.AccessKey == "" {
+		return ext
+	}
+	out := make(map[string]string, len(ext)+3)
+	for k, v := range ext {
+		out[k] = v
+	}
+	out["AccessKey"] = creds.AccessKey
+	mac := hmac.New(sha1.New, []byte(creds.SecretKey))
+	for _, k := range slices.Sorted(maps.Keys(out)) {
+		mac.Write([]byte(out[k]))
+	}
+	mac.Write(body)
+	out["Signature"] = base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	if creds.SecurityToken != "" {
+		out["SecurityToken"] = creds.SecurityToken // sent, not signed, as the library does
+	}
+	return out
 }

@@ -98,7 +98,7 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		workers:   map[queue]*worker{},
 		releasing: map[queue]chan struct{}{},
 	}
-	s.gc = newGroupClient(group, s.clientID, s.rebalanceSoon)
+	s.gc = newGroupClient(group, s.clientID, b.creds, s.rebalanceSoon)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// Register now, so a broker that cannot be reached fails Subscribe
 	// (bounded by ctx) instead of a consumer that never consumes.
