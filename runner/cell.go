@@ -161,6 +161,11 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if err != nil {
 		return errors.Join(s.err, err)
 	}
+	// The cell's tables are final: autovacuum on them would run during
+	// the next cell.
+	if err := inbox.Retire(ctx, pool, c.id); err != nil {
+		c.o.Log.Warn("retire the cell's schema", "err", err)
+	}
 	misses, examples := t.dedupMisses()
 	judgeDecisions(&inv, misses, examples)
 	res.Invariants = inv
