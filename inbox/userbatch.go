@@ -18,11 +18,27 @@ import (
 // returns one row per event with its ordinal and its result. The harness
 // hands such a file batches of up to the workload's batch size, as it does
 // the built-in batch strategy, and parks the events it answers GAP.
+//
+// With parking on, a chunk also carries the parked events of its
+// aggregates, ahead of the chunk's own (they arrived first), as the
+// built-in batch decides its parked events beside the batch: the
+// predecessor that releases a parked event usually arrives in a batch,
+// and the file then applies the whole run in one statement instead of
+// the harness draining it event by event. The chunk's transaction takes
+// the park locks of its aggregates first (sorted, as every park decision
+// and drain check does), so no park of these aggregates can slip between
+// the read and the commit; parked events the file decided (anything but
+// GAP) leave the parked table in that transaction.
 
 // applyBatchSQL applies events with the @batch statements, in chunks of
 // the inbox's batch size; a chunk that fails for good is redone event by
 // event, so one bad event does not cost its neighbours their decision.
-func (s *FileStrategy) applyBatchSQL(ctx context.Context, in *Inbox, r *fileSQL, consumer string, events []*envelope.Event) []Outcome {
+//
+// With sweep, each chunk carries its aggregates' parked events; it
+// returns the aggregates whose parked events a chunk decided under their
+// park locks: their drain check after the commit would find nothing the
+// file can apply.
+func (s *FileStrategy) applyBatchSQL(ctx context.Context, in *Inbox, r *fileSQL, consumer string, events []*envelope.Event, sweep bool) ([]Outcome, map[string]bool) {
 	outs := make([]Outcome, len(events))
 	var ok []int
 	for i, ev := range events {
@@ -36,88 +52,220 @@ func (s *FileStrategy) applyBatchSQL(ctx context.Context, in *Inbox, r *fileSQL,
 		}
 		ok = append(ok, i)
 	}
+	swept := map[string]bool{}
 	for start := 0; start < len(ok); start += in.opt.BatchSize {
-		s.batchChunk(ctx, in, r, consumer, events, ok[start:min(start+in.opt.BatchSize, len(ok))], outs)
+		s.batchChunk(ctx, in, r, consumer, events, ok[start:min(start+in.opt.BatchSize, len(ok))], outs, sweep, swept)
 	}
-	return outs
+	return outs, swept
 }
 
-func (s *FileStrategy) batchChunk(ctx context.Context, in *Inbox, r *fileSQL, consumer string, events []*envelope.Event, idx []int, outs []Outcome) {
+// batchChunk decides one chunk in one transaction; sweep says whether the
+// chunk also carries its aggregates' parked events (swept collects the
+// aggregates of such chunks that committed). A chunk that fails for good
+// is redone event by event without the parked events, so a parked event
+// the file cannot decide costs only its own drain, not its aggregate's
+// later events.
+func (s *FileStrategy) batchChunk(ctx context.Context, in *Inbox, r *fileSQL, consumer string, events []*envelope.Event, idx []int, outs []Outcome, sweep bool, swept map[string]bool) {
 	evs := make([]*envelope.Event, len(idx))
 	for k, i := range idx {
 		evs[k] = events[i]
 	}
 	start := time.Now()
-	var res []string
-	var last *renderedStmt
+	var b fileBatch
 	attempts, err := in.retry(ctx, func(ctx context.Context) error {
 		if err := in.ensurePartitions(ctx, evs...); err != nil {
 			return err
 		}
 		var err error
-		res, last, err = s.runBatch(ctx, in, r, consumer, evs)
+		b, err = s.runBatch(ctx, in, r, consumer, evs, sweep)
 		return err
 	})
-	if err != nil && len(idx) > 1 && !errors.Is(err, ErrRetryable) && ctx.Err() == nil {
+	if err != nil && (len(idx) > 1 || sweep) && !errors.Is(err, ErrRetryable) && ctx.Err() == nil {
 		for _, i := range idx {
-			s.batchChunk(ctx, in, r, consumer, events, []int{i}, outs)
+			s.batchChunk(ctx, in, r, consumer, events, []int{i}, outs, false, swept)
+			delete(swept, events[i].Subject) // applied without the park locks: check after all
 		}
 		return
 	}
 	d := time.Since(start)
-	for k, i := range idx {
-		o := newOutcome(events[i])
-		o.Attempts, o.Duration = attempts, d
-		switch {
-		case err != nil:
-			o.Err = eventErr(consumer, events[i], s.Name(), s.stmtErr(last, err))
-		default:
-			rr, perr := ParseResult(res[k])
-			if perr != nil {
-				o.Err = eventErr(consumer, events[i], s.Name(), s.stmtErr(last, perr))
-			}
-			o.Result = rr
+	if err != nil {
+		// Nothing committed: the parked events stay parked.
+		for _, i := range idx {
+			outs[i] = newOutcome(events[i])
+			outs[i].Attempts, outs[i].Duration = attempts, d
+			outs[i].Err = eventErr(consumer, events[i], s.Name(), s.stmtErr(b.last, err))
 		}
-		outs[i] = o
+		return
+	}
+	outcome := func(ev *envelope.Event, res string) Outcome {
+		o := newOutcome(ev)
+		o.Attempts, o.Duration = attempts, d
+		rr, perr := ParseResult(res)
+		if perr != nil {
+			o.Err = eventErr(consumer, ev, s.Name(), s.stmtErr(b.last, perr))
+		}
+		o.Result = rr
+		return o
+	}
+	byAgg := map[string]int{} // aggregate → the chunk event its drained events hang on
+	for k, i := range idx {
+		outs[i] = outcome(events[i], b.res[len(b.parked)+k])
+		if sweep {
+			swept[events[i].Subject] = true
+		}
+		if j, ok := byAgg[events[i].Subject]; !ok || outs[j].Result != Applied {
+			byAgg[events[i].Subject] = i
+		}
+	}
+	for k, p := range b.parked {
+		if b.res[k] == Gap.String() {
+			continue // still waiting for its predecessor, still parked
+		}
+		o := outcome(p, b.res[k])
+		if o.Result == Applied {
+			in.counters.drained.Add(1)
+		}
+		i := byAgg[p.Subject]
+		outs[i].Drained = append(outs[i].Drained, o)
 	}
 }
 
-// runBatch runs the @batch statements once, in one transaction, and
-// returns each event's result in batch order.
-func (s *FileStrategy) runBatch(ctx context.Context, in *Inbox, r *fileSQL, consumer string, evs []*envelope.Event) ([]string, *renderedStmt, error) {
-	res := make([]string, len(evs))
-	last := r.batch[len(r.batch)-1]
+// fileBatch is what one run of the @batch statements decided: a result per
+// event, the swept parked events first, then the chunk's.
+type fileBatch struct {
+	parked []*envelope.Event
+	res    []string
+	last   *renderedStmt // the statement that failed, else the last
+}
+
+// runBatch runs the @batch statements once, in one transaction, over the
+// chunk's events and (sweep) its aggregates' parked events. The file sees
+// each event once: a second copy of an event (a redelivery in the same
+// batch, or of a parked event) gets the first copy's result, DUPLICATE
+// where that one applied, as in the built-in batch strategy.
+func (s *FileStrategy) runBatch(ctx context.Context, in *Inbox, r *fileSQL, consumer string, evs []*envelope.Event, sweep bool) (fileBatch, error) {
+	b := fileBatch{last: r.batch[len(r.batch)-1]}
 	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
-		for _, st := range r.batch[:len(r.batch)-1] {
-			if _, err := tx.Exec(ctx, st.sql, batchArgs(st, consumer, evs)...); err != nil {
-				last = st
+		all := evs
+		if sweep {
+			var err error
+			if b.parked, err = in.sweepParked(ctx, tx, consumer, evs); err != nil {
 				return err
 			}
+			all = append(append(make([]*envelope.Event, 0, len(b.parked)+len(evs)), b.parked...), evs...)
 		}
-		rows, err := tx.Query(ctx, last.sql, batchArgs(last, consumer, evs)...)
+		uniq, first, again := firstCopies(all)
+		res, err := s.decideBatch(ctx, tx, r, consumer, uniq, &b.last)
 		if err != nil {
 			return err
 		}
-		var ord int64
-		var result string
-		_, err = pgx.ForEachRow(rows, []any{&ord, &result}, func() error {
-			if ord < 1 || ord > int64(len(evs)) || res[ord-1] != "" {
-				return fmt.Errorf("%w: ordinal %d: want each of 1..%d once", ErrUnknownResult, ord, len(evs))
-			}
-			res[ord-1] = result
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for k, v := range res {
-			if v == "" {
-				return fmt.Errorf("%w: no row for ordinal %d (%s)", ErrUnknownResult, k+1, evs[k].ID)
+		b.res = make([]string, len(all))
+		for k := range all {
+			b.res[k] = res[first[k]]
+			if again[k] && b.res[k] == Applied.String() {
+				b.res[k] = Duplicate.String()
 			}
 		}
+		return in.unparkDecided(ctx, tx, consumer, b.parked, b.res)
+	})
+	return b, err
+}
+
+// firstCopies lists each event of evs once, at its first copy; first maps
+// every position in evs to its event's position in uniq, again marks the
+// later copies.
+func firstCopies(evs []*envelope.Event) (uniq []*envelope.Event, first []int, again []bool) {
+	at := make(map[eventKey]int, len(evs))
+	first, again = make([]int, len(evs)), make([]bool, len(evs))
+	uniq = make([]*envelope.Event, 0, len(evs))
+	for k, ev := range evs {
+		j, ok := at[keyOf(ev)]
+		if !ok {
+			j = len(uniq)
+			at[keyOf(ev)] = j
+			uniq = append(uniq, ev)
+		}
+		first[k], again[k] = j, ok
+	}
+	return uniq, first, again
+}
+
+// decideBatch runs the @batch statements in tx and returns each event's
+// result in batch order; *last is set to the statement that failed.
+func (s *FileStrategy) decideBatch(ctx context.Context, tx pgx.Tx, r *fileSQL, consumer string, evs []*envelope.Event, last **renderedStmt) ([]string, error) {
+	for _, st := range r.batch[:len(r.batch)-1] {
+		if _, err := tx.Exec(ctx, st.sql, batchArgs(st, consumer, evs)...); err != nil {
+			*last = st
+			return nil, err
+		}
+	}
+	rows, err := tx.Query(ctx, (*last).sql, batchArgs(*last, consumer, evs)...)
+	if err != nil {
+		return nil, err
+	}
+	res := make([]string, len(evs))
+	var ord int64
+	var result string
+	_, err = pgx.ForEachRow(rows, []any{&ord, &result}, func() error {
+		if ord < 1 || ord > int64(len(evs)) || res[ord-1] != "" {
+			return fmt.Errorf("%w: ordinal %d: want each of 1..%d once", ErrUnknownResult, ord, len(evs))
+		}
+		res[ord-1] = result
 		return nil
 	})
-	return res, last, err
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range res {
+		if v == "" {
+			return nil, fmt.Errorf("%w: no row for ordinal %d (%s)", ErrUnknownResult, k+1, evs[k].ID)
+		}
+	}
+	return res, nil
+}
+
+// sweepParked takes the park locks of the events' aggregates (sorted) in
+// tx and reads their parked events, lowest version first.
+func (in *Inbox) sweepParked(ctx context.Context, tx pgx.Tx, consumer string, evs []*envelope.Event) ([]*envelope.Event, error) {
+	aggs := make([]string, len(evs))
+	for i, ev := range evs {
+		aggs[i] = ev.Subject
+	}
+	if _, err := tx.Exec(ctx, in.sql.parkLockMany, consumer, aggs); err != nil {
+		return nil, fmt.Errorf("park locks: %w", err)
+	}
+	rows, err := tx.Query(ctx, in.sql.batchParked, consumer, aggs)
+	if err != nil {
+		return nil, fmt.Errorf("read parked events: %w", err)
+	}
+	parked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*envelope.Event, error) { return scanParked(r, "") })
+	if err != nil {
+		return nil, fmt.Errorf("read parked events: %w", err)
+	}
+	return parked, nil
+}
+
+// unparkDecided deletes, in tx, the parked events the file decided (res
+// holds their results first); a result it cannot read fails the
+// transaction, so no parked event leaves without a decision.
+func (in *Inbox) unparkDecided(ctx context.Context, tx pgx.Tx, consumer string, parked []*envelope.Event, res []string) error {
+	var src, ids []string
+	for k, p := range parked {
+		r, err := ParseResult(res[k])
+		if err != nil {
+			return fmt.Errorf("parked event %s: %w", p.Key(), err)
+		}
+		if r != Gap {
+			src, ids = append(src, p.Source), append(ids, p.ID)
+		}
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, in.sql.batchParkedDelete, consumer, src, ids); err != nil {
+		return fmt.Errorf("unpark decided events: %w", err)
+	}
+	return nil
 }
 
 // batchArgs binds a @batch statement's parameters for a batch, in $n

@@ -25,14 +25,16 @@ import (
 // predecessor's commit and waits for the lock, sees the parked row.
 
 // parkAndDrain parks the outcomes the file answered GAP and drains the
-// parked successors of every aggregate that applied something.
-func (s *FileStrategy) parkAndDrain(ctx context.Context, in *Inbox, r *fileSQL, consumer string, events []*envelope.Event, outs []Outcome) {
+// parked successors of every aggregate that applied something, except the
+// swept ones: their parked events were decided in the batch's own
+// transaction, under the park locks (userbatch.go).
+func (s *FileStrategy) parkAndDrain(ctx context.Context, in *Inbox, r *fileSQL, consumer string, events []*envelope.Event, outs []Outcome, swept map[string]bool) {
 	last := map[string]int{} // aggregate → index of its last applied outcome
 	for i := range outs {
 		if outs[i].Result == Gap && !outs[i].ParkOverflow && events[i] != nil {
 			outs[i] = s.park(ctx, in, r, consumer, events[i], outs[i])
 		}
-		if outs[i].Result == Applied {
+		if outs[i].Result == Applied && !swept[outs[i].Subject] {
 			last[outs[i].Subject] = i
 		}
 	}

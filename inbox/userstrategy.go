@@ -389,13 +389,14 @@ func textArgs(st *renderedStmt, args []any) []any {
 func (s *FileStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
 	r, err := s.ready(ctx, in)
 	var outs []Outcome
+	var swept map[string]bool
 	if err == nil && s.f.header["outcome"] == OutcomeBatch {
-		outs = s.applyBatchSQL(ctx, in, r, consumer, events)
+		outs, swept = s.applyBatchSQL(ctx, in, r, consumer, events, in.opt.Parking())
 	} else {
 		outs, _ = perEvent(events, func(ev *envelope.Event) Outcome { return s.applyEvent(ctx, in, r, err, consumer, ev) })
 	}
 	if in.opt.Parking() {
-		s.parkAndDrain(ctx, in, r, consumer, events, outs)
+		s.parkAndDrain(ctx, in, r, consumer, events, outs, swept)
 	}
 	return outs, joinOutcomeErrors(outs)
 }
@@ -427,7 +428,10 @@ func (s *FileStrategy) applyEvent(ctx context.Context, in *Inbox, r *fileSQL, pr
 	var o Outcome
 	switch {
 	case s.f.header["outcome"] == OutcomeBatch:
-		o = s.applyBatchSQL(ctx, in, r, consumer, []*envelope.Event{ev})[0]
+		// The parking code calls this for one event and keeps the parked
+		// table itself: no sweep.
+		outs, _ := s.applyBatchSQL(ctx, in, r, consumer, []*envelope.Event{ev}, false)
+		o = outs[0]
 	case s.f.header["outcome"] == OutcomeResult:
 		o = s.applyResult(ctx, in, r, consumer, ev)
 	case s.f.header["transaction"] == TxSplit:

@@ -255,6 +255,77 @@ func TestBatchFileMatchesBuiltinBatch(t *testing.T) {
 	}
 }
 
+// TestBatchFileParksLikeBuiltinBatch is the same comparison with parking
+// on: a chunk hands batch.sql the parked events of its aggregates, as the
+// built-in decides its parked events beside the batch, and deletes the
+// ones the file decided. Every event then took effect once, in both, and
+// the accounts, inbox rows and what stays parked are the same; most of
+// the file's parked events were released by a batch, not drained one by
+// one afterwards.
+func TestBatchFileParksLikeBuiltinBatch(t *testing.T) {
+	fileIn, builtIn := newInbox(t, nil), newInbox(t, nil)
+	fs, bs := fileStrategy(t, fileIn, "batch.sql"), mustStrategy(t, "batch")
+	var stream []*envelope.Event
+	for _, e := range mixedStream() {
+		if e.Kind != envelope.Snapshot {
+			stream = append(stream, e)
+		}
+	}
+	applied := map[string]int{}
+	inBatch := 0
+	count := func(name string, outs []Outcome, batch bool) {
+		for _, o := range outs {
+			if o.Result == Applied {
+				applied[name]++
+			}
+			for _, d := range o.Drained {
+				if d.Result == Applied {
+					applied[name]++
+					if batch {
+						inBatch++
+					}
+				}
+			}
+		}
+	}
+	for start := 0; start < len(stream); start += 7 {
+		chunk := stream[start:min(start+7, len(stream))]
+		fo, ferr := fs.ApplyBatch(ctxT(t), fileIn, consumer, chunk)
+		bo, berr := bs.ApplyBatch(ctxT(t), builtIn, consumer, chunk)
+		if ferr != nil || berr != nil {
+			t.Fatalf("file: %v; built-in: %v", ferr, berr)
+		}
+		count("file", fo, true)
+		count("built-in", bo, false)
+	}
+	fd, ferr := DrainParkedWith(ctxT(t), fs, fileIn, consumer)
+	bd, berr := DrainParkedWith(ctxT(t), bs, builtIn, consumer)
+	if ferr != nil || berr != nil {
+		t.Fatalf("final drain: file: %v; built-in: %v", ferr, berr)
+	}
+	count("file", fd, false)
+	count("built-in", bd, false)
+	if applied["file"] != applied["built-in"] || applied["file"] == 0 {
+		t.Fatalf("applied: file %d, built-in %d", applied["file"], applied["built-in"])
+	}
+	if f, b := dumpTables(t, fileIn), dumpTables(t, builtIn); !reflect.DeepEqual(f, b) {
+		t.Fatalf("final state differs:\nfile     %v\nbuilt-in %v", f, b)
+	}
+	parked := func(in *Inbox) (n int) {
+		if err := in.Pool().QueryRow(ctxT(t), fmt.Sprintf("SELECT count(*) FROM %q.parked", in.Schema())).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if f, b := parked(fileIn), parked(builtIn); f != b {
+		t.Fatalf("still parked: file %d, built-in %d", f, b)
+	}
+	if inBatch == 0 {
+		t.Fatal("no parked event was applied by the batch that carried its predecessor")
+	}
+	t.Logf("%d applied in each, %d of the file's parked events applied by a later batch", applied["file"], inBatch)
+}
+
 // The article's experiments for the example files (see
 // experiments_test.go for the built-ins).
 

@@ -7,16 +7,20 @@
 --
 -- Every event parameter is an array over the batch (delivery order);
 -- :ordinal numbers the events 1..n. The last statement returns one row
--- per event, with its ordinal and its result. The harness parks the
--- events answered GAP and applies them again, through this file, once
--- their predecessor applied.
+-- per event, with its ordinal and its result. The harness hands each
+-- event once per batch (a second copy gets the first one's result), adds
+-- the parked events of the batch's accounts, parks the events answered
+-- GAP and applies them again, through this file, once their predecessor
+-- applied.
 
 -- @batch
 -- Accounts first, in id order, so that the locks below are the only row
 -- locks this transaction takes, always in the same order: two batches
--- sharing aggregates cannot deadlock.
+-- sharing aggregates cannot deadlock. Once an account exists, looking it
+-- up costs half of what ON CONFLICT's check does.
 INSERT INTO {{account}} (id, balance, version)
-SELECT DISTINCT a, 0, 0 FROM unnest(:aggregate_id::text[]) AS t(a) ORDER BY a
+SELECT DISTINCT a, 0, 0 FROM unnest(:aggregate_id::text[]) AS t(a)
+WHERE NOT EXISTS (SELECT 1 FROM {{account}} x WHERE x.id = t.a) ORDER BY a
 ON CONFLICT DO NOTHING;
 
 SELECT id FROM {{account}} WHERE id = ANY (:aggregate_id::text[]) ORDER BY id FOR UPDATE;
@@ -28,53 +32,60 @@ SELECT id FROM {{account}} WHERE id = ANY (:aggregate_id::text[]) ORDER BY id FO
 -- (keep-latest). The statement joins nothing but index lookups and
 -- decides with window functions over each aggregate's events, so its plan
 -- stays good when PostgreSQL switches to a generic plan (which guesses a
--- batch of 10 events).
+-- batch of 10 events). The windows over all events share one sort, by
+-- aggregate and version; only the snapshots are sorted by delivery order.
 WITH ev AS (
     SELECT * FROM unnest(:ordinal::int[], :source::text[], :event_id::text[], :aggregate_id::text[],
                          :version::bigint[], :amount::bigint[], :kind::text[], :event_time::timestamptz[])
         AS e(ord, source, event_id, aggregate_id, version, amount, kind, event_time)
+), snaps AS (
+    -- Each snapshot with the newest version of the snapshots of its
+    -- aggregate delivered before it.
+    SELECT ord, coalesce(max(version) OVER (PARTITION BY aggregate_id ORDER BY ord
+                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS snap_before
+    FROM unnest(:ordinal::int[], :aggregate_id::text[], :version::bigint[], :kind::text[]) AS e(ord, aggregate_id, version, kind)
+    WHERE kind = 'snapshot'
 ), known AS (
-    -- Each event with its account and whether the inbox knows it. A second
-    -- copy of an event in the batch reads as its redelivery would.
-    SELECT e.*, a.version AS cur, a.balance AS bal,
-           EXISTS (SELECT 1 FROM {{schema}}.inbox i
-                   WHERE i.consumer = :consumer AND i.source = e.source AND i.event_id = e.event_id) AS seen,
-           row_number() OVER (PARTITION BY e.source, e.event_id ORDER BY e.ord) AS copy
+    -- Each event with its account and whether the inbox knows it. Only
+    -- an event at or below the account's version can be known: one that
+    -- took effect left the account at its version or later, so only those
+    -- (the redeliveries and the stale) cost an index lookup. Should the
+    -- inbox know a newer one anyway, its claim below finds the key taken
+    -- and the batch fails instead of deciding wrong.
+    SELECT e.*, a.version AS cur, a.balance AS bal, s.snap_before,
+           e.version <= a.version AND EXISTS (
+               SELECT 1 FROM {{schema}}.inbox i
+               WHERE i.consumer = :consumer AND i.source = e.source AND i.event_id = e.event_id) AS seen
     FROM ev e JOIN {{account}} a ON a.id = e.aggregate_id
+    LEFT JOIN snaps s ON s.ord = e.ord
 ), cand AS (
-    SELECT *, kind = 'increment' AND copy = 1 AND NOT seen AND version > cur AS inc,
-              kind = 'snapshot' AND copy = 1 AND NOT seen AS snap
+    SELECT *, kind = 'increment' AND NOT seen AND version > cur AS inc,
+              kind = 'snapshot' AND NOT seen AS snap
     FROM known
-), ranked AS (
-    -- Increments ahead of the account, in runs of consecutive versions; of
-    -- two events carrying one version, the first by identity is in line.
-    SELECT *, row_number() OVER (PARTITION BY aggregate_id, version, inc ORDER BY source, event_id) AS tie,
-              version - dense_rank() OVER (PARTITION BY aggregate_id, inc ORDER BY version) AS run
-    FROM cand
 ), inc_decided AS (
-    -- An increment applies when its run starts right after the account's
-    -- version.
-    SELECT *, inc AND tie = 1 AND min(version) OVER (PARTITION BY aggregate_id, inc, run) = cur + 1 AS inc_applies
-    FROM ranked
-), snap_decided AS (
-    -- Then the snapshots, in delivery order: each applies when newer than
-    -- the version the increments reached and every snapshot before it.
-    SELECT *, snap AND version > greatest(
-                  coalesce(max(version) FILTER (WHERE inc_applies) OVER (PARTITION BY aggregate_id), cur),
-                  coalesce(max(version) FILTER (WHERE snap) OVER (PARTITION BY aggregate_id ORDER BY ord
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)) AS snap_applies,
-              bool_or(inc_applies) OVER (PARTITION BY aggregate_id, version) AS version_taken
+    -- An increment applies when it is the k-th distinct version ahead of
+    -- the account and its version is the account's plus k: the versions
+    -- before it are all in the batch. Of two events carrying one version,
+    -- the first by identity is in line.
+    SELECT *, inc AND version - cur = dense_rank() OVER (PARTITION BY aggregate_id, inc ORDER BY version)
+                  AND rank() OVER (PARTITION BY aggregate_id, inc ORDER BY version)
+                      = row_number() OVER (PARTITION BY aggregate_id, inc ORDER BY version, source, event_id)
+              AS inc_applies
+    FROM cand
+), inc_counted AS (
+    -- The increments that apply take versions cur+1 … incv.
+    SELECT *, cur + count(*) FILTER (WHERE inc_applies) OVER (PARTITION BY aggregate_id) AS incv
     FROM inc_decided
 ), decided AS (
+    -- Then the snapshots: each applies when newer than incv and than every
+    -- snapshot delivered before it (a known snapshot is at most cur).
     SELECT *, CASE
-                  WHEN copy > 1 THEN NULL
                   WHEN seen THEN 'DUPLICATE'
                   WHEN inc_applies OR snap_applies THEN 'APPLIED'
-                  WHEN snap OR version <= cur OR version_taken THEN 'STALE'
+                  WHEN snap OR version <= incv THEN 'STALE'
                   ELSE 'GAP'
-              END AS result,
-              max(version) FILTER (WHERE snap_applies) OVER (PARTITION BY aggregate_id) AS snapv
-    FROM snap_decided
+              END AS result
+    FROM (SELECT *, snap AND version > greatest(incv, snap_before) AS snap_applies FROM inc_counted) s
 ), claimed AS (
     -- The inbox rows of the events that take effect, in this transaction.
     INSERT INTO {{schema}}.inbox (consumer, source, event_id, aggregate_id, aggregate_version, event_time)
@@ -86,7 +97,7 @@ WITH ev AS (
     -- current balance plus the applied increments.
     SELECT aggregate_id, min(cur) AS cur,
            greatest(min(cur), max(version) FILTER (WHERE result = 'APPLIED')) AS newv,
-           coalesce(max(amount) FILTER (WHERE snap_applies AND version = snapv),
+           coalesce((max(ARRAY[version, amount]) FILTER (WHERE snap_applies))[2],
                     min(bal) + coalesce(sum(amount) FILTER (WHERE inc_applies), 0)) AS newbal
     FROM decided GROUP BY aggregate_id
     HAVING bool_or(result = 'APPLIED')
@@ -101,16 +112,8 @@ WITH ev AS (
     SELECT (SELECT count(*) FROM claimed) = (SELECT count(*) FROM decided WHERE result = 'APPLIED')
        AND (SELECT count(*) FROM updated) = (SELECT count(*) FROM changes) AS ok
 )
-SELECT d.ord AS ordinal,
-       CASE
-           WHEN NOT c.ok THEN {{schema}}.inbox_not_applied('batch', 0)
-           WHEN d.copy = 1 THEN d.result
-           WHEN first_value(d.result) OVER w = 'APPLIED' THEN 'DUPLICATE'
-           ELSE first_value(d.result) OVER w
-       END AS result
+SELECT d.ord AS ordinal, CASE WHEN c.ok THEN d.result ELSE {{schema}}.inbox_not_applied('batch', 0) END AS result
 FROM decided d CROSS JOIN checked c
-WINDOW w AS (PARTITION BY d.source, d.event_id ORDER BY d.ord)
-ORDER BY d.ord
 
 -- @prune
 -- Retention: delete old inbox rows in bounded batches.
