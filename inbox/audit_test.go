@@ -156,3 +156,26 @@ func mapsEqual(a, b map[string][]Transition) bool {
 	}
 	return true
 }
+
+// TestParseWALChange reads test_decoding's lines for the account table and
+// refuses any other shape rather than guess.
+func TestParseWALChange(t *testing.T) {
+	for _, tc := range []struct {
+		line         string
+		id           string
+		balance, ver int64
+		ok           bool
+	}{
+		{"table ib_x.account: UPDATE: id[text]:'acct-000001' balance[bigint]:10 version[bigint]:2", "acct-000001", 10, 2, true},
+		{"table \"ib X\".account: INSERT: id[text]:'a''b c balance[bigint]:1' balance[bigint]:-5 version[bigint]:0", "a'b c balance[bigint]:1", -5, 0, true},
+		{"table ib_x.account: UPDATE: id[text]:'acct-1' balance[bigint]:10 version[bigint]:2 note[text]:'x'", "", 0, 0, false},
+		{"table ib_x.account: UPDATE: id[text]:'acct-1' note[text]:'x' balance[bigint]:10 version[bigint]:2", "", 0, 0, false},
+		{"table ib_x.account: UPDATE: id[text]:'acct-1' balance[bigint]:null version[bigint]:2", "", 0, 0, false},
+		{"table ib_x.account: UPDATE: (no-tuple-data)", "", 0, 0, false},
+	} {
+		id, bal, ver, ok := parseWALChange(tc.line)
+		if ok != tc.ok || id != tc.id || bal != tc.balance || ver != tc.ver {
+			t.Errorf("%s: got %q %d %d %t, want %q %d %d %t", tc.line, id, bal, ver, ok, tc.id, tc.balance, tc.ver, tc.ok)
+		}
+	}
+}
