@@ -298,6 +298,8 @@ func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc
 		"GRANT pg_signal_backend TO " + pgAppRole,
 		// The audit's logical decoding slot (not the strategies) needs it.
 		"ALTER ROLE " + pgAppRole + " REPLICATION",
+		// A rate search checkpoints between its steps (PostgreSQL 15+).
+		"GRANT pg_checkpoint TO " + pgAppRole,
 	}
 	for _, s := range stmts {
 		if _, err := conn.Exec(ctx, s); err != nil {

@@ -281,3 +281,27 @@ func Retire(ctx context.Context, db DB, schema string) error {
 	}
 	return nil
 }
+
+// Clear empties the tables a cell writes, between parts of a cell judged
+// one at a time (a rate search's steps), so that every part starts from
+// the same tables: accounts, parked events, idempotency keys, the audit
+// log when there is one (audited; its sentinel row stays) and, unless
+// keepInbox (the inbox holds prefilled history), the inbox.
+func Clear(ctx context.Context, db DB, schema string, keepInbox, audited bool) error {
+	if err := ValidateSchema(schema); err != nil {
+		return err
+	}
+	q := pgx.Identifier{schema}.Sanitize()
+	tables := q + ".account, " + q + ".parked, " + q + ".idempotency"
+	if !keepInbox {
+		tables += ", " + q + ".inbox"
+	}
+	sql := "TRUNCATE " + tables
+	if audited {
+		sql = "TRUNCATE " + tables + ", " + q + ".account_audit; INSERT INTO " + q + ".account_audit VALUES (0, '', 0, 0)"
+	}
+	if _, err := db.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("inbox: clear the tables of %s: %w", schema, err)
+	}
+	return nil
+}

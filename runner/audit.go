@@ -43,6 +43,15 @@ func (a *cellAudit) finish(ctx context.Context) error {
 	return w.Finish(ctx)
 }
 
+// flush brings the log up to date with what committed so far (a trigger
+// log always is; a slot's changes are decoded).
+func (a *cellAudit) flush(ctx context.Context) error {
+	if a.wal == nil {
+		return nil
+	}
+	return a.wal.Flush(ctx)
+}
+
 // close releases a slot that was not decoded (the cell ended early).
 func (a *cellAudit) close(ctx context.Context) {
 	if a.wal != nil {

@@ -136,7 +136,11 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	var s streamed
 	var rate *results.RateSearch
 	if c.o.Search != nil {
-		s, rate = c.search(ctx, b, in, cons, t, sampler, ns)
+		keep := c.o.Spec.InboxPrefill > 0
+		if keep {
+			ns.add("the inbox holds prefilled history, so it is kept between the rate search's steps and grows from one to the next")
+		}
+		s, rate = c.search(ctx, b, in, cons, t, sampler, ns, newStepJudge(pool, audit, t.decided, ns, keep))
 	} else {
 		s = c.stream(ctx, b, in, cons, t, ns)
 	}
@@ -157,8 +161,11 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if err := audit.finish(ctx); err != nil {
 		return errors.Join(s.err, err)
 	}
-	inv, effects, err := Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Audit)
-	if err != nil {
+	var inv results.Invariants
+	var effects int64
+	if s.judged != nil {
+		inv, effects = s.judged.inv, s.judged.effects
+	} else if inv, effects, err = Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Audit); err != nil {
 		return errors.Join(s.err, err)
 	}
 	// The cell's tables are final: autovacuum on them would run during
@@ -222,6 +229,7 @@ func (c *cell) mode() string {
 type streamed struct {
 	started       bool           // the consumers started: the stream ran
 	plan          *workload.Plan // what was published: the plan, or less when cut short
+	judged        *stepJudge     // a rate search judged its steps one by one instead
 	start, pubEnd time.Time
 	cpuBusy       float64
 	series        []float64

@@ -8,6 +8,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/workload"
 )
 
 // DedupMiss is the anomaly of an event (same consumer, source and id) that
@@ -73,6 +74,19 @@ func (d *decisions) record(o inbox.Outcome) {
 			o.ID, o.Subject, o.Version, o.Result))
 	}
 	d.mu.Unlock()
+}
+
+// forget drops what it recorded of plan's events (a rate search's step,
+// judged and gone), so that a search holds one step's decisions at a
+// time.
+func (d *decisions) forget(plan *workload.Plan) {
+	for _, e := range append(plan.Events[:len(plan.Events):len(plan.Events)], plan.MustNotApply...) {
+		k := e.Key()
+		sh := &d.shards[maphash.String(d.seed, k)%uint64(len(d.shards))]
+		sh.mu.Lock()
+		delete(sh.took, k)
+		sh.mu.Unlock()
+	}
 }
 
 // report returns the misses and their examples.

@@ -7,6 +7,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
@@ -22,18 +25,19 @@ type stepEnv struct {
 	sampler *inbox.ContentionSampler
 	notes   *notes
 	o       RateSearch
-	plans   []*workload.Plan
+	judge   *stepJudge
+	steps   int // steps published, each a segment of its own
 }
 
 // search runs the cell's rate search: ramp and bisection, then the steps
-// at fixed fractions of the MSR. It returns the plan of everything
-// published, for the checker.
-func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, sampler *inbox.ContentionSampler, ns *notes) (streamed, *results.RateSearch) {
+// at fixed fractions of the MSR. Each step is judged by j once it
+// drained; the streamed result carries the verdict of them all.
+func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, sampler *inbox.ContentionSampler, ns *notes, j *stepJudge) (streamed, *results.RateSearch) {
 	s := streamed{started: true, start: time.Now()}
 	if err := cons.start(ctx); err != nil {
 		return streamed{err: errors.Join(err, cons.stop(ctx))}, nil
 	}
-	env := &stepEnv{c: c, b: b, in: in, t: t, sampler: sampler, notes: ns, o: c.o.Search.withDefaults()}
+	env := &stepEnv{c: c, b: b, in: in, t: t, sampler: sampler, notes: ns, o: c.o.Search.withDefaults(), judge: j}
 	seriesCtx, stopSeries := context.WithCancel(ctx)
 	series := sampleSeries(seriesCtx, t)
 	rs := &results.RateSearch{Criteria: env.o.criteria()}
@@ -44,7 +48,7 @@ func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 			break
 		}
 		var st results.RateStep
-		st, s.err = env.step(ctx, len(env.plans), phase, rate)
+		st, s.err = env.step(ctx, phase, rate)
 		env.o.judgeStep(&st)
 		sr.record(st)
 		rs.Steps = append(rs.Steps, st)
@@ -58,7 +62,7 @@ func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	s.err = errors.Join(s.err, cons.stop(ctx))
 	stopSeries()
 	s.series = <-series
-	s.plan = workload.MergePlans(env.plans...)
+	s.judged = j
 	return s, rs
 }
 
@@ -77,7 +81,7 @@ func (e *stepEnv) atRates(ctx context.Context, msr float64) ([]results.RateStep,
 	}
 	var out []results.RateStep
 	for _, p := range pts {
-		st, err := e.stepFor(ctx, len(e.plans), "at", p.rate, e.o.Step*3/2)
+		st, err := e.stepFor(ctx, "at", p.rate, e.o.Step*3/2)
 		st.Fraction = p.fraction
 		e.o.judgeStep(&st)
 		out = append(out, st)
@@ -89,13 +93,16 @@ func (e *stepEnv) atRates(ctx context.Context, msr float64) ([]results.RateStep,
 	return out, nil
 }
 
-func (e *stepEnv) step(ctx context.Context, i int, phase string, rate float64) (results.RateStep, error) {
-	return e.stepFor(ctx, i, phase, rate, e.o.Step)
+func (e *stepEnv) step(ctx context.Context, phase string, rate float64) (results.RateStep, error) {
+	return e.stepFor(ctx, phase, rate, e.o.Step)
 }
 
 // stepFor publishes a fresh segment of the workload at rate for dur,
-// measures it after its warm-up, and waits until it is drained.
-func (e *stepEnv) stepFor(ctx context.Context, i int, phase string, rate float64, dur time.Duration) (results.RateStep, error) {
+// measures it after its warm-up, waits until it is drained, and has it
+// judged.
+func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, dur time.Duration) (results.RateStep, error) {
+	i := e.steps
+	e.steps++
 	st := results.RateStep{Phase: phase, Rate: math.Round(rate)}
 	spec := e.segmentSpec(i, rate, dur)
 	plan := workload.GenerateSegment(spec, fmt.Sprintf("s%02d-", i))
@@ -107,9 +114,9 @@ func (e *stepEnv) stepFor(ctx context.Context, i int, phase string, rate float64
 	err := pub.run(ctx, start)
 	end := time.Now()
 	m := w.stop()
-	e.plans = append(e.plans, plan.Published(pub.sent))
+	plan = plan.Published(pub.sent)
 	if err != nil {
-		return st, err
+		return st, errors.Join(err, e.judge.step(ctx, e.c, plan, false))
 	}
 	st.Achieved = m.published / end.Sub(warm).Seconds()
 	st.BacklogSlope = backlogSlope(m.ts, m.backlog)
@@ -118,7 +125,83 @@ func (e *stepEnv) stepFor(ctx context.Context, i int, phase string, rate float64
 	st.DrainS = drained.Seconds()
 	st.E2E, st.Dedup = e.t.meters.takeStep()
 	st.LockWaitShare = e.sampler.Totals().Share(m.totals)
-	return st, err
+	return st, errors.Join(err, e.judge.step(ctx, e.c, plan, err == nil))
+}
+
+// stepJudge judges each step of a rate search once it drained, and then
+// empties the cell's tables for the next one: every step starts from the
+// same inbox (a search publishes millions of events: judged at the end,
+// they held gigabytes in the checker, and an inbox growing from step to
+// step made the later steps, and so the MSR, depend on the order of the
+// steps), and the checker holds one step at a time.
+type stepJudge struct {
+	pool *pgxpool.Pool
+	// audit is flushed before each step is judged.
+	audit *cellAudit
+	// keepInbox: the inbox was prefilled with history, which stays; it
+	// then grows from step to step (a note says so).
+	keepInbox bool
+	// decided forgets a judged step's events: they are not delivered again.
+	decided      *decisions
+	notes        *notes
+	noCheckpoint bool
+	inv          results.Invariants
+	effects      int64
+}
+
+func newStepJudge(pool *pgxpool.Pool, audit *cellAudit, decided *decisions, ns *notes, keepInbox bool) *stepJudge {
+	return &stepJudge{pool: pool, audit: audit, decided: decided, notes: ns, keepInbox: keepInbox,
+		inv: results.Invariants{Verdict: results.VerdictPass, Anomalies: map[string]int64{}, Examples: map[string][]string{}}}
+}
+
+// step judges one step's plan, and empties the tables when clear.
+func (j *stepJudge) step(ctx context.Context, c *cell, plan *workload.Plan, clear bool) error {
+	if err := j.audit.flush(ctx); err != nil {
+		return err
+	}
+	inv, effects, err := Check(ctx, j.pool, c.id, c.consumer, plan, c.o.Audit)
+	if err != nil {
+		return err
+	}
+	j.effects += effects
+	for name, n := range inv.Anomalies {
+		j.inv.Anomalies[name] += n
+		ex := append(j.inv.Examples[name], inv.Examples[name]...)
+		j.inv.Examples[name] = ex[:min(len(ex), maxExamples)]
+	}
+	if inv.Verdict != results.VerdictPass {
+		j.inv.Verdict = inv.Verdict
+	}
+	j.decided.forget(plan)
+	if !clear {
+		return nil
+	}
+	if err := inbox.Clear(ctx, j.pool, c.id, j.keepInbox, c.o.Audit); err != nil {
+		return err
+	}
+	return j.checkpoint(ctx)
+}
+
+// checkpoint starts the next step right after a checkpoint, so that every
+// step writes the same full-page images into the WAL rather than only the
+// one a checkpoint happened to fall in (a step at 60k events/s writes
+// about 300 MB of WAL: with max_wal_size at its default of 1 GB, a
+// checkpoint landed in about every third step). Without the right to
+// (PostgreSQL 15's pg_checkpoint role), it says so once.
+func (j *stepJudge) checkpoint(ctx context.Context) error {
+	if j.noCheckpoint {
+		return nil
+	}
+	_, err := j.pool.Exec(ctx, "CHECKPOINT")
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+		j.noCheckpoint = true
+		j.notes.add("the rate search's steps did not start at a checkpoint: the role may not run CHECKPOINT (GRANT pg_checkpoint TO it), so a checkpoint during a step slows that step alone")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint between rate steps: %w", err)
+	}
+	return nil
 }
 
 // segmentSpec is the workload of step i: the cell's workload at rate, for

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/workload"
 )
@@ -43,6 +45,20 @@ func TestRateSearchThroughTheBaseline(t *testing.T) {
 	}
 	if c.Counters.Effects == 0 || c.Counters.Parked == 0 || c.Counters.Duplicates == 0 {
 		t.Errorf("the segments did not carry the workload's faults: %+v", c.Counters)
+	}
+	// Each step was judged once it drained and its rows then went: the
+	// inbox ends empty, while the effects count every step's.
+	conn, err := pgx.Connect(ctx, cfg.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var rows int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{c.Schema}.Sanitize()+".inbox").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 {
+		t.Errorf("%d inbox rows left after %d effects: the steps' tables were not emptied between them", rows, c.Counters.Effects)
 	}
 }
 

@@ -12,16 +12,17 @@ import (
 // collector runs on the cores the measured database and brokers use, and
 // with Go's default (GOGC=100) it took about a fifth of the harness's CPU
 // in a batch baseline cell. Collecting at 5× the live heap instead, capped
-// by a memory limit of half the host's memory (the collector works harder
-// as the heap nears it), cuts that to a few percent. GOGC and GOMEMLIMIT,
-// when set, win.
+// by a memory limit of half the host's memory and at most 4 GiB (the
+// collector works harder as the heap nears it; a rate search holds about
+// 1 GiB live), cuts that to a few percent. GOGC and GOMEMLIMIT, when set,
+// win.
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(400)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
 		if total := memTotal(); total > 0 {
-			debug.SetMemoryLimit(total / 2)
+			debug.SetMemoryLimit(min(total/2, 4<<30))
 		}
 	}
 }

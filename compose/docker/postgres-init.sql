@@ -6,6 +6,7 @@ GRANT pg_signal_backend TO inboxbench;
 -- Only the checker's audit uses it: its logical decoding slot reads the
 -- account table's changes from the WAL after a cell (bench run --audit).
 ALTER ROLE inboxbench REPLICATION;
+GRANT pg_checkpoint TO inboxbench;
 CREATE DATABASE inboxbench OWNER inboxbench;
 \connect inboxbench
 CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
