@@ -99,14 +99,18 @@ func (d *decisions) report() (int64, []string) {
 // judgeDecisions adds what the deliveries' decisions show to a verdict:
 // dedup-miss, with examples.
 func judgeDecisions(inv *results.Invariants, misses int64, examples []string) {
-	if misses == 0 {
+	addAnomaly(inv, DedupMiss, misses, examples)
+}
+
+// addAnomaly adds n occurrences of an anomaly, and their examples (up to
+// maxExamples in all), to a verdict, which then fails.
+func addAnomaly(inv *results.Invariants, name string, n int64, examples []string) {
+	if n == 0 {
 		return
 	}
-	inv.Anomalies[DedupMiss] += misses
-	inv.Examples[DedupMiss] = append(inv.Examples[DedupMiss], examples...)
-	if len(inv.Examples[DedupMiss]) > maxExamples {
-		inv.Examples[DedupMiss] = inv.Examples[DedupMiss][:maxExamples]
-	}
+	inv.Anomalies[name] += n
+	ex := append(inv.Examples[name], examples...)
+	inv.Examples[name] = ex[:min(len(ex), maxExamples)]
 	if inv.Verdict == results.VerdictPass {
 		inv.Verdict = results.VerdictFail
 	}

@@ -165,12 +165,7 @@ func (j *stepJudge) step(ctx context.Context, c *cell, plan *workload.Plan, clea
 	}
 	j.effects += effects
 	for name, n := range inv.Anomalies {
-		j.inv.Anomalies[name] += n
-		ex := append(j.inv.Examples[name], inv.Examples[name]...)
-		j.inv.Examples[name] = ex[:min(len(ex), maxExamples)]
-	}
-	if inv.Verdict != results.VerdictPass {
-		j.inv.Verdict = inv.Verdict
+		addAnomaly(&j.inv, name, n, inv.Examples[name])
 	}
 	j.decided.forget(plan)
 	if !clear {

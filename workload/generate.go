@@ -76,8 +76,8 @@ func Generate(s *Spec) *Plan { return generate(s, "") }
 
 // GenerateSegment builds a plan whose aggregate (and so event) ids start
 // with prefix: segments of one run (a rate search's steps) share a
-// schema and a topic without sharing an aggregate, and MergePlans judges
-// them together.
+// schema and a topic without sharing an aggregate, and each is judged on
+// its own.
 func GenerateSegment(s *Spec, prefix string) *Plan { return generate(s, prefix) }
 
 func generate(s *Spec, prefix string) *Plan {
@@ -380,25 +380,6 @@ func (p *Plan) Published(sent []bool) *Plan {
 	for _, e := range p.MustNotApply {
 		if was[e.Key()] {
 			out.MustNotApply = append(out.MustNotApply, e)
-		}
-	}
-	return out
-}
-
-// MergePlans is one plan of segments with disjoint aggregates
-// (GenerateSegment): their events, publishes, oracles and must-not-apply
-// requests together.
-func MergePlans(plans ...*Plan) *Plan {
-	out := &Plan{Expected: map[string]State{}}
-	for _, p := range plans {
-		out.Spec = p.Spec
-		out.Events = append(out.Events, p.Events...)
-		out.Publishes = append(out.Publishes, p.Publishes...)
-		out.MustNotApply = append(out.MustNotApply, p.MustNotApply...)
-		out.OutOfOrder += p.OutOfOrder
-		out.Republished += p.Republished
-		for k, v := range p.Expected {
-			out.Expected[k] = v
 		}
 	}
 	return out
