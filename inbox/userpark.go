@@ -163,13 +163,17 @@ func (s *FileStrategy) drainAggregate(ctx context.Context, in *Inbox, r *fileSQL
 		if o.Result == Gap {
 			return outs, nil // still ahead: it waits for its own predecessor
 		}
-		if _, err := in.pool.Exec(ctx, in.sql.parkedDelete, consumer, ev.Source, ev.ID); err != nil {
-			return outs, fmt.Errorf("unpark %s: %w", ev.Key(), err)
-		}
+		// The decision committed: it is reported even when the unpark
+		// fails (a canceled context can cancel the DELETE on the client
+		// after the server ran it). A row that stayed is decided again
+		// by a later drain, as a redelivery would be.
+		outs = append(outs, o)
 		if o.Result == Applied {
 			in.counters.drained.Add(1)
 		}
-		outs = append(outs, o)
+		if _, err := in.pool.Exec(ctx, in.sql.parkedDelete, consumer, ev.Source, ev.ID); err != nil {
+			return outs, fmt.Errorf("unpark %s: %w", ev.Key(), err)
+		}
 	}
 }
 

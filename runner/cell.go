@@ -155,8 +155,14 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	}
 	// Anything still parked gets one last chance to drain (its predecessor
 	// may have committed as the consumers stopped); what remains is stuck.
-	if _, err := inbox.DrainParkedWith(ctx, c.strategy, in, c.consumer); err != nil {
+	// Its decisions are counted like every other: an event a snapshot
+	// overtook while it waited is decided STALE here.
+	outs, err := inbox.DrainParkedWith(ctx, c.strategy, in, c.consumer)
+	if err != nil {
 		c.o.Log.Warn("final drain", "err", err)
+	}
+	for _, o := range outs {
+		t.count(o)
 	}
 	if err := audit.finish(ctx); err != nil {
 		return errors.Join(s.err, err)
