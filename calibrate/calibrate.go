@@ -41,10 +41,13 @@ type Options struct {
 	// Duration is how long each side publishes; Warmup (< Duration) is
 	// left out of the publish figures. MaxDrain bounds each drain.
 	Duration, Warmup, MaxDrain time.Duration
-	Cfg                        config.Config
-	Stack                      *compose.Env // where the tools are fetched to and logs go
-	Progress                   io.Writer    // one line per step; nil for none
-	RunID                      string
+	// Rounds measures both sides this many times, alternating which goes
+	// first; the figures are medians (results.CombineRounds).
+	Rounds   int
+	Cfg      config.Config
+	Stack    *compose.Env // where the tools are fetched to and logs go
+	Progress io.Writer    // one line per step; nil for none
+	RunID    string
 }
 
 // DefaultShape is the shape of the measurements: 1 KiB, 8
@@ -70,6 +73,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("--duration %s: at least 1s", o.Duration)
 	case o.Warmup < 0 || o.Warmup >= o.Duration:
 		return fmt.Errorf("--warmup %s must be shorter than --duration %s", o.Warmup, o.Duration)
+	case o.Rounds < 1:
+		return fmt.Errorf("--rounds %d: at least 1", o.Rounds)
 	case o.MaxDrain < time.Second:
 		return fmt.Errorf("--max-drain %s: at least 1s", o.MaxDrain)
 	}
@@ -104,6 +109,9 @@ func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 	if len(o.Brokers) == 0 {
 		o.Brokers = []string{"rabbitmq", "kafka", "rocketmq"}
 	}
+	if o.Rounds == 0 {
+		o.Rounds = 1
+	}
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -113,6 +121,9 @@ func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 	}
 	shape := o.Shape
 	shape.DurationS, shape.WarmupS = o.Duration.Seconds(), o.Warmup.Seconds()
+	if o.Rounds > 1 {
+		shape.Rounds = o.Rounds
+	}
 	shape.Confirms = "every message confirmed before it counts: Kafka acks=all, RabbitMQ publisher confirms, RocketMQ synchronous send"
 	cal := &results.Calibration{SchemaVersion: results.CalibrationSchemaVersion, RunID: o.RunID, StartedAt: time.Now().UTC(),
 		Shape: shape, Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Java: javaVersion(ctx, java), GitCommit: gitCommit()}
@@ -128,7 +139,8 @@ func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 }
 
 // broker measures one broker: vendor publish, vendor drain, driver
-// publish, driver drain.
+// publish, driver drain; with several rounds again, the driver first in
+// every second one.
 func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibration {
 	v, _ := vendorFor(name)
 	row := results.BrokerCalibration{Broker: name, Server: serverVersion(ctx, r.Stack, name), Notes: shapeNotes(v, r.Shape)}
@@ -142,16 +154,38 @@ func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibrat
 		return row
 	}
 	r.classpath = cp
-	if err := r.vendorSide(ctx, name, v, &row.Vendor); err != nil {
-		row.Error = err.Error()
+	var rounds []results.BrokerCalibration
+	for i := range r.Rounds {
+		one := results.BrokerCalibration{Broker: row.Broker, Server: row.Server, Notes: row.Notes}
+		one.Vendor.Tool, one.Driver.Tool = row.Vendor.Tool, row.Driver.Tool
+		sides := []func() error{
+			func() error { return r.vendorSide(ctx, name, v, &one.Vendor) },
+			func() error { return r.driverSide(ctx, name, &one.Driver) },
+		}
+		if i%2 == 1 {
+			// Alternate who goes first: what the first side leaves
+			// behind (page cache, log segments, a warm JIT) must not
+			// always favour the same one.
+			sides[0], sides[1] = sides[1], sides[0]
+		}
+		if r.Rounds > 1 {
+			r.say("%-9s round %d of %d", name, i+1, r.Rounds)
+		}
+		for _, side := range sides {
+			if err := side(); err != nil && one.Error == "" {
+				one.Error = err.Error()
+			}
+		}
+		one.Ratios()
+		r.say("%-9s publish vendor %s driver %s (ratio %s); consume vendor %s driver %s (ratio %s)", name,
+			results.FormatRate(one.Vendor.Publish.MsgsPerS), results.FormatRate(one.Driver.Publish.MsgsPerS), results.RatioText(one.PublishRatio),
+			results.FormatRate(one.Vendor.Consume.MsgsPerS), results.FormatRate(one.Driver.Consume.MsgsPerS), results.RatioText(one.ConsumeRatio))
+		rounds = append(rounds, one)
+		if one.Error != "" || ctx.Err() != nil {
+			break
+		}
 	}
-	if err := r.driverSide(ctx, name, &row.Driver); err != nil && row.Error == "" {
-		row.Error = err.Error()
-	}
-	row.Ratios()
-	r.say("%-9s publish vendor %s driver %s (ratio %s); consume vendor %s driver %s (ratio %s)", name,
-		results.FormatRate(row.Vendor.Publish.MsgsPerS), results.FormatRate(row.Driver.Publish.MsgsPerS), results.RatioText(row.PublishRatio),
-		results.FormatRate(row.Vendor.Consume.MsgsPerS), results.FormatRate(row.Driver.Consume.MsgsPerS), results.RatioText(row.ConsumeRatio))
+	row = results.CombineRounds(rounds)
 	return row
 }
 

@@ -47,6 +47,9 @@ type Shape struct {
 	MaxBatch  int     `json:"max_batch"`
 	DurationS float64 `json:"duration_s"` // publish time of each side
 	WarmupS   float64 `json:"warmup_s"`   // left out of the publish figures
+	// Rounds is how many times both sides were measured, alternating
+	// which went first (absent: once).
+	Rounds int `json:"rounds,omitempty"`
 	// Confirms says what a publish waits for: acks=all, publisher
 	// confirms, a synchronous send.
 	Confirms string `json:"confirms"`
@@ -62,6 +65,10 @@ type BrokerCalibration struct {
 	// side has no figure.
 	PublishRatio float64 `json:"publish_ratio"`
 	ConsumeRatio float64 `json:"consume_ratio"`
+	// Rounds are each round's rates and ratios when there were several;
+	// then the sides' msgs/s are the medians of the rounds' and the ratios
+	// the medians of the rounds' ratios (each measured side by side).
+	Rounds []CalibrationRound `json:"rounds,omitempty"`
 	// Notes say where the two sides' shapes differ unavoidably.
 	Notes []string `json:"notes,omitempty"`
 	Error string   `json:"error,omitempty"`
@@ -86,6 +93,111 @@ type Measurement struct {
 	Command []string  `json:"command,omitempty"`
 	Series  []float64 `json:"series,omitempty"`
 	Error   string    `json:"error,omitempty"`
+}
+
+// CalibrationRound is one round of a broker's calibration.
+type CalibrationRound struct {
+	VendorFirst   bool    `json:"vendor_first"`
+	VendorPublish float64 `json:"vendor_publish_msgs_per_s"`
+	DriverPublish float64 `json:"driver_publish_msgs_per_s"`
+	VendorConsume float64 `json:"vendor_consume_msgs_per_s"`
+	DriverConsume float64 `json:"driver_consume_msgs_per_s"`
+	PublishRatio  float64 `json:"publish_ratio"`
+	ConsumeRatio  float64 `json:"consume_ratio"`
+}
+
+// CombineRounds makes one row of a broker's rounds (each with its ratios
+// filled): the first round's sides (tools, commands, series), with the
+// rates replaced by the medians over the rounds that have them, and the
+// ratios by the medians of the rounds' ratios. One round is returned as
+// it is.
+func CombineRounds(rounds []BrokerCalibration) BrokerCalibration {
+	if len(rounds) == 0 {
+		return BrokerCalibration{}
+	}
+	row := rounds[0]
+	if len(rounds) == 1 {
+		return row
+	}
+	med := func(get func(b *BrokerCalibration) float64) float64 {
+		var v []float64
+		for i := range rounds {
+			if x := get(&rounds[i]); x > 0 {
+				v = append(v, x)
+			}
+		}
+		if len(v) == 0 {
+			return 0
+		}
+		sort.Float64s(v)
+		return median(v)
+	}
+	row.Rounds = nil
+	for i := range rounds {
+		b := &rounds[i]
+		row.Rounds = append(row.Rounds, CalibrationRound{VendorFirst: i%2 == 0,
+			VendorPublish: b.Vendor.Publish.MsgsPerS, DriverPublish: b.Driver.Publish.MsgsPerS,
+			VendorConsume: b.Vendor.Consume.MsgsPerS, DriverConsume: b.Driver.Consume.MsgsPerS,
+			PublishRatio: b.PublishRatio, ConsumeRatio: b.ConsumeRatio})
+		if row.Error == "" {
+			row.Error = b.Error
+		}
+	}
+	note := fmt.Sprintf("; median of %d rounds", len(rounds))
+	for _, m := range []struct {
+		dst *Measurement
+		get func(b *BrokerCalibration) float64
+	}{
+		{&row.Vendor.Publish, func(b *BrokerCalibration) float64 { return b.Vendor.Publish.MsgsPerS }},
+		{&row.Driver.Publish, func(b *BrokerCalibration) float64 { return b.Driver.Publish.MsgsPerS }},
+		{&row.Vendor.Consume, func(b *BrokerCalibration) float64 { return b.Vendor.Consume.MsgsPerS }},
+		{&row.Driver.Consume, func(b *BrokerCalibration) float64 { return b.Driver.Consume.MsgsPerS }},
+	} {
+		m.dst.MsgsPerS = med(m.get)
+		m.dst.Method += note
+	}
+	row.PublishRatio = med(func(b *BrokerCalibration) float64 { return b.PublishRatio })
+	row.ConsumeRatio = med(func(b *BrokerCalibration) float64 { return b.ConsumeRatio })
+	return row
+}
+
+// RatioText is the publish or consume ratio with the rounds' range:
+// "0.93 [0.84–0.97]", or "0.93" from one round.
+func (b *BrokerCalibration) RatioText(publish bool) string {
+	r := b.ConsumeRatio
+	if publish {
+		r = b.PublishRatio
+	}
+	if rg := b.RatioRange(publish); rg != "" && r > 0 {
+		return RatioText(r) + " [" + rg + "]"
+	}
+	return RatioText(r)
+}
+
+// RatioRange is the lowest and highest of the rounds' publish or consume
+// ratios ("0.84–0.97"), or "" with fewer than two rounds.
+func (b *BrokerCalibration) RatioRange(publish bool) string {
+	if len(b.Rounds) < 2 {
+		return ""
+	}
+	lo, hi := 0.0, 0.0
+	for _, r := range b.Rounds {
+		v := r.ConsumeRatio
+		if publish {
+			v = r.PublishRatio
+		}
+		if v <= 0 {
+			continue
+		}
+		if lo == 0 || v < lo {
+			lo = v
+		}
+		hi = max(hi, v)
+	}
+	if lo == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f–%.2f", lo, hi)
 }
 
 // Ratios fills PublishRatio and ConsumeRatio from the two sides.

@@ -18,8 +18,8 @@ func calibrationRows(c *Calibration) [][]string {
 	var rows [][]string
 	for _, b := range c.Brokers {
 		rows = append(rows, []string{b.Broker, orDash(b.Server),
-			rateOrDash(b.Vendor.Publish.MsgsPerS), rateOrDash(b.Driver.Publish.MsgsPerS), RatioText(b.PublishRatio),
-			rateOrDash(b.Vendor.Consume.MsgsPerS), rateOrDash(b.Driver.Consume.MsgsPerS), RatioText(b.ConsumeRatio)})
+			rateOrDash(b.Vendor.Publish.MsgsPerS), rateOrDash(b.Driver.Publish.MsgsPerS), b.RatioText(true),
+			rateOrDash(b.Vendor.Consume.MsgsPerS), rateOrDash(b.Driver.Consume.MsgsPerS), b.RatioText(false)})
 	}
 	return rows
 }
@@ -37,9 +37,13 @@ func (s Shape) shapeText() string {
 	if s.MaxBatch > 1 {
 		mb = fmt.Sprintf(", driver handler batches of %d", s.MaxBatch)
 	}
+	rounds := ""
+	if s.Rounds > 1 {
+		rounds = fmt.Sprintf(" Medians of %d rounds, alternating which side went first; in brackets the range of the rounds' ratios.", s.Rounds)
+	}
 	return fmt.Sprintf("%d-byte messages, %d shards, %d producers, %d consumers, batch/confirm window %d, prefetch %d%s, %s of publishing per side with the first %s left out; %s.",
 		s.MessageSize, s.Shards, s.Producers, s.Consumers, s.Batch, s.Prefetch, mb,
-		formatSeconds(s.DurationS), formatSeconds(s.WarmupS), s.Confirms)
+		formatSeconds(s.DurationS), formatSeconds(s.WarmupS), s.Confirms) + rounds
 }
 
 // calibrationDetail is what each broker's figures rest on.

@@ -124,3 +124,15 @@ func TestMessageOverBatchLimitFails(t *testing.T) {
 		t.Fatalf("publishing %d bytes: want MESSAGE_TOO_LARGE, got %v", len(msg.Body), err)
 	}
 }
+
+func TestCompressionOptionChecked(t *testing.T) {
+	_, err := kafka.NewEmbedded(context.Background(), brokers.Options{kafka.OptCompression: "brotli"})
+	if err == nil || !strings.Contains(err.Error(), "compression") || !strings.Contains(err.Error(), "zstd") {
+		t.Fatalf("want an error naming the option and the codecs, got %v", err)
+	}
+	b, err := kafka.NewEmbedded(context.Background(), brokers.Options{kafka.OptCompression: "lz4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+}

@@ -20,6 +20,7 @@ func newCalibrateCmd(cfg *config.Config) *cobra.Command {
 	var (
 		brokerList, out, runID     string
 		duration, warmup, maxDrain time.Duration
+		rounds                     int
 	)
 	shape := calibrate.DefaultShape()
 	cmd := &cobra.Command{
@@ -45,6 +46,7 @@ The machine is shared by the broker, the tool and the driver: run it on a quiet
 machine and repeat, the ratios are steadier than the rates.`,
 		Example: `  bench calibrate
   bench calibrate --brokers kafka --duration 30s
+  bench calibrate --rounds 3 --duration 10s      # medians of 3 interleaved rounds
   bench calibrate --size 512 --shards 4 --producers 4 --consumers 4`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -59,7 +61,7 @@ machine and repeat, the ratios are steadier than the rates.`,
 			if runID == "" {
 				runID = "calibrate-" + time.Now().UTC().Format("20060102-150405")
 			}
-			o := calibrate.Options{Brokers: bs, Shape: shape, Duration: duration, Warmup: warmup, MaxDrain: maxDrain,
+			o := calibrate.Options{Brokers: bs, Shape: shape, Duration: duration, Warmup: warmup, MaxDrain: maxDrain, Rounds: rounds,
 				Cfg: *cfg, Stack: &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, Progress: os.Stderr, RunID: runID}
 			if err := o.Validate(); err != nil {
 				return usageError{err}
@@ -105,6 +107,7 @@ machine and repeat, the ratios are steadier than the rates.`,
 	f.IntVar(&shape.MaxBatch, "max-batch", shape.MaxBatch, "driver handler batch: 1 acks each delivery like the vendor consumers; more shows what batch delivery gains (not the vendor's shape)")
 	f.DurationVar(&duration, "duration", 20*time.Second, "how long each side publishes")
 	f.DurationVar(&warmup, "warmup", 5*time.Second, "start of each publish left out of the figure (JVM and client warm-up)")
+	f.IntVar(&rounds, "rounds", 1, "measure both sides this many times, alternating which goes first, and report medians with the ratios' range (rates on a shared machine move by tens of percent from one run to the next)")
 	f.DurationVar(&maxDrain, "max-drain", 60*time.Second, "longest a drain may take; a slower drain is cut and its figure covers what arrived")
 	return cmd
 }
@@ -116,10 +119,13 @@ func printCalibration(cal *results.Calibration) {
 	fmt.Fprintln(tw, "BROKER\tVENDOR PUBLISH/S\tDRIVER PUBLISH/S\tRATIO\tVENDOR CONSUME/S\tDRIVER CONSUME/S\tRATIO\t")
 	for _, b := range cal.Brokers {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b.Broker,
-			results.FormatRate(b.Vendor.Publish.MsgsPerS), results.FormatRate(b.Driver.Publish.MsgsPerS), results.RatioText(b.PublishRatio),
-			results.FormatRate(b.Vendor.Consume.MsgsPerS), results.FormatRate(b.Driver.Consume.MsgsPerS), results.RatioText(b.ConsumeRatio))
+			results.FormatRate(b.Vendor.Publish.MsgsPerS), results.FormatRate(b.Driver.Publish.MsgsPerS), b.RatioText(true),
+			results.FormatRate(b.Vendor.Consume.MsgsPerS), results.FormatRate(b.Driver.Consume.MsgsPerS), b.RatioText(false))
 	}
 	tw.Flush()
+	if cal.Shape.Rounds > 1 {
+		fmt.Printf("\nmedians of %d rounds; in brackets the range of the rounds' ratios\n", cal.Shape.Rounds)
+	}
 	for _, b := range cal.Brokers {
 		if b.Error != "" {
 			fmt.Printf("\n%s: %s\n", b.Broker, b.Error)
