@@ -156,16 +156,12 @@ func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibrat
 	r.classpath = cp
 	var rounds []results.BrokerCalibration
 	for i := range r.Rounds {
-		one := results.BrokerCalibration{Broker: row.Broker, Server: row.Server, Notes: row.Notes}
-		one.Vendor.Tool, one.Driver.Tool = row.Vendor.Tool, row.Driver.Tool
+		one := row // broker, server, tools, notes
 		sides := []func() error{
 			func() error { return r.vendorSide(ctx, name, v, &one.Vendor) },
 			func() error { return r.driverSide(ctx, name, &one.Driver) },
 		}
-		if i%2 == 1 {
-			// Alternate who goes first: what the first side leaves
-			// behind (page cache, log segments, a warm JIT) must not
-			// always favour the same one.
+		if !results.VendorFirst(i) {
 			sides[0], sides[1] = sides[1], sides[0]
 		}
 		if r.Rounds > 1 {

@@ -112,11 +112,17 @@ func parseWALChange(line string) (id string, balance, version int64, ok bool) {
 	var err1, err2 error
 	balance, err1 = strconv.ParseInt(line[j+len(balAt):k], 10, 64)
 	version, err2 = strconv.ParseInt(line[k+len(verAt):], 10, 64)
-	raw := line[i+len(idAt) : j]
-	if err1 != nil || err2 != nil || strings.Contains(strings.ReplaceAll(raw, "''", ""), "'") {
+	if err1 != nil || err2 != nil {
 		return "", 0, 0, false
 	}
-	return strings.ReplaceAll(raw, "''", "'"), balance, version, true
+	id = line[i+len(idAt) : j]
+	if strings.Contains(id, "'") { // quotes inside come doubled
+		if strings.Contains(strings.ReplaceAll(id, "''", ""), "'") {
+			return "", 0, 0, false
+		}
+		id = strings.ReplaceAll(id, "''", "'")
+	}
+	return id, balance, version, true
 }
 
 // Finish decodes every change committed since the slot was created into

@@ -298,7 +298,7 @@ func Clear(ctx context.Context, db DB, schema string, keepInbox, audited bool) e
 	}
 	sql := "TRUNCATE " + tables
 	if audited {
-		sql = "TRUNCATE " + tables + ", " + q + ".account_audit; INSERT INTO " + q + ".account_audit VALUES (0, '', 0, 0)"
+		sql += ", " + q + ".account_audit; INSERT INTO " + q + ".account_audit VALUES (0, '', 0, 0)"
 	}
 	if _, err := db.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("inbox: clear the tables of %s: %w", schema, err)

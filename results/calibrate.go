@@ -106,6 +106,12 @@ type CalibrationRound struct {
 	ConsumeRatio  float64 `json:"consume_ratio"`
 }
 
+// VendorFirst says whether the vendor tool runs before the driver in
+// round i (from 0): the order alternates, so that what the first side
+// leaves behind (page cache, log segments, a warm JIT) does not always
+// favour the same one.
+func VendorFirst(round int) bool { return round%2 == 0 }
+
 // CombineRounds makes one row of a broker's rounds (each with its ratios
 // filled): the first round's sides (tools, commands, series), with the
 // rates replaced by the medians over the rounds that have them, and the
@@ -135,7 +141,7 @@ func CombineRounds(rounds []BrokerCalibration) BrokerCalibration {
 	row.Rounds = nil
 	for i := range rounds {
 		b := &rounds[i]
-		row.Rounds = append(row.Rounds, CalibrationRound{VendorFirst: i%2 == 0,
+		row.Rounds = append(row.Rounds, CalibrationRound{VendorFirst: VendorFirst(i),
 			VendorPublish: b.Vendor.Publish.MsgsPerS, DriverPublish: b.Driver.Publish.MsgsPerS,
 			VendorConsume: b.Vendor.Consume.MsgsPerS, DriverConsume: b.Driver.Consume.MsgsPerS,
 			PublishRatio: b.PublishRatio, ConsumeRatio: b.ConsumeRatio})

@@ -161,9 +161,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if err != nil {
 		c.o.Log.Warn("final drain", "err", err)
 	}
-	for _, o := range outs {
-		t.count(o)
-	}
+	t.countAll(outs)
 	if err := audit.finish(ctx); err != nil {
 		return errors.Join(s.err, err)
 	}

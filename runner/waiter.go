@@ -99,9 +99,7 @@ func (s *sweeper) settle(ctx context.Context) (bool, error) {
 	}
 	s.last = time.Now()
 	outs, _ := inbox.DrainParkedWith(ctx, s.st, s.in, s.consumer)
-	for _, o := range outs {
-		s.t.count(o)
-	}
+	s.t.countAll(outs)
 	if len(outs) > 0 {
 		s.t.settled.Add(1)
 		s.empty = 0
