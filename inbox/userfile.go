@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -478,8 +479,12 @@ func (l *lexer) err(off int, msg string, a ...any) error {
 func (l *lexer) flush(at int) {
 	if l.hasCode {
 		raw := l.s[l.stmtStart:at]
-		lead := len(raw) - len(strings.TrimLeft(raw, " \t\r\n"))
-		st := &fileStmt{section: l.section, index: len(l.out) + 1, text: strings.TrimSpace(raw), off: l.stmtStart + lead}
+		// One trim for both the text and its offset: a statement that
+		// starts with a vertical tab or U+00A0 must not shift its
+		// parameters' positions.
+		trimmed := strings.TrimLeftFunc(raw, unicode.IsSpace)
+		lead := len(raw) - len(trimmed)
+		st := &fileStmt{section: l.section, index: len(l.out) + 1, text: strings.TrimRightFunc(trimmed, unicode.IsSpace), off: l.stmtStart + lead}
 		seen := map[string]bool{}
 		for _, p := range l.params {
 			p.start -= st.off
