@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/brokertest"
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/internal/testenv"
@@ -70,6 +73,55 @@ func TestPublishUnroutableFails(t *testing.T) {
 	err := brokers.FirstError(b.Publish(ctx, topic, brokertest.Events(t, "e", 1, 1, 0)))
 	if err == nil || !strings.Contains(err.Error(), "unroutable") {
 		t.Fatalf("want an unroutable error, got %v", err)
+	}
+}
+
+// With one of two queues deleted, exactly the messages routed to it fail
+// as unroutable, a repeated id included; the others are confirmed. The
+// driver matches each basic.return to its message by id and queue.
+func TestPublishUnroutableFailsOnlyItsMessages(t *testing.T) {
+	cfg := testenv.Require(t, testenv.RabbitMQ)
+	b := newBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topic := brokertest.UniqueName(t, "ib")
+	if err := b.Setup(ctx, topic, 2); err != nil {
+		t.Fatal(err)
+	}
+	defer b.(*rabbitmq.Broker).DeleteTopic(ctx, topic)
+	conn, err := amqp.Dial(cfg.Get(rabbitmq.SettingURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(topic+".1", false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	msgs := brokertest.Events(t, "e", 8, 2, 0)
+	for _, m := range msgs {
+		if driverutil.Shard(m.Key, 2) == 1 {
+			msgs = append(msgs, m) // the same id again, to the missing queue
+			break
+		}
+	}
+	errs := b.Publish(ctx, topic, msgs)
+	lost := 0
+	for i, m := range msgs {
+		switch missing := driverutil.Shard(m.Key, 2) == 1; {
+		case missing && (errs[i] == nil || !strings.Contains(errs[i].Error(), "unroutable")):
+			t.Errorf("message %d (%s, to the deleted queue): want an unroutable error, got %v", i, m.ID, errs[i])
+		case !missing && errs[i] != nil:
+			t.Errorf("message %d (%s): %v", i, m.ID, errs[i])
+		case missing:
+			lost++
+		}
+	}
+	if lost == 0 || lost == len(msgs) {
+		t.Fatalf("%d of %d messages went to the deleted queue: the keys do not cover both queues", lost, len(msgs))
 	}
 }
 

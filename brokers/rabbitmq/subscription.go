@@ -284,7 +284,7 @@ func delivery(q string, d *amqp.Delivery) *brokers.Delivery {
 		TransportID:   q + "#" + strconv.FormatUint(d.DeliveryTag, 10),
 		Shard:         q,
 	}
-	if ns, err := strconv.ParseInt(fmt.Sprint(d.Headers[headerSent]), 10, 64); err == nil {
+	if ns, err := strconv.ParseInt(fmt.Sprint(d.Headers[HeaderSent]), 10, 64); err == nil {
 		del.BrokerTime = time.Unix(0, ns)
 	}
 	return del
