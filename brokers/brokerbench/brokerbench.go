@@ -179,6 +179,18 @@ func (r PublishResult) RateAfter(warmup time.Duration) float64 {
 	return float64(n) / (r.Elapsed - time.Duration(skip)*time.Second).Seconds()
 }
 
+// Message is the i-th message Publish sends: key "key-<i mod keys>", id
+// "<idPrefix>-<i>", and the send time sent (unix ns, decimal) in
+// SentHeader. `bench calibrate` sizes the vendor tools' records from it.
+func Message(idPrefix string, i int64, keys int, body []byte, sent string) brokers.Message {
+	return brokers.Message{
+		Key:     "key-" + strconv.Itoa(int(i%int64(keys))),
+		ID:      idPrefix + "-" + strconv.FormatInt(i, 10),
+		Headers: map[string]string{SentHeader: sent},
+		Body:    body,
+	}
+}
+
 // Publish sends messages to topic (already set up) until lim, from
 // o.Publishers goroutines each sending o.Batch messages per call and
 // waiting for every confirm (closed loop). Message i has key
@@ -227,12 +239,7 @@ func Publish(ctx context.Context, br brokers.Broker, topic, idPrefix string, o O
 				batch = batch[:0]
 				now := strconv.FormatInt(time.Now().UnixNano(), 10)
 				for i := first; i < min(first+int64(o.Batch), total); i++ {
-					batch = append(batch, brokers.Message{
-						Key:     "key-" + strconv.Itoa(int(i%int64(o.Keys))),
-						ID:      idPrefix + "-" + strconv.FormatInt(i, 10),
-						Headers: map[string]string{SentHeader: now},
-						Body:    bodies[i%bodyPool],
-					})
+					batch = append(batch, Message(idPrefix, i, o.Keys, bodies[i%bodyPool], now))
 				}
 				if err := brokers.FirstError(br.Publish(pctx, topic, batch)); err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })

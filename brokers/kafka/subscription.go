@@ -51,6 +51,7 @@ type subscription struct {
 // worker handles one partition's records in order.
 type worker struct {
 	p      int32
+	shard  string // p in decimal, Delivery.Shard
 	ctx    context.Context
 	cancel context.CancelFunc
 	exited chan struct{}
@@ -266,7 +267,7 @@ func (s *subscription) assigned(_ context.Context, _ *kgo.Client, m map[string][
 		if s.workers[p] != nil || s.ctx.Err() != nil {
 			continue
 		}
-		w := &worker{p: p, exited: make(chan struct{}), wake: make(chan struct{}, 1)}
+		w := &worker{p: p, shard: strconv.Itoa(int(p)), exited: make(chan struct{}), wake: make(chan struct{}, 1)}
 		w.ctx, w.cancel = context.WithCancel(s.ctx)
 		s.workers[p] = w
 		go s.run(w)
@@ -352,7 +353,7 @@ func (s *subscription) run(w *worker) {
 			ds[i] = &brokers.Delivery{
 				Message:     message(r),
 				TransportID: transportID(r),
-				Shard:       strconv.Itoa(int(r.Partition)),
+				Shard:       w.shard,
 				BrokerTime:  r.Timestamp,
 			}
 		}
