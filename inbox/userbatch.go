@@ -191,15 +191,29 @@ func firstCopies(evs []*envelope.Event) (uniq []*envelope.Event, first []int, ag
 }
 
 // decideBatch runs the @batch statements in tx and returns each event's
-// result in batch order; *last is set to the statement that failed.
-func (s *FileStrategy) decideBatch(ctx context.Context, tx pgx.Tx, r *fileSQL, consumer string, evs []*envelope.Event, last **renderedStmt) ([]string, error) {
+// result in batch order; *last is set to the statement that failed. The
+// statements go out in one pipeline (one round trip, as the built-in batch
+// sends its locks, parked reads and claims): their parameters are all
+// known up front, and the server runs them in order, each seeing what the
+// ones before it did; an error skips the rest.
+func (s *FileStrategy) decideBatch(ctx context.Context, tx pgx.Tx, r *fileSQL, consumer string, evs []*envelope.Event, last **renderedStmt) (_ []string, err error) {
+	b := &pgx.Batch{}
+	for _, st := range r.batch {
+		b.Queue(st.sql, batchArgs(st, consumer, evs)...)
+	}
+	br := tx.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
 	for _, st := range r.batch[:len(r.batch)-1] {
-		if _, err := tx.Exec(ctx, st.sql, batchArgs(st, consumer, evs)...); err != nil {
+		if _, err := br.Exec(); err != nil {
 			*last = st
 			return nil, err
 		}
 	}
-	rows, err := tx.Query(ctx, (*last).sql, batchArgs(*last, consumer, evs)...)
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -231,15 +245,23 @@ func (in *Inbox) sweepParked(ctx context.Context, tx pgx.Tx, consumer string, ev
 	for i, ev := range evs {
 		aggs[i] = ev.Subject
 	}
-	if _, err := tx.Exec(ctx, in.sql.parkLockMany, consumer, aggs); err != nil {
+	b := &pgx.Batch{} // one round trip: the read runs after the locks
+	b.Queue(in.sql.parkLockMany, consumer, aggs)
+	b.Queue(in.sql.batchParked, consumer, aggs)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("park locks: %w", err)
 	}
-	rows, err := tx.Query(ctx, in.sql.batchParked, consumer, aggs)
+	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("read parked events: %w", err)
 	}
 	parked, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*envelope.Event, error) { return scanParked(r, "") })
 	if err != nil {
+		return nil, fmt.Errorf("read parked events: %w", err)
+	}
+	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("read parked events: %w", err)
 	}
 	return parked, nil
