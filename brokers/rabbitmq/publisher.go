@@ -88,21 +88,28 @@ func (p *publisher) publish(ctx context.Context, topic string, shards int, msgs 
 	bctx, cancel := context.WithTimeout(ctx, p.b.confirmTimeout)
 	defer cancel()
 	var timedOut atomic.Pointer[string] // the block reason at the deadline ("" if not blocked)
-	fired := make(chan struct{})
-	stop := context.AfterFunc(bctx, func() {
-		defer close(fired)
+	expire := func() {
 		if ctx.Err() != nil {
 			return // the caller gave up: not a timeout
 		}
 		reason := p.b.blockedReason(conn)
 		timedOut.Store(&reason)
 		_ = conn.CloseDeadline(time.Now().Add(time.Second))
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(bctx, func() {
+		defer close(fired)
+		expire()
 	})
 
 	confirms, sent := p.send(bctx, ch, topic, shards, msgs, errs)
 	returned := p.await(bctx, topic, msgs, confirms, sent, errs)
 	if !stop() {
 		<-fired // the deadline (or the caller) ended the batch
+	} else if bctx.Err() != nil {
+		// The deadline passed and await saw it before the callback
+		// started (stop cancelled it): a timeout all the same.
+		expire()
 	}
 	if r := timedOut.Load(); r != nil {
 		for i, dc := range confirms {
