@@ -61,11 +61,23 @@ func (r *runner) openTopic(ctx context.Context, name, topic string) (brokers.Bro
 // publishing Batch messages per call and waiting for their confirms, one
 // subscription (the drivers consume every shard on its own goroutine or
 // channel), handler batches of MaxBatch (1 by default: one ack each, like
-// the vendor consumers).
+// the vendor consumers), and no send-time header (a drain has no latency
+// to report, and the vendor tools send none).
 func (r *runner) options() brokerbench.Options {
 	s := r.Shape
 	return brokerbench.Options{Size: s.MessageSize, Shards: s.Shards, Batch: s.Batch,
-		Publishers: s.Producers, Prefetch: s.Prefetch, MaxBatch: s.MaxBatch}.WithDefaults()
+		Publishers: s.Producers, Prefetch: s.Prefetch, MaxBatch: s.MaxBatch, NoLatency: true}.WithDefaults()
+}
+
+// sampleMessage is a message as the driver side publishes it (its id from
+// the middle of a run): the vendor tools' messages are shaped after it.
+func (r *runner) sampleMessage() (brokers.Message, error) {
+	o := r.options()
+	bodies, err := brokerbench.Bodies(o.Size, 1)
+	if err != nil {
+		return brokers.Message{}, err
+	}
+	return brokerbench.Message("calib", 1_000_000, o.Keys, bodies[0], ""), nil
 }
 
 // driverSide publishes for the shape's duration into a fresh topic, then

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inboxbench/inboxbench/brokers"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -145,5 +147,16 @@ func TestDrainRate(t *testing.T) {
 		if math.Abs(got-tc.want) > 0.5 || secs != tc.secs {
 			t.Errorf("%s: DrainRate = %.1f over %d s, want %.1f over %d s", tc.name, got, secs, tc.want, tc.secs)
 		}
+	}
+}
+
+// PerfTest's messages are shaped after the driver's: its id and key, the
+// driver's send-time header, and whatever headers the driver side adds.
+func TestPerfTestPropertiesFollowTheDriverMessage(t *testing.T) {
+	m := brokers.Message{ID: "calib-7", Key: "key-3", Headers: map[string]string{"b": "2", "a": "1"}}
+	got := perfTestProperties(m, time.Unix(0, 42))
+	want := "contentType=application/cloudevents+json,messageId=calib-7,ib-key=key-3,ib-sent=42,a=1,b=2"
+	if got != want {
+		t.Fatalf("perfTestProperties:\n got %s\nwant %s", got, want)
 	}
 }

@@ -3,8 +3,10 @@ package calibrate
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/inboxbench/inboxbench/brokers/brokerbench"
+	"github.com/inboxbench/inboxbench/brokers"
 	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
 	rabbitdriver "github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	rocketdriver "github.com/inboxbench/inboxbench/brokers/rocketmq"
@@ -117,18 +119,15 @@ func (kafkaVendor) fetch() (string, []string) {
 
 // kafkaRecordSize is the value size of ProducerPerformance's records: the
 // bytes of key, value and headers of a driver record in this run
-// (brokerbench.Message through the driver's record), so both sides move
-// the same bytes per record. With values of the shape's size alone, the
-// driver's records (a key, its id and send-time headers) were ~60 bytes,
-// 6%, heavier.
+// (sampleMessage through the driver's record), so both sides move the same
+// bytes per record. With values of the shape's size alone, the driver's
+// records (a key and an id header) were heavier.
 func (r *runner) kafkaRecordSize() (int, error) {
-	bodies, err := brokerbench.Bodies(r.Shape.MessageSize, 1)
+	m, err := r.sampleMessage()
 	if err != nil {
 		return 0, err
 	}
-	o := r.options()
-	sent := strconv.FormatInt(time.Now().UnixNano(), 10)
-	return kafkadriver.RecordBytes(brokerbench.Message("calib", 1_000_000, o.Keys, bodies[0], sent)), nil
+	return kafkadriver.RecordBytes(m), nil
 }
 
 func (kafkaVendor) tool() string {
@@ -241,12 +240,16 @@ func (r *runner) perfTestURI() string {
 // the properties and headers the driver's messages carry.
 func (rabbitVendor) publish(ctx context.Context, r *runner, topic string) results.Measurement {
 	s := r.Shape
+	m, err := r.sampleMessage()
+	if err != nil {
+		return measured(nil, Figure{}, err)
+	}
 	channels := (s.Shards + s.Producers - 1) / s.Producers
 	args := []string{"--uri", r.perfTestURI(), "--producers", strconv.Itoa(s.Producers),
 		"--producer-channel-count", strconv.Itoa(channels), "--consumers", "0",
 		"--confirm", strconv.Itoa(s.Batch), "--size", strconv.Itoa(s.MessageSize), "--flag", "persistent",
 		"--time", strconv.Itoa(int(math.Ceil(r.Duration.Seconds()))), "--id", "calibrate-publish",
-		"--message-properties", perfTestProperties(time.Now())}
+		"--message-properties", perfTestProperties(m, time.Now())}
 	cmd := r.javaCmd("com.rabbitmq.perf.PerfTest", append(args, r.perfTestQueues(topic)...)...)
 	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rabbitmq-perftest-publish", args: cmd[1:], timeout: r.Duration + toolSlack})
 	if err != nil {
@@ -256,21 +259,23 @@ func (rabbitVendor) publish(ctx context.Context, r *runner, topic string) result
 	return measured(cmd, f, err)
 }
 
-// perfTestProperties gives PerfTest's messages what the driver's carry in
-// `bench calibrate` (brokers/rabbitmq/publisher.go, brokers/brokerbench):
-// content type, a message id, the key and send-time headers, and the
-// benchmark's own send time. PerfTest sends constant values; the broker
-// parses them all the same. Without them PerfTest's messages have no
-// headers, and the broker takes about a fifth more of them per second.
-func perfTestProperties(at time.Time) string {
-	ns := strconv.FormatInt(at.UnixNano(), 10)
-	return strings.Join([]string{
+// perfTestProperties gives PerfTest's messages what the driver puts in
+// m's (brokers/rabbitmq/publisher.go): content type, a message id, the
+// key and send-time headers, and m's own headers. PerfTest sends constant
+// values; the broker parses them all the same. Without them PerfTest's
+// messages have no headers, and the broker takes about a fifth more of
+// them per second.
+func perfTestProperties(m brokers.Message, at time.Time) string {
+	props := []string{
 		"contentType=" + rabbitdriver.ContentType,
-		"messageId=calib-0000000",
-		rabbitdriver.HeaderKey + "=key-00",
-		rabbitdriver.HeaderSent + "=" + ns,
-		brokerbench.SentHeader + "=" + ns,
-	}, ",")
+		"messageId=" + m.ID,
+		rabbitdriver.HeaderKey + "=" + m.Key,
+		rabbitdriver.HeaderSent + "=" + strconv.FormatInt(at.UnixNano(), 10),
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+		props = append(props, k+"="+m.Headers[k])
+	}
+	return strings.Join(props, ",")
 }
 
 // consume: PerfTest consumers only, one channel per queue (Consumers
@@ -384,7 +389,7 @@ func (kafkaVendor) notes(results.Shape) []string {
 
 func (rabbitVendor) notes(s results.Shape) []string {
 	return []string{fmt.Sprintf("PerfTest keeps a sliding window of %d unconfirmed messages per channel, one channel per queue (%d in flight at most); the driver's publishers each send a batch on a confirm channel of their own and wait for all its confirms before the next (%d in flight at most, fewer on average)", s.Batch, s.Batch*s.Shards, s.Batch*s.Producers),
-		"PerfTest's messages carry the driver's properties and headers (content type, message id, key, two send times) as constants (--message-properties); without them it publishes about a fifth more messages per second"}
+		"PerfTest's messages carry the driver's properties and headers (content type, message id, key, send time) as constants (--message-properties); without them it publishes about a fifth more messages per second"}
 }
 
 func (rocketVendor) notes(s results.Shape) []string {

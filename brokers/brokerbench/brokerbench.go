@@ -44,6 +44,11 @@ type Options struct {
 	Publishers int // concurrent publishing goroutines; default 4
 	Prefetch   int // SubscribeOptions.Prefetch; default 256 (raised to MaxBatch)
 	MaxBatch   int // SubscribeOptions.MaxBatch; default 1
+	// NoLatency publishes without SentHeader: no latency figures, and one
+	// header less to send, store, fetch and decode per message. A drain
+	// measured after publishing (bench calibrate) has no use for them,
+	// and the vendor tools it is compared with send no such header.
+	NoLatency bool
 }
 
 // WithDefaults fills zero fields with the defaults above.
@@ -181,21 +186,25 @@ func (r PublishResult) RateAfter(warmup time.Duration) float64 {
 
 // Message is the i-th message Publish sends: key "key-<i mod keys>", id
 // "<idPrefix>-<i>", and the send time sent (unix ns, decimal) in
-// SentHeader. `bench calibrate` sizes the vendor tools' records from it.
+// SentHeader unless sent is "" (Options.NoLatency). `bench calibrate`
+// shapes the vendor tools' messages after it.
 func Message(idPrefix string, i int64, keys int, body []byte, sent string) brokers.Message {
-	return brokers.Message{
-		Key:     "key-" + strconv.Itoa(int(i%int64(keys))),
-		ID:      idPrefix + "-" + strconv.FormatInt(i, 10),
-		Headers: map[string]string{SentHeader: sent},
-		Body:    body,
+	m := brokers.Message{
+		Key:  "key-" + strconv.Itoa(int(i%int64(keys))),
+		ID:   idPrefix + "-" + strconv.FormatInt(i, 10),
+		Body: body,
 	}
+	if sent != "" {
+		m.Headers = map[string]string{SentHeader: sent}
+	}
+	return m
 }
 
 // Publish sends messages to topic (already set up) until lim, from
 // o.Publishers goroutines each sending o.Batch messages per call and
-// waiting for every confirm (closed loop). Message i has key
-// "key-<i mod Keys>" and id "<idPrefix>-<i>"; every message carries its
-// send time in SentHeader. The first unconfirmed message ends the publish
+// waiting for every confirm (closed loop). Message i is Message(idPrefix,
+// i, …): every message carries its send time in SentHeader unless
+// o.NoLatency. The first unconfirmed message ends the publish
 // with an error.
 func Publish(ctx context.Context, br brokers.Broker, topic, idPrefix string, o Options, lim Limit) (PublishResult, error) {
 	o = o.WithDefaults()
@@ -237,7 +246,10 @@ func Publish(ctx context.Context, br brokers.Broker, topic, idPrefix string, o O
 					return
 				}
 				batch = batch[:0]
-				now := strconv.FormatInt(time.Now().UnixNano(), 10)
+				now := ""
+				if !o.NoLatency {
+					now = strconv.FormatInt(time.Now().UnixNano(), 10)
+				}
 				for i := first; i < min(first+int64(o.Batch), total); i++ {
 					batch = append(batch, Message(idPrefix, i, o.Keys, bodies[i%bodyPool], now))
 				}

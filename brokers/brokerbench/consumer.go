@@ -26,8 +26,9 @@ type Consumer struct {
 	first    atomic.Int64 // unix ns of the first delivery, 0 before
 	last     atomic.Int64 // unix ns of the latest delivery
 
-	hmu   sync.Mutex
-	hists map[string]*shardHist
+	latency bool // record latencies (not Options.NoLatency)
+	hmu     sync.Mutex
+	hists   map[string]*shardHist
 }
 
 type shardHist struct {
@@ -44,7 +45,7 @@ func newHist() *hdrhistogram.Histogram {
 // start-up counts from this call (Result.Series starts here).
 func StartConsumer(ctx context.Context, br brokers.Broker, topic, group string, o Options, want int64) (*Consumer, error) {
 	o = o.WithDefaults()
-	c := &Consumer{want: want, series: NewSeries(), all: make(chan struct{}), hists: map[string]*shardHist{}}
+	c := &Consumer{want: want, series: NewSeries(), all: make(chan struct{}), latency: !o.NoLatency, hists: map[string]*shardHist{}}
 	sub, err := br.Subscribe(ctx, topic, group, brokers.SubscribeOptions{Prefetch: o.Prefetch, MaxBatch: o.MaxBatch}, c.handle)
 	if err != nil {
 		return nil, fmt.Errorf("%s: subscribe to %s: %w", br.Name(), topic, err)
@@ -56,6 +57,26 @@ func StartConsumer(ctx context.Context, br brokers.Broker, topic, group string, 
 func (c *Consumer) handle(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
 	now := time.Now()
 	c.first.CompareAndSwap(0, now.UnixNano())
+	if c.latency {
+		c.record(now, ds)
+	}
+	c.series.Add(now, int64(len(ds)))
+	for {
+		l := c.last.Load()
+		if l >= now.UnixNano() || c.last.CompareAndSwap(l, now.UnixNano()) {
+			break
+		}
+	}
+	// Exactly one call crosses want, whatever its batch size.
+	if n := c.received.Add(int64(len(ds))); n >= c.want && n-int64(len(ds)) < c.want {
+		close(c.all)
+	}
+	return make([]brokers.Verdict, len(ds)) // all Ack (the zero Verdict)
+}
+
+// record adds the batch's publish→handler latencies to its shard's
+// histogram.
+func (c *Consumer) record(now time.Time, ds []*brokers.Delivery) {
 	c.hmu.Lock() // short: finds the shard's histogram, whose own lock is uncontended
 	h := c.hists[ds[0].Shard]
 	if h == nil {
@@ -70,18 +91,6 @@ func (c *Consumer) handle(_ context.Context, ds []*brokers.Delivery) []brokers.V
 		}
 	}
 	h.mu.Unlock()
-	c.series.Add(now, int64(len(ds)))
-	for {
-		l := c.last.Load()
-		if l >= now.UnixNano() || c.last.CompareAndSwap(l, now.UnixNano()) {
-			break
-		}
-	}
-	// Exactly one call crosses want, whatever its batch size.
-	if n := c.received.Add(int64(len(ds))); n >= c.want && n-int64(len(ds)) < c.want {
-		close(c.all)
-	}
-	return make([]brokers.Verdict, len(ds)) // all Ack (the zero Verdict)
 }
 
 // Wait blocks until want deliveries arrived, the subscription ended, ctx
@@ -126,7 +135,8 @@ type ConsumeResult struct {
 	// Span is from the first delivery to the last.
 	Span   time.Duration
 	Series *Series // deliveries per second from StartConsumer
-	// P50 and P99 are publish→handler latencies in microseconds.
+	// P50 and P99 are publish→handler latencies in microseconds (0 with
+	// Options.NoLatency).
 	P50, P99 int64
 }
 
