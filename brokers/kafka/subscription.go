@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,7 @@ type subscription struct {
 type worker struct {
 	p      int32
 	shard  string // p in decimal, Delivery.Shard
+	tid    string // "<topic>/<p>@", the transport ids' prefix
 	ctx    context.Context
 	cancel context.CancelFunc
 	exited chan struct{}
@@ -267,7 +269,7 @@ func (s *subscription) assigned(_ context.Context, _ *kgo.Client, m map[string][
 		if s.workers[p] != nil || s.ctx.Err() != nil {
 			continue
 		}
-		w := &worker{p: p, shard: strconv.Itoa(int(p)), exited: make(chan struct{}), wake: make(chan struct{}, 1)}
+		w := &worker{p: p, shard: strconv.Itoa(int(p)), tid: s.topic + "/" + strconv.Itoa(int(p)) + "@", exited: make(chan struct{}), wake: make(chan struct{}, 1)}
 		w.ctx, w.cancel = context.WithCancel(s.ctx)
 		s.workers[p] = w
 		go s.run(w)
@@ -352,7 +354,7 @@ func (s *subscription) run(w *worker) {
 		for i, r := range recs {
 			ds[i] = &brokers.Delivery{
 				Message:     message(r),
-				TransportID: transportID(r),
+				TransportID: w.transportID(r),
 				Shard:       w.shard,
 				BrokerTime:  r.Timestamp,
 			}
@@ -389,6 +391,17 @@ func (s *subscription) run(w *worker) {
 			return
 		}
 	}
+}
+
+// transportID is transportID(r) for one of the worker's records, in one
+// allocation: it runs once per delivered record.
+func (w *worker) transportID(r *kgo.Record) string {
+	var b strings.Builder
+	b.Grow(len(w.tid) + 20)
+	b.WriteString(w.tid)
+	var n [20]byte
+	b.Write(strconv.AppendInt(n[:0], r.Offset, 10))
+	return b.String()
 }
 
 // finished makes everything up to r committable: the Handler finished r
