@@ -62,6 +62,22 @@ type worker struct {
 	queue  []*kgo.Record
 	paused bool
 	wake   chan struct{} // cap 1
+
+	// Used by run alone: the popped records (valid for one batch) and
+	// Deliveries handed out one slab at a time, so a drain does not
+	// allocate them one per record.
+	batch []*kgo.Record
+	slab  []brokers.Delivery
+}
+
+// deliveries returns n zeroed Deliveries from the worker's slab.
+func (w *worker) deliveries(n int) []brokers.Delivery {
+	if len(w.slab) < n {
+		w.slab = make([]brokers.Delivery, max(n, 64))
+	}
+	d := w.slab[:n:n]
+	w.slab = w.slab[n:]
+	return d
 }
 
 // Subscribe implements brokers.Broker. The group's committed offsets are
@@ -243,7 +259,7 @@ func (w *worker) push(s *subscription, recs []*kgo.Record) {
 }
 
 // pop takes up to n buffered records (what was already fetched: it never
-// waits for more).
+// waits for more), into a buffer that the next pop reuses.
 func (w *worker) pop(s *subscription, n int) []*kgo.Record {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -251,8 +267,8 @@ func (w *worker) pop(s *subscription, n int) []*kgo.Record {
 	if n == 0 {
 		return nil
 	}
-	recs := make([]*kgo.Record, n)
-	copy(recs, w.queue)
+	recs := append(w.batch[:0], w.queue[:n]...)
+	w.batch = recs
 	clear(w.queue[:n]) // let the GC have them once handled
 	w.queue = w.queue[n:]
 	if w.paused && len(w.queue) < s.highWater()/2 {
@@ -351,13 +367,11 @@ func (s *subscription) run(w *worker) {
 			return
 		}
 		ds := make([]*brokers.Delivery, len(recs))
+		dels := w.deliveries(len(recs))
 		for i, r := range recs {
-			ds[i] = &brokers.Delivery{
-				Message:     message(r),
-				TransportID: w.transportID(r),
-				Shard:       w.shard,
-				BrokerTime:  r.Timestamp,
-			}
+			d := &dels[i]
+			d.Message, d.TransportID, d.Shard, d.BrokerTime = message(r), w.transportID(r), w.shard, r.Timestamp
+			ds[i] = d
 		}
 		next := 0 // HandleBatch settles consecutive prefixes of the batch
 		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
