@@ -384,6 +384,11 @@ func (c *calibration) versusPGBench(ctx context.Context, st string, s *Sample) e
 	if c.local {
 		local = c.pool
 	}
+	// As every bench run cell does (runner/cell.go), so that neither side
+	// pays for a checkpoint the other made due.
+	if _, err := inbox.Checkpoint(ctx, c.pool); err != nil {
+		return err
+	}
 	run, err := RunPGBench(ctx, c.o.PGBench, c.o.Cfg.PGURL, sh, c.o.Spec.Warmup.D(), c.o.Measure, local)
 	c.rep.PGBench[st] = run.Command
 	if script, serr := Script(sh); serr == nil {

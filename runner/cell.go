@@ -132,6 +132,13 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if err != nil {
 		return err
 	}
+	if c.o.Measure && c.o.Search == nil { // a rate search checkpoints before each step
+		if allowed, err := inbox.Checkpoint(ctx, pool); err != nil {
+			return err
+		} else if !allowed {
+			ns.add("the cell did not start at a checkpoint: the role may not run CHECKPOINT (GRANT pg_checkpoint TO it), so a checkpoint made due by an earlier cell's WAL may slow this one")
+		}
+	}
 	stopPrune := c.pruneDuring(ctx, pool, ns)
 	var s streamed
 	var rate *results.RateSearch

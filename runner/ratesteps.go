@@ -7,7 +7,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxbench/inboxbench/brokers"
@@ -187,16 +186,12 @@ func (j *stepJudge) checkpoint(ctx context.Context) error {
 	if j.noCheckpoint {
 		return nil
 	}
-	_, err := j.pool.Exec(ctx, "CHECKPOINT")
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {
+	allowed, err := inbox.Checkpoint(ctx, j.pool)
+	if !allowed {
 		j.noCheckpoint = true
 		j.notes.add("the rate search's steps did not start at a checkpoint: the role may not run CHECKPOINT (GRANT pg_checkpoint TO it), so a checkpoint during a step slows that step alone")
-		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("checkpoint between rate steps: %w", err)
-	}
-	return nil
+	return err
 }
 
 // segmentSpec is the workload of step i: the cell's workload at rate, for
