@@ -117,19 +117,6 @@ func (kafkaVendor) fetch() (string, []string) {
 	}
 }
 
-// kafkaRecordSize is the value size of ProducerPerformance's records: the
-// bytes of key, value and headers of a driver record in this run
-// (sampleMessage through the driver's record), so both sides move the same
-// bytes per record. With values of the shape's size alone, the driver's
-// records (a key and an id header) were heavier.
-func (r *runner) kafkaRecordSize() (int, error) {
-	m, err := r.sampleMessage()
-	if err != nil {
-		return 0, err
-	}
-	return kafkadriver.RecordBytes(m), nil
-}
-
 func (kafkaVendor) tool() string {
 	return "org.apache.kafka:kafka-tools:" + compose.KafkaVersion + " ProducerPerformance / ConsumerPerformance"
 }
@@ -139,10 +126,13 @@ func (kafkaVendor) tool() string {
 // batching: linger.ms=5, batch.size=16384, idempotence on) until its
 // report windows cover the shape's duration.
 func (kafkaVendor) publish(ctx context.Context, r *runner, topic string) results.Measurement {
-	size, err := r.kafkaRecordSize()
+	// Values as large as a driver record's key, value and headers (a key
+	// and an id header), so both sides move the same bytes per record.
+	m, err := r.sampleMessage()
 	if err != nil {
 		return measured(nil, Figure{}, err)
 	}
+	size := kafkadriver.RecordBytes(m)
 	cmd := r.javaCmd("org.apache.kafka.tools.ProducerPerformance",
 		"--topic", topic, "--num-records", "1000000000", "--record-size", strconv.Itoa(size),
 		"--throughput", "-1", "--producer-props", "bootstrap.servers="+strings.Join(r.Cfg.List(kafkadriver.SettingBrokers), ","), "acks=all")

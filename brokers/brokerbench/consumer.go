@@ -32,7 +32,7 @@ type Consumer struct {
 	// twentieth of a drain's CPU here. The first delivery and the one that
 	// completes want read the precise time.
 	clock     atomic.Int64
-	stopClock func()
+	stopClock context.CancelFunc
 
 	latency bool // record latencies (not Options.NoLatency)
 	hmu     sync.Mutex
@@ -67,20 +67,19 @@ func StartConsumer(ctx context.Context, br brokers.Broker, topic, group string, 
 func (c *Consumer) startClock() {
 	c.clock.Store(time.Now().UnixNano())
 	t := time.NewTicker(time.Millisecond)
-	done := make(chan struct{})
+	ctx, stop := context.WithCancel(context.Background())
 	go func() {
 		defer t.Stop()
 		for {
 			select {
 			case now := <-t.C:
 				c.clock.Store(now.UnixNano())
-			case <-done:
+			case <-ctx.Done():
 				return
 			}
 		}
 	}()
-	var once sync.Once
-	c.stopClock = func() { once.Do(func() { close(done) }) }
+	c.stopClock = stop
 }
 
 func (c *Consumer) handle(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {

@@ -478,7 +478,13 @@ func message(r *kgo.Record) brokers.Message {
 
 // transportID is "<topic>/<partition>@<offset>".
 func transportID(r *kgo.Record) string {
-	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "@" + strconv.FormatInt(r.Offset, 10)
+	return transportPrefix(r.Topic, r.Partition) + strconv.FormatInt(r.Offset, 10)
+}
+
+// transportPrefix is what the transport ids of a partition's records
+// start with: "<topic>/<partition>@".
+func transportPrefix(topic string, p int32) string {
+	return topic + "/" + strconv.Itoa(int(p)) + "@"
 }
 
 // DeleteTopic implements brokers.TopicDeleter.

@@ -53,7 +53,7 @@ type subscription struct {
 type worker struct {
 	p      int32
 	shard  string // p in decimal, Delivery.Shard
-	tid    string // "<topic>/<p>@", the transport ids' prefix
+	tid    string // transportPrefix of the partition
 	ctx    context.Context
 	cancel context.CancelFunc
 	exited chan struct{}
@@ -285,7 +285,7 @@ func (s *subscription) assigned(_ context.Context, _ *kgo.Client, m map[string][
 		if s.workers[p] != nil || s.ctx.Err() != nil {
 			continue
 		}
-		w := &worker{p: p, shard: strconv.Itoa(int(p)), tid: s.topic + "/" + strconv.Itoa(int(p)) + "@", exited: make(chan struct{}), wake: make(chan struct{}, 1)}
+		w := &worker{p: p, shard: strconv.Itoa(int(p)), tid: transportPrefix(s.topic, p), exited: make(chan struct{}), wake: make(chan struct{}, 1)}
 		w.ctx, w.cancel = context.WithCancel(s.ctx)
 		s.workers[p] = w
 		go s.run(w)
