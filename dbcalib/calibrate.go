@@ -28,6 +28,10 @@ const (
 	// ComparePGBench: a `bench run --brokers none` cell against pgbench
 	// running the strategy's twin (goal: none ≥ 95% of pgbench).
 	ComparePGBench = "pgbench"
+	// ComparePGX: the same none cell against the twin's statements sent
+	// by a bare pgx loop in this process (pgxloop.go): the harness's own
+	// cost over its database driver (goal: none ≥ 95% of the loop).
+	ComparePGX = "pgx"
 	// CompareAudit: the same none cell with the audit log and without
 	// (goal: audited ≥ 97% of unaudited).
 	CompareAudit = "audit"
@@ -41,11 +45,11 @@ const (
 )
 
 // Comparisons lists every comparison, in the order a round runs them.
-var Comparisons = []string{ComparePGBench, CompareAudit, ComparePrefill, ComparePrune}
+var Comparisons = []string{ComparePGBench, ComparePGX, CompareAudit, ComparePrefill, ComparePrune}
 
 // Goals are the ratios each comparison must reach; the inbox-size
 // comparisons are measurements with no goal.
-var Goals = map[string]float64{ComparePGBench: 0.95, CompareAudit: 0.97, ComparePrefill: 0, ComparePrune: 0}
+var Goals = map[string]float64{ComparePGBench: 0.95, ComparePGX: 0.95, CompareAudit: 0.97, ComparePrefill: 0, ComparePrune: 0}
 
 // Options of a calibration.
 type Options struct {
@@ -172,7 +176,7 @@ func (o *Options) Validate() error {
 		if _, err := inbox.Lookup(st); err != nil {
 			return err
 		}
-		if slices.Contains(o.Compare, ComparePGBench) {
+		if slices.Contains(o.Compare, ComparePGBench) || slices.Contains(o.Compare, ComparePGX) {
 			if err := o.shape(st).check(); err != nil {
 				return fmt.Errorf("--strategies %s: %w", st, err)
 			}
@@ -260,8 +264,8 @@ func (c *calibration) measure(ctx context.Context, round int, cmp, st string) er
 	s := Sample{Round: round, Compare: cmp, Strategy: st}
 	var err error
 	switch cmp {
-	case ComparePGBench:
-		err = c.versusPGBench(ctx, st, &s)
+	case ComparePGBench, ComparePGX:
+		return c.versusTwins(ctx, round, cmp, st)
 	case CompareAudit:
 		err = c.auditAB(ctx, round, st, &s)
 	case ComparePrefill, ComparePrune:
@@ -282,8 +286,8 @@ func (c *calibration) record(s Sample) {
 		s.CPURatio = s.ReferenceCPU.Total / s.SubjectCPU.Total
 	}
 	c.rep.Samples = append(c.rep.Samples, s)
-	ref := map[string]string{ComparePGBench: "pgbench", CompareAudit: "no audit", ComparePrefill: "empty", ComparePrune: "no prune"}[cmp]
-	sub := map[string]string{ComparePGBench: "none", CompareAudit: "audit", ComparePrefill: "prefilled", ComparePrune: "prune"}[cmp]
+	ref := map[string]string{ComparePGBench: "pgbench", ComparePGX: "pgx loop", CompareAudit: "no audit", ComparePrefill: "empty", ComparePrune: "no prune"}[cmp]
+	sub := map[string]string{ComparePGBench: "none", ComparePGX: "none", CompareAudit: "audit", ComparePrefill: "prefilled", ComparePrune: "prune"}[cmp]
 	fmt.Fprintf(c.o.Progress, "round %d  %-6s %-8s %s %s events/s, %s %s events/s: ratio %.3f (audit %s, host CPU %.0f%%)\n",
 		round, st, cmp, sub, results.FormatRate(s.Subject), ref, results.FormatRate(s.Reference), s.Ratio, s.Audit, 100*s.HostCPUBusy)
 	if s.SubjectP99 > 0 && s.ReferenceP99 > 0 {
@@ -355,15 +359,54 @@ func (c *calibration) inboxSize(ctx context.Context, round int, cmp, st string) 
 	return nil
 }
 
-// versusPGBench runs the twin, then the none cell, with the same audit.
-func (c *calibration) versusPGBench(ctx context.Context, st string, s *Sample) error {
+// versusTwins measures the pgbench and pgx comparisons: the twin's
+// references asked for (pgbench, the pgx loop), then one none cell, with
+// the same audit; each reference gets its sample against that cell. When
+// both are asked for they run at pgbench's turn and pgx's is skipped.
+func (c *calibration) versusTwins(ctx context.Context, round int, cmp, st string) error {
+	both := slices.Contains(c.o.Compare, ComparePGBench) && slices.Contains(c.o.Compare, ComparePGX)
+	if both && cmp == ComparePGX {
+		return nil
+	}
+	refs := []string{cmp}
+	if both {
+		refs = []string{ComparePGBench, ComparePGX}
+	}
 	mode := inbox.AuditOff
 	if c.o.Audit != inbox.AuditOff && c.o.Audit != "" {
 		mode = inbox.ResolveAudit(ctx, c.pool, c.o.Audit)
 	}
+	type side struct {
+		eps float64
+		cpu *CPU
+	}
+	got := map[string]side{}
+	for _, ref := range refs {
+		eps, cpu, err := c.twin(ctx, ref, st, mode)
+		if err != nil {
+			return fmt.Errorf("round %d, %s, %s: %w", round, ref, st, err)
+		}
+		got[ref] = side{eps, cpu}
+	}
+	cell, cpu, err := c.none(ctx, c.emptyInbox(), st, c.rep.Events[st], mode)
+	if err != nil {
+		return fmt.Errorf("round %d, %s, %s: %w", round, cmp, st, err)
+	}
+	for _, ref := range refs {
+		c.record(Sample{Round: round, Compare: ref, Strategy: st, Subject: cell.Throughput.EventsPerS, Reference: got[ref].eps,
+			Audit: cell.Audit, HostCPUBusy: cell.Throughput.HostCPUBusy, SubjectP99: cell.Latency.E2E.P99, SubjectApplyP99: cell.Latency.Apply.P99,
+			SubjectCPU: cpu, ReferenceCPU: got[ref].cpu})
+	}
+	return nil
+}
+
+// twin runs one reference of the twin comparisons (pgbench or the pgx
+// loop) on a freshly prepared twin schema with the audit mode, checks
+// what it did (Verify), and returns its events/s and CPU per event.
+func (c *calibration) twin(ctx context.Context, ref, st string, mode inbox.AuditMode) (float64, *CPU, error) {
 	sh := c.o.shape(st)
 	if err := Prepare(ctx, c.pool, sh); err != nil {
-		return err
+		return 0, nil, err
 	}
 	defer inbox.DropSchema(context.WithoutCancel(ctx), c.pool, sh.Schema)
 	var wal *inbox.WALAudit
@@ -372,50 +415,54 @@ func (c *calibration) versusPGBench(ctx context.Context, st string, s *Sample) e
 	case inbox.AuditOff:
 	case inbox.AuditWAL:
 		if wal, err = inbox.StartWALAudit(ctx, c.o.Cfg.PGURL, sh.Schema); err != nil {
-			return err
+			return 0, nil, err
 		}
 		defer wal.Close(ctx)
 	default:
 		if err := inbox.InstallAudit(ctx, c.pool, sh.Schema, mode); err != nil {
-			return err
+			return 0, nil, err
 		}
 	}
 	var local *pgxpool.Pool
 	if c.local {
 		local = c.pool
 	}
-	// As every bench run cell does (runner/cell.go), so that neither side
-	// pays for a checkpoint the other made due.
+	// As every bench run cell does (runner/cell.go), so that no side pays
+	// for a checkpoint another made due.
 	if _, err := inbox.Checkpoint(ctx, c.pool); err != nil {
-		return err
+		return 0, nil, err
 	}
-	run, err := RunPGBench(ctx, c.o.PGBench, c.o.Cfg.PGURL, sh, c.o.Spec.Warmup.D(), c.o.Measure, local)
-	c.rep.PGBench[st] = run.Command
-	if script, serr := Script(sh); serr == nil {
-		c.rep.Scripts[st] = script
-	}
-	if err != nil {
-		return err
-	}
-	if run.Failed > 0 {
-		return fmt.Errorf("pgbench: %d transactions of the twin failed", run.Failed)
+	var eps float64
+	var cpu *CPU
+	if ref == ComparePGX {
+		run, err := RunLoop(ctx, c.o.Cfg.PGURL, sh, c.o.Spec.Warmup.D(), c.o.Measure, local)
+		if err != nil {
+			return 0, nil, err
+		}
+		eps, cpu = run.EventsPerS, run.CPU
+	} else {
+		run, err := RunPGBench(ctx, c.o.PGBench, c.o.Cfg.PGURL, sh, c.o.Spec.Warmup.D(), c.o.Measure, local)
+		c.rep.PGBench[st] = run.Command
+		if script, serr := Script(sh); serr == nil {
+			c.rep.Scripts[st] = script
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		if run.Failed > 0 {
+			return 0, nil, fmt.Errorf("pgbench: %d transactions of the twin failed", run.Failed)
+		}
+		eps, cpu = run.EventsPerS, run.CPU
 	}
 	if _, err := Verify(ctx, c.pool, sh); err != nil {
-		return err
+		return 0, nil, err
 	}
 	if wal != nil {
 		if err := wal.Finish(ctx); err != nil {
-			return err
+			return 0, nil, err
 		}
 	}
-	cell, cpu, err := c.none(ctx, c.emptyInbox(), st, c.rep.Events[st], mode)
-	if err != nil {
-		return err
-	}
-	s.Subject, s.Reference, s.Audit, s.HostCPUBusy = cell.Throughput.EventsPerS, run.EventsPerS, cell.Audit, cell.Throughput.HostCPUBusy
-	s.SubjectP99, s.SubjectApplyP99 = cell.Latency.E2E.P99, cell.Latency.Apply.P99
-	s.SubjectCPU, s.ReferenceCPU = cpu, run.CPU
-	return nil
+	return eps, cpu, nil
 }
 
 // auditAB runs the none cell with the audit and without, the order
@@ -560,7 +607,7 @@ func (c *CPU) String() string {
 func (r *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "\n%-8s %-8s %-22s %-8s %s\n", "COMPARE", "STRATEGY", "RATIO median [min–max]", "GOAL", "")
 	for _, s := range r.Summaries {
-		what := map[string]string{ComparePGBench: "none / pgbench", CompareAudit: "audit / no audit",
+		what := map[string]string{ComparePGBench: "none / pgbench", ComparePGX: "none / bare pgx loop", CompareAudit: "audit / no audit",
 			ComparePrefill: "prefilled / empty inbox", ComparePrune: "retention beside / none"}[s.Compare]
 		verdict, goal := "met", fmt.Sprintf("≥ %.2f", s.Goal)
 		switch {

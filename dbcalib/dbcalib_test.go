@@ -128,8 +128,9 @@ func TestSteadyTPS(t *testing.T) {
 	}
 }
 
-// TestTwinsRunAsTheStrategies runs each twin briefly through pgbench: no
-// transaction fails and every event moved its account one version.
+// TestTwinsRunAsTheStrategies runs each twin briefly through pgbench and
+// through the bare pgx loop: no transaction fails and every event moved
+// its account one version, as the audit saw it.
 func TestTwinsRunAsTheStrategies(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres)
 	bin, err := FindPGBench()
@@ -143,34 +144,58 @@ func TestTwinsRunAsTheStrategies(t *testing.T) {
 	}
 	t.Cleanup(pool.Close) // after the schemas are dropped: cleanups run last first
 	for _, st := range Twins {
-		s := shape(st, true)
-		s.Schema = "ib_twin_test_" + st
-		if err := Prepare(ctx, pool, s); err != nil {
-			t.Fatal(err)
+		for _, ref := range []string{ComparePGBench, ComparePGX} {
+			s := shape(st, true)
+			s.Schema = "ib_twin_test_" + st + "_" + ref
+			if err := Prepare(ctx, pool, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := inbox.InstallAudit(ctx, pool, s.Schema, inbox.AuditStatement); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { inbox.DropSchema(context.Background(), pool, s.Schema) })
+			var eps float64
+			if ref == ComparePGX {
+				run, err := RunLoop(ctx, cfg.PGURL, s, time.Second, 2*time.Second, pool)
+				if err != nil {
+					t.Fatalf("%s, %s: %v", st, ref, err)
+				}
+				eps = run.EventsPerS
+			} else {
+				run, err := RunPGBench(ctx, bin, cfg.PGURL, s, time.Second, 2*time.Second, pool)
+				if err != nil || run.Failed != 0 {
+					t.Fatalf("%s, %s: %d failed: %v", st, ref, run.Failed, err)
+				}
+				eps = run.EventsPerS
+			}
+			n, err := Verify(ctx, pool, s)
+			if err != nil {
+				t.Fatalf("%s, %s: %v", st, ref, err)
+			}
+			if eps <= 0 || n == 0 {
+				t.Fatalf("%s, %s: %.0f events/s, %d events", st, ref, eps, n)
+			}
+			// The audit saw the twin's changes as it sees a strategy's.
+			snap, err := inbox.ReadSnapshot(ctx, pool, s.Schema, s.Consumer, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(len(snap.Transitions)) != n {
+				t.Errorf("%s, %s: %d audited transitions for %d events", st, ref, len(snap.Transitions), n)
+			}
 		}
-		if err := inbox.InstallAudit(ctx, pool, s.Schema, inbox.AuditStatement); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { inbox.DropSchema(context.Background(), pool, s.Schema) })
-		run, err := RunPGBench(ctx, bin, cfg.PGURL, s, time.Second, 2*time.Second, pool)
-		if err != nil {
-			t.Fatalf("%s: %v", st, err)
-		}
-		n, err := Verify(ctx, pool, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if run.Failed != 0 || run.EventsPerS <= 0 || n == 0 {
-			t.Fatalf("%s: %d failed, %.0f events/s, %d events", st, run.Failed, run.EventsPerS, n)
-		}
-		// The audit saw the twin's changes as it sees a strategy's.
-		snap, err := inbox.ReadSnapshot(ctx, pool, s.Schema, s.Consumer, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if int64(len(snap.Transitions)) != n {
-			t.Errorf("%s: %d audited transitions for %d events", st, len(snap.Transitions), n)
-		}
+	}
+}
+
+// TestLoopFailsNamingTheStatement: a loop whose statements cannot run
+// (its schema was never prepared) ends with the error, not a rate.
+func TestLoopFailsNamingTheStatement(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	s := shape("tx", true)
+	s.Schema = "ib_twin_test_missing"
+	_, err := RunLoop(context.Background(), cfg.PGURL, s, time.Second, time.Second, nil)
+	if err == nil || !strings.Contains(err.Error(), "claim") || !strings.Contains(err.Error(), "ib_twin_test_missing") {
+		t.Fatalf("got %v, want the claim's error naming the schema", err)
 	}
 }
 
@@ -183,11 +208,11 @@ func TestCalibrationRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err := Run(context.Background(), Options{Cfg: cfg, Spec: spec, Strategies: []string{"tx", "batch"},
-		Compare: []string{ComparePGBench, CompareAudit}, Rounds: 1, Measure: 2 * time.Second})
+		Compare: []string{ComparePGBench, ComparePGX, CompareAudit}, Rounds: 1, Measure: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Samples) != 4 || len(rep.Summaries) != 4 {
+	if len(rep.Samples) != 6 || len(rep.Summaries) != 6 {
 		t.Fatalf("%d samples, %d summaries: want one of each comparison × strategy", len(rep.Samples), len(rep.Summaries))
 	}
 	for _, s := range rep.Samples {
@@ -196,6 +221,15 @@ func TestCalibrationRuns(t *testing.T) {
 		}
 		if s.Compare == CompareAudit && !strings.Contains(s.Audit, "unlogged") {
 			t.Errorf("%s: audit %q: the audited side ran without the audit", s.Strategy, s.Audit)
+		}
+	}
+	// pgbench and the pgx loop of a round are measured against one none
+	// cell.
+	for _, a := range rep.Samples {
+		for _, b := range rep.Samples {
+			if a.Compare == ComparePGBench && b.Compare == ComparePGX && a.Strategy == b.Strategy && a.Subject != b.Subject {
+				t.Errorf("%s: pgbench's none cell %.0f events/s, pgx's %.0f: want the same cell", a.Strategy, a.Subject, b.Subject)
+			}
 		}
 	}
 	// What --json writes is what its schema says.

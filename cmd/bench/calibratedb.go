@@ -21,6 +21,12 @@ const calibrateDBLong = `Runs, interleaved and --rounds times, side-by-side comp
            clients = the workload's consumers, the same aggregates, fresh
            events (goal: none >= 95% of pgbench). Both sides run without the
            audit log unless --audit names one.
+  pgx      the same none cell against the twin's statements sent by a bare
+           pgx loop in this process: same driver, same transactions and
+           round trips, nothing else (goal: none >= 95% of the loop). It
+           splits the pgbench gap: the harness's own cost (none / loop) and
+           what Go and pgx cost against pgbench's libpq (the two ratios'
+           quotient).
   audit    the same none cell with the audit log bench run installs by
            default and without it (goal: >= 97%).
   prefill  the none cell with the workload's inbox_prefill against the same
@@ -28,7 +34,8 @@ const calibrateDBLong = `Runs, interleaved and --rounds times, side-by-side comp
   prune    the prefilled cell with the workload's retention running beside
            it (inbox_prune_every, inbox_prune_keep) against without.
 
-pgbench and audit run the workload without its prefill; prefill and prune
+pgbench, pgx and audit run the workload without its prefill; pgbench and
+pgx asked together share one none cell per round; prefill and prune
 need a workload that sets it (workloads/inbox-10m.yaml). With both, each
 round measures three cells: empty, prefilled, prefilled with retention.
 
@@ -48,11 +55,11 @@ type calibrateDBFlags struct {
 func (fl *calibrateDBFlags) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&fl.workload, "workload", "calibrate", "workload file, or the name of one in workloads/ (fresh increments, uniform keys, no faults)")
-	f.StringVar(&fl.strategies, "strategies", strings.Join(dbcalib.Twins, ","), "comma-separated strategies (the pgbench comparison knows tx and batch)")
-	f.StringVar(&fl.compare, "compare", dbcalib.ComparePGBench+","+dbcalib.CompareAudit, "comparisons to make: "+strings.Join(dbcalib.Comparisons, ", "))
+	f.StringVar(&fl.strategies, "strategies", strings.Join(dbcalib.Twins, ","), "comma-separated strategies (the pgbench and pgx comparisons know tx and batch)")
+	f.StringVar(&fl.compare, "compare", dbcalib.ComparePGBench+","+dbcalib.ComparePGX+","+dbcalib.CompareAudit, "comparisons to make: "+strings.Join(dbcalib.Comparisons, ", "))
 	f.IntVar(&fl.rounds, "rounds", 3, "times each comparison is measured, interleaved")
-	f.DurationVar(&fl.dur, "duration", 20*time.Second, "measured time of each pgbench run and none cell, after the workload's warm-up")
-	f.StringVar(&fl.audit, "audit", string(inbox.AuditOff), "audit log on both sides of the pgbench comparison: off, auto, wal, statement, row")
+	f.DurationVar(&fl.dur, "duration", 20*time.Second, "measured time of each pgbench run, pgx loop and none cell, after the workload's warm-up")
+	f.StringVar(&fl.audit, "audit", string(inbox.AuditOff), "audit log on every side of the pgbench and pgx comparisons: off, auto, wal, statement, row")
 	f.StringVar(&fl.abAudit, "ab-audit", string(inbox.AuditAuto), "audit log the audit comparison measures: auto (bench run's default), wal, statement or row")
 	f.BoolVar(&fl.partitioned, "partitioned-inbox", false, "run the none cells on the inbox partitioned by event time")
 	f.DurationVar(&fl.interval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
