@@ -142,14 +142,15 @@ func appendString(b []byte, s string) []byte {
 
 // decoder reads the canonical form of an envelope.
 type decoder struct {
-	b []byte
-	i int
+	b    []byte
+	i    int
+	data bool // copy the payload into Event.Data (else only check it)
 }
 
 // decodeFast decodes b into e when b is in the canonical form; false
 // means "let encoding/json decide", never "invalid".
-func decodeFast(b []byte, e *Event) bool {
-	d := decoder{b: b}
+func decodeFast(b []byte, e *Event, data bool) bool {
+	d := decoder{b: b, data: data}
 	if !d.byte('{') {
 		return false
 	}
@@ -219,6 +220,10 @@ func (d *decoder) field(key string, e *Event) bool {
 	case "operation":
 		s = &e.Operation
 	case "data":
+		if !d.data {
+			_, ok := d.str()
+			return ok
+		}
 		s = &e.Data
 	case "time":
 		return d.time(&e.Time)

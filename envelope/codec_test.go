@@ -67,7 +67,7 @@ func TestDecodeFastIsEncodingJSON(t *testing.T) {
 	for _, in := range []string{`{"id":"a\"b"}`, `{"ID":"x"}`, `{"source":null}`, `{"amount":1.0}`, `{"amount":01}`,
 		`{"amout":1}`, `{"id":"x"} {}`, `{"time":"2026-01-02T03:04:05Z","time":"bad"}`} {
 		var e Event
-		if decodeFast([]byte(in), &e) {
+		if decodeFast([]byte(in), &e, true) {
 			t.Errorf("decodeFast accepted %s, which only encoding/json should judge", in)
 		}
 		sameAsEncodingJSON(t, []byte(in))
@@ -76,9 +76,18 @@ func TestDecodeFastIsEncodingJSON(t *testing.T) {
 
 func sameAsEncodingJSON(t *testing.T, in []byte) {
 	t.Helper()
-	var fast Event
-	if !decodeFast(in, &fast) {
+	var fast, skip Event
+	ok := decodeFast(in, &fast, true)
+	if decodeFast(in, &skip, false) != ok {
+		t.Fatalf("decodeFast(%s) accepts with the payload and without it differently", in)
+	}
+	if !ok {
 		return
+	}
+	want := fast
+	want.Data = ""
+	if !reflect.DeepEqual(skip, want) {
+		t.Fatalf("decodeFast(%s) without the payload\n = %+v\nwant %+v", in, skip, want)
 	}
 	dec := json.NewDecoder(bytes.NewReader(in))
 	dec.DisallowUnknownFields()

@@ -83,14 +83,18 @@ func (e *Event) Validate() error {
 }
 
 // Marshal encodes e as structured-mode JSON after validating it.
-func Marshal(e *Event) ([]byte, error) {
+func Marshal(e *Event) ([]byte, error) { return MarshalAppend(make([]byte, 0, 256+len(e.Data)), e) }
+
+// MarshalAppend is Marshal appending to b: a caller that knows the
+// message's final size allocates it once.
+func MarshalAppend(b []byte, e *Event) ([]byte, error) {
 	if e.SpecVersion == "" {
 		e.SpecVersion = SpecVersion
 	}
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
-	b, err := AppendJSON(make([]byte, 0, 256+len(e.Data)), e)
+	b, err := AppendJSON(b, e)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
@@ -100,15 +104,27 @@ func Marshal(e *Event) ([]byte, error) {
 // Unmarshal decodes and validates b. Unknown attributes are rejected so a
 // typo in a producer's field name surfaces as a poison message, not as a
 // silently zero amount.
-func Unmarshal(b []byte) (*Event, error) {
+func Unmarshal(b []byte) (*Event, error) { return unmarshal(b, true) }
+
+// UnmarshalSkipData is Unmarshal, accepting and refusing exactly what it
+// does, but it leaves Data empty: the payload is checked and not copied.
+// A consumer that never reads the payload (the inbox does not) saves what
+// is most of a workload message's bytes.
+func UnmarshalSkipData(b []byte) (*Event, error) { return unmarshal(b, false) }
+
+func unmarshal(b []byte, data bool) (*Event, error) {
 	var fast Event
-	if decodeFast(b, &fast) {
+	if decodeFast(b, &fast, data) {
 		if err := fast.Validate(); err != nil {
 			return nil, fmt.Errorf("envelope: %w", err)
 		}
 		return &fast, nil
 	}
-	return unmarshalJSON(b)
+	e, err := unmarshalJSON(b)
+	if e != nil && !data {
+		e.Data = ""
+	}
+	return e, err
 }
 
 // unmarshalJSON is Unmarshal by encoding/json: the definition the fast

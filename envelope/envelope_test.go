@@ -1,6 +1,7 @@
 package envelope
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -50,8 +51,17 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		e, err := Unmarshal(in)
+		skip, serr := UnmarshalSkipData(in)
+		if (err == nil) != (serr == nil) {
+			t.Fatalf("Unmarshal: %v, UnmarshalSkipData: %v: want the same verdict", err, serr)
+		}
 		if err != nil {
 			return
+		}
+		want := *e
+		want.Data = ""
+		if !reflect.DeepEqual(*skip, want) {
+			t.Fatalf("UnmarshalSkipData = %+v, want Unmarshal's %+v without the payload", *skip, want)
 		}
 		// Whatever decodes must be valid and survive a round trip.
 		out, err := Marshal(e)

@@ -124,8 +124,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		c.durability = brokers.DurabilityOf(dctx, b, c.topic())
 		cancel()
 	}
-	t := newTally(c.o.Measure, c.o.Retry)
-	t.done = make(map[string]struct{}, len(c.plan.Publishes)+len(c.o.Poison)) // grown once, not while measuring
+	t := newTally(c.o.Measure, c.o.Retry, len(c.plan.Publishes)+len(c.o.Poison))
 	h := newHandler(in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
 	cons := c.consumers(b, h, ns)
 	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)

@@ -40,10 +40,11 @@ type decisionShard struct {
 	took map[string]struct{}
 }
 
-func newDecisions() *decisions {
+// newDecisions sizes the shards for about expected effects.
+func newDecisions(expected int) *decisions {
 	d := &decisions{seed: maphash.MakeSeed()}
 	for i := range d.shards {
-		d.shards[i].took = map[string]struct{}{}
+		d.shards[i].took = make(map[string]struct{}, expected/len(d.shards)*9/8)
 	}
 	return d
 }

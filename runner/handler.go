@@ -73,7 +73,8 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 		if d.Redelivered || d.DeliveryCount > 1 || d.Attempt > 1 {
 			h.t.c.redeliveries.Add(1)
 		}
-		ev, err := envelope.Unmarshal(d.Body)
+		// The inbox never reads the payload: checked, not copied.
+		ev, err := envelope.UnmarshalSkipData(d.Body)
 		if err != nil {
 			// Poison: dead-lettered by the driver and counted, never
 			// silently acked.

@@ -184,7 +184,7 @@ func TestDecisionsCatchDedupMisses(t *testing.T) {
 	out := func(id string, r inbox.Result) inbox.Outcome {
 		return inbox.Outcome{Source: "s", ID: id, Subject: "a", Version: 1, Result: r}
 	}
-	d := newDecisions()
+	d := newDecisions(0)
 	for _, o := range []inbox.Outcome{
 		out("parked-first", inbox.Parked), out("parked-first", inbox.Parked), out("parked-first", inbox.Applied), // held, then applied: fine
 		out("parked-first", inbox.Parked),                      // a redelivery decided while a concurrent commit drained it

@@ -51,8 +51,10 @@ type tally struct {
 	remoteExample atomic.Pointer[[]string]
 }
 
-func newTally(measure bool, bound RetryBound) *tally {
-	return &tally{meters: newMeters(measure), policy: NewErrorPolicy(bound), decided: newDecisions(), done: map[string]struct{}{}}
+// newTally sizes its per-message maps for about expected messages, so that
+// they grow before the stream rather than while it is measured.
+func newTally(measure bool, bound RetryBound, expected int) *tally {
+	return &tally{meters: newMeters(measure), policy: NewErrorPolicy(bound), decided: newDecisions(expected), done: make(map[string]struct{}, expected)}
 }
 
 // dedupMisses are this process's and the workers' dedup misses.

@@ -150,7 +150,7 @@ func workCell(ctx context.Context, base Options, ctl *pgxpool.Pool, wid string, 
 	}
 	o := base
 	o.Spec, o.Measure = &row.spec, row.measure
-	t := newTally(row.measure, row.retry)
+	t := newTally(row.measure, row.retry, 0) // its share of the stream is not known ahead
 	ns := &notes{}
 	m := &member{ctl: ctl, id: wid, cellID: row.id, t: t, notes: ns}
 	pool, in, err := openInbox(ctx, &o, row.id, st, false, ns)

@@ -296,7 +296,8 @@ func (s *Spec) Storm(e *envelope.Event) bool {
 // padding goes in data, the envelope's last field, and is plain ASCII, so
 // it is spliced in before the closing brace rather than encoded again.
 func (s *Spec) Encode(e *envelope.Event) ([]byte, error) {
-	b, err := envelope.Marshal(e)
+	// One allocation: the message is written where it will be padded.
+	b, err := envelope.MarshalAppend(make([]byte, 0, max(s.MessageSize, 256)), e)
 	if err != nil || len(b) >= s.MessageSize {
 		return b, err
 	}
@@ -309,14 +310,12 @@ func (s *Spec) Encode(e *envelope.Event) ([]byte, error) {
 	if n <= 0 {
 		return b, nil
 	}
-	out := make([]byte, 0, len(b)+len(`,"data":""`)+n)
-	out = append(out, b[:len(b)-1]...)
-	out = append(out, `,"data":"`...)
+	b = append(b[:len(b)-1], `,"data":"`...)
 	for ; n > len(padAlphabet); n -= len(padAlphabet) {
-		out = append(out, padAlphabet...)
+		b = append(b, padAlphabet...)
 	}
-	out = append(out, padAlphabet[:n]...)
-	return append(out, `"}`...), nil
+	b = append(b, padAlphabet[:n]...)
+	return append(b, `"}`...), nil
 }
 
 const padAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
