@@ -231,6 +231,8 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 		}
 	}()
 	d := &batchDecision{in: in, res: make(map[int]Outcome, len(idx)), drained: map[string][]Outcome{}, parkedPerAgg: map[string]int{}}
+	d.w.updID, d.w.updDelta = make([]string, 0, len(aggs)), make([]int64, 0, len(aggs))
+	d.w.updOld, d.w.updNew = make([]int64, 0, len(aggs)), make([]int64, 0, len(aggs))
 	byAgg := d.candidates(events, idx, parkedRows, claimed)
 	for _, agg := range aggs {
 		d.decide(agg, cur[agg], byAgg[agg])
@@ -326,16 +328,9 @@ func (d *batchDecision) candidates(events []*envelope.Event, idx []int, parkedRo
 // current version c0: the next version applies, older ones are STALE,
 // later ones park (or are GAP without parking or room).
 func (d *batchDecision) decide(agg string, c0 int64, cs []batchCand) {
-	sort.SliceStable(cs, func(i, j int) bool {
-		a, b := cs[i], cs[j]
-		if a.ev.AggregateVersion != b.ev.AggregateVersion {
-			return a.ev.AggregateVersion < b.ev.AggregateVersion
-		}
-		if a.parked != b.parked {
-			return a.parked // the one waiting longest wins a tie
-		}
-		return a.ev.Key() < b.ev.Key()
-	})
+	if len(cs) > 1 { // most aggregates have one candidate
+		d.order(cs)
+	}
 	c, delta, blocked, newParked := c0, int64(0), false, 0
 	for _, cd := range cs {
 		ev, v := cd.ev, cd.ev.AggregateVersion
@@ -379,6 +374,22 @@ func (d *batchDecision) decide(agg string, c0 int64, cs []batchCand) {
 		d.w.updID, d.w.updDelta = append(d.w.updID, agg), append(d.w.updDelta, delta)
 		d.w.updOld, d.w.updNew = append(d.w.updOld, c0), append(d.w.updNew, c)
 	}
+}
+
+// order sorts an aggregate's candidates for decide: by version, a parked
+// one before a new one of the same version (the one waiting longest wins
+// a tie), then by event key.
+func (d *batchDecision) order(cs []batchCand) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
+		if a.ev.AggregateVersion != b.ev.AggregateVersion {
+			return a.ev.AggregateVersion < b.ev.AggregateVersion
+		}
+		if a.parked != b.parked {
+			return a.parked
+		}
+		return a.ev.Key() < b.ev.Key()
+	})
 }
 
 // hold decides a version-ahead candidate: a parked one stays parked; a new

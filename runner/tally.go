@@ -77,13 +77,15 @@ func (t *tally) failures() []results.Failure {
 }
 
 // countAll counts a batch's outcomes, then what their commits drained:
-// an event parked and drained by the same batch was parked first.
+// an event parked and drained by the same batch was parked first. The
+// batch's effects all carry the time it was counted.
 func (t *tally) countAll(outs []inbox.Outcome) {
+	now := time.Now().UnixNano()
 	var drained []inbox.Outcome
 	for _, o := range outs {
 		drained = append(drained, o.Drained...)
 		o.Drained = nil
-		t.count(o)
+		t.countAt(o, now)
 	}
 	if len(drained) > 0 {
 		t.countAll(drained)
@@ -91,11 +93,15 @@ func (t *tally) countAll(outs []inbox.Outcome) {
 }
 
 // count updates counters for one outcome (and what its commit drained).
-func (t *tally) count(out inbox.Outcome) {
+func (t *tally) count(out inbox.Outcome) { t.countAt(out, time.Now().UnixNano()) }
+
+func (t *tally) countAt(out inbox.Outcome, now int64) {
 	t.decided.record(out)
 	switch out.Result {
 	case inbox.Applied:
-		t.effect()
+		t.c.effects.Add(1)
+		t.firstEffect.CompareAndSwap(0, now)
+		t.lastEffect.Store(now)
 	case inbox.Duplicate:
 		t.c.duplicates.Add(1)
 	case inbox.Gap:
@@ -114,15 +120,8 @@ func (t *tally) count(out inbox.Outcome) {
 		t.c.errors.Add(1)
 	}
 	for _, d := range out.Drained {
-		t.count(d)
+		t.countAt(d, now)
 	}
-}
-
-func (t *tally) effect() {
-	t.c.effects.Add(1)
-	now := time.Now().UnixNano()
-	t.firstEffect.CompareAndSwap(0, now)
-	t.lastEffect.Store(now)
 }
 
 // answerAll records the messages ids answered for good and calls first
