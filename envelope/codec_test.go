@@ -168,3 +168,28 @@ func BenchmarkMarshal(b *testing.B) {
 		}
 	})
 }
+
+// TestPlainStringEveryPosition: a control character, a backslash or an
+// invalid byte is found at every offset, inside and after the eight-byte
+// words, and valid multi-byte UTF-8 passes.
+func TestPlainStringEveryPosition(t *testing.T) {
+	base := strings.Repeat("abcdefgh", 5)
+	if !plainString([]byte(base)) {
+		t.Fatal("plain ASCII refused")
+	}
+	for i := range len(base) {
+		for _, bad := range []string{"\x00", "\x1f", "\\", "\xff", "\xc3"} {
+			b := []byte(base)
+			b[i] = bad[0]
+			if plainString(b) {
+				t.Errorf("%q at %d accepted", bad, i)
+			}
+		}
+		for _, good := range []string{"é", "€", " ", "~", "\x7f"} {
+			s := base[:i] + good + base[i:]
+			if !plainString([]byte(s)) {
+				t.Errorf("%q at %d refused", good, i)
+			}
+		}
+	}
+}
