@@ -2,6 +2,7 @@ package dbcalib
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -116,10 +117,16 @@ func RunLoop(ctx context.Context, pgURL string, s Shape, warmup, measure time.Du
 			run.CPU = &c
 		}
 	}
-	if run.EventsPerS == 0 {
-		return run, context.Cause(lctx)
+	switch err := context.Cause(lctx); {
+	case run.EventsPerS > 0:
+		return run, nil
+	case err != nil && !errors.Is(err, context.Canceled):
+		return run, err
+	case ctx.Err() != nil:
+		return run, ctx.Err()
+	default:
+		return run, fmt.Errorf("pgx loop (twin of %s): no transaction completed in the %s measured", s.Strategy, measure)
 	}
-	return run, nil
 }
 
 // sleep waits d and reports whether ctx was still live at its end.

@@ -37,14 +37,22 @@ type decisions struct {
 
 type decisionShard struct {
 	mu   sync.Mutex
-	took map[string]struct{}
+	took map[eventKey]struct{}
+}
+
+// eventKey is an event's identity (source, id), kept as the two strings
+// the event already holds: no key is built per decision.
+type eventKey struct{ source, id string }
+
+func (d *decisions) shard(k eventKey) *decisionShard {
+	return &d.shards[maphash.String(d.seed, k.id)%uint64(len(d.shards))]
 }
 
 // newDecisions sizes the shards for about expected effects.
 func newDecisions(expected int) *decisions {
 	d := &decisions{seed: maphash.MakeSeed()}
 	for i := range d.shards {
-		d.shards[i].took = make(map[string]struct{}, expected/len(d.shards)*9/8)
+		d.shards[i].took = make(map[eventKey]struct{}, expected/len(d.shards)*9/8)
 	}
 	return d
 }
@@ -57,8 +65,8 @@ func (d *decisions) record(o inbox.Outcome) {
 	default:
 		return
 	}
-	k := o.Key()
-	sh := &d.shards[maphash.String(d.seed, k)%uint64(len(d.shards))]
+	k := eventKey{o.Source, o.ID}
+	sh := d.shard(k)
 	sh.mu.Lock()
 	_, took := sh.took[k]
 	if o.Result == inbox.Applied {
@@ -82,8 +90,8 @@ func (d *decisions) record(o inbox.Outcome) {
 // time.
 func (d *decisions) forget(plan *workload.Plan) {
 	for _, e := range append(plan.Events[:len(plan.Events):len(plan.Events)], plan.MustNotApply...) {
-		k := e.Key()
-		sh := &d.shards[maphash.String(d.seed, k)%uint64(len(d.shards))]
+		k := eventKey{e.Source, e.ID}
+		sh := d.shard(k)
 		sh.mu.Lock()
 		delete(sh.took, k)
 		sh.mu.Unlock()

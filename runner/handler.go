@@ -68,10 +68,12 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 	evs := make([]*envelope.Event, 0, len(ds))
 	idx := make([]int, 0, len(ds))
 	crash := false
+	h.t.c.deliveries.Add(int64(len(ds))) // shared counters: once per call, not per message
+	var redelivered int64
+	defer func() { h.t.c.redeliveries.Add(redelivered) }()
 	for i, d := range ds {
-		h.t.c.deliveries.Add(1)
 		if d.Redelivered || d.DeliveryCount > 1 || d.Attempt > 1 {
-			h.t.c.redeliveries.Add(1)
+			redelivered++
 		}
 		// The inbox never reads the payload: checked, not copied.
 		ev, err := envelope.UnmarshalSkipData(d.Body)

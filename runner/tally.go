@@ -80,28 +80,43 @@ func (t *tally) failures() []results.Failure {
 // an event parked and drained by the same batch was parked first. The
 // batch's effects all carry the time it was counted.
 func (t *tally) countAll(outs []inbox.Outcome) {
-	now := time.Now().UnixNano()
 	var drained []inbox.Outcome
+	var effects int64
 	for _, o := range outs {
 		drained = append(drained, o.Drained...)
 		o.Drained = nil
-		t.countAt(o, now)
+		effects += t.countOne(o)
 	}
+	t.effects(effects)
 	if len(drained) > 0 {
 		t.countAll(drained)
 	}
 }
 
 // count updates counters for one outcome (and what its commit drained).
-func (t *tally) count(out inbox.Outcome) { t.countAt(out, time.Now().UnixNano()) }
+func (t *tally) count(out inbox.Outcome) { t.effects(t.countOne(out)) }
 
-func (t *tally) countAt(out inbox.Outcome, now int64) {
+// effects counts n effects at once: the counter and the window's bounds
+// are shared by every consumer, so a batch touches them once.
+func (t *tally) effects(n int64) {
+	if n == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	t.c.effects.Add(n)
+	if t.firstEffect.Load() == 0 {
+		t.firstEffect.CompareAndSwap(0, now)
+	}
+	t.lastEffect.Store(now)
+}
+
+// countOne counts one outcome and what its commit drained, except their
+// effects, which it returns.
+func (t *tally) countOne(out inbox.Outcome) (effects int64) {
 	t.decided.record(out)
 	switch out.Result {
 	case inbox.Applied:
-		t.c.effects.Add(1)
-		t.firstEffect.CompareAndSwap(0, now)
-		t.lastEffect.Store(now)
+		effects++
 	case inbox.Duplicate:
 		t.c.duplicates.Add(1)
 	case inbox.Gap:
@@ -120,8 +135,9 @@ func (t *tally) countAt(out inbox.Outcome, now int64) {
 		t.c.errors.Add(1)
 	}
 	for _, d := range out.Drained {
-		t.countAt(d, now)
+		effects += t.countOne(d)
 	}
+	return effects
 }
 
 // answerAll records the messages ids answered for good and calls first
