@@ -68,9 +68,15 @@ func (d *decisions) record(o inbox.Outcome) {
 	k := eventKey{o.Source, o.ID}
 	sh := d.shard(k)
 	sh.mu.Lock()
-	_, took := sh.took[k]
+	var took bool
 	if o.Result == inbox.Applied {
+		// One map operation, not a lookup and an insert: the map holds
+		// every applied event of the cell, and each visit is a cache miss.
+		n := len(sh.took)
 		sh.took[k] = struct{}{}
+		took = len(sh.took) == n
+	} else {
+		_, took = sh.took[k]
 	}
 	sh.mu.Unlock()
 	if !took {

@@ -147,8 +147,9 @@ func (t *tally) answerAll(ids []string, first func(id string)) int {
 	var fresh []string
 	t.doneMu.Lock()
 	for _, id := range ids {
-		if _, seen := t.done[id]; !seen {
-			t.done[id] = struct{}{}
+		n := len(t.done)
+		t.done[id] = struct{}{} // one map operation: a new id grows the map
+		if len(t.done) > n {
 			fresh = append(fresh, id)
 		}
 	}

@@ -407,9 +407,11 @@ func (s *subscription) take(sh *shard) ([]*brokers.Delivery, <-chan struct{}, er
 	}
 	n := min(s.opts.MaxBatch, len(sh.items))
 	ds := make([]*brokers.Delivery, n)
+	slab := make([]brokers.Delivery, n) // one allocation for the batch's deliveries
 	for k, it := range sh.items[:n] {
 		it.handed++
-		ds[k] = &brokers.Delivery{
+		ds[k] = &slab[k]
+		*ds[k] = brokers.Delivery{
 			Message:       it.msg,
 			Redelivered:   it.handed > 1,
 			DeliveryCount: it.handed,
