@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -104,9 +105,9 @@ func RunLoop(ctx context.Context, pgURL string, s Shape, warmup, measure time.Du
 		})
 	}
 	var run LoopRun
-	if sleep(lctx, warmup) {
+	if ctxtime.Sleep(lctx, warmup) {
 		from, at := done.Load(), time.Now()
-		if sleep(lctx, measure) {
+		if ctxtime.Sleep(lctx, measure) {
 			run.EventsPerS = float64(done.Load()-from) / time.Since(at).Seconds()
 		}
 	}
@@ -126,18 +127,6 @@ func RunLoop(ctx context.Context, pgURL string, s Shape, warmup, measure time.Du
 		return run, ctx.Err()
 	default:
 		return run, fmt.Errorf("pgx loop (twin of %s): no transaction completed in the %s measured", s.Strategy, measure)
-	}
-}
-
-// sleep waits d and reports whether ctx was still live at its end.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

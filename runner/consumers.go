@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 )
 
 // consumers are the consumers of one cell. A cell chooses once how they
@@ -108,7 +109,7 @@ func (l *localConsumers) consume(ctx context.Context, idx int) error {
 			// consumer would; the stall timeout ends a broker that never
 			// comes back, and the error is in the cell's notes.
 			l.notes.add(fmt.Sprintf("consumer %d: subscribe again: %v", idx, err))
-			if !sleep(ctx, time.Second) {
+			if !ctxtime.Sleep(ctx, time.Second) {
 				return nil
 			}
 			continue
@@ -141,5 +142,5 @@ func (l *localConsumers) await(ctx context.Context, idx int, sub brokers.Subscri
 	// Connection lost (a broker restart, a network fault): unacked
 	// deliveries come back; subscribe again.
 	l.notes.add(fmt.Sprintf("consumer %d: subscription ended: %v; subscribing again", idx, sub.Err()))
-	return sleep(ctx, 500*time.Millisecond)
+	return ctxtime.Sleep(ctx, 500*time.Millisecond)
 }

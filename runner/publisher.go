@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -104,7 +105,7 @@ func (p *publisher) part(ctx context.Context, start time.Time, idx []int, first 
 		intended := time.Now()
 		if rate > 0 {
 			due := intendedAt(part[len(part)-1])
-			if !sleep(ctx, time.Until(due)) {
+			if !ctxtime.Sleep(ctx, time.Until(due)) {
 				return ctx.Err()
 			}
 			p.noteLag(time.Since(due))
@@ -171,7 +172,7 @@ func (p *publisher) send(ctx context.Context, msgs []brokers.Message) error {
 		}
 		p.t.c.publishRetries.Add(1)
 		p.notes.add(fmt.Sprintf("publish to %s failed, sending the batch again: %v", p.topic, err))
-		if !sleep(ctx, backoff) {
+		if !ctxtime.Sleep(ctx, backoff) {
 			return ctx.Err()
 		}
 		backoff = min(2*backoff, 5*time.Second)
@@ -190,19 +191,4 @@ func (p *publisher) sendPoison(ctx context.Context) error {
 	}
 	p.t.c.published.Add(int64(len(msgs)))
 	return nil
-}
-
-// sleep waits d (nothing when d ≤ 0) and reports false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

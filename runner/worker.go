@@ -17,6 +17,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -78,7 +79,7 @@ func Work(ctx context.Context, o WorkerOptions) error {
 			return fmt.Errorf("run %q not found in %s after %s: start `bench run --remote-workers N …` first and pass the run id it prints, with the same --pg-url",
 				o.RunID, "postgres at "+config.Redact(base.Cfg.PGURL), o.JoinTimeout)
 		}
-		sleep(ctx, 200*time.Millisecond)
+		ctxtime.Sleep(ctx, 200*time.Millisecond)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 	"github.com/inboxbench/inboxbench/results"
 )
 
@@ -57,7 +58,7 @@ func (w *workerConsumers) start(ctx context.Context) error {
 			return err
 		default:
 		}
-		if !sleep(ctx, 100*time.Millisecond) {
+		if !ctxtime.Sleep(ctx, 100*time.Millisecond) {
 			return ctx.Err()
 		}
 	}
@@ -160,7 +161,7 @@ func (w *workerConsumers) stop(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if n == 0 || !sleep(ctx, 100*time.Millisecond) {
+		if n == 0 || !ctxtime.Sleep(ctx, 100*time.Millisecond) {
 			break
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 	"github.com/inboxbench/inboxbench/results"
 )
 
@@ -239,7 +240,7 @@ func (f *fleet) keep(ctx context.Context, o Options, i int, s *slot) {
 			return
 		}
 		f.log(fmt.Sprintf("worker %d exited (%v), starting it again: %s", i, x.err, x.out))
-		sleep(ctx, time.Second)
+		ctxtime.Sleep(ctx, time.Second)
 	}
 }
 
@@ -324,7 +325,7 @@ func (f *fleet) finish() {
 	f.stopHB()
 	<-f.hbDone
 	for ctx.Err() == nil && f.alive() > 0 {
-		sleep(ctx, 100*time.Millisecond)
+		ctxtime.Sleep(ctx, 100*time.Millisecond)
 	}
 	for _, s := range f.slots {
 		s.mu.Lock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 )
 
 // maxBatchBytes bounds one batch send (the broker refuses a request body
@@ -221,7 +222,7 @@ func (b *Broker) sendBatch(ctx context.Context, p producerAPI, msgs []*primitive
 		}
 		res, err := p.SendSync(ctx, msgs...)
 		if err != nil && strings.HasPrefix(err.Error(), brokerBusy) && time.Now().Add(pause).Before(deadline) {
-			if !sleepCtx(ctx, pause) {
+			if !ctxtime.Sleep(ctx, pause) {
 				return err
 			}
 			pause = min(2*pause, time.Second)

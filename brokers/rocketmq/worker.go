@@ -15,6 +15,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 )
 
 // worker consumes one queue this consumer holds the lock of: a puller
@@ -198,7 +199,7 @@ func (s *subscription) startOffset(w *worker) (int64, bool) {
 			return 0, false
 		}
 		s.warn("offset of "+w.q.String(), err)
-		if !sleepCtx(w.ctx, backoff) {
+		if !ctxtime.Sleep(w.ctx, backoff) {
 			return 0, false
 		}
 		backoff = min(2*backoff, 3*time.Second)
@@ -218,7 +219,7 @@ func (s *subscription) pullLoop(w *worker, off int64) {
 				return
 			}
 			s.warn("pull from "+w.q.String(), err)
-			if !sleepCtx(w.ctx, backoff) {
+			if !ctxtime.Sleep(w.ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, 3*time.Second)
@@ -356,7 +357,7 @@ func (w *worker) ack(next int64) {
 
 func (w *worker) waitLease() bool {
 	for time.Now().UnixNano() >= w.lease.Load() {
-		if !sleepCtx(w.ctx, 20*time.Millisecond) {
+		if !ctxtime.Sleep(w.ctx, 20*time.Millisecond) {
 			return false
 		}
 	}
@@ -413,17 +414,6 @@ func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
