@@ -10,9 +10,11 @@ BENCH   := bin/bench
 # with its own code and runs under -race).
 RACE_PKGS = $(shell $(GO) list ./...)
 ROCKETMQ_TESTS = RocketMQ
-# Tests that disturb a shared server for everyone (a node-wide RabbitMQ
-# memory alarm) run alone, after the parallel packages.
-SOLO_TESTS = ByAlarm
+# Tests that disturb a shared server for everyone run alone, after the
+# parallel packages: a node-wide RabbitMQ memory alarm; PostgreSQL driven
+# flat out by pgbench and the pgx loop, with schemas created and dropped
+# under the WAL decoding of other packages' cells.
+SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns
 TEST_TIMEOUT ?= 30m
 
 .PHONY: all build bench test test-deps fmt-check vet fuzz stack-up stack-down stack-status clean

@@ -143,12 +143,25 @@ const LostDelivery = "lost-delivery"
 // topics, one subscription each); both wait at one barrier, then apply on
 // their own connections.
 func concurrentExperiment(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
+	var mu sync.Mutex
+	arrived, both := 0, make(chan struct{})
 	l, err := newLab(ctx, e, "concurrent", broker, st, func(o *inbox.Options) {
-		// Widen the window between the claim (or the check) and the
-		// update: a check-then-insert consumer then always races.
+		// Between the claim (or the check) and the update, each applier
+		// waits for the other, up to a second: two check-then-insert
+		// consumers have then both checked before either inserts, however
+		// the machine schedules them (a fixed 100 ms pause let a loaded
+		// machine serialize them). A correct strategy's second claim
+		// waits on the first's row instead, so the first goes on alone
+		// after the second.
 		o.BeforeEffect = func(ctx context.Context, _ string, _ *envelope.Event) error {
+			mu.Lock()
+			if arrived++; arrived == 2 {
+				close(both)
+			}
+			mu.Unlock()
 			select {
-			case <-time.After(100 * time.Millisecond):
+			case <-both:
+			case <-time.After(time.Second):
 			case <-ctx.Done():
 			}
 			return nil
