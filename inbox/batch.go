@@ -329,7 +329,7 @@ func (d *batchDecision) candidates(events []*envelope.Event, idx []int, parkedRo
 // later ones park (or are GAP without parking or room).
 func (d *batchDecision) decide(agg string, c0 int64, cs []batchCand) {
 	if len(cs) > 1 { // most aggregates have one candidate
-		d.order(cs)
+		orderCandidates(cs)
 	}
 	c, delta, blocked, newParked := c0, int64(0), false, 0
 	for _, cd := range cs {
@@ -376,10 +376,10 @@ func (d *batchDecision) decide(agg string, c0 int64, cs []batchCand) {
 	}
 }
 
-// order sorts an aggregate's candidates for decide: by version, a parked
-// one before a new one of the same version (the one waiting longest wins
-// a tie), then by event key.
-func (d *batchDecision) order(cs []batchCand) {
+// orderCandidates sorts an aggregate's candidates for decide: by version,
+// a parked one before a new one of the same version (the one waiting
+// longest wins a tie), then by event key.
+func orderCandidates(cs []batchCand) {
 	sort.SliceStable(cs, func(i, j int) bool {
 		a, b := cs[i], cs[j]
 		if a.ev.AggregateVersion != b.ev.AggregateVersion {

@@ -68,9 +68,7 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 	evs := make([]*envelope.Event, 0, len(ds))
 	idx := make([]int, 0, len(ds))
 	crash := false
-	h.t.c.deliveries.Add(int64(len(ds))) // shared counters: once per call, not per message
 	var redelivered int64
-	defer func() { h.t.c.redeliveries.Add(redelivered) }()
 	for i, d := range ds {
 		if d.Redelivered || d.DeliveryCount > 1 || d.Attempt > 1 {
 			redelivered++
@@ -91,6 +89,9 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 		evs = append(evs, ev)
 		idx = append(idx, i)
 	}
+	// Shared counters: touched once per call, not once per message.
+	h.t.c.deliveries.Add(int64(len(ds)))
+	h.t.c.redeliveries.Add(redelivered)
 	switch {
 	case len(evs) > 0 && h.ackFirst && crash:
 		// The negative control acks first; the crash then lands between

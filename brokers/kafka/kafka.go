@@ -476,9 +476,16 @@ func message(r *kgo.Record) brokers.Message {
 	return m
 }
 
-// transportID is "<topic>/<partition>@<offset>".
-func transportID(r *kgo.Record) string {
-	return transportPrefix(r.Topic, r.Partition) + strconv.FormatInt(r.Offset, 10)
+// transportID is "<topic>/<partition>@<offset>": the partition's
+// transportPrefix and the offset, in one allocation (it runs once per
+// delivered record).
+func transportID(prefix string, offset int64) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + 20)
+	b.WriteString(prefix)
+	var n [20]byte
+	b.Write(strconv.AppendInt(n[:0], offset, 10))
+	return b.String()
 }
 
 // transportPrefix is what the transport ids of a partition's records

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -370,7 +369,7 @@ func (s *subscription) run(w *worker) {
 		dels := w.deliveries(len(recs))
 		for i, r := range recs {
 			d := &dels[i]
-			d.Message, d.TransportID, d.Shard, d.BrokerTime = message(r), w.transportID(r), w.shard, r.Timestamp
+			d.Message, d.TransportID, d.Shard, d.BrokerTime = message(r), transportID(w.tid, r.Offset), w.shard, r.Timestamp
 			ds[i] = d
 		}
 		next := 0 // HandleBatch settles consecutive prefixes of the batch
@@ -407,17 +406,6 @@ func (s *subscription) run(w *worker) {
 	}
 }
 
-// transportID is transportID(r) for one of the worker's records, in one
-// allocation: it runs once per delivered record.
-func (w *worker) transportID(r *kgo.Record) string {
-	var b strings.Builder
-	b.Grow(len(w.tid) + 20)
-	b.WriteString(w.tid)
-	var n [20]byte
-	b.Write(strconv.AppendInt(n[:0], r.Offset, 10))
-	return b.String()
-}
-
 // finished makes everything up to r committable: the Handler finished r
 // (Ack, or Reject with the dead-letter copy confirmed) and every record
 // of the partition before it.
@@ -428,14 +416,15 @@ func (s *subscription) finished(r *kgo.Record) {
 }
 
 func (s *subscription) deadLetter(ctx context.Context, r *kgo.Record) error {
+	id := transportID(transportPrefix(r.Topic, r.Partition), r.Offset)
 	dl := &kgo.Record{
 		Topic:   s.topic + DLQSuffix,
 		Key:     r.Key,
 		Value:   r.Value,
-		Headers: append(append([]kgo.RecordHeader(nil), r.Headers...), kgo.RecordHeader{Key: headerSource, Value: []byte(transportID(r))}),
+		Headers: append(append([]kgo.RecordHeader(nil), r.Headers...), kgo.RecordHeader{Key: headerSource, Value: []byte(id)}),
 	}
 	if err := s.b.prod.ProduceSync(ctx, dl).FirstErr(); err != nil {
-		return fmt.Errorf("dead-letter %s to %s: %w", transportID(r), dl.Topic, err)
+		return fmt.Errorf("dead-letter %s to %s: %w", id, dl.Topic, err)
 	}
 	return nil
 }
