@@ -1,7 +1,7 @@
 // Package results holds the result model written to
 // results/<run-id>/result.json, and (in later files) its writers and the
-// comparison of two runs. Field names are contracts (README, "Result
-// files"): reports, `bench compare` and users' scripts read them.
+// comparison of two runs. Field names are contracts (docs/results.md):
+// reports, `bench compare` and users' scripts read them.
 package results
 
 import (

@@ -13,7 +13,7 @@ import (
 
 // Anomaly names: the checker's vocabulary, as Elle's :lost or :duplicated.
 // They are contracts of result.json, conform.json, the reports and `bench
-// compare` (README, "Result files").
+// compare` (docs/results.md).
 const (
 	LostEffect         = "lost-effect"          // a published event never took effect
 	DuplicateEffect    = "duplicate-effect"     // an event took effect twice

@@ -10,9 +10,9 @@
 // results/calibrate.go and dbcalib/calibrate.go field for field, and the tests in this directory keep
 // them in step: a field added to, renamed in or removed from a model
 // struct (or from workload.Spec, which result.json embeds) fails
-// TestSchemaMatchesModel until the schema and the README's "Result files"
-// section say the same. How to change them: README.md, section "Result
-// files".
+// TestSchemaMatchesModel until the schema says the same, and
+// TestDocsDocumentEveryField until docs/results.md does. How to change
+// them: docs/results.md, "Changing the model".
 package schema
 
 import (

@@ -87,7 +87,7 @@ func TestSchemasDeclareTheModelVersion(t *testing.T) {
 			want = dbcalib.SchemaVersion
 		}
 		if doc.Properties.Version.Const != want {
-			t.Errorf("%s: schema_version const %d, the model writes %d: bump the schema with the model (README, Result files)",
+			t.Errorf("%s: schema_version const %d, the model writes %d: bump the schema with the model (docs/results.md, Versions)",
 				name, doc.Properties.Version.Const, want)
 		}
 		if doc.ID != base+name || doc.Dialect != "https://json-schema.org/draft/2020-12/schema" {

@@ -11,29 +11,30 @@ import (
 	"github.com/inboxbench/inboxbench/results/schema"
 )
 
-// TestReadmeDocumentsEveryField holds README.md's "Result files" section
-// to the schemas: each object of the schemas has a table ("#### `name`")
-// whose rows name exactly its properties, so a field added to the model
-// (and, by TestSchemaMatchesModel, to the schema) is documented for the
-// users whose tooling reads it.
-func TestReadmeDocumentsEveryField(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// TestDocsDocumentEveryField holds docs/results.md, the reference of the
+// result files, to the schemas: each object of the schemas has a table
+// (a heading "### `name`" and the table under it) whose rows name exactly
+// its properties, so a field added to the model (and, by
+// TestSchemaMatchesModel, to the schema) is documented for the users whose
+// tooling reads it.
+func TestDocsDocumentEveryField(t *testing.T) {
+	const doc = "docs/results.md"
+	b, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(doc)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	section := string(b)
-	start := strings.Index(section, "\n## Result files")
-	if start < 0 {
-		t.Fatal(`README.md has no "## Result files" section`)
-	}
-	section = section[start+1:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
 	tables := map[string]string{}
-	for _, part := range strings.Split(section, "\n#### ")[1:] {
-		name := strings.Trim(strings.Fields(part)[0], "`")
-		tables[name] = part
+	heading := regexp.MustCompile("(?m)^### `([^`]+)`[^\n]*\n")
+	text := string(b)
+	for _, l := range heading.FindAllStringSubmatchIndex(text, -1) {
+		table := text[l[1]:] // up to the next heading
+		if next := strings.Index(table, "\n#"); next >= 0 {
+			table = table[:next]
+		}
+		tables[text[l[2]:l[3]]] = table
+	}
+	if len(tables) == 0 {
+		t.Fatalf("%s has no tables under \"### `name`\" headings", doc)
 	}
 	d := loadDocs(t)
 	objects := map[string]node{"result.json": d.root(schema.Result), "conform.json": d.root(schema.Conform),
@@ -51,7 +52,7 @@ func TestReadmeDocumentsEveryField(t *testing.T) {
 	for name, n := range objects {
 		table, ok := tables[name]
 		if !ok {
-			t.Errorf("README.md, Result files: no table \"#### `%s`\" for the schema object %s", name, name)
+			t.Errorf("%s: no table \"### `%s`\" for the schema object %s", doc, name, name)
 			continue
 		}
 		var documented []string
@@ -66,13 +67,13 @@ func TestReadmeDocumentsEveryField(t *testing.T) {
 			want = append(want, p)
 		}
 		sort.Strings(want)
-		if diff := setDiff(want, documented, "the schema", "the README"); diff != "" {
-			t.Errorf("README.md table `%s` and the schema differ: %s", name, diff)
+		if diff := setDiff(want, documented, "the schema", doc); diff != "" {
+			t.Errorf("%s: table `%s` and the schema differ: %s", doc, name, diff)
 		}
 	}
 	for name := range tables {
 		if _, ok := objects[name]; !ok {
-			t.Errorf("README.md documents `%s`, which no schema defines", name)
+			t.Errorf("%s documents `%s`, which no schema defines", doc, name)
 		}
 	}
 }
