@@ -18,8 +18,8 @@ import (
 // The driver consumes with an orderly consumer of its own instead of
 // rocketmq-client-go's orderly push consumer. These tests verify, against
 // the real broker, the behaviour of the client's consumer that decided
-// it; if one starts failing, the client changed and the package doc
-// should say so. They run the client's consumer, which has data races of
+// it; if one starts failing, the client changed and brokers/README.md
+// ("RocketMQ: which client path, and why") should say so. They run the client's consumer, which has data races of
 // its own: "RocketMQ" in their names keeps them out of `make test`'s
 // -race run.
 
@@ -102,7 +102,7 @@ func TestRocketMQClientPitfallOrderlyRetryLaterDrops(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if seen[msgs[0].ID] > 1 {
-		t.Fatalf("rocketmq: ConsumeRetryLater in orderly mode redelivered %s (%d calls): the client no longer drops it; update the package doc", msgs[0].ID, seen[msgs[0].ID])
+		t.Fatalf("rocketmq: ConsumeRetryLater in orderly mode redelivered %s (%d calls): the client no longer drops it; update brokers/README.md (RocketMQ: which client path)", msgs[0].ID, seen[msgs[0].ID])
 	}
 	t.Logf("confirmed: after ConsumeRetryLater the orderly consumer moved on; %s was handled %d time(s) and is lost to this group", msgs[0].ID, seen[msgs[0].ID])
 }
@@ -127,7 +127,7 @@ func TestRocketMQClientPitfallOrderlyFirstPullWaits(t *testing.T) {
 	select {
 	case at := <-first:
 		if d := at.Sub(start); d < 2500*time.Millisecond {
-			t.Fatalf("rocketmq: the client's orderly consumer delivered the first message %v after start: the 3 s first-pull back-off is gone; update the package doc", d)
+			t.Fatalf("rocketmq: the client's orderly consumer delivered the first message %v after start: the 3 s first-pull back-off is gone; update brokers/README.md (RocketMQ: which client path)", d)
 		} else {
 			t.Logf("confirmed: first delivery %v after the consumer started", d.Round(time.Millisecond))
 		}

@@ -16,15 +16,9 @@
 // dropped the request from its send queue unprocessed) is sent again
 // after a pause, for up to the send timeout.
 //
-// Why not the client's orderly push consumer, measured on the local stack:
-// it pulls a newly assigned queue only 3 s after taking it (the queue is
-// locked before its process queue exists, so the first pull finds it
-// "unlocked" and backs off for 3 s), and when a member joins, the old
-// owner drops queues without unlocking them, so the new owner waits for
-// the broker's lock to expire (lockMaxLiveTime): with four consumers
-// starting together, deliveries stalled for 10-15 s. It also has data
-// races (it could not run under -race), drops a message answered
-// ConsumeRetryLater, and acknowledges a batch only as a whole.
+// Why not the client's orderly push consumer (in short: it stalls for
+// seconds whenever queues move, and races): brokers/README.md, "RocketMQ:
+// which client path, and why (measured)".
 //
 // Consuming: every subscription is a member of the group (heartbeats to
 // every master broker of the topic). Once a second (every 200 ms while it
