@@ -133,7 +133,7 @@ func perSecond(s *brokerbench.Series) []float64 {
 }
 
 // shapeNotes say where the vendor tool's shape differs from the driver's
-// unavoidably (the driver's side, then v's); the README explains each.
+// unavoidably (the driver's side, then v's); docs/calibration.md explains each.
 func shapeNotes(v vendor, s results.Shape) []string {
 	acks := "acks one by one"
 	if s.MaxBatch > 1 {

@@ -55,7 +55,7 @@ type vendor interface {
 	// check refuses settings the tool cannot be given.
 	check(cfg config.Config) error
 	// notes say where the vendor tool's shape differs from the driver's
-	// unavoidably; the README explains each.
+	// unavoidably; docs/calibration.md explains each.
 	notes(s results.Shape) []string
 }
 

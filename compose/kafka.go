@@ -52,7 +52,7 @@ const (
 	kafkaSLF4JVer  = "2.0.17"
 )
 
-// kafkaHeap is the JVM memory of the native broker (README lists it).
+// kafkaHeap is the JVM memory of the native broker (docs/stack.md lists it).
 var kafkaHeap = []string{"-Xms256m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m"}
 
 // Kafka is the native single-node KRaft Kafka of the local stack.

@@ -20,7 +20,7 @@ package compose
 //     has no bind setting in 5.x (DefaultHAService binds the wildcard
 //     address) and listens on all interfaces without authentication: the
 //     one exception to loopback, allowed by `bench stack status` with the
-//     reason below; the README says how to firewall it.
+//     reason below; docs/stack.md says how to firewall it.
 //   - Readiness: the broker normally registers at boot; now and then the
 //     first registration only lands with the periodic one 10 s later, so
 //     allow ~20 s from Start to Ready.
@@ -141,8 +141,8 @@ func (*RocketMQ) brokerProc(e *Env) Proc {
 func (r *RocketMQ) Procs(e *Env) []Proc { return []Proc{r.brokerProc(e), r.namesrvProc(e)} }
 
 // RocketMQHAExposure is why the broker's HA port listens on every
-// interface, and what guards it (README: The local stack).
-const RocketMQHAExposure = "RocketMQ 5.3.3 has no bind setting for its HA port; firewall it (README: The local stack)"
+// interface, and what guards it (docs/stack.md, "Loopback only").
+const RocketMQHAExposure = "RocketMQ 5.3.3 has no bind setting for its HA port; firewall it (docs/stack.md, Loopback only)"
 
 // Ports implements Porter: the name server, the broker's remoting port and
 // fast port, and its HA port, which RocketMQ binds to every interface.

@@ -20,8 +20,8 @@ import (
 // row (ReadSnapshot).
 //
 // What it costs is part of every audited figure, so it is built to be
-// cheap (measured per statement, finely interleaved, in README "The audit
-// log and what it costs"):
+// cheap (measured per statement, finely interleaved: docs/measurements.md,
+// "The audit's cost per statement"):
 //
 //   - A statement trigger on the NEW TABLE only: one INSERT … SELECT per
 //     statement however many accounts it changed, and no join of old and

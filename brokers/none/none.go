@@ -4,7 +4,7 @@
 // shard, with the same batch, retry, reject and crash semantics as the
 // broker drivers, so a run with --brokers none measures the inbox alone
 // under the same concurrency. Its figures are the denominator for the
-// through-broker ratios (Capabilities.Baseline; the README's "vs none").
+// through-broker ratios (Capabilities.Baseline; "vs none" in docs/running.md).
 //
 // Sharding: keys are hashed onto the topic's shards exactly as the
 // rabbitmq driver does (driverutil.Shard), so both spread a workload's

@@ -117,7 +117,7 @@ Then it lists, per service, the TCP addresses it listens on (read from
 /proc/net/tcp and tcp6: the sockets of the processes the stack started and
 of the service's known ports). Exits 1 when any selected service is
 unhealthy or listens beyond loopback, except for the one documented case
-(RocketMQ's HA port; see README).`,
+(RocketMQ's HA port; see docs/stack.md).`,
 		RunE: func(c *cobra.Command, args []string) error {
 			e, svcs, err := r.resolve(args)
 			if err != nil {
