@@ -287,3 +287,11 @@ func (c *Calibration) Broker(name string) *BrokerCalibration {
 	}
 	return nil
 }
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}

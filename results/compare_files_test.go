@@ -27,7 +27,8 @@ func TestCompareMatchesEditedStrategyFile(t *testing.T) {
 		t.Errorf("cell diff names %q: want both versions", got)
 	}
 	// Different files are still different cells; built-in names are untouched.
-	if compareKey("file:a.sql@11111111") == compareKey("file:b.sql@11111111") || compareKey("tx") != "tx" {
-		t.Error("compareKey must keep distinct files and built-in names apart")
+	key := func(s string) string { return (&Cell{Strategy: s}).StrategyKey() }
+	if key("file:a.sql@11111111") == key("file:b.sql@11111111") || key("tx") != "tx" {
+		t.Error("StrategyKey must keep distinct files and built-in names apart")
 	}
 }

@@ -3,9 +3,10 @@ package results
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"time"
 )
 
@@ -111,7 +112,7 @@ func Summarize(rows []ConformRow) ConformSummary {
 		}
 	}
 	s.BrokenTotal = len(caught)
-	for _, name := range sortedKeys(caught) {
+	for _, name := range slices.Sorted(maps.Keys(caught)) {
 		if caught[name] {
 			s.BrokenCaught++
 		} else {
@@ -159,62 +160,6 @@ func ReadConform(path string) (*Conformance, error) {
 	}
 	c.Summary = Summarize(c.Rows)
 	return &c, nil
-}
-
-// matrix arranges rows for display: one line per scenario, one column per
-// broker/strategy pair, both in first-seen order so the report follows the
-// order `bench conform` ran them in.
-type conformMatrix struct {
-	Scenarios []string
-	Columns   []conformColumn
-	Cell      map[[2]string]*ConformRow // (scenario, column key) → row
-}
-
-type conformColumn struct {
-	Broker, Strategy string
-	Broken           bool
-}
-
-func (c conformColumn) key() string { return c.Broker + "/" + c.Strategy }
-
-func newConformMatrix(rows []ConformRow) conformMatrix {
-	m := conformMatrix{Cell: map[[2]string]*ConformRow{}}
-	seenS, seenC := map[string]bool{}, map[string]bool{}
-	for i := range rows {
-		r := &rows[i]
-		if !seenS[r.Scenario] {
-			seenS[r.Scenario] = true
-			m.Scenarios = append(m.Scenarios, r.Scenario)
-		}
-		col := conformColumn{Broker: r.Broker, Strategy: r.Strategy, Broken: r.Broken}
-		if !seenC[col.key()] {
-			seenC[col.key()] = true
-			m.Columns = append(m.Columns, col)
-		}
-		m.Cell[[2]string{r.Scenario, col.key()}] = r
-	}
-	// Correct strategies first, negative controls after them: the reader
-	// looks for green on the left and red on the right.
-	sort.SliceStable(m.Columns, func(i, j int) bool { return !m.Columns[i].Broken && m.Columns[j].Broken })
-	return m
-}
-
-// conformOutcome is the short text of one matrix cell.
-func conformOutcome(r *ConformRow) string {
-	switch {
-	case r == nil:
-		return "—"
-	case r.Error != "":
-		return "ERROR"
-	case r.AsExpected() && r.Verdict == VerdictFail:
-		return "FAIL (expected)"
-	case r.AsExpected() && r.Broken:
-		return "PASS (not targeted)"
-	case r.AsExpected():
-		return "PASS"
-	default:
-		return fmt.Sprintf("%s (expected %s)", r.Verdict, r.Expected)
-	}
 }
 
 // StrategyTally is one strategy's rows of a conformance run.

@@ -1,12 +1,16 @@
 // Package results holds the result model written to
-// results/<run-id>/result.json, and (in later files) its writers and the
-// comparison of two runs. Field names are contracts (README, "Result
-// files"): reports, `bench compare` and users' scripts read them.
+// results/<run-id>/result.json (and conform.json, calibrate.json), its
+// loading and saving, the comparison of two runs and the trends of many.
+// Field names are contracts (README, "Result files"): reports, `bench
+// compare` and users' scripts read them. The writers (Markdown, HTML, CSV,
+// charts, the terminal tables, the published site) are in results/render,
+// so the packages that measure do not carry templates and a chart library.
 package results
 
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -49,7 +53,7 @@ type Env struct {
 // Durability is the durability profile of the servers a run measured:
 // whether a broker confirmed and PostgreSQL committed only after the data
 // reached disk. Runs of different profiles measure different guarantees,
-// so the published trends never join them (see results/publish.go).
+// so the published trends never join them (see results/trend.go).
 type Durability struct {
 	// Profile names the profile as the stack set it (e.g. "fsync" when
 	// every server syncs before it confirms, "os" when none does); empty
@@ -392,4 +396,27 @@ func CellNotes(run *Run) []string {
 		}
 	}
 	return out
+}
+
+// RateAt is a rate-search cell's step at fraction f of its MSR, if measured.
+func (c *Cell) RateAt(f float64) *RateStep {
+	if c.Rate == nil {
+		return nil
+	}
+	for i := range c.Rate.At {
+		if math.Abs(c.Rate.At[i].Fraction-f) < 1e-9 {
+			return &c.Rate.At[i]
+		}
+	}
+	return nil
+}
+
+// Saturated reports whether any cell of run published as fast as it could.
+func (r *Run) Saturated() bool {
+	for i := range r.Cells {
+		if r.Cells[i].Mode == "saturated" {
+			return true
+		}
+	}
+	return false
 }
