@@ -63,7 +63,7 @@ type Delta struct {
 type CellDiff struct {
 	Broker, Strategy        string
 	Broken                  bool
-	BaseVerdict, NewVerdict string
+	BaseVerdict, NewVerdict Verdict
 	Deltas                  []Delta
 	// VerdictRegressed is set when the new run's verdict is worse than
 	// the base's: a correct strategy that stopped passing, or a negative
@@ -154,11 +154,11 @@ func (c *Cell) StrategyKey() string {
 	return c.Strategy
 }
 
-func verdictOrNone(v string) string {
+func verdictOrNone(v Verdict) string {
 	if v == "" {
 		return "none"
 	}
-	return v
+	return string(v)
 }
 
 func compareCell(b, n *Cell, limit float64) CellDiff {
@@ -208,9 +208,9 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 	return d
 }
 
-func cellVerdictWord(c *Cell) string {
+func cellVerdictWord(c *Cell) Verdict {
 	if c.Error != "" {
-		return "ERROR"
+		return VerdictError
 	}
 	return c.Invariants.Verdict
 }

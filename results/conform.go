@@ -28,16 +28,6 @@ type Conformance struct {
 	Summary       ConformSummary `json:"summary"`
 }
 
-// Verdict values used by Invariants.Verdict and ConformRow.
-const (
-	VerdictPass = "PASS"
-	VerdictFail = "FAIL"
-	// VerdictNA marks a conformance row that did not run: the scenario
-	// tests something the strategy does not declare it implements, or
-	// needs what the broker cannot do. Reason says which.
-	VerdictNA = "N/A"
-)
-
 // ConformRow is one scenario run on one broker with one strategy.
 type ConformRow struct {
 	Scenario string `json:"scenario"`
@@ -48,10 +38,10 @@ type ConformRow struct {
 	// Expected is PASS for correct strategies. For a negative control it
 	// is FAIL when the scenario is designed to catch that bug, PASS when
 	// it does not target it (a split-commit bug needs a crash to show).
-	Expected string `json:"expected"`
+	Expected Verdict `json:"expected"`
 	// Verdict is what the checker said: PASS, FAIL, or ERROR when the
 	// scenario could not run (Error says why).
-	Verdict   string              `json:"verdict"`
+	Verdict   Verdict             `json:"verdict"`
 	Anomalies map[string]int64    `json:"anomalies"`
 	Examples  map[string][]string `json:"examples,omitempty"`
 	DurationS float64             `json:"duration_s"`
@@ -90,7 +80,7 @@ type ConformSummary struct {
 	MutationScore float64  `json:"mutation_score"` // BrokenCaught / BrokenTotal, 0 when none ran
 	Survivors     []string `json:"survivors,omitempty"`
 	// Verdict is PASS when every row went as expected.
-	Verdict string `json:"verdict"`
+	Verdict Verdict `json:"verdict"`
 }
 
 // Summarize computes the summary from rows; `bench conform` stores it and

@@ -80,6 +80,88 @@ func (e *Env) AddDurability(service string, m map[string]string) {
 	e.Durability.Settings[service] = m
 }
 
+// Verdict is what the checker said of a cell (Invariants) or a
+// conformance row; its values are the JSON's.
+type Verdict string
+
+// Verdicts.
+const (
+	VerdictPass Verdict = "PASS"
+	VerdictFail Verdict = "FAIL"
+	// VerdictError marks a cell or a scenario that did not complete: its
+	// Error says why.
+	VerdictError Verdict = "ERROR"
+	// VerdictNA marks a conformance row that did not run: the scenario
+	// tests something the strategy does not declare it implements, or
+	// needs what the broker cannot do. Reason says which.
+	VerdictNA Verdict = "N/A"
+)
+
+// Mode is how a cell published (Cell.Mode).
+type Mode string
+
+// Modes.
+const (
+	// ModeSaturated: as fast as the broker confirmed; the cell's latency
+	// is queueing-dominated, read it as a throughput run.
+	ModeSaturated Mode = "saturated"
+	// ModeFixedRate: at the workload's open-loop rate.
+	ModeFixedRate Mode = "fixed-rate"
+	// ModeRateSearch: Cell.Rate holds the steps and the maximum
+	// sustainable rate.
+	ModeRateSearch Mode = "rate-search"
+	// ModeBacklog: the whole stream published before the consumers
+	// started; events/s is the drain rate.
+	ModeBacklog Mode = "backlog"
+)
+
+// Bound is what set a cell's pace (Throughput.Bound).
+type Bound string
+
+// Bounds.
+const (
+	// BoundPublish: the consumers kept up with a publisher sending as
+	// fast as the broker confirmed, so the broker's publish path set the
+	// pace.
+	BoundPublish Bound = "publish"
+	// BoundRate: they kept up with the workload's open-loop rate.
+	BoundRate Bound = "rate"
+	// BoundConsume: a backlog built up, so delivery, the consumers or the
+	// database set the pace.
+	BoundConsume Bound = "consume"
+	// BoundLatency: a rate search limited by its p99 bound.
+	BoundLatency Bound = "latency"
+)
+
+// Limit is what limited a rate search (RateSearch.LimitedBy) or made a
+// step unsustainable (RateStep.Limit).
+type Limit string
+
+// Limits.
+const (
+	LimitPublish Limit = "publish" // the broker did not take the rate
+	LimitBacklog Limit = "backlog" // the consumers fell behind
+	LimitP99     Limit = "p99"     // latency over the bound
+	// The search stopped at its bounds (its steps, its time) before a
+	// step failed, or found not even its slowest step sustainable.
+	LimitSteps Limit = "steps"
+	LimitTime  Limit = "time"
+	LimitFloor Limit = "floor"
+)
+
+// Bound is what bound a rate-search cell limited by l.
+func (l Limit) Bound() Bound {
+	switch l {
+	case LimitPublish:
+		return BoundPublish
+	case LimitBacklog:
+		return BoundConsume
+	case LimitP99:
+		return BoundLatency
+	}
+	return ""
+}
+
 // Cell is one broker × strategy run.
 type Cell struct {
 	Broker   string `json:"broker"`
@@ -103,13 +185,9 @@ type Cell struct {
 	// was recorded.
 	Audit string `json:"audit,omitempty"`
 	Error string `json:"error,omitempty"`
-	// Mode is how the cell published: "saturated" (as fast as the broker
-	// confirmed: its latency is queueing-dominated, read it as a
-	// throughput run), "fixed-rate" (the workload's open-loop rate),
-	// "rate-search" (Rate holds the steps and the maximum sustainable
-	// rate) or "backlog" (the whole stream published before the consumers
-	// started: events/s is the drain rate).
-	Mode string `json:"mode,omitempty"`
+	// Mode is how the cell published (a saturated cell's latency is
+	// queueing-dominated: read it as a throughput run).
+	Mode Mode `json:"mode,omitempty"`
 	// Rate is a rate-search cell's search.
 	Rate *RateSearch `json:"rate,omitempty"`
 	// Failures are the first failure of each kind among the events the
@@ -129,12 +207,8 @@ type Throughput struct {
 	// PublishedPerS is the rate at which the broker confirmed the stream
 	// while it was being published.
 	PublishedPerS float64 `json:"published_per_s,omitempty"`
-	// Bound says what limited the cell: "publish" — the consumers kept up
-	// with a publisher sending as fast as the broker confirmed, so the
-	// broker's publish path set the pace; "rate" — they kept up with the
-	// workload's open-loop rate; "consume" — a backlog built up, so
-	// delivery, the consumers or the database set the pace.
-	Bound string `json:"bound,omitempty"`
+	// Bound says what limited the cell.
+	Bound Bound `json:"bound,omitempty"`
 	// HostCPUBusy is the share of the host's CPU time that was busy (all
 	// processes) from the start of publishing to the end of the cell, on
 	// Linux. Near 1, every component on the machine competes for the same
@@ -233,11 +307,10 @@ type WaitPoint struct {
 type RateSearch struct {
 	// MSR is the highest rate, in events/s, whose step was sustainable.
 	MSR float64 `json:"msr"`
-	// LimitedBy is the criterion the lowest unsustainable step failed:
-	// "publish" (the broker did not take the rate), "backlog" (the
-	// consumers fell behind), "p99" (latency over the bound); or "steps"
-	// / "time" when the search stopped at its bounds first.
-	LimitedBy string       `json:"limited_by"`
+	// LimitedBy is the criterion the lowest unsustainable step failed
+	// (publish, backlog, p99), or the bound the search stopped at first
+	// (steps, time, floor).
+	LimitedBy Limit        `json:"limited_by"`
 	Criteria  RateCriteria `json:"criteria"`
 	Steps     []RateStep   `json:"steps"`
 	// At are the steps at fixed fractions of the MSR (or absolute rates).
@@ -276,7 +349,7 @@ type RateStep struct {
 	LockWaitShare float64 `json:"lock_wait_share"`
 	Sustainable   bool    `json:"sustainable"`
 	// Limit names the criterion an unsustainable step failed.
-	Limit string `json:"limit,omitempty"`
+	Limit Limit `json:"limit,omitempty"`
 	// DrainS is how long the backlog took to drain after publishing.
 	DrainS float64 `json:"drain_s"`
 }
@@ -303,7 +376,7 @@ type Failure struct {
 
 // Invariants is the checker's verdict.
 type Invariants struct {
-	Verdict   string              `json:"verdict"` // PASS or FAIL
+	Verdict   Verdict             `json:"verdict"` // PASS or FAIL; ERROR when the cell did not complete
 	Anomalies map[string]int64    `json:"anomalies"`
 	Examples  map[string][]string `json:"examples"`
 }
@@ -346,16 +419,16 @@ func Read(path string) (*Run, error) {
 // there means the database.
 func (c *Cell) BoundText() string {
 	switch c.Throughput.Bound {
-	case "publish":
+	case BoundPublish:
 		if c.Baseline {
 			return "publisher"
 		}
 		return "broker publish"
-	case "rate":
+	case BoundRate:
 		return "workload rate"
-	case "consume":
+	case BoundConsume:
 		return "consumers"
-	case "latency":
+	case BoundLatency:
 		return "latency bound"
 	}
 	return "-"
@@ -414,7 +487,7 @@ func (c *Cell) RateAt(f float64) *RateStep {
 // Saturated reports whether any cell of run published as fast as it could.
 func (r *Run) Saturated() bool {
 	for i := range r.Cells {
-		if r.Cells[i].Mode == "saturated" {
+		if r.Cells[i].Mode == ModeSaturated {
 			return true
 		}
 	}

@@ -62,7 +62,7 @@ func (c *Cell) StrategyLabel() string {
 }
 
 // Expected is the verdict the cell should get.
-func (c *Cell) Expected() string {
+func (c *Cell) Expected() Verdict {
 	if c.Broken {
 		return VerdictFail
 	}
@@ -109,13 +109,13 @@ func (o Outcome) Good() bool { return o == OutcomePass || o == OutcomeCaught }
 func (c *Cell) VerdictText() string {
 	switch c.Outcome() {
 	case OutcomeError:
-		return "ERROR"
+		return string(VerdictError)
 	case OutcomeUnchecked:
 		return "not checked"
 	case OutcomeCaught, OutcomeNotCaught:
-		return "expected FAIL, got " + c.Invariants.Verdict
+		return "expected FAIL, got " + string(c.Invariants.Verdict)
 	default:
-		return c.Invariants.Verdict
+		return string(c.Invariants.Verdict)
 	}
 }
 
@@ -157,11 +157,11 @@ func (r *Run) RunVerdict() (ok bool, text string) {
 	if unchecked > 0 {
 		parts = append(parts, fmt.Sprintf("%d cells not checked", unchecked))
 	}
-	head := "PASS"
+	head := VerdictPass
 	if !ok {
-		head = "FAIL"
+		head = VerdictFail
 	}
-	return ok, head + ": " + strings.Join(parts, "; ")
+	return ok, string(head) + ": " + strings.Join(parts, "; ")
 }
 
 // KV is one flattened configuration entry.

@@ -287,7 +287,7 @@ func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[st
 func verdictError(run *results.Run) error {
 	var bad []string
 	for _, c := range run.Cells {
-		if !c.Broken && c.Invariants.Verdict != "PASS" {
+		if !c.Broken && c.Invariants.Verdict != results.VerdictPass {
 			bad = append(bad, c.Broker+"/"+c.Strategy)
 		}
 	}

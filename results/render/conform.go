@@ -51,7 +51,7 @@ func conformOutcome(r *results.ConformRow) string {
 	case r == nil:
 		return "—"
 	case r.Error != "":
-		return "ERROR"
+		return string(results.VerdictError)
 	case r.AsExpected() && r.Verdict == results.VerdictFail:
 		return "FAIL (expected)"
 	case r.AsExpected() && r.Broken:

@@ -33,7 +33,7 @@ func CellsCSV(w io.Writer, r *results.Report) error {
 	if r.Run != nil {
 		for i := range r.Run.Cells {
 			c := &r.Run.Cells[i]
-			row := []string{r.Run.RunID, c.Broker, c.Strategy, strconv.FormatBool(c.Broken), c.Expected(), c.Invariants.Verdict, c.Error,
+			row := []string{r.Run.RunID, c.Broker, c.Strategy, strconv.FormatBool(c.Broken), string(c.Expected()), string(c.Invariants.Verdict), c.Error,
 				ff(c.DurationS), ff(c.Throughput.EventsPerS)}
 			for _, k := range latencyKinds {
 				s := k.Get(&c.Latency)

@@ -324,10 +324,10 @@ func newConformView(c *results.Conformance) *conformView {
 		cv.Rows = append(cv.Rows, row)
 	}
 	for _, r := range c.Rows {
-		d := conformDetailView{Scenario: r.Scenario, Broker: r.Broker, Strategy: r.Strategy, Expected: r.Expected, Got: r.Verdict,
+		d := conformDetailView{Scenario: r.Scenario, Broker: r.Broker, Strategy: r.Strategy, Expected: string(r.Expected), Got: string(r.Verdict),
 			Anomalies: anomalyList(r.Anomalies), Time: formatSeconds(r.DurationS), Class: conformClass(&r)}
 		if r.Error != "" {
-			d.Got, d.Anomalies = "ERROR", r.Error
+			d.Got, d.Anomalies = string(results.VerdictError), r.Error
 		}
 		if d.Anomalies == "" {
 			d.Anomalies = "none"

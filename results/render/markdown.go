@@ -422,7 +422,7 @@ func (m *mdWriter) conform(c *results.Conformance) {
 	for _, r := range c.Rows {
 		detail, got := anomalyList(r.Anomalies), r.Verdict
 		if r.Error != "" {
-			detail, got = "error: "+r.Error, "ERROR"
+			detail, got = "error: "+r.Error, results.VerdictError
 		}
 		if detail == "" {
 			detail = "none"
@@ -431,7 +431,7 @@ func (m *mdWriter) conform(c *results.Conformance) {
 		for _, a := range sortedKeys(r.Examples) {
 			ex = append(ex, r.Examples[a]...)
 		}
-		rows = append(rows, []string{r.Scenario, r.Broker, r.Strategy, r.Expected, got, detail, examplesText(ex, 2), formatSeconds(r.DurationS)})
+		rows = append(rows, []string{r.Scenario, r.Broker, r.Strategy, string(r.Expected), string(got), detail, examplesText(ex, 2), formatSeconds(r.DurationS)})
 	}
 	m.table([]string{"scenario", "broker", "strategy", "expected", "got", "anomalies", "examples", "time"}, "llllllll", rows)
 }

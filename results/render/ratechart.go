@@ -62,22 +62,22 @@ func rateChart(c *results.Cell, idx int) (*chart, error) {
 }
 
 // LimitText says in words what limited a rate search or a step.
-func LimitText(limit string) string {
+func LimitText(limit results.Limit) string {
 	switch limit {
-	case "publish":
+	case results.LimitPublish:
 		return "the publish path (the broker did not take the rate)"
-	case "backlog":
+	case results.LimitBacklog:
 		return "the consumers (the backlog grew)"
-	case "p99":
+	case results.LimitP99:
 		return "latency (e2e p99 over the bound)"
-	case "steps", "time":
-		return "the search's " + limit + " bound, before any limit was found"
-	case "floor":
+	case results.LimitSteps, results.LimitTime:
+		return "the search's " + string(limit) + " bound, before any limit was found"
+	case results.LimitFloor:
 		return "no rate: even the slowest step was not sustainable"
 	case "":
 		return "-"
 	}
-	return limit
+	return string(limit)
 }
 
 // RateHeader and RateRows are the rate-search table every writer shows:
@@ -93,7 +93,7 @@ func RateRows(run *results.Run) [][]string {
 		if c.Rate == nil {
 			continue
 		}
-		row := []string{c.Name(), results.FormatRate(c.Rate.MSR), c.Rate.LimitedBy}
+		row := []string{c.Name(), results.FormatRate(c.Rate.MSR), string(c.Rate.LimitedBy)}
 		for _, f := range []float64{0.5, 0.8, 0.95} {
 			cell := "-"
 			if st := c.RateAt(f); st != nil && st.E2E.Count > 0 {
@@ -122,7 +122,7 @@ func StepRows(c *results.Cell) [][]string {
 		}
 		ok := "yes"
 		if !st.Sustainable {
-			ok = "no: " + st.Limit
+			ok = "no: " + string(st.Limit)
 		}
 		rows = append(rows, []string{phase, results.FormatRate(st.Rate), results.FormatRate(st.Achieved), fmt.Sprintf("%+.0f", st.BacklogSlope),
 			results.FormatMicrosFloat(st.PublishLagMs * 1000), latencyCell(st.E2E, st.E2E.P50), latencyCell(st.E2E, st.E2E.P99),

@@ -153,9 +153,9 @@ func benchRow(r *siteRun, trendOf map[string]*trendPage) indexRunView {
 	}
 	row.Matrix = matrixText(cellAxes(run.Cells))
 	ok, text := run.RunVerdict()
-	row.Verdict, row.VerdictTitle = verdictView{Text: "PASS", Class: "pass"}, text
+	row.Verdict, row.VerdictTitle = verdictView{Text: string(results.VerdictPass), Class: "pass"}, text
 	if !ok {
-		row.Verdict.Text, row.Verdict.Class = "FAIL", "fail"
+		row.Verdict.Text, row.Verdict.Class = string(results.VerdictFail), "fail"
 	}
 	for i := range run.Cells {
 		c := &run.Cells[i]
@@ -190,7 +190,7 @@ func conformRow(r *siteRun) indexRunView {
 	row.Workload = "-"
 	row.Matrix = matrixText(brokers, strategies)
 	s := results.Summarize(c.Rows)
-	row.Verdict = verdictView{Text: s.Verdict, Class: strings.ToLower(s.Verdict)}
+	row.Verdict = verdictView{Text: string(s.Verdict), Class: strings.ToLower(string(s.Verdict))}
 	row.VerdictTitle = fmt.Sprintf("%d of %d rows as expected", s.AsExpected, s.Rows)
 	row.Conform = fmt.Sprintf("%d scenarios (%s): %d of %d rows as expected; %s", len(scenarios), strings.Join(scenarios, ", "),
 		s.AsExpected, s.Rows, mutationText(s))
