@@ -1,11 +1,7 @@
 package results
 
 import (
-	"encoding/json"
-	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 )
@@ -121,32 +117,14 @@ func (c *Conformance) Write(dir string) (string, error) {
 		c.SchemaVersion = SchemaVersion
 	}
 	c.Summary = Summarize(c.Rows)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, ConformFile)
-	return p, os.WriteFile(p, append(b, '\n'), 0o644)
+	return writeRunFile(dir, ConformFile, c)
 }
 
 // ReadConform loads a run directory's conform.json (or the file itself).
 func ReadConform(path string) (*Conformance, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, ConformFile)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var c Conformance
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("%s: not a conform.json: %w", path, err)
-	}
-	if c.SchemaVersion != SchemaVersion {
-		return nil, fmt.Errorf("%s: schema_version %d, this bench reads %d", path, c.SchemaVersion, SchemaVersion)
+	if err := readRunFile(path, ConformFile, &c, &c.SchemaVersion, SchemaVersion); err != nil {
+		return nil, err
 	}
 	c.Summary = Summarize(c.Rows)
 	return &c, nil

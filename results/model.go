@@ -11,8 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -382,33 +380,13 @@ type Invariants struct {
 }
 
 // Write stores r as dir/result.json.
-func (r *Run) Write(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, "result.json")
-	return p, os.WriteFile(p, append(b, '\n'), 0o644)
-}
+func (r *Run) Write(dir string) (string, error) { return writeRunFile(dir, ResultFile, r) }
 
 // Read loads a run directory's result.json (or the file itself).
 func Read(path string) (*Run, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, "result.json")
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var r Run
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: not a result.json: %w", path, err)
-	}
-	if r.SchemaVersion != SchemaVersion {
-		return nil, fmt.Errorf("%s: schema_version %d, this bench reads %d", path, r.SchemaVersion, SchemaVersion)
+	if err := readRunFile(path, ResultFile, &r, &r.SchemaVersion, SchemaVersion); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

@@ -62,7 +62,7 @@ type Published struct {
 const siteMarker = ".inboxbench-site"
 
 // runFiles are copied from a run directory into the site when present.
-var runFiles = []string{"result.json", results.ConformFile, "report.html", "report.md", "cells.csv", "series.csv"}
+var runFiles = []string{results.ResultFile, results.ConformFile, "report.html", "report.md", "cells.csv", "series.csv"}
 
 // siteRun is one run directory found under the published directories.
 type siteRun struct {
@@ -191,7 +191,7 @@ func walkRuns(root, outAbs string) (found []*siteRun, skipped []string, err erro
 		if abs, _ := filepath.Abs(path); abs == outAbs || (path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata")) || exists(filepath.Join(path, siteMarker)) {
 			return filepath.SkipDir // the site being written, an earlier site (its copies of runs), .git, Go test fixtures (testdata) and the like
 		}
-		if !exists(filepath.Join(path, "result.json")) && !exists(filepath.Join(path, results.ConformFile)) {
+		if !exists(filepath.Join(path, results.ResultFile)) && !exists(filepath.Join(path, results.ConformFile)) {
 			return nil
 		}
 		rep, err := results.Load(path)
