@@ -141,17 +141,15 @@ func Compare(base, next *Run, opt CompareOptions) (*Comparison, error) {
 }
 
 // StrategyKey is the strategy as cells of different runs are matched
-// (compare, trends). A user strategy file is named file:NAME.sql@HASH; the
-// hash changes with every edit of its SQL, and comparing the edited SQL
-// with the previous one is what a CI gate is for, so files are matched by
-// name alone.
+// (compare, trends): its name without the content hash of a strategy
+// file (StrategyHash). The hash changes with every edit of the file's SQL,
+// and comparing the edited SQL with the previous one is what a CI gate is
+// for, so files are matched by name alone.
 func (c *Cell) StrategyKey() string {
-	if strings.HasPrefix(c.Strategy, "file:") {
-		if i := strings.LastIndexByte(c.Strategy, '@'); i > 0 {
-			return c.Strategy[:i]
-		}
+	if c.StrategyHash == "" {
+		return c.Strategy
 	}
-	return c.Strategy
+	return strings.TrimSuffix(c.Strategy, "@"+c.StrategyHash)
 }
 
 func verdictOrNone(v Verdict) string {

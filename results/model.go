@@ -58,10 +58,14 @@ type Durability struct {
 	// when the servers were configured by hand.
 	Profile string `json:"profile,omitempty"`
 	// Settings are the settings that decide what a confirm means, by
-	// component ("postgres", "kafka", "rabbitmq", "rocketmq"), then by
-	// setting name (e.g. "synchronous_commit", "acks", "flushDiskType").
+	// component (DurabilityPostgres, then the brokers by name: "kafka",
+	// "rabbitmq", "rocketmq"), then by setting name (e.g.
+	// "synchronous_commit", "acks", "flushDiskType").
 	Settings map[string]map[string]string `json:"settings,omitempty"`
 }
+
+// DurabilityPostgres is PostgreSQL's key in Durability.Settings.
+const DurabilityPostgres = "postgres"
 
 // AddDurability records a service's durability settings in the run's
 // Durability (created when missing); nil or empty m is ignored.
@@ -164,6 +168,12 @@ func (l Limit) Bound() Bound {
 type Cell struct {
 	Broker   string `json:"broker"`
 	Strategy string `json:"strategy"`
+	// StrategyFile and StrategyHash are a user strategy file's base name
+	// (NAME.sql) and the first 8 hex digits of the SHA-256 of its content,
+	// which Strategy (file:NAME.sql@HASH) ends in; empty for a built-in
+	// strategy and in files written before they were recorded.
+	StrategyFile string `json:"strategy_file,omitempty"`
+	StrategyHash string `json:"strategy_hash,omitempty"`
 	// Broken marks negative-control strategies (expected to FAIL).
 	Broken bool `json:"broken"`
 	// Baseline marks cells of a driver with no transport (none): the

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -80,6 +81,9 @@ func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strat
 		return res, nil
 	}
 	res.Broken = st.Broken()
+	if f, ok := st.(*inbox.FileStrategy); ok {
+		res.StrategyFile, res.StrategyHash = filepath.Base(f.Path()), f.Hash()
+	}
 	c := &cell{o: o, plan: plan, broker: broker, id: id, consumer: res.Consumer, strategy: st, fleet: fl, askDurability: askDurability}
 	if err := c.run(ctx, &res); err != nil {
 		res.Error = err.Error()

@@ -20,11 +20,11 @@ func durabilityRows(e results.Env) [][]string {
 	}
 	settings := e.Durability.Settings
 	var services []string
-	if _, ok := settings["postgres"]; ok {
-		services = append(services, "postgres")
+	if _, ok := settings[results.DurabilityPostgres]; ok {
+		services = append(services, results.DurabilityPostgres)
 	}
 	for _, s := range sortedKeys(settings) {
-		if s != "postgres" {
+		if s != results.DurabilityPostgres {
 			services = append(services, s)
 		}
 	}
