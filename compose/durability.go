@@ -197,7 +197,7 @@ func FillDurability(ctx context.Context, e *Env, env *results.Env) {
 		}
 		m["error"] = err.Error()
 	}
-	env.AddDurability("postgres", m)
+	env.AddDurability(results.DurabilityPostgres, m)
 	if env.Durability == nil {
 		env.Durability = &results.Durability{}
 	}

@@ -42,7 +42,7 @@ type Env struct {
 
 // Outcome is what one scenario run on one broker with one strategy found.
 type Outcome struct {
-	Verdict   string // PASS or FAIL (ERROR when Err is set)
+	Verdict   results.Verdict // PASS or FAIL (ERROR when Err is set)
 	Anomalies map[string]int64
 	Examples  map[string][]string
 	// Line is the scenario's one-line account, e.g. the article's
@@ -204,13 +204,13 @@ func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.S
 	defer func() {
 		row.DurationS = time.Since(start).Seconds()
 		if r := recover(); r != nil {
-			row.Verdict, row.Error = "ERROR", fmt.Sprintf("panic: %v", r)
+			row.Verdict, row.Error = results.VerdictError, fmt.Sprintf("panic: %v", r)
 		}
 	}()
 	out := sc.Run(ctx, e, broker, st)
 	row.Verdict, row.Anomalies, row.Examples, row.Line, row.Notes = out.Verdict, out.Anomalies, out.Examples, out.Line, out.Notes
 	if out.Err != nil {
-		row.Verdict = "ERROR"
+		row.Verdict = results.VerdictError
 		row.Error = out.Err.Error()
 		if ctx.Err() != nil {
 			row.Error = fmt.Sprintf("timed out after %s: %v", sc.Timeout, out.Err)
@@ -240,7 +240,7 @@ func anomalySuffix(r results.ConformRow) string {
 }
 
 // verdict turns anomaly counts into PASS/FAIL.
-func verdict(anomalies map[string]int64) string {
+func verdict(anomalies map[string]int64) results.Verdict {
 	for _, v := range anomalies {
 		if v > 0 {
 			return results.VerdictFail

@@ -13,6 +13,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/runner"
 	"github.com/inboxbench/inboxbench/workload"
 )
@@ -135,7 +136,7 @@ func runStream(ctx context.Context, e *Env, name, broker string, st inbox.Strate
 		return fail(err)
 	}
 	c := run.Cells[0]
-	if c.Invariants.Verdict == "ERROR" || c.Invariants.Verdict == "" {
+	if c.Invariants.Verdict == results.VerdictError || c.Invariants.Verdict == "" {
 		return fail(fmt.Errorf("%s", c.Error))
 	}
 	out := Outcome{Verdict: c.Invariants.Verdict, Anomalies: c.Invariants.Anomalies, Examples: c.Invariants.Examples, Notes: c.Notes,

@@ -199,7 +199,7 @@ func event(id string, version, amount int64) *envelope.Event {
 		Kind: envelope.Increment, Amount: amount}
 }
 
-func fail(err error) Outcome { return Outcome{Verdict: "ERROR", Err: err} }
+func fail(err error) Outcome { return Outcome{Verdict: results.VerdictError, Err: err} }
 
 var errNotRedelivered = errors.New("the unacknowledged delivery did not come back")
 

@@ -2,11 +2,9 @@ package dbcalib
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -626,13 +624,7 @@ func (r *Report) WriteSummary(w io.Writer) {
 }
 
 // WriteJSON writes the report to path.
-func (r *Report) WriteJSON(path string) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
+func (r *Report) WriteJSON(path string) error { return results.WriteJSON(path, r) }
 
 // Met reports whether every comparison reached its goal.
 func (r *Report) Met() bool {

@@ -1,9 +1,7 @@
 package results
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"time"
@@ -227,33 +225,13 @@ func RatioText(r float64) string {
 }
 
 // Write stores c as dir/calibrate.json.
-func (c *Calibration) Write(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, CalibrationFile)
-	return p, os.WriteFile(p, append(b, '\n'), 0o644)
-}
+func (c *Calibration) Write(dir string) (string, error) { return writeRunFile(dir, CalibrationFile, c) }
 
 // ReadCalibration loads dir/calibrate.json (or the file itself).
 func ReadCalibration(path string) (*Calibration, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, CalibrationFile)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var c Calibration
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("%s: not a %s: %w", path, CalibrationFile, err)
-	}
-	if c.SchemaVersion != CalibrationSchemaVersion {
-		return nil, fmt.Errorf("%s: schema_version %d, this bench reads %d", path, c.SchemaVersion, CalibrationSchemaVersion)
+	if err := readRunFile(path, CalibrationFile, &c, &c.SchemaVersion, CalibrationSchemaVersion); err != nil {
+		return nil, err
 	}
 	return &c, nil
 }
@@ -286,4 +264,12 @@ func (c *Calibration) Broker(name string) *BrokerCalibration {
 		}
 	}
 	return nil
+}
+
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }

@@ -63,7 +63,7 @@ type Delta struct {
 type CellDiff struct {
 	Broker, Strategy        string
 	Broken                  bool
-	BaseVerdict, NewVerdict string
+	BaseVerdict, NewVerdict Verdict
 	Deltas                  []Delta
 	// VerdictRegressed is set when the new run's verdict is worse than
 	// the base's: a correct strategy that stopped passing, or a negative
@@ -108,12 +108,12 @@ func Compare(base, next *Run, opt CompareOptions) (*Comparison, error) {
 	newCells := map[key]*Cell{}
 	for i := range next.Cells {
 		c := &next.Cells[i]
-		newCells[key{c.Broker, compareKey(c.Strategy)}] = c
+		newCells[key{c.Broker, c.StrategyKey()}] = c
 	}
 	seen := map[key]bool{}
 	for i := range base.Cells {
 		b := &base.Cells[i]
-		k := key{b.Broker, compareKey(b.Strategy)}
+		k := key{b.Broker, b.StrategyKey()}
 		n := newCells[k]
 		if n == nil {
 			cmp.OnlyBase = append(cmp.OnlyBase, b.Name())
@@ -133,31 +133,30 @@ func Compare(base, next *Run, opt CompareOptions) (*Comparison, error) {
 	}
 	for i := range next.Cells {
 		c := &next.Cells[i]
-		if !seen[key{c.Broker, compareKey(c.Strategy)}] {
+		if !seen[key{c.Broker, c.StrategyKey()}] {
 			cmp.OnlyNew = append(cmp.OnlyNew, c.Name())
 		}
 	}
 	return cmp, nil
 }
 
-// compareKey is the strategy part of the key cells are matched by. A user
-// strategy file is named file:NAME.sql@HASH; the hash changes with every
-// edit of its SQL, and comparing the edited SQL with the previous one is
-// what a CI gate is for, so files are matched by name alone.
-func compareKey(strategy string) string {
-	if strings.HasPrefix(strategy, "file:") {
-		if i := strings.LastIndexByte(strategy, '@'); i > 0 {
-			return strategy[:i]
-		}
+// StrategyKey is the strategy as cells of different runs are matched
+// (compare, trends): its name without the content hash of a strategy
+// file (StrategyHash). The hash changes with every edit of the file's SQL,
+// and comparing the edited SQL with the previous one is what a CI gate is
+// for, so files are matched by name alone.
+func (c *Cell) StrategyKey() string {
+	if c.StrategyHash == "" {
+		return c.Strategy
 	}
-	return strategy
+	return strings.TrimSuffix(c.Strategy, "@"+c.StrategyHash)
 }
 
-func verdictOrNone(v string) string {
+func verdictOrNone(v Verdict) string {
 	if v == "" {
 		return "none"
 	}
-	return v
+	return string(v)
 }
 
 func compareCell(b, n *Cell, limit float64) CellDiff {
@@ -167,7 +166,7 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 		// A user strategy file whose SQL changed: the point of the gate.
 		d.Strategy = b.Strategy + " → " + n.Strategy
 	}
-	lat := func(v float64) string { return formatMicrosF(v) }
+	lat := func(v float64) string { return FormatMicrosFloat(v) }
 	d.Deltas = append(d.Deltas,
 		delta("events/s", b.Throughput.EventsPerS, n.Throughput.EventsPerS, HigherIsBetter, limit, FormatRate,
 			b.Throughput.EventsPerS > 0 && n.Throughput.EventsPerS >= 0, "no throughput in base"),
@@ -207,9 +206,9 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 	return d
 }
 
-func cellVerdictWord(c *Cell) string {
+func cellVerdictWord(c *Cell) Verdict {
 	if c.Error != "" {
-		return "ERROR"
+		return VerdictError
 	}
 	return c.Invariants.Verdict
 }
@@ -241,11 +240,11 @@ func delta(metric string, base, next float64, dir int, limit float64, format fun
 // workloadDiff compares two workload specs semantically (JSON values, not
 // bytes) and lists the settings that differ.
 func workloadDiff(a, b json.RawMessage) ([]string, error) {
-	fa, err := flattenJSON(a)
+	fa, err := FlattenJSON(a)
 	if err != nil {
 		return nil, fmt.Errorf("base run: %w", err)
 	}
-	fb, err := flattenJSON(b)
+	fb, err := FlattenJSON(b)
 	if err != nil {
 		return nil, fmt.Errorf("new run: %w", err)
 	}
@@ -373,7 +372,7 @@ func dashIf(cond bool, s string) string {
 
 func runLabel(r *Run) string {
 	s := r.RunID
-	if name := workloadName(r.Workload); name != "" {
+	if name := r.WorkloadName(); name != "" {
 		s += ", workload " + name
 	}
 	if !r.StartedAt.IsZero() {

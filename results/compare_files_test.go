@@ -10,8 +10,8 @@ import (
 // compares the edited SQL with the previous one.
 func TestCompareMatchesEditedStrategyFile(t *testing.T) {
 	base, next := fixtureRun(t), fixtureRun(t)
-	base.Cells[0].Strategy = "file:inbox.sql@aaaaaaaa"
-	next.Cells[0].Strategy = "file:inbox.sql@bbbbbbbb"
+	base.Cells[0].Strategy, base.Cells[0].StrategyFile, base.Cells[0].StrategyHash = "file:inbox.sql@aaaaaaaa", "inbox.sql", "aaaaaaaa"
+	next.Cells[0].Strategy, next.Cells[0].StrategyFile, next.Cells[0].StrategyHash = "file:inbox.sql@bbbbbbbb", "inbox.sql", "bbbbbbbb"
 	next.Cells[0].Throughput.EventsPerS = base.Cells[0].Throughput.EventsPerS / 2
 	c, err := Compare(base, next, CompareOptions{MaxRegression: 0.10})
 	if err != nil {
@@ -27,7 +27,9 @@ func TestCompareMatchesEditedStrategyFile(t *testing.T) {
 		t.Errorf("cell diff names %q: want both versions", got)
 	}
 	// Different files are still different cells; built-in names are untouched.
-	if compareKey("file:a.sql@11111111") == compareKey("file:b.sql@11111111") || compareKey("tx") != "tx" {
-		t.Error("compareKey must keep distinct files and built-in names apart")
+	a := Cell{Strategy: "file:a.sql@11111111", StrategyFile: "a.sql", StrategyHash: "11111111"}
+	b := Cell{Strategy: "file:b.sql@11111111", StrategyFile: "b.sql", StrategyHash: "11111111"}
+	if a.StrategyKey() == b.StrategyKey() || (&Cell{Strategy: "tx"}).StrategyKey() != "tx" {
+		t.Error("StrategyKey must keep distinct files and built-in names apart")
 	}
 }

@@ -1,11 +1,8 @@
 package results
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -27,16 +24,6 @@ type Conformance struct {
 	Summary       ConformSummary `json:"summary"`
 }
 
-// Verdict values used by Invariants.Verdict and ConformRow.
-const (
-	VerdictPass = "PASS"
-	VerdictFail = "FAIL"
-	// VerdictNA marks a conformance row that did not run: the scenario
-	// tests something the strategy does not declare it implements, or
-	// needs what the broker cannot do. Reason says which.
-	VerdictNA = "N/A"
-)
-
 // ConformRow is one scenario run on one broker with one strategy.
 type ConformRow struct {
 	Scenario string `json:"scenario"`
@@ -47,10 +34,10 @@ type ConformRow struct {
 	// Expected is PASS for correct strategies. For a negative control it
 	// is FAIL when the scenario is designed to catch that bug, PASS when
 	// it does not target it (a split-commit bug needs a crash to show).
-	Expected string `json:"expected"`
+	Expected Verdict `json:"expected"`
 	// Verdict is what the checker said: PASS, FAIL, or ERROR when the
 	// scenario could not run (Error says why).
-	Verdict   string              `json:"verdict"`
+	Verdict   Verdict             `json:"verdict"`
 	Anomalies map[string]int64    `json:"anomalies"`
 	Examples  map[string][]string `json:"examples,omitempty"`
 	DurationS float64             `json:"duration_s"`
@@ -89,7 +76,7 @@ type ConformSummary struct {
 	MutationScore float64  `json:"mutation_score"` // BrokenCaught / BrokenTotal, 0 when none ran
 	Survivors     []string `json:"survivors,omitempty"`
 	// Verdict is PASS when every row went as expected.
-	Verdict string `json:"verdict"`
+	Verdict Verdict `json:"verdict"`
 }
 
 // Summarize computes the summary from rows; `bench conform` stores it and
@@ -111,7 +98,7 @@ func Summarize(rows []ConformRow) ConformSummary {
 		}
 	}
 	s.BrokenTotal = len(caught)
-	for _, name := range sortedKeys(caught) {
+	for _, name := range slices.Sorted(maps.Keys(caught)) {
 		if caught[name] {
 			s.BrokenCaught++
 		} else {
@@ -130,91 +117,17 @@ func (c *Conformance) Write(dir string) (string, error) {
 		c.SchemaVersion = SchemaVersion
 	}
 	c.Summary = Summarize(c.Rows)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, ConformFile)
-	return p, os.WriteFile(p, append(b, '\n'), 0o644)
+	return writeRunFile(dir, ConformFile, c)
 }
 
 // ReadConform loads a run directory's conform.json (or the file itself).
 func ReadConform(path string) (*Conformance, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, ConformFile)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var c Conformance
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("%s: not a conform.json: %w", path, err)
-	}
-	if c.SchemaVersion != SchemaVersion {
-		return nil, fmt.Errorf("%s: schema_version %d, this bench reads %d", path, c.SchemaVersion, SchemaVersion)
+	if err := readRunFile(path, ConformFile, &c, &c.SchemaVersion, SchemaVersion); err != nil {
+		return nil, err
 	}
 	c.Summary = Summarize(c.Rows)
 	return &c, nil
-}
-
-// matrix arranges rows for display: one line per scenario, one column per
-// broker/strategy pair, both in first-seen order so the report follows the
-// order `bench conform` ran them in.
-type conformMatrix struct {
-	Scenarios []string
-	Columns   []conformColumn
-	Cell      map[[2]string]*ConformRow // (scenario, column key) → row
-}
-
-type conformColumn struct {
-	Broker, Strategy string
-	Broken           bool
-}
-
-func (c conformColumn) key() string { return c.Broker + "/" + c.Strategy }
-
-func newConformMatrix(rows []ConformRow) conformMatrix {
-	m := conformMatrix{Cell: map[[2]string]*ConformRow{}}
-	seenS, seenC := map[string]bool{}, map[string]bool{}
-	for i := range rows {
-		r := &rows[i]
-		if !seenS[r.Scenario] {
-			seenS[r.Scenario] = true
-			m.Scenarios = append(m.Scenarios, r.Scenario)
-		}
-		col := conformColumn{Broker: r.Broker, Strategy: r.Strategy, Broken: r.Broken}
-		if !seenC[col.key()] {
-			seenC[col.key()] = true
-			m.Columns = append(m.Columns, col)
-		}
-		m.Cell[[2]string{r.Scenario, col.key()}] = r
-	}
-	// Correct strategies first, negative controls after them: the reader
-	// looks for green on the left and red on the right.
-	sort.SliceStable(m.Columns, func(i, j int) bool { return !m.Columns[i].Broken && m.Columns[j].Broken })
-	return m
-}
-
-// conformOutcome is the short text of one matrix cell.
-func conformOutcome(r *ConformRow) string {
-	switch {
-	case r == nil:
-		return "—"
-	case r.Error != "":
-		return "ERROR"
-	case r.AsExpected() && r.Verdict == VerdictFail:
-		return "FAIL (expected)"
-	case r.AsExpected() && r.Broken:
-		return "PASS (not targeted)"
-	case r.AsExpected():
-		return "PASS"
-	default:
-		return fmt.Sprintf("%s (expected %s)", r.Verdict, r.Expected)
-	}
 }
 
 // StrategyTally is one strategy's rows of a conformance run.

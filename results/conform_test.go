@@ -24,12 +24,12 @@ func TestConformRowExpectations(t *testing.T) {
 		row  ConformRow
 		ok   bool
 	}{
-		{"correct passes", ConformRow{Expected: "PASS", Verdict: "PASS"}, true},
-		{"correct fails", ConformRow{Expected: "PASS", Verdict: "FAIL"}, false},
-		{"control caught where targeted", ConformRow{Broken: true, Expected: "FAIL", Verdict: "FAIL"}, true},
-		{"control missed where targeted", ConformRow{Broken: true, Expected: "FAIL", Verdict: "PASS"}, false},
-		{"control caught where not targeted", ConformRow{Broken: true, Expected: "PASS", Verdict: "FAIL"}, true},
-		{"error", ConformRow{Expected: "PASS", Verdict: "PASS", Error: "timeout"}, false},
+		{"correct passes", ConformRow{Expected: VerdictPass, Verdict: VerdictPass}, true},
+		{"correct fails", ConformRow{Expected: VerdictPass, Verdict: VerdictFail}, false},
+		{"control caught where targeted", ConformRow{Broken: true, Expected: VerdictFail, Verdict: VerdictFail}, true},
+		{"control missed where targeted", ConformRow{Broken: true, Expected: VerdictFail, Verdict: VerdictPass}, false},
+		{"control caught where not targeted", ConformRow{Broken: true, Expected: VerdictPass, Verdict: VerdictFail}, true},
+		{"error", ConformRow{Expected: VerdictPass, Verdict: VerdictPass, Error: "timeout"}, false},
 	} {
 		if got := tc.row.AsExpected(); got != tc.ok {
 			t.Errorf("%s: AsExpected = %v, want %v", tc.name, got, tc.ok)
@@ -39,10 +39,10 @@ func TestConformRowExpectations(t *testing.T) {
 
 func TestConformMutationScoreAndRoundTrip(t *testing.T) {
 	c := &Conformance{RunID: "x", Rows: []ConformRow{
-		{Scenario: "a", Broker: "kafka", Strategy: "tx", Expected: "PASS", Verdict: "PASS"},
-		{Scenario: "a", Broker: "kafka", Strategy: "broken-split", Broken: true, Expected: "FAIL", Verdict: "FAIL"},
-		{Scenario: "b", Broker: "kafka", Strategy: "broken-split", Broken: true, Expected: "PASS", Verdict: "PASS"},
-		{Scenario: "a", Broker: "kafka", Strategy: "broken-no-version", Broken: true, Expected: "FAIL", Verdict: "PASS"},
+		{Scenario: "a", Broker: "kafka", Strategy: "tx", Expected: VerdictPass, Verdict: VerdictPass},
+		{Scenario: "a", Broker: "kafka", Strategy: "broken-split", Broken: true, Expected: VerdictFail, Verdict: VerdictFail},
+		{Scenario: "b", Broker: "kafka", Strategy: "broken-split", Broken: true, Expected: VerdictPass, Verdict: VerdictPass},
+		{Scenario: "a", Broker: "kafka", Strategy: "broken-no-version", Broken: true, Expected: VerdictFail, Verdict: VerdictPass},
 	}}
 	dir := t.TempDir()
 	if _, err := c.Write(dir); err != nil {

@@ -2,8 +2,9 @@ package results
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -14,15 +15,17 @@ import (
 // FormatMicros renders a latency in microseconds with three significant
 // digits and the largest fitting unit: "850µs", "1.23ms", "12.3ms", "1.5s".
 func FormatMicros(us int64) string {
-	return formatMicrosF(float64(us))
+	return FormatMicrosFloat(float64(us))
 }
 
-func formatMicrosF(us float64) string {
+// FormatMicrosFloat is FormatMicros of a fractional latency (a mean, a
+// chart tick).
+func FormatMicrosFloat(us float64) string {
 	switch {
 	case math.IsNaN(us) || math.IsInf(us, 0):
 		return "n/a"
 	case us < 0:
-		return "-" + formatMicrosF(-us)
+		return "-" + FormatMicrosFloat(-us)
 	case us < 1000:
 		return strconv.FormatFloat(math.Round(us), 'f', -1, 64) + "µs"
 	case us < 1e6:
@@ -48,15 +51,6 @@ func sig3(v float64) string {
 		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	}
 	return s
-}
-
-// latencyCell formats one latency figure for a table; a histogram that
-// recorded nothing prints as a dash rather than a misleading "0µs".
-func latencyCell(s Summary, us int64) string {
-	if s.Count == 0 {
-		return "—"
-	}
-	return FormatMicros(us)
 }
 
 // Thousands renders n with comma thousands separators: 1234567 → "1,234,567".
@@ -119,21 +113,30 @@ func FormatChange(rel float64) string {
 	return fmt.Sprintf("%+.1f%%", rel*100)
 }
 
-// formatSeconds renders a duration in seconds: "42.1s", "3m12s".
-func formatSeconds(s float64) string {
-	if s < 120 {
-		return strconv.FormatFloat(s, 'f', 1, 64) + "s"
+// AnomalyLine is a cell's anomalies as "name=count …", or its error.
+func AnomalyLine(c Cell) string {
+	if c.Error != "" {
+		return "error: " + c.Error
 	}
-	m := int(s) / 60
-	return fmt.Sprintf("%dm%02ds", m, int(s)-m*60)
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(c.Invariants.Anomalies)) {
+		if v := c.Invariants.Anomalies[n]; v > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", n, v))
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
-// sortedKeys returns a map's keys in order, for deterministic output.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// FailureLine is one kind of failure: what, how often, the first example.
+func FailureLine(f Failure) string {
+	var b strings.Builder
+	b.WriteString(f.Kind)
+	if f.SQLState != "" {
+		fmt.Fprintf(&b, " (SQLSTATE %s)", f.SQLState)
 	}
-	sort.Strings(keys)
-	return keys
+	fmt.Fprintf(&b, " × %d, %d dead-lettered, first on %s: %s", f.Count, f.DeadLettered, f.Event, f.Message)
+	if f.Where != "" {
+		b.WriteString(", at " + f.Where)
+	}
+	return b.String()
 }

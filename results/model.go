@@ -1,14 +1,16 @@
 // Package results holds the result model written to
-// results/<run-id>/result.json, and (in later files) its writers and the
-// comparison of two runs. Field names are contracts (docs/results.md):
-// reports, `bench compare` and users' scripts read them.
+// results/<run-id>/result.json (and conform.json, calibrate.json), its
+// loading and saving, the comparison of two runs and the trends of many.
+// Field names are contracts (docs/results.md): reports, `bench compare`
+// and users' scripts read them. The writers (Markdown, HTML, CSV,
+// charts, the terminal tables, the published site) are in results/render,
+// so the packages that measure do not carry templates and a chart library.
 package results
 
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+	"math"
 	"time"
 )
 
@@ -49,17 +51,21 @@ type Env struct {
 // Durability is the durability profile of the servers a run measured:
 // whether a broker confirmed and PostgreSQL committed only after the data
 // reached disk. Runs of different profiles measure different guarantees,
-// so the published trends never join them (see results/publish.go).
+// so the published trends never join them (see results/trend.go).
 type Durability struct {
 	// Profile names the profile as the stack set it (e.g. "fsync" when
 	// every server syncs before it confirms, "os" when none does); empty
 	// when the servers were configured by hand.
 	Profile string `json:"profile,omitempty"`
 	// Settings are the settings that decide what a confirm means, by
-	// component ("postgres", "kafka", "rabbitmq", "rocketmq"), then by
-	// setting name (e.g. "synchronous_commit", "acks", "flushDiskType").
+	// component (DurabilityPostgres, then the brokers by name: "kafka",
+	// "rabbitmq", "rocketmq"), then by setting name (e.g.
+	// "synchronous_commit", "acks", "flushDiskType").
 	Settings map[string]map[string]string `json:"settings,omitempty"`
 }
+
+// DurabilityPostgres is PostgreSQL's key in Durability.Settings.
+const DurabilityPostgres = "postgres"
 
 // AddDurability records a service's durability settings in the run's
 // Durability (created when missing); nil or empty m is ignored.
@@ -76,10 +82,98 @@ func (e *Env) AddDurability(service string, m map[string]string) {
 	e.Durability.Settings[service] = m
 }
 
+// Verdict is what the checker said of a cell (Invariants) or a
+// conformance row; its values are the JSON's.
+type Verdict string
+
+// Verdicts.
+const (
+	VerdictPass Verdict = "PASS"
+	VerdictFail Verdict = "FAIL"
+	// VerdictError marks a cell or a scenario that did not complete: its
+	// Error says why.
+	VerdictError Verdict = "ERROR"
+	// VerdictNA marks a conformance row that did not run: the scenario
+	// tests something the strategy does not declare it implements, or
+	// needs what the broker cannot do. Reason says which.
+	VerdictNA Verdict = "N/A"
+)
+
+// Mode is how a cell published (Cell.Mode).
+type Mode string
+
+// Modes.
+const (
+	// ModeSaturated: as fast as the broker confirmed; the cell's latency
+	// is queueing-dominated, read it as a throughput run.
+	ModeSaturated Mode = "saturated"
+	// ModeFixedRate: at the workload's open-loop rate.
+	ModeFixedRate Mode = "fixed-rate"
+	// ModeRateSearch: Cell.Rate holds the steps and the maximum
+	// sustainable rate.
+	ModeRateSearch Mode = "rate-search"
+	// ModeBacklog: the whole stream published before the consumers
+	// started; events/s is the drain rate.
+	ModeBacklog Mode = "backlog"
+)
+
+// Bound is what set a cell's pace (Throughput.Bound).
+type Bound string
+
+// Bounds.
+const (
+	// BoundPublish: the consumers kept up with a publisher sending as
+	// fast as the broker confirmed, so the broker's publish path set the
+	// pace.
+	BoundPublish Bound = "publish"
+	// BoundRate: they kept up with the workload's open-loop rate.
+	BoundRate Bound = "rate"
+	// BoundConsume: a backlog built up, so delivery, the consumers or the
+	// database set the pace.
+	BoundConsume Bound = "consume"
+	// BoundLatency: a rate search limited by its p99 bound.
+	BoundLatency Bound = "latency"
+)
+
+// Limit is what limited a rate search (RateSearch.LimitedBy) or made a
+// step unsustainable (RateStep.Limit).
+type Limit string
+
+// Limits.
+const (
+	LimitPublish Limit = "publish" // the broker did not take the rate
+	LimitBacklog Limit = "backlog" // the consumers fell behind
+	LimitP99     Limit = "p99"     // latency over the bound
+	// The search stopped at its bounds (its steps, its time) before a
+	// step failed, or found not even its slowest step sustainable.
+	LimitSteps Limit = "steps"
+	LimitTime  Limit = "time"
+	LimitFloor Limit = "floor"
+)
+
+// Bound is what bound a rate-search cell limited by l.
+func (l Limit) Bound() Bound {
+	switch l {
+	case LimitPublish:
+		return BoundPublish
+	case LimitBacklog:
+		return BoundConsume
+	case LimitP99:
+		return BoundLatency
+	}
+	return ""
+}
+
 // Cell is one broker × strategy run.
 type Cell struct {
 	Broker   string `json:"broker"`
 	Strategy string `json:"strategy"`
+	// StrategyFile and StrategyHash are a user strategy file's base name
+	// (NAME.sql) and the first 8 hex digits of the SHA-256 of its content,
+	// which Strategy (file:NAME.sql@HASH) ends in; empty for a built-in
+	// strategy and in files written before they were recorded.
+	StrategyFile string `json:"strategy_file,omitempty"`
+	StrategyHash string `json:"strategy_hash,omitempty"`
 	// Broken marks negative-control strategies (expected to FAIL).
 	Broken bool `json:"broken"`
 	// Baseline marks cells of a driver with no transport (none): the
@@ -99,13 +193,9 @@ type Cell struct {
 	// was recorded.
 	Audit string `json:"audit,omitempty"`
 	Error string `json:"error,omitempty"`
-	// Mode is how the cell published: "saturated" (as fast as the broker
-	// confirmed: its latency is queueing-dominated, read it as a
-	// throughput run), "fixed-rate" (the workload's open-loop rate),
-	// "rate-search" (Rate holds the steps and the maximum sustainable
-	// rate) or "backlog" (the whole stream published before the consumers
-	// started: events/s is the drain rate).
-	Mode string `json:"mode,omitempty"`
+	// Mode is how the cell published (a saturated cell's latency is
+	// queueing-dominated: read it as a throughput run).
+	Mode Mode `json:"mode,omitempty"`
 	// Rate is a rate-search cell's search.
 	Rate *RateSearch `json:"rate,omitempty"`
 	// Failures are the first failure of each kind among the events the
@@ -125,12 +215,8 @@ type Throughput struct {
 	// PublishedPerS is the rate at which the broker confirmed the stream
 	// while it was being published.
 	PublishedPerS float64 `json:"published_per_s,omitempty"`
-	// Bound says what limited the cell: "publish" — the consumers kept up
-	// with a publisher sending as fast as the broker confirmed, so the
-	// broker's publish path set the pace; "rate" — they kept up with the
-	// workload's open-loop rate; "consume" — a backlog built up, so
-	// delivery, the consumers or the database set the pace.
-	Bound string `json:"bound,omitempty"`
+	// Bound says what limited the cell.
+	Bound Bound `json:"bound,omitempty"`
 	// HostCPUBusy is the share of the host's CPU time that was busy (all
 	// processes) from the start of publishing to the end of the cell, on
 	// Linux. Near 1, every component on the machine competes for the same
@@ -229,11 +315,10 @@ type WaitPoint struct {
 type RateSearch struct {
 	// MSR is the highest rate, in events/s, whose step was sustainable.
 	MSR float64 `json:"msr"`
-	// LimitedBy is the criterion the lowest unsustainable step failed:
-	// "publish" (the broker did not take the rate), "backlog" (the
-	// consumers fell behind), "p99" (latency over the bound); or "steps"
-	// / "time" when the search stopped at its bounds first.
-	LimitedBy string       `json:"limited_by"`
+	// LimitedBy is the criterion the lowest unsustainable step failed
+	// (publish, backlog, p99), or the bound the search stopped at first
+	// (steps, time, floor).
+	LimitedBy Limit        `json:"limited_by"`
 	Criteria  RateCriteria `json:"criteria"`
 	Steps     []RateStep   `json:"steps"`
 	// At are the steps at fixed fractions of the MSR (or absolute rates).
@@ -272,7 +357,7 @@ type RateStep struct {
 	LockWaitShare float64 `json:"lock_wait_share"`
 	Sustainable   bool    `json:"sustainable"`
 	// Limit names the criterion an unsustainable step failed.
-	Limit string `json:"limit,omitempty"`
+	Limit Limit `json:"limit,omitempty"`
 	// DrainS is how long the backlog took to drain after publishing.
 	DrainS float64 `json:"drain_s"`
 }
@@ -299,39 +384,19 @@ type Failure struct {
 
 // Invariants is the checker's verdict.
 type Invariants struct {
-	Verdict   string              `json:"verdict"` // PASS or FAIL
+	Verdict   Verdict             `json:"verdict"` // PASS or FAIL; ERROR when the cell did not complete
 	Anomalies map[string]int64    `json:"anomalies"`
 	Examples  map[string][]string `json:"examples"`
 }
 
 // Write stores r as dir/result.json.
-func (r *Run) Write(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, "result.json")
-	return p, os.WriteFile(p, append(b, '\n'), 0o644)
-}
+func (r *Run) Write(dir string) (string, error) { return writeRunFile(dir, ResultFile, r) }
 
 // Read loads a run directory's result.json (or the file itself).
 func Read(path string) (*Run, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, "result.json")
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var r Run
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: not a result.json: %w", path, err)
-	}
-	if r.SchemaVersion != SchemaVersion {
-		return nil, fmt.Errorf("%s: schema_version %d, this bench reads %d", path, r.SchemaVersion, SchemaVersion)
+	if err := readRunFile(path, ResultFile, &r, &r.SchemaVersion, SchemaVersion); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
@@ -342,16 +407,16 @@ func Read(path string) (*Run, error) {
 // there means the database.
 func (c *Cell) BoundText() string {
 	switch c.Throughput.Bound {
-	case "publish":
+	case BoundPublish:
 		if c.Baseline {
 			return "publisher"
 		}
 		return "broker publish"
-	case "rate":
+	case BoundRate:
 		return "workload rate"
-	case "consume":
+	case BoundConsume:
 		return "consumers"
-	case "latency":
+	case BoundLatency:
 		return "latency bound"
 	}
 	return "-"
@@ -392,4 +457,27 @@ func CellNotes(run *Run) []string {
 		}
 	}
 	return out
+}
+
+// RateAt is a rate-search cell's step at fraction f of its MSR, if measured.
+func (c *Cell) RateAt(f float64) *RateStep {
+	if c.Rate == nil {
+		return nil
+	}
+	for i := range c.Rate.At {
+		if math.Abs(c.Rate.At[i].Fraction-f) < 1e-9 {
+			return &c.Rate.At[i]
+		}
+	}
+	return nil
+}
+
+// Saturated reports whether any cell of run published as fast as it could.
+func (r *Run) Saturated() bool {
+	for i := range r.Cells {
+		if r.Cells[i].Mode == ModeSaturated {
+			return true
+		}
+	}
+	return false
 }

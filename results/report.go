@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -50,44 +49,6 @@ func Load(dir string) (*Report, error) {
 	return rep, nil
 }
 
-// Encoder renders a report to w; Markdown, HTML, CellsCSV and SeriesCSV
-// are Encoders.
-type Encoder func(w io.Writer, r *Report) error
-
-// Output names one file a report writes and the encoder for it.
-type Output struct {
-	Name   string
-	Encode Encoder
-}
-
-// Outputs lists what WriteFiles writes; csv adds the spreadsheets.
-func Outputs(csv bool) []Output {
-	out := []Output{{"report.md", Markdown}, {"report.html", HTML}}
-	if csv {
-		out = append(out, Output{"cells.csv", CellsCSV}, Output{"series.csv", SeriesCSV})
-	}
-	return out
-}
-
-// WriteFiles renders every output into dir and returns the paths written.
-// Each file is rendered fully in memory first, so a failing encoder never
-// leaves a half-written report behind.
-func WriteFiles(dir string, r *Report, outs []Output) ([]string, error) {
-	var paths []string
-	for _, o := range outs {
-		var buf bytes.Buffer
-		if err := o.Encode(&buf, r); err != nil {
-			return paths, fmt.Errorf("render %s: %w", o.Name, err)
-		}
-		p := filepath.Join(dir, o.Name)
-		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-			return paths, fmt.Errorf("write %s: %w (is the run directory writable?)", p, err)
-		}
-		paths = append(paths, p)
-	}
-	return paths, nil
-}
-
 // Name is the cell's "broker/strategy" label.
 func (c *Cell) Name() string { return c.Broker + "/" + c.Strategy }
 
@@ -101,7 +62,7 @@ func (c *Cell) StrategyLabel() string {
 }
 
 // Expected is the verdict the cell should get.
-func (c *Cell) Expected() string {
+func (c *Cell) Expected() Verdict {
 	if c.Broken {
 		return VerdictFail
 	}
@@ -148,13 +109,13 @@ func (o Outcome) Good() bool { return o == OutcomePass || o == OutcomeCaught }
 func (c *Cell) VerdictText() string {
 	switch c.Outcome() {
 	case OutcomeError:
-		return "ERROR"
+		return string(VerdictError)
 	case OutcomeUnchecked:
 		return "not checked"
 	case OutcomeCaught, OutcomeNotCaught:
-		return "expected FAIL, got " + c.Invariants.Verdict
+		return "expected FAIL, got " + string(c.Invariants.Verdict)
 	default:
-		return c.Invariants.Verdict
+		return string(c.Invariants.Verdict)
 	}
 }
 
@@ -196,34 +157,25 @@ func (r *Run) RunVerdict() (ok bool, text string) {
 	if unchecked > 0 {
 		parts = append(parts, fmt.Sprintf("%d cells not checked", unchecked))
 	}
-	head := "PASS"
+	head := VerdictPass
 	if !ok {
-		head = "FAIL"
+		head = VerdictFail
 	}
-	return ok, head + ": " + strings.Join(parts, "; ")
+	return ok, string(head) + ": " + strings.Join(parts, "; ")
 }
 
-// anomalyTotal sums a cell's anomaly counts.
-func anomalyTotal(m map[string]int64) int64 {
-	var n int64
-	for _, v := range m {
-		n += v
-	}
-	return n
-}
+// KV is one flattened configuration entry.
+type KV struct{ Key, Value string }
 
-// kv is one flattened configuration entry.
-type kv struct{ Key, Value string }
-
-// flattenJSON turns the workload spec into dotted key/value rows in the
+// FlattenJSON turns the workload spec into dotted key/value rows in the
 // order the spec was written, so the report reads like the YAML file.
-func flattenJSON(raw json.RawMessage) ([]kv, error) {
+func FlattenJSON(raw json.RawMessage) ([]KV, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return nil, nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	var out []kv
+	var out []KV
 	var walk func(prefix string) error
 	walk = func(prefix string) error {
 		tok, err := dec.Token()
@@ -250,7 +202,7 @@ func flattenJSON(raw json.RawMessage) ([]kv, error) {
 					n++
 				}
 				if n == 0 {
-					out = append(out, kv{prefix, "{}"})
+					out = append(out, KV{prefix, "{}"})
 				}
 			case '[':
 				i := 0
@@ -261,17 +213,17 @@ func flattenJSON(raw json.RawMessage) ([]kv, error) {
 					i++
 				}
 				if i == 0 {
-					out = append(out, kv{prefix, "[]"})
+					out = append(out, KV{prefix, "[]"})
 				}
 			}
 			_, err := dec.Token() // the closing delimiter
 			return err
 		case nil:
-			out = append(out, kv{prefix, "null"})
+			out = append(out, KV{prefix, "null"})
 		case string:
-			out = append(out, kv{prefix, t})
+			out = append(out, KV{prefix, t})
 		default:
-			out = append(out, kv{prefix, fmt.Sprint(t)})
+			out = append(out, KV{prefix, fmt.Sprint(t)})
 		}
 		return nil
 	}
@@ -281,11 +233,11 @@ func flattenJSON(raw json.RawMessage) ([]kv, error) {
 	return out, nil
 }
 
-// workloadName is the spec's name field, if any.
-func workloadName(raw json.RawMessage) string {
+// WorkloadName is the name field of the run's workload spec, if any.
+func (r *Run) WorkloadName() string {
 	var w struct {
 		Name string `json:"name"`
 	}
-	_ = json.Unmarshal(raw, &w)
+	_ = json.Unmarshal(r.Workload, &w)
 	return w.Name
 }

@@ -19,7 +19,7 @@ import (
 //   - the workload: the SHA-256 of the result.json workload object
 //     re-encoded canonically (WorkloadHash), so a changed seed, event count,
 //     rate or fault ratio starts a new series even under the same name;
-//   - the environment class (envClass): cores, memory in whole GiB, OS and
+//   - the environment class (EnvClass): cores, memory in whole GiB, OS and
 //     architecture, PostgreSQL's version, the version of the cell's own
 //     broker (a Kafka upgrade does not split a RabbitMQ line), the
 //     durability profile, and whether measurement was on.
@@ -49,8 +49,8 @@ func WorkloadHash(raw json.RawMessage) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// envClass is what must match for two runs' figures to share a line.
-type envClass struct {
+// EnvClass is what must match for two runs' figures to share a line.
+type EnvClass struct {
 	Cores      int
 	MemoryGiB  int64
 	OS         string
@@ -60,9 +60,9 @@ type envClass struct {
 	Measure    bool
 }
 
-func classOf(e Env, cell *Cell) envClass {
-	c := envClass{Cores: e.Cores, MemoryGiB: int64(math.Round(float64(e.MemoryMiB) / 1024)), OS: e.OS,
-		Postgres: e.Postgres, Durability: durabilityText(e.Durability), Measure: e.Measure}
+func classOf(e Env, cell *Cell) EnvClass {
+	c := EnvClass{Cores: e.Cores, MemoryGiB: int64(math.Round(float64(e.MemoryMiB) / 1024)), OS: e.OS,
+		Postgres: e.Postgres, Durability: DurabilityText(e.Durability), Measure: e.Measure}
 	if !cell.Baseline { // a baseline cell has no broker server
 		c.Broker = cell.Broker + " " + e.Brokers[cell.Broker]
 	}
@@ -70,7 +70,7 @@ func classOf(e Env, cell *Cell) envClass {
 }
 
 // changes lists what differs from prev, as "what: before → after".
-func (c envClass) changes(prev envClass) []string {
+func (c EnvClass) changes(prev EnvClass) []string {
 	var out []string
 	add := func(what string, a, b any) {
 		if a != b {
@@ -87,8 +87,8 @@ func (c envClass) changes(prev envClass) []string {
 	return out
 }
 
-// describe is the class in one line, for the series table.
-func (c envClass) describe() string {
+// Describe is the class in one line, for the series table.
+func (c EnvClass) Describe() string {
 	parts := []string{fmt.Sprintf("%d cores", c.Cores), fmt.Sprintf("%d GiB", c.MemoryGiB), orDash(c.OS), orDash(c.Postgres)}
 	if c.Broker != "" {
 		parts = append(parts, c.Broker)
@@ -107,9 +107,9 @@ func orDash(s string) string {
 	return s
 }
 
-// durabilityText is the durability profile for tables: its name, "custom"
+// DurabilityText is the durability profile for tables: its name, "custom"
 // for settings without one, "-" when the run did not record it.
-func durabilityText(d *Durability) string {
+func DurabilityText(d *Durability) string {
 	switch {
 	case d == nil || (d.Profile == "" && len(d.Settings) == 0):
 		return "-"
@@ -119,50 +119,33 @@ func durabilityText(d *Durability) string {
 	return "custom"
 }
 
-// durabilitySettings lists the recorded settings, "component.setting=value".
-func durabilitySettings(d *Durability) string {
-	if d == nil {
-		return ""
-	}
-	var out []string
-	for _, comp := range sortedKeys(d.Settings) {
-		for _, k := range sortedKeys(d.Settings[comp]) {
-			out = append(out, comp+"."+k+"="+d.Settings[comp][k])
-		}
-	}
-	return strings.Join(out, ", ")
-}
-
-// trend is one workload name's page: every cell that ran in two runs or
-// more.
-type trend struct {
+// Trend is one workload name's runs: every cell that ran in two runs or
+// more, over time.
+type Trend struct {
 	Workload string
-	Slug     string
-	Runs     []*siteRun // oldest first
-	Cells    []*cellTrend
+	Runs     []*Run // oldest first
+	Cells    []*CellTrend
 	Single   []string // cells that ran once: no trend yet
 }
 
-// Path is the page's path inside the site.
-func (t *trend) Path() string { return "trends/" + t.Slug + ".html" }
-
-// cellTrend is one cell over time.
-type cellTrend struct {
+// CellTrend is one cell over time.
+type CellTrend struct {
 	Name   string // broker/strategy; a strategy file by its name, whatever its hash
-	Points []trendPoint
-	Series []*trendSeries
+	Points []TrendPoint
+	Series []*TrendSeries
 }
 
-type trendPoint struct {
-	Run    *siteRun
+// TrendPoint is one run's figures of a cell.
+type TrendPoint struct {
+	Run    *Run
 	Cell   *Cell
-	Series int // index into cellTrend.Series
+	Series int // index into CellTrend.Series
 }
 
-// trendSeries is a stretch of like runs: same workload, same class.
-type trendSeries struct {
+// TrendSeries is a stretch of like runs: same workload, same class.
+type TrendSeries struct {
 	Workload string // hash
-	Class    envClass
+	Class    EnvClass
 	// Changes say what differs from the series of the point before this
 	// series' first point (empty for the first series).
 	Changes []string
@@ -171,62 +154,63 @@ type trendSeries struct {
 	Count  int
 }
 
-// buildTrends groups the benchmark runs by workload name, oldest first,
-// and keeps the names with at least one recurring cell.
-func buildTrends(runs []*siteRun) []*trend {
-	byName := map[string]*trend{}
+// Trends groups benchmark runs, given oldest first, by workload name
+// (in name order) and keeps the names with at least one recurring cell.
+func Trends(runs []*Run) []*Trend {
+	byName := map[string]*Trend{}
 	var names []string
-	for i := len(runs) - 1; i >= 0; i-- { // runs are newest first
-		r := runs[i]
-		if r.Run == nil {
-			continue
-		}
-		name := workloadName(r.Run.Workload)
+	for _, r := range runs {
+		name := r.WorkloadName()
 		if name == "" {
 			name = "unnamed"
 		}
 		t := byName[name]
 		if t == nil {
-			t = &trend{Workload: name}
+			t = &Trend{Workload: name}
 			byName[name] = t
 			names = append(names, name)
 		}
 		t.Runs = append(t.Runs, r)
 	}
 	sort.Strings(names)
-	var out []*trend
-	slugs := map[string]int{}
+	var out []*Trend
 	for _, name := range names {
 		t := byName[name]
 		t.fillCells()
-		if len(t.Cells) == 0 {
-			continue
+		if len(t.Cells) > 0 {
+			out = append(out, t)
 		}
-		t.Slug = safeName(name)
-		if slugs[t.Slug]++; slugs[t.Slug] > 1 {
-			t.Slug = fmt.Sprintf("%s-%d", t.Slug, slugs[t.Slug])
-		}
-		out = append(out, t)
 	}
 	return out
 }
 
+// HasCell reports whether c's cell has a trend here.
+func (t *Trend) HasCell(c *Cell) bool {
+	name := c.Broker + "/" + c.StrategyKey()
+	for _, ct := range t.Cells {
+		if ct.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // fillCells collects each cell's points in run order and splits them
 // into series.
-func (t *trend) fillCells() {
-	byCell := map[string]*cellTrend{}
+func (t *Trend) fillCells() {
+	byCell := map[string]*CellTrend{}
 	var order []string
 	for _, r := range t.Runs {
-		for i := range r.Run.Cells {
-			c := &r.Run.Cells[i]
-			name := c.Broker + "/" + compareKey(c.Strategy)
+		for i := range r.Cells {
+			c := &r.Cells[i]
+			name := c.Broker + "/" + c.StrategyKey()
 			ct := byCell[name]
 			if ct == nil {
-				ct = &cellTrend{Name: name}
+				ct = &CellTrend{Name: name}
 				byCell[name] = ct
 				order = append(order, name)
 			}
-			ct.Points = append(ct.Points, trendPoint{Run: r, Cell: c})
+			ct.Points = append(ct.Points, TrendPoint{Run: r, Cell: c})
 		}
 	}
 	for _, name := range order {
@@ -242,21 +226,21 @@ func (t *trend) fillCells() {
 
 // splitSeries assigns each point to the series of its (workload, class)
 // key, creating a series the first time a key appears.
-func (ct *cellTrend) splitSeries() {
+func (ct *CellTrend) splitSeries() {
 	index := map[string]int{}
 	for i := range ct.Points {
 		p := &ct.Points[i]
-		wl := WorkloadHash(p.Run.Run.Workload)
-		cl := classOf(p.Run.Run.Env, p.Cell)
+		wl := WorkloadHash(p.Run.Workload)
+		cl := classOf(p.Run.Env, p.Cell)
 		key := wl + "\x00" + fmt.Sprintf("%+v", cl)
 		s, ok := index[key]
 		if !ok {
 			s = len(ct.Series)
 			index[key] = s
-			ts := &trendSeries{Workload: wl, Class: cl}
+			ts := &TrendSeries{Workload: wl, Class: cl}
 			if i > 0 {
 				prev := ct.Points[i-1]
-				ts.describeChange(prev.Run.Run, ct.Series[prev.Series], p.Run.Run)
+				ts.describeChange(prev.Run, ct.Series[prev.Series], p.Run)
 			}
 			ct.Series = append(ct.Series, ts)
 		}
@@ -265,13 +249,13 @@ func (ct *cellTrend) splitSeries() {
 	}
 }
 
-func (s *trendSeries) describeChange(prevRun *Run, prev *trendSeries, run *Run) {
+func (s *TrendSeries) describeChange(prevRun *Run, prev *TrendSeries, run *Run) {
 	var reasons []string
 	if s.Workload != prev.Workload {
 		reasons = append(reasons, "workload changed")
 		diffs, err := workloadDiff(prevRun.Workload, run.Workload)
 		if err != nil || len(diffs) == 0 {
-			diffs = []string{"workload: " + short(prev.Workload) + " → " + short(s.Workload)}
+			diffs = []string{"workload: " + ShortHash(prev.Workload) + " → " + ShortHash(s.Workload)}
 		}
 		s.Changes = append(s.Changes, diffs...)
 	}
@@ -282,8 +266,8 @@ func (s *trendSeries) describeChange(prevRun *Run, prev *trendSeries, run *Run) 
 	s.Reason = strings.Join(reasons, ", ")
 }
 
-// short is a hash cut for display.
-func short(h string) string {
+// ShortHash is a hash cut for display.
+func ShortHash(h string) string {
 	if len(h) > 12 {
 		return h[:12]
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -76,15 +77,18 @@ func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strat
 	st, err := lookupStrategy(*o, strategy)
 	if err != nil {
 		res.Error = err.Error()
-		res.Invariants.Verdict = "ERROR"
+		res.Invariants.Verdict = results.VerdictError
 		return res, nil
 	}
 	res.Broken = st.Broken()
+	if f, ok := st.(*inbox.FileStrategy); ok {
+		res.StrategyFile, res.StrategyHash = filepath.Base(f.Path()), f.Hash()
+	}
 	c := &cell{o: o, plan: plan, broker: broker, id: id, consumer: res.Consumer, strategy: st, fleet: fl, askDurability: askDurability}
 	if err := c.run(ctx, &res); err != nil {
 		res.Error = err.Error()
 		if res.Invariants.Verdict == "" {
-			res.Invariants.Verdict = "ERROR"
+			res.Invariants.Verdict = results.VerdictError
 		}
 	}
 	return res, c.durability
@@ -193,7 +197,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		// The headline of a rate search is its maximum sustainable rate,
 		// and what limited it is what bound the cell.
 		res.Throughput.EventsPerS = rate.MSR
-		res.Throughput.Bound = map[string]string{"publish": "publish", "backlog": "consume", "p99": "latency"}[rate.LimitedBy]
+		res.Throughput.Bound = rate.LimitedBy.Bound()
 	}
 	res.Notes = append(res.Notes, ns.all()...)
 	// Durable effects are a fact of the database, not of what the
@@ -202,7 +206,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	if ferr := failureError(res.Failures); ferr != nil {
 		// Events were given up on: whatever the checker says of the rest,
 		// the cell did not run the workload.
-		res.Invariants.Verdict = "ERROR"
+		res.Invariants.Verdict = results.VerdictError
 		return errors.Join(s.err, ferr)
 	}
 	return s.err
@@ -223,16 +227,16 @@ func (c *cell) consumers(b brokers.Broker, h *handler, ns *notes) consumers {
 }
 
 // mode names how the cell published (results.Cell.Mode).
-func (c *cell) mode() string {
+func (c *cell) mode() results.Mode {
 	switch {
 	case c.o.Search != nil:
-		return "rate-search"
+		return results.ModeRateSearch
 	case c.o.Backlog:
-		return "backlog"
+		return results.ModeBacklog
 	case c.o.Spec.PublishRate > 0:
-		return "fixed-rate"
+		return results.ModeFixedRate
 	}
-	return "saturated"
+	return results.ModeSaturated
 }
 
 // streamed is what streaming a cell's plan produced.
@@ -399,11 +403,11 @@ func bound(res *results.Cell, t *tally, s streamed, rate float64) {
 	lag := time.Unix(0, t.lastEffect.Load()).Sub(s.pubEnd)
 	switch {
 	case lag > max(time.Second, pub/10):
-		res.Throughput.Bound = "consume"
+		res.Throughput.Bound = results.BoundConsume
 	case rate > 0:
-		res.Throughput.Bound = "rate"
+		res.Throughput.Bound = results.BoundRate
 	default:
-		res.Throughput.Bound = "publish"
+		res.Throughput.Bound = results.BoundPublish
 	}
 }
 

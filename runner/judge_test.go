@@ -151,7 +151,7 @@ func TestJudge(t *testing.T) {
 			if !maps.Equal(got, want) {
 				t.Fatalf("anomalies %v, want %v (examples %v)", got, want, inv.Examples)
 			}
-			if wantVerdict := map[bool]string{true: "PASS", false: "FAIL"}[len(want) == 0]; inv.Verdict != wantVerdict {
+			if wantVerdict := map[bool]results.Verdict{true: results.VerdictPass, false: results.VerdictFail}[len(want) == 0]; inv.Verdict != wantVerdict {
 				t.Errorf("verdict %s, want %s", inv.Verdict, wantVerdict)
 			}
 			for name := range want {

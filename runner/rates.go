@@ -117,11 +117,11 @@ func (r RateSearch) criteria() results.RateCriteria {
 func (r RateSearch) judgeStep(st *results.RateStep) {
 	switch {
 	case st.Achieved < 0.95*st.Rate || st.PublishLagMs > float64(r.MaxPublishLag)/float64(time.Millisecond):
-		st.Limit = "publish"
+		st.Limit = results.LimitPublish
 	case st.BacklogSlope > r.MaxBacklogGrowth*st.Rate:
-		st.Limit = "backlog"
+		st.Limit = results.LimitBacklog
 	case st.E2E.P99 > r.MaxP99.Microseconds():
-		st.Limit = "p99"
+		st.Limit = results.LimitP99
 	}
 	st.Sustainable = st.Limit == ""
 }
@@ -129,12 +129,12 @@ func (r RateSearch) judgeStep(st *results.RateStep) {
 // searcher picks the next step's rate from what the steps found.
 type searcher struct {
 	o      RateSearch
-	lo, hi float64 // highest sustainable, lowest unsustainable (0: none yet)
-	limit  string  // the lowest unsustainable step's limit
+	lo, hi float64       // highest sustainable, lowest unsustainable (0: none yet)
+	limit  results.Limit // the lowest unsustainable step's limit
 	steps  int
 	start  time.Time
 	// stopped says why the search ended before reaching Precision.
-	stopped string
+	stopped results.Limit
 }
 
 func newSearcher(o RateSearch) *searcher { return &searcher{o: o, start: time.Now()} }
@@ -143,10 +143,10 @@ func newSearcher(o RateSearch) *searcher { return &searcher{o: o, start: time.No
 func (s *searcher) next() (rate float64, phase string, ok bool) {
 	switch {
 	case s.steps >= s.o.MaxSteps:
-		s.stopped = "steps"
+		s.stopped = results.LimitSteps
 		return 0, "", false
 	case time.Since(s.start) > s.o.MaxTime:
-		s.stopped = "time"
+		s.stopped = results.LimitTime
 		return 0, "", false
 	case s.steps == 0:
 		return s.o.StartRate, "ramp", true
@@ -154,7 +154,7 @@ func (s *searcher) next() (rate float64, phase string, ok bool) {
 		return s.lo * 2, "ramp", true
 	case s.lo == 0:
 		if s.hi/2 < minRate {
-			s.stopped = "floor"
+			s.stopped = results.LimitFloor
 			return 0, "", false
 		}
 		return s.hi / 2, "ramp", true
@@ -178,12 +178,12 @@ func (s *searcher) record(st results.RateStep) {
 }
 
 // result is the search's outcome.
-func (s *searcher) result() (msr float64, limitedBy string) {
+func (s *searcher) result() (msr float64, limitedBy results.Limit) {
 	switch {
 	case s.stopped != "" && s.hi == 0:
 		return s.lo, s.stopped
 	case s.hi == 0:
-		return s.lo, "steps"
+		return s.lo, results.LimitSteps
 	}
 	return s.lo, s.limit
 }

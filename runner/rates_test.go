@@ -32,7 +32,7 @@ func TestSearcherConverges(t *testing.T) {
 		// highest sustainable rate is capacity/(1-growth).
 		edge := capacity / (1 - o.MaxBacklogGrowth)
 		msr, limit := s.result()
-		if msr > edge || msr < edge/(1+o.Precision)-1 || limit != "backlog" {
+		if msr > edge || msr < edge/(1+o.Precision)-1 || limit != results.LimitBacklog {
 			t.Errorf("capacity %.0f: MSR %.0f limited by %q after %d steps", capacity, msr, limit, s.steps)
 		}
 		if s.steps > o.MaxSteps {
@@ -54,7 +54,7 @@ func TestSearcherStopsAtItsBounds(t *testing.T) {
 		}
 		s.record(results.RateStep{Rate: rate, Achieved: rate, Sustainable: true})
 	}
-	if msr, limit := s.result(); msr != 2000 || limit != "steps" {
+	if msr, limit := s.result(); msr != 2000 || limit != results.LimitSteps {
 		t.Fatalf("MSR %.0f limited by %q, want 2000 by steps", msr, limit)
 	}
 }
@@ -63,13 +63,13 @@ func TestJudgeStep(t *testing.T) {
 	o := DefaultRateSearch.withDefaults()
 	for _, tc := range []struct {
 		st   results.RateStep
-		want string
+		want results.Limit
 	}{
 		{results.RateStep{Rate: 1000, Achieved: 999, BacklogSlope: 3}, ""},
-		{results.RateStep{Rate: 1000, Achieved: 900}, "publish"},
-		{results.RateStep{Rate: 1000, Achieved: 1000, PublishLagMs: 1500}, "publish"},
-		{results.RateStep{Rate: 1000, Achieved: 1000, BacklogSlope: 80}, "backlog"},
-		{results.RateStep{Rate: 1000, Achieved: 1000, E2E: results.Summary{Count: 1, P99: 2_000_000}}, "p99"},
+		{results.RateStep{Rate: 1000, Achieved: 900}, results.LimitPublish},
+		{results.RateStep{Rate: 1000, Achieved: 1000, PublishLagMs: 1500}, results.LimitPublish},
+		{results.RateStep{Rate: 1000, Achieved: 1000, BacklogSlope: 80}, results.LimitBacklog},
+		{results.RateStep{Rate: 1000, Achieved: 1000, E2E: results.Summary{Count: 1, P99: 2_000_000}}, results.LimitP99},
 	} {
 		o.judgeStep(&tc.st)
 		if tc.st.Limit != tc.want || tc.st.Sustainable != (tc.want == "") {

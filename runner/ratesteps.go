@@ -299,7 +299,7 @@ func (e *stepEnv) drain(ctx context.Context, limit time.Duration) (time.Duration
 func (e *stepEnv) print(st results.RateStep) {
 	verdict := "sustainable"
 	if !st.Sustainable {
-		verdict = "NOT sustainable: " + st.Limit
+		verdict = "NOT sustainable: " + string(st.Limit)
 	}
 	fmt.Fprintf(e.c.o.Progress, "%s/%s: %-6s %s/s: achieved %s/s, backlog %+.0f/s, publish lag %s, e2e p99 %s, lock waits %s, drained in %.1fs: %s\n",
 		e.c.broker, e.c.strategy.Name(), st.Phase, results.FormatRate(st.Rate), results.FormatRate(st.Achieved), st.BacklogSlope,

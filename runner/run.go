@@ -283,7 +283,7 @@ func citeCalibration(run *results.Run, root string) {
 	}
 	for i := range run.Cells {
 		c := &run.Cells[i]
-		if c.Throughput.Bound != "publish" || c.Baseline {
+		if c.Throughput.Bound != results.BoundPublish || c.Baseline {
 			continue
 		}
 		b := cal.Broker(c.Broker)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/results/render"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -87,7 +88,7 @@ func TestSecretsStayOutOfResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := results.WriteFiles(dir, rep, results.Outputs(true)); err != nil {
+	if _, err := render.WriteFiles(dir, rep, render.Outputs(true)); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)

@@ -95,6 +95,11 @@ func TestStrategyFilesCheckedBesideBuiltins(t *testing.T) {
 		if c.Strategy != want {
 			t.Errorf("cell %d is %s, want %s", i, c.Strategy, want)
 		}
+		// A file's cell names the file and its hash apart, so compare and
+		// the trends match it by name (results.Cell.StrategyKey).
+		if file := i > 0; file != (c.StrategyHash != "") || (file && c.StrategyKey() != "file:"+c.StrategyFile) {
+			t.Errorf("cell %s: strategy_file %q, strategy_hash %q", c.Strategy, c.StrategyFile, c.StrategyHash)
+		}
 		if c.Strategy == extra[len(extra)-1].Name() {
 			if !c.Broken || c.Invariants.Verdict != "FAIL" || c.Invariants.Anomalies[InboxWithoutEffect] == 0 {
 				t.Errorf("the split example must FAIL with %s: %s", InboxWithoutEffect, describe(c))

@@ -15,6 +15,7 @@ import (
 	"github.com/inboxbench/inboxbench/conform"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/results/render"
 	"github.com/inboxbench/inboxbench/runner"
 )
 
@@ -130,7 +131,7 @@ func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
 	if err != nil {
 		return err
 	}
-	_ = results.WriteMatrix(os.Stdout, rows)
+	_ = render.WriteMatrix(os.Stdout, rows)
 	sum := results.Summarize(rows)
 	fmt.Printf("\n%d of %d cells as expected; mutation score %d/%d", sum.AsExpected, sum.Rows, sum.BrokenCaught, sum.BrokenTotal)
 	if sum.BrokenTotal > 0 {

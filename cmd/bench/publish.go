@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inboxbench/inboxbench/config"
-	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/results/render"
 )
 
 // newPublishCmd writes a static site of many runs. It reads files only:
@@ -51,8 +51,8 @@ Exit codes: 0 written, 2 a RESULTS_DIR missing or holding no runs, or a bad --ou
 			if out == "" {
 				return usagef("publish needs --out SITE: the directory to write the site into")
 			}
-			pub, err := results.Publish(results.PublishOptions{Dirs: args, Out: out})
-			if errors.Is(err, results.ErrPublishUsage) {
+			pub, err := render.Publish(render.PublishOptions{Dirs: args, Out: out})
+			if errors.Is(err, render.ErrPublishUsage) {
 				return usageError{err}
 			}
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/results/render"
 )
 
 // newReportCmd renders a run directory into report.md, report.html and
@@ -51,7 +52,7 @@ A directory holding only conform.json is reported too (matrix only).`,
 			} else if err := os.MkdirAll(outDir, 0o755); err != nil {
 				return usagef("--out %s: %v", outDir, err)
 			}
-			paths, err := results.WriteFiles(outDir, rep, results.Outputs(csv))
+			paths, err := render.WriteFiles(outDir, rep, render.Outputs(csv))
 			for _, p := range paths {
 				fmt.Fprintln(c.OutOrStdout(), "wrote", p)
 			}

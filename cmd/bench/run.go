@@ -20,6 +20,7 @@ import (
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/results/render"
 	"github.com/inboxbench/inboxbench/runner"
 	"github.com/inboxbench/inboxbench/workload"
 )
@@ -90,7 +91,7 @@ check; negative controls (broken-*) are expected to fail.`,
 			}
 			run, dir, err := runner.Run(c.Context(), o)
 			if run != nil {
-				_ = results.WriteSummary(os.Stdout, run)
+				_ = render.WriteSummary(os.Stdout, run)
 				fmt.Printf("\nresult: %s\n", filepath.Join(dir, "result.json"))
 			}
 			if errors.Is(err, runner.ErrRunExists) {
@@ -286,7 +287,7 @@ func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[st
 func verdictError(run *results.Run) error {
 	var bad []string
 	for _, c := range run.Cells {
-		if !c.Broken && c.Invariants.Verdict != "PASS" {
+		if !c.Broken && c.Invariants.Verdict != results.VerdictPass {
 			bad = append(bad, c.Broker+"/"+c.Strategy)
 		}
 	}

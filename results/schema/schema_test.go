@@ -106,6 +106,22 @@ func TestTestdataValidates(t *testing.T) {
 	validate(t, "testdata/conform-only/conform.json", conform, mustRead(t, filepath.Join(dir, "conform-only", "conform.json")))
 }
 
+// TestErroredCellValidates: a cell that did not complete is written with
+// the verdict ERROR (runner), which the schema must allow.
+func TestErroredCellValidates(t *testing.T) {
+	result, _, _ := compiled(t)
+	run, err := results.Read(filepath.Join("..", "testdata", "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Cells[0].Error, run.Cells[0].Invariants.Verdict = "broker unreachable", results.VerdictError
+	p, err := run.Write(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "result.json with an errored cell", result, mustRead(t, p))
+}
+
 func mustRead(t *testing.T, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)

@@ -1,4 +1,4 @@
-package results
+package render
 
 import (
 	"bufio"
@@ -7,13 +7,15 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // Markdown writes report.md: every figure of the run as tables, for pull
 // requests, issues and terminals. Charts live in report.html; here the
 // per-second throughput is a Unicode sparkline. The output is
 // deterministic (map keys sorted, no clock reads) so it can be golden-tested.
-func Markdown(out io.Writer, r *Report) error {
+func Markdown(out io.Writer, r *results.Report) error {
 	w := bufio.NewWriter(out)
 	md := &mdWriter{w: w}
 	switch {
@@ -80,12 +82,12 @@ func mdEscape(s string) string {
 	return strings.ReplaceAll(s, "|", `\|`)
 }
 
-func (m *mdWriter) run(run *Run) {
+func (m *mdWriter) run(run *results.Run) {
 	m.p("# inboxbench report: %s\n\n", run.RunID)
 	_, verdict := run.RunVerdict()
 	m.p("**Verdict: %s**\n\n", verdict)
 	var facts []string
-	if name := workloadName(run.Workload); name != "" {
+	if name := run.WorkloadName(); name != "" {
 		facts = append(facts, fmt.Sprintf("workload `%s`", name))
 	}
 	if !run.StartedAt.IsZero() {
@@ -106,23 +108,23 @@ func (m *mdWriter) run(run *Run) {
 	m.anomalies(run)
 }
 
-func (m *mdWriter) summary(run *Run) {
+func (m *mdWriter) summary(run *results.Run) {
 	m.p("## Summary\n\n")
 	m.p("Latencies are measured from the intended send time (open loop, no coordinated omission); lock-wait share is the share of sampled busy backend states waiting on a heavyweight lock. \"Bound by\" says what set the pace: the broker's publish path (the consumers kept up with a publisher sending as fast as the broker confirmed), the workload's rate, or the consumers (a backlog built up: delivery, handler or database). \"Host CPU\" is how busy the whole machine was: near 100%%, every component (broker, database, harness) competes for the same cores.\n\n")
 	var rows [][]string
 	for i := range run.Cells {
 		c := &run.Cells[i]
 		l := c.Latency
-		rows = append(rows, []string{c.Broker, c.StrategyLabel(), FormatRate(c.Throughput.EventsPerS), run.VsNone(c), c.BoundText(), c.HostCPUText(),
+		rows = append(rows, []string{c.Broker, c.StrategyLabel(), results.FormatRate(c.Throughput.EventsPerS), run.VsNone(c), c.BoundText(), c.HostCPUText(),
 			latencyCell(l.E2E, l.E2E.P50), latencyCell(l.E2E, l.E2E.P99), latencyCell(l.E2E, l.E2E.P999),
-			latencyCell(l.Dedup, l.Dedup.P99), FormatShare(c.Contention.LockWaitShare), c.VerdictText()})
+			latencyCell(l.Dedup, l.Dedup.P99), results.FormatShare(c.Contention.LockWaitShare), c.VerdictText()})
 	}
 	m.table([]string{"broker", "strategy", "events/s", "vs none", "bound by", "host CPU", "e2e p50", "e2e p99", "e2e p99.9", "dedup p99", "lock-wait share", "verdict"},
 		"llrrlrrrrrrl", rows)
 	if run.Saturated() {
 		m.p("%s\n\n", SaturatedNote)
 	}
-	if notes := CellNotes(run); len(notes) > 0 {
+	if notes := results.CellNotes(run); len(notes) > 0 {
 		for _, n := range notes {
 			m.p("- %s\n", n)
 		}
@@ -132,7 +134,7 @@ func (m *mdWriter) summary(run *Run) {
 
 // rates writes the rate search of rate-search cells: the maximum
 // sustainable rate, the latency at fractions of it, every step.
-func (m *mdWriter) rates(run *Run) {
+func (m *mdWriter) rates(run *results.Run) {
 	rows := RateRows(run)
 	if len(rows) == 0 {
 		return
@@ -144,12 +146,12 @@ func (m *mdWriter) rates(run *Run) {
 		if c.Rate == nil {
 			continue
 		}
-		m.p("### Steps: %s\n\nMSR %s/s, limited by %s.\n\n", c.Name(), FormatRate(c.Rate.MSR), LimitText(c.Rate.LimitedBy))
+		m.p("### Steps: %s\n\nMSR %s/s, limited by %s.\n\n", c.Name(), results.FormatRate(c.Rate.MSR), LimitText(c.Rate.LimitedBy))
 		m.table(StepHeader, "lrrrrrrrrrrl", StepRows(c))
 	}
 }
 
-func (m *mdWriter) throughput(run *Run) {
+func (m *mdWriter) throughput(run *results.Run) {
 	m.p("## Throughput over time\n\n")
 	m.p("Durable effects per second from the start of consumption (warm-up included in the series, excluded from events/s).\n\n")
 	var rows [][]string
@@ -157,13 +159,13 @@ func (m *mdWriter) throughput(run *Run) {
 		c := &run.Cells[i]
 		s := c.Throughput.Series
 		if len(s) == 0 {
-			rows = append(rows, []string{c.Name(), FormatRate(c.Throughput.EventsPerS), "—", "—", "—", "0", ""})
+			rows = append(rows, []string{c.Name(), results.FormatRate(c.Throughput.EventsPerS), "—", "—", "—", "0", ""})
 			continue
 		}
 		sorted := append([]float64(nil), s...)
 		sort.Float64s(sorted)
-		rows = append(rows, []string{c.Name(), FormatRate(c.Throughput.EventsPerS), FormatRate(sorted[0]),
-			FormatRate(median(sorted)), FormatRate(sorted[len(sorted)-1]), fmt.Sprint(len(s)), "`" + sparkline(s, 60) + "`"})
+		rows = append(rows, []string{c.Name(), results.FormatRate(c.Throughput.EventsPerS), results.FormatRate(sorted[0]),
+			results.FormatRate(median(sorted)), results.FormatRate(sorted[len(sorted)-1]), fmt.Sprint(len(s)), "`" + sparkline(s, 60) + "`"})
 	}
 	m.table([]string{"cell", "events/s", "min/s", "median/s", "max/s", "seconds", "over time"}, "lrrrrrl", rows)
 }
@@ -211,22 +213,22 @@ func sparkline(s []float64, width int) string {
 // latencyKinds are the histograms of a cell in reading order.
 var latencyKinds = []struct {
 	Name, Meaning string
-	Get           func(*Latencies) Summary
+	Get           func(*results.Latencies) results.Summary
 }{
-	{"e2e", "intended publish time → database commit", func(l *Latencies) Summary { return l.E2E }},
-	{"publish", "send → broker confirm", func(l *Latencies) Summary { return l.Publish }},
-	{"apply", "inbox transaction", func(l *Latencies) Summary { return l.Apply }},
-	{"dedup", "delivery → DUPLICATE decision → ack", func(l *Latencies) Summary { return l.Dedup }},
+	{"e2e", "intended publish time → database commit", func(l *results.Latencies) results.Summary { return l.E2E }},
+	{"publish", "send → broker confirm", func(l *results.Latencies) results.Summary { return l.Publish }},
+	{"apply", "inbox transaction", func(l *results.Latencies) results.Summary { return l.Apply }},
+	{"dedup", "delivery → DUPLICATE decision → ack", func(l *results.Latencies) results.Summary { return l.Dedup }},
 }
 
-func summaryRow(s Summary) []string {
+func summaryRow(s results.Summary) []string {
 	if s.Count == 0 {
 		return []string{"0", "—", "—", "—", "—", "—"}
 	}
-	return []string{Thousands(s.Count), FormatMicros(s.P50), FormatMicros(s.P90), FormatMicros(s.P99), FormatMicros(s.P999), FormatMicros(s.Max)}
+	return []string{results.Thousands(s.Count), results.FormatMicros(s.P50), results.FormatMicros(s.P90), results.FormatMicros(s.P99), results.FormatMicros(s.P999), results.FormatMicros(s.Max)}
 }
 
-func (m *mdWriter) latency(run *Run) {
+func (m *mdWriter) latency(run *results.Run) {
 	m.p("## Latency\n\n")
 	var meaning []string
 	for _, k := range latencyKinds {
@@ -259,25 +261,25 @@ func (m *mdWriter) latency(run *Run) {
 // them: deliveries, handler executions and durable effects apart.
 var counterColumns = []struct {
 	Name string
-	Get  func(*Counters) int64
+	Get  func(*results.Counters) int64
 }{
-	{"published", func(c *Counters) int64 { return c.Published }},
-	{"deliveries", func(c *Counters) int64 { return c.Deliveries }},
-	{"executions", func(c *Counters) int64 { return c.Executions }},
-	{"effects", func(c *Counters) int64 { return c.Effects }},
-	{"duplicates", func(c *Counters) int64 { return c.Duplicates }},
-	{"redeliveries", func(c *Counters) int64 { return c.Redeliveries }},
-	{"gaps", func(c *Counters) int64 { return c.Gaps }},
-	{"parked", func(c *Counters) int64 { return c.Parked }},
-	{"stale", func(c *Counters) int64 { return c.Stale }},
-	{"conflicts", func(c *Counters) int64 { return c.Conflicts }},
-	{"retries", func(c *Counters) int64 { return c.Retries }},
-	{"errors", func(c *Counters) int64 { return c.Errors }},
-	{"crashes", func(c *Counters) int64 { return c.Crashes }},
-	{"rejected", func(c *Counters) int64 { return c.Rejected }},
+	{"published", func(c *results.Counters) int64 { return c.Published }},
+	{"deliveries", func(c *results.Counters) int64 { return c.Deliveries }},
+	{"executions", func(c *results.Counters) int64 { return c.Executions }},
+	{"effects", func(c *results.Counters) int64 { return c.Effects }},
+	{"duplicates", func(c *results.Counters) int64 { return c.Duplicates }},
+	{"redeliveries", func(c *results.Counters) int64 { return c.Redeliveries }},
+	{"gaps", func(c *results.Counters) int64 { return c.Gaps }},
+	{"parked", func(c *results.Counters) int64 { return c.Parked }},
+	{"stale", func(c *results.Counters) int64 { return c.Stale }},
+	{"conflicts", func(c *results.Counters) int64 { return c.Conflicts }},
+	{"retries", func(c *results.Counters) int64 { return c.Retries }},
+	{"errors", func(c *results.Counters) int64 { return c.Errors }},
+	{"crashes", func(c *results.Counters) int64 { return c.Crashes }},
+	{"rejected", func(c *results.Counters) int64 { return c.Rejected }},
 }
 
-func (m *mdWriter) counters(run *Run) {
+func (m *mdWriter) counters(run *results.Run) {
 	m.p("## Counters\n\n")
 	m.p("Deliveries (what the broker handed over), executions (handler runs) and effects (durable business changes) are counted apart: exactly-once effect means effects = distinct published events, whatever the deliveries.\n\n")
 	header := []string{"cell"}
@@ -291,14 +293,14 @@ func (m *mdWriter) counters(run *Run) {
 		c := &run.Cells[i]
 		row := []string{c.Name()}
 		for _, col := range counterColumns {
-			row = append(row, Thousands(col.Get(&c.Counters)))
+			row = append(row, results.Thousands(col.Get(&c.Counters)))
 		}
 		rows = append(rows, row)
 	}
 	m.table(header, align, rows)
 }
 
-func (m *mdWriter) contention(run *Run) {
+func (m *mdWriter) contention(run *results.Run) {
 	m.p("## Lock contention\n\n")
 	m.p("Sampled from pg_stat_activity during each cell. Commits, rollbacks and deadlocks are pg_stat_database deltas for the whole database.\n\n")
 	var rows [][]string
@@ -307,14 +309,14 @@ func (m *mdWriter) contention(run *Run) {
 		ct := &c.Contention
 		var waits []string
 		for _, k := range topWaits(ct.LockWaitSamples) {
-			waits = append(waits, fmt.Sprintf("%s %s", k, Thousands(ct.LockWaitSamples[k])))
+			waits = append(waits, fmt.Sprintf("%s %s", k, results.Thousands(ct.LockWaitSamples[k])))
 		}
 		w := strings.Join(waits, ", ")
 		if w == "" {
 			w = "none"
 		}
-		rows = append(rows, []string{c.Name(), Thousands(int64(ct.Samples)), FormatShare(ct.LockWaitShare), fmt.Sprint(ct.BlockedMax),
-			Thousands(ct.Deadlocks), Thousands(ct.Rollbacks), Thousands(ct.Commits), w})
+		rows = append(rows, []string{c.Name(), results.Thousands(int64(ct.Samples)), results.FormatShare(ct.LockWaitShare), fmt.Sprint(ct.BlockedMax),
+			results.Thousands(ct.Deadlocks), results.Thousands(ct.Rollbacks), results.Thousands(ct.Commits), w})
 	}
 	m.table([]string{"cell", "samples", "lock-wait share", "blocked max", "deadlocks", "rollbacks", "commits", "lock waits by event"},
 		"lrrrrrrl", rows)
@@ -326,7 +328,7 @@ func (m *mdWriter) contention(run *Run) {
 			if j == 5 {
 				break
 			}
-			rows = append(rows, []string{c.Name(), Thousands(s.Calls), formatMs(s.MeanMs), formatMs(s.TotalMs), "`" + strings.ReplaceAll(compactSQL(s.Query), "`", "'") + "`"})
+			rows = append(rows, []string{c.Name(), results.Thousands(s.Calls), formatMs(s.MeanMs), formatMs(s.TotalMs), "`" + strings.ReplaceAll(compactSQL(s.Query), "`", "'") + "`"})
 		}
 	}
 	if len(rows) > 0 {
@@ -342,12 +344,12 @@ func topWaits(m map[string]int64) []string {
 	return keys
 }
 
-func formatMs(ms float64) string { return formatMicrosF(ms * 1000) }
+func formatMs(ms float64) string { return results.FormatMicrosFloat(ms * 1000) }
 
 // compactSQL folds whitespace so a statement fits one table row.
 func compactSQL(q string) string { return strings.Join(strings.Fields(q), " ") }
 
-func (m *mdWriter) anomalies(run *Run) {
+func (m *mdWriter) anomalies(run *results.Run) {
 	m.p("## Anomalies\n\n")
 	var rows [][]string
 	var errs []string
@@ -361,7 +363,7 @@ func (m *mdWriter) anomalies(run *Run) {
 			if n == 0 {
 				continue
 			}
-			rows = append(rows, []string{c.Name(), c.StrategyLabel(), c.VerdictText(), a, Thousands(n), examplesText(c.Invariants.Examples[a], 3)})
+			rows = append(rows, []string{c.Name(), c.StrategyLabel(), c.VerdictText(), a, results.Thousands(n), examplesText(c.Invariants.Examples[a], 3)})
 		}
 	}
 	if len(rows) == 0 {
@@ -391,7 +393,7 @@ func examplesText(ex []string, n int) string {
 	return strings.Join(quoted, "; ") + more
 }
 
-func (m *mdWriter) conform(c *Conformance) {
+func (m *mdWriter) conform(c *results.Conformance) {
 	s := c.Summary
 	m.p("## Conformance matrix\n\n")
 	m.p("**Conformance: %s**: %d of %d rows as expected; %s.\n\n", s.Verdict, s.AsExpected, s.Rows, mutationText(s))
@@ -420,7 +422,7 @@ func (m *mdWriter) conform(c *Conformance) {
 	for _, r := range c.Rows {
 		detail, got := anomalyList(r.Anomalies), r.Verdict
 		if r.Error != "" {
-			detail, got = "error: "+r.Error, "ERROR"
+			detail, got = "error: "+r.Error, results.VerdictError
 		}
 		if detail == "" {
 			detail = "none"
@@ -429,12 +431,12 @@ func (m *mdWriter) conform(c *Conformance) {
 		for _, a := range sortedKeys(r.Examples) {
 			ex = append(ex, r.Examples[a]...)
 		}
-		rows = append(rows, []string{r.Scenario, r.Broker, r.Strategy, r.Expected, got, detail, examplesText(ex, 2), formatSeconds(r.DurationS)})
+		rows = append(rows, []string{r.Scenario, r.Broker, r.Strategy, string(r.Expected), string(got), detail, examplesText(ex, 2), formatSeconds(r.DurationS)})
 	}
 	m.table([]string{"scenario", "broker", "strategy", "expected", "got", "anomalies", "examples", "time"}, "llllllll", rows)
 }
 
-func mutationText(s ConformSummary) string {
+func mutationText(s results.ConformSummary) string {
 	if s.BrokenTotal == 0 {
 		return "no negative controls ran, so no mutation score"
 	}
@@ -449,14 +451,17 @@ func anomalyList(m map[string]int64) string {
 	var parts []string
 	for _, k := range sortedKeys(m) {
 		if m[k] != 0 {
-			parts = append(parts, fmt.Sprintf("%s ×%s", k, Thousands(m[k])))
+			parts = append(parts, fmt.Sprintf("%s ×%s", k, results.Thousands(m[k])))
 		}
 	}
 	return strings.Join(parts, ", ")
 }
 
+// kv is one label → value row.
+type kv struct{ Key, Value string }
+
 // envRows lists the environment as label/value pairs (shared with HTML).
-func envRows(e Env) []kv {
+func envRows(e results.Env) []kv {
 	rows := []kv{
 		{"Go", e.GoVersion}, {"PostgreSQL", e.Postgres},
 	}
@@ -471,7 +476,7 @@ func envRows(e Env) []kv {
 	}
 	rows = append(rows, kv{"cores", fmt.Sprint(e.Cores)})
 	if e.MemoryMiB > 0 {
-		rows = append(rows, kv{"memory", Thousands(e.MemoryMiB) + " MiB"})
+		rows = append(rows, kv{"memory", results.Thousands(e.MemoryMiB) + " MiB"})
 	}
 	rows = append(rows, kv{"OS", e.OS}, kv{"host", e.Hostname}, kv{"git commit", e.GitCommit})
 	if !e.Measure {
@@ -492,7 +497,7 @@ func envRows(e Env) []kv {
 	return out
 }
 
-func (m *mdWriter) env(e Env) {
+func (m *mdWriter) env(e results.Env) {
 	m.durability(e)
 	m.p("## Environment\n\n")
 	var rows [][]string
@@ -502,8 +507,8 @@ func (m *mdWriter) env(e Env) {
 	m.table([]string{"", "value"}, "ll", rows)
 }
 
-func (m *mdWriter) workload(run *Run) error {
-	kvs, err := flattenJSON(run.Workload)
+func (m *mdWriter) workload(run *results.Run) error {
+	kvs, err := results.FlattenJSON(run.Workload)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package results
+package render
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/results/schema"
 )
 
@@ -61,14 +62,14 @@ type Published struct {
 const siteMarker = ".inboxbench-site"
 
 // runFiles are copied from a run directory into the site when present.
-var runFiles = []string{"result.json", ConformFile, "report.html", "report.md", "cells.csv", "series.csv"}
+var runFiles = []string{results.ResultFile, results.ConformFile, "report.html", "report.md", "cells.csv", "series.csv"}
 
 // siteRun is one run directory found under the published directories.
 type siteRun struct {
 	Src     string // where it was found
 	ID      string // its directory under runs/ (the run id, made unique and safe)
-	Run     *Run
-	Conform *Conformance
+	Run     *results.Run
+	Conform *results.Conformance
 }
 
 // Started is the run's start time (the conformance run's when the
@@ -80,7 +81,7 @@ func (r *siteRun) Started() time.Time {
 	return r.Conform.StartedAt
 }
 
-func (r *siteRun) env() Env {
+func (r *siteRun) env() results.Env {
 	if r.Run != nil {
 		return r.Run.Env
 	}
@@ -159,7 +160,7 @@ func findRuns(dirs []string, out string) ([]*siteRun, []string, error) {
 		skipped = append(skipped, skip...)
 		if len(found) == 0 {
 			msg := fmt.Sprintf("%s holds no runs: no result.json or %s in it or below it; write some with 'bench run' or 'bench conform' (both write into results/ unless --out says otherwise)",
-				dir, ConformFile)
+				dir, results.ConformFile)
 			if len(skip) > 0 {
 				msg += "; unreadable: " + strings.Join(skip, "; ")
 			}
@@ -190,10 +191,10 @@ func walkRuns(root, outAbs string) (found []*siteRun, skipped []string, err erro
 		if abs, _ := filepath.Abs(path); abs == outAbs || (path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata")) || exists(filepath.Join(path, siteMarker)) {
 			return filepath.SkipDir // the site being written, an earlier site (its copies of runs), .git, Go test fixtures (testdata) and the like
 		}
-		if !exists(filepath.Join(path, "result.json")) && !exists(filepath.Join(path, ConformFile)) {
+		if !exists(filepath.Join(path, results.ResultFile)) && !exists(filepath.Join(path, results.ConformFile)) {
 			return nil
 		}
-		rep, err := Load(path)
+		rep, err := results.Load(path)
 		if err != nil {
 			skipped = append(skipped, err.Error())
 			return filepath.SkipDir
@@ -294,7 +295,7 @@ func writeRunFiles(out string, r *siteRun) error {
 	if exists(filepath.Join(dst, "report.html")) {
 		return nil
 	}
-	_, err := WriteFiles(dst, &Report{Dir: r.Src, Run: r.Run, Conform: r.Conform}, []Output{{"report.html", HTML}})
+	_, err := WriteFiles(dst, &results.Report{Dir: r.Src, Run: r.Run, Conform: r.Conform}, []Output{{"report.html", HTML}})
 	return err
 }
 

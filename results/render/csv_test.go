@@ -1,12 +1,15 @@
-package results
+package render
 
 import (
 	"bytes"
 	"encoding/csv"
+	"path/filepath"
 	"testing"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
-func readCSV(t *testing.T, enc Encoder, r *Report) [][]string {
+func readCSV(t *testing.T, enc Encoder, r *results.Report) [][]string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := enc(&b, r); err != nil {
@@ -20,7 +23,7 @@ func readCSV(t *testing.T, enc Encoder, r *Report) [][]string {
 }
 
 func TestCellsCSV(t *testing.T) {
-	r := loadFixture(t, "testdata")
+	r := loadFixture(t, testdata)
 	rows := readCSV(t, CellsCSV, r)
 	if len(rows) != 1+len(r.Run.Cells) {
 		t.Fatalf("%d rows, want header + %d cells", len(rows), len(r.Run.Cells))
@@ -49,7 +52,7 @@ func TestCellsCSV(t *testing.T) {
 }
 
 func TestSeriesCSV(t *testing.T) {
-	r := loadFixture(t, "testdata")
+	r := loadFixture(t, testdata)
 	rows := readCSV(t, SeriesCSV, r)
 	want := 1
 	for _, c := range r.Run.Cells {
@@ -71,7 +74,7 @@ func TestSeriesCSV(t *testing.T) {
 }
 
 func TestCSVConformOnly(t *testing.T) {
-	r := loadFixture(t, "testdata/conform-only")
+	r := loadFixture(t, filepath.Join(testdata, "conform-only"))
 	if rows := readCSV(t, CellsCSV, r); len(rows) != 1 {
 		t.Errorf("conform-only cells.csv has %d rows, want only the header", len(rows))
 	}

@@ -1,4 +1,4 @@
-package results
+package render
 
 import (
 	"encoding/json"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // fixtureVariant writes testdata/result.json into dir/name/result.json
@@ -18,7 +20,7 @@ import (
 func fixtureVariant(t *testing.T, dir, name string, start time.Time, edit func(m map[string]any)) {
 	t.Helper()
 	var m map[string]any
-	if err := json.Unmarshal(mustReadFile(t, filepath.Join("testdata", "result.json")), &m); err != nil {
+	if err := json.Unmarshal(mustReadFile(t, filepath.Join(testdata, "result.json")), &m); err != nil {
 		t.Fatal(err)
 	}
 	m["run_id"] = name
@@ -77,12 +79,12 @@ func resultsTree(t *testing.T) string {
 		m["env"].(map[string]any)["durability"] = map[string]any{"profile": "fsync",
 			"settings": map[string]any{"postgres": map[string]any{"synchronous_commit": "on"}}}
 	})
-	writeFile(t, filepath.Join(dir, "conf", ConformFile), mustReadFile(t, filepath.Join("testdata", ConformFile)))
+	writeFile(t, filepath.Join(dir, "conf", results.ConformFile), mustReadFile(t, filepath.Join(testdata, results.ConformFile)))
 	writeFile(t, filepath.Join(dir, "night-3", "report.html"), []byte("<!DOCTYPE html><title>kept</title><p>the report as it was</p>"))
 	writeFile(t, filepath.Join(dir, "broken", "result.json"), []byte("{"))
 	// A Go package's test fixtures (the results directory of a checkout
 	// holds this package's): not runs.
-	writeFile(t, filepath.Join(dir, "pkg", "testdata", ConformFile), mustReadFile(t, filepath.Join("testdata", ConformFile)))
+	writeFile(t, filepath.Join(dir, "pkg", "testdata", results.ConformFile), mustReadFile(t, filepath.Join(testdata, results.ConformFile)))
 	return dir
 }
 
@@ -288,30 +290,23 @@ func TestPublishRefuses(t *testing.T) {
 	}
 }
 
-func TestWorkloadHashIsCanonical(t *testing.T) {
-	a := WorkloadHash(json.RawMessage(`{"name":"w","seed":1,"faults":{"a":0.1,"b":2}}`))
-	b := WorkloadHash(json.RawMessage("{\n  \"seed\": 1,\n  \"faults\": {\"b\": 2, \"a\": 0.1},\n  \"name\": \"w\"\n}"))
-	c := WorkloadHash(json.RawMessage(`{"name":"w","seed":2,"faults":{"a":0.1,"b":2}}`))
-	if a != b {
-		t.Error("key order or whitespace changed the workload hash")
-	}
-	if a == c || len(a) != 64 {
-		t.Errorf("hashes %s %s", a, c)
-	}
-}
-
 // TestTrendChartLinksEveryPoint keeps linkPoints in step with how the
 // chart library draws points: isolated points, gaps and one-point lines
 // included.
 func TestTrendChartLinksEveryPoint(t *testing.T) {
-	r := func(id string, day int) *siteRun {
-		return &siteRun{ID: id, Run: &Run{StartedAt: t0.Add(time.Duration(day) * 24 * time.Hour)}}
+	site := map[*results.Run]*siteRun{}
+	r := func(id string, day int) *results.Run {
+		run := &results.Run{StartedAt: t0.Add(time.Duration(day) * 24 * time.Hour)}
+		site[run] = &siteRun{ID: id, Run: run}
+		return run
 	}
-	cell := func(rate float64) *Cell { return &Cell{Throughput: Throughput{EventsPerS: rate}} }
-	ct := &cellTrend{Name: "kafka/tx", Series: []*trendSeries{{}, {Reason: "environment changed"}, {Reason: "workload changed"}},
-		Points: []trendPoint{{r("a", 0), cell(100), 0}, {r("b", 1), cell(0), 0}, {r("c", 2), cell(120), 0},
-			{r("d", 3), cell(90), 1}, {r("e", 4), cell(95), 0}, {r("f", 5), cell(80), 2}}}
-	c, err := trendChart(ct, trendMetrics[0], "x", func(s *siteRun) string { return "../runs/" + s.ID + "/report.html" })
+	cell := func(rate float64) *results.Cell {
+		return &results.Cell{Throughput: results.Throughput{EventsPerS: rate}}
+	}
+	ct := &results.CellTrend{Name: "kafka/tx", Series: []*results.TrendSeries{{}, {Reason: "environment changed"}, {Reason: "workload changed"}},
+		Points: []results.TrendPoint{{Run: r("a", 0), Cell: cell(100)}, {Run: r("b", 1), Cell: cell(0)}, {Run: r("c", 2), Cell: cell(120)},
+			{Run: r("d", 3), Cell: cell(90), Series: 1}, {Run: r("e", 4), Cell: cell(95)}, {Run: r("f", 5), Cell: cell(80), Series: 2}}}
+	c, err := trendChart(ct, trendMetrics[0], "x", site)
 	if err != nil {
 		t.Fatal(err)
 	}

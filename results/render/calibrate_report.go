@@ -1,8 +1,10 @@
-package results
+package render
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // The "client calibration" section of report.md and report.html: one row
@@ -14,7 +16,7 @@ var calibrationHeader = []string{"broker", "server", "vendor publish/s", "driver
 	"vendor consume/s", "driver consume/s", "consume ratio"}
 
 // calibrationRows formats the table rows.
-func calibrationRows(c *Calibration) [][]string {
+func calibrationRows(c *results.Calibration) [][]string {
 	var rows [][]string
 	for _, b := range c.Brokers {
 		rows = append(rows, []string{b.Broker, orDash(b.Server),
@@ -28,11 +30,11 @@ func rateOrDash(v float64) string {
 	if v <= 0 {
 		return "-"
 	}
-	return FormatRate(v)
+	return results.FormatRate(v)
 }
 
 // shapeText is the shape in one sentence.
-func (s Shape) shapeText() string {
+func shapeText(s results.Shape) string {
 	mb := ""
 	if s.MaxBatch > 1 {
 		mb = fmt.Sprintf(", driver handler batches of %d", s.MaxBatch)
@@ -58,7 +60,7 @@ type calibLine struct {
 	Code       bool // a command line, shown as code
 }
 
-func calibrationDetails(c *Calibration) []calibrationDetail {
+func calibrationDetails(c *results.Calibration) []calibrationDetail {
 	var out []calibrationDetail
 	for _, b := range c.Brokers {
 		d := calibrationDetail{Broker: b.Broker, VendorTool: b.Vendor.Tool, DriverTool: b.Driver.Tool}
@@ -86,10 +88,10 @@ func calibrationDetails(c *Calibration) []calibrationDetail {
 	return out
 }
 
-func (m *mdWriter) calibration(c *Calibration) {
+func (m *mdWriter) calibration(c *results.Calibration) {
 	m.p("## Client calibration\n\n")
 	m.p("Each broker's own perf tool, then the Go driver, one right after the other on the same machine and the same shape: %s A ratio is driver/vendor msgs/s: near 1, the driver reaches what the broker gives its vendor's client; well below, the client is the bottleneck, not the broker. Calibration `%s` on %d cores.\n\n",
-		c.Shape.shapeText(), c.RunID, c.Cores)
+		shapeText(c.Shape), c.RunID, c.Cores)
 	m.table(calibrationHeader, "llrrrrrr", calibrationRows(c))
 	for _, d := range calibrationDetails(c) {
 		m.p("### %s\n\n", d.Broker)
@@ -114,10 +116,10 @@ type calibrationView struct {
 	Details []calibrationDetail
 }
 
-func newCalibrationView(c *Calibration) *calibrationView {
+func newCalibrationView(c *results.Calibration) *calibrationView {
 	return &calibrationView{
 		Intro: fmt.Sprintf("Each broker's own perf tool, then the Go driver, one right after the other on the same machine and the same shape: %s A ratio is driver/vendor msgs/s: near 1, the driver reaches what the broker gives its vendor's client. Calibration %s on %d cores.",
-			c.Shape.shapeText(), c.RunID, c.Cores),
+			shapeText(c.Shape), c.RunID, c.Cores),
 		Header: calibrationHeader, Rows: calibrationRows(c), Details: calibrationDetails(c),
 	}
 }

@@ -1,4 +1,4 @@
-package results
+package render
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/go-analyze/charts"
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // Charts are rendered server-side to SVG by github.com/go-analyze/charts
@@ -70,7 +71,7 @@ func legend(names []string) charts.LegendOption {
 }
 
 // throughputChart: durable effects per second over time, one line per cell.
-func throughputChart(run *Run) (*chart, error) {
+func throughputChart(run *results.Run) (*chart, error) {
 	var names []string
 	var values [][]float64
 	n := 0
@@ -115,7 +116,7 @@ func throughputChart(run *Run) (*chart, error) {
 }
 
 // barChart draws one value per cell as horizontal bars with value labels.
-func barChart(id, title, caption, axis string, run *Run, get func(*Cell) float64, format, tick func(float64) string) (*chart, error) {
+func barChart(id, title, caption, axis string, run *results.Run, get func(*results.Cell) float64, format, tick func(float64) string) (*chart, error) {
 	var names []string
 	var vals []float64
 	for i := len(run.Cells) - 1; i >= 0; i-- { // the category axis runs bottom-up; keep table order top-down
@@ -172,11 +173,11 @@ func niceStep(raw float64) float64 {
 
 // spectrum returns a cell's percentile spectrum for kind, falling back
 // to the summary percentiles (marked coarse) when the run recorded none.
-func spectrum(c *Cell, kind string) (pts []Point, coarse bool) {
+func spectrum(c *results.Cell, kind string) (pts []results.Point, coarse bool) {
 	if s := c.Latency.Spectrum[kind]; len(s) > 0 {
 		pts = append(pts, s...)
 	} else {
-		var sum Summary
+		var sum results.Summary
 		switch kind {
 		case "e2e":
 			sum = c.Latency.E2E
@@ -190,7 +191,8 @@ func spectrum(c *Cell, kind string) (pts []Point, coarse bool) {
 		if sum.Count == 0 {
 			return nil, false
 		}
-		pts = []Point{{50, sum.P50}, {90, sum.P90}, {99, sum.P99}, {99.9, sum.P999}, {100, sum.Max}}
+		pts = []results.Point{{Percentile: 50, Micros: sum.P50}, {Percentile: 90, Micros: sum.P90}, {Percentile: 99, Micros: sum.P99},
+			{Percentile: 99.9, Micros: sum.P999}, {Percentile: 100, Micros: sum.Max}}
 		coarse = true
 	}
 	sort.SliceStable(pts, func(i, j int) bool { return pts[i].Percentile < pts[j].Percentile })
@@ -206,7 +208,7 @@ func nines(p float64) float64 { return -math.Log10(1 - p/100) }
 // curve is monotone there, and this is how HdrHistogram's plotter joins its
 // points); below the first it holds the first value; beyond the last
 // finite percentile only the maximum (p100) is known, so it jumps to it.
-func valueAt(pts []Point, q float64) float64 {
+func valueAt(pts []results.Point, q float64) float64 {
 	lg := func(us int64) float64 { return math.Log10(math.Max(1, float64(us))) }
 	if q <= pts[0].Percentile {
 		return lg(pts[0].Micros)
@@ -230,10 +232,10 @@ func valueAt(pts []Point, q float64) float64 {
 type spectrumSeries struct {
 	Name   string
 	Coarse bool
-	Pts    []Point
+	Pts    []results.Point
 }
 
-func collectSpectra(run *Run, kind string) []spectrumSeries {
+func collectSpectra(run *results.Run, kind string) []spectrumSeries {
 	var out []spectrumSeries
 	for i := range run.Cells {
 		c := &run.Cells[i]
@@ -296,7 +298,7 @@ func percentileLabel(n int) string {
 // digits, so ticks read "2.4", not "2.4000000000000004".
 func axisNumber(v float64) string {
 	if math.Abs(v) >= 1000 {
-		return Thousands(int64(math.Round(v)))
+		return results.Thousands(int64(math.Round(v)))
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
@@ -352,7 +354,7 @@ func spectrumChart(id, title, caption string, ss []spectrumSeries, r spectrumRan
 	y.Min, y.Max = charts.Ptr(float64(r.YMin)), charts.Ptr(float64(r.YMax))
 	y.LabelCount = r.YMax - r.YMin + 1 // one tick per decade
 	y.PreferNiceIntervals = charts.Ptr(false)
-	y.ValueFormatter = func(v float64) string { return FormatMicros(int64(math.Round(math.Pow(10, v)))) }
+	y.ValueFormatter = func(v float64) string { return results.FormatMicros(int64(math.Round(math.Pow(10, v)))) }
 	y.Title = "latency (log scale)"
 	opt.Symbol.Shape = charts.SymbolNone
 	opt.LineStrokeWidth = 1.8
@@ -370,7 +372,7 @@ func spectrumChart(id, title, caption string, ss []spectrumSeries, r spectrumRan
 // contentionChart stacks the sampled lock waits of one cell by wait event
 // over time: the top of the stack is the number of backends waiting on
 // any lock in that second.
-func contentionChart(c *Cell, idx int) (*chart, error) {
+func contentionChart(c *results.Cell, idx int) (*chart, error) {
 	series := c.Contention.Series
 	if len(series) == 0 {
 		return nil, nil
@@ -422,7 +424,7 @@ func contentionChart(c *Cell, idx int) (*chart, error) {
 	}
 	return &chart{ID: fmt.Sprintf("contention-%d", idx), Title: "Lock waits over time: " + c.Name(),
 		Caption: fmt.Sprintf("Sampled backends waiting on a lock, stacked by wait event; blocked max %d, %s of busy states were lock waits.",
-			c.Contention.BlockedMax, FormatShare(c.Contention.LockWaitShare)),
+			c.Contention.BlockedMax, results.FormatShare(c.Contention.LockWaitShare)),
 		SVG: svg}, nil
 }
 
@@ -430,7 +432,7 @@ func contentionChart(c *Cell, idx int) (*chart, error) {
 // that tell deliveries, executions and effects apart.
 var chartCounters = []string{"published", "deliveries", "executions", "effects", "duplicates", "redeliveries"}
 
-func countersChart(run *Run) (*chart, error) {
+func countersChart(run *results.Run) (*chart, error) {
 	if len(run.Cells) == 0 {
 		return nil, nil
 	}
@@ -456,7 +458,7 @@ func countersChart(run *Run) (*chart, error) {
 	opt.CategoryAxis.Labels = cells
 	opt.ValueAxis[0].Min = charts.Ptr(0.0)
 	opt.ValueAxis[0].Title = "count"
-	opt.ValueAxis[0].ValueFormatter = func(v float64) string { return Thousands(int64(math.Round(v))) }
+	opt.ValueAxis[0].ValueFormatter = func(v float64) string { return results.Thousands(int64(math.Round(v))) }
 	if len(cells) > 4 {
 		opt.CategoryAxis.LabelRotation = charts.DegreesToRadians(20)
 	}
@@ -481,7 +483,7 @@ type runCharts struct {
 	Counters   []*chart
 }
 
-func buildCharts(run *Run) (*runCharts, error) {
+func buildCharts(run *results.Run) (*runCharts, error) {
 	rc := &runCharts{}
 	add := func(dst *[]*chart, c *chart, err error) error {
 		if err != nil {
@@ -493,12 +495,12 @@ func buildCharts(run *Run) (*runCharts, error) {
 		return nil
 	}
 	c, err := barChart("events-per-s", "Events per second", "Durable effects per second after warm-up.", "events/s", run,
-		func(c *Cell) float64 { return c.Throughput.EventsPerS }, FormatRate, axisNumber)
+		func(c *results.Cell) float64 { return c.Throughput.EventsPerS }, results.FormatRate, axisNumber)
 	if err := add(&rc.Overview, c, err); err != nil {
 		return nil, err
 	}
 	c, err = barChart("e2e-p99", "End-to-end p99", "Intended publish time → commit, 99th percentile.", "e2e p99", run,
-		func(c *Cell) float64 { return float64(c.Latency.E2E.P99) }, formatMicrosF, formatMicrosF)
+		func(c *results.Cell) float64 { return float64(c.Latency.E2E.P99) }, results.FormatMicrosFloat, results.FormatMicrosFloat)
 	if err := add(&rc.Overview, c, err); err != nil {
 		return nil, err
 	}
@@ -541,7 +543,7 @@ func buildCharts(run *Run) (*runCharts, error) {
 	}
 
 	c, err = barChart("lock-wait-share", "Lock-wait share", "Share of sampled busy backend states waiting on a heavyweight lock.", "lock-wait share", run,
-		func(c *Cell) float64 { return c.Contention.LockWaitShare * 100 }, func(v float64) string { return FormatShare(v / 100) },
+		func(c *results.Cell) float64 { return c.Contention.LockWaitShare * 100 }, func(v float64) string { return results.FormatShare(v / 100) },
 		func(v float64) string { return axisNumber(v) + "%" })
 	if err := add(&rc.Contention, c, err); err != nil {
 		return nil, err

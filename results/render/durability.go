@@ -1,8 +1,10 @@
-package results
+package render
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // durabilityVerdictKey is the key every durability report fills in with
@@ -12,17 +14,17 @@ const durabilityVerdictKey = "fsync before confirm"
 // durabilityRows is the durability table: one row per service (PostgreSQL
 // first, then the brokers by name) with its verdict and its settings as
 // key=value pairs, so unlike settings stand side by side.
-func durabilityRows(e Env) [][]string {
+func durabilityRows(e results.Env) [][]string {
 	if e.Durability == nil {
 		return nil
 	}
 	settings := e.Durability.Settings
 	var services []string
-	if _, ok := settings["postgres"]; ok {
-		services = append(services, "postgres")
+	if _, ok := settings[results.DurabilityPostgres]; ok {
+		services = append(services, results.DurabilityPostgres)
 	}
 	for _, s := range sortedKeys(settings) {
-		if s != "postgres" {
+		if s != results.DurabilityPostgres {
 			services = append(services, s)
 		}
 	}
@@ -46,7 +48,7 @@ func durabilityRows(e Env) [][]string {
 
 var durabilityHeader = []string{"service", "fsync before confirm / commit", "settings (read from the server where it tells)"}
 
-func durabilityIntro(e Env) string {
+func durabilityIntro(e results.Env) string {
 	t := "What a broker's confirm and a PostgreSQL commit meant in this run: a figure measured without an fsync before the confirm is not comparable with one measured with it."
 	if e.Durability != nil && e.Durability.Profile != "" {
 		t += fmt.Sprintf(" Stack durability profile: %s (bench stack up --durability).", e.Durability.Profile)
@@ -61,7 +63,7 @@ type durabilityView struct {
 	Rows   [][]string
 }
 
-func (m *mdWriter) durability(e Env) {
+func (m *mdWriter) durability(e results.Env) {
 	if e.Durability == nil || len(e.Durability.Settings) == 0 {
 		return
 	}

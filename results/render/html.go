@@ -1,4 +1,4 @@
-package results
+package render
 
 import (
 	_ "embed"
@@ -6,6 +6,8 @@ import (
 	"html/template"
 	"io"
 	"strings"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // report.html is one self-contained file: inline CSS, charts as inline
@@ -35,7 +37,7 @@ func withPage(t *template.Template) *template.Template {
 }
 
 // HTML writes report.html.
-func HTML(w io.Writer, r *Report) error {
+func HTML(w io.Writer, r *results.Report) error {
 	v, err := newHTMLView(r)
 	if err != nil {
 		return err
@@ -70,7 +72,7 @@ type htmlView struct {
 	Saturated  string
 	Notes      []string
 	Env        []kv
-	Workload   []kv
+	Workload   []results.KV
 }
 
 // banner is one headline verdict: the run's, and the conformance run's
@@ -85,9 +87,9 @@ type verdictView struct {
 	Class string // pass, fail, caught, missed, error, unchecked
 }
 
-func cellVerdict(c *Cell) verdictView {
-	class := map[Outcome]string{OutcomePass: "pass", OutcomeCaught: "caught", OutcomeUnchecked: "unchecked",
-		OutcomeFail: "fail", OutcomeNotCaught: "missed", OutcomeError: "error"}[c.Outcome()]
+func cellVerdict(c *results.Cell) verdictView {
+	class := map[results.Outcome]string{results.OutcomePass: "pass", results.OutcomeCaught: "caught", results.OutcomeUnchecked: "unchecked",
+		results.OutcomeFail: "fail", results.OutcomeNotCaught: "missed", results.OutcomeError: "error"}[c.Outcome()]
 	return verdictView{Text: c.VerdictText(), Class: class}
 }
 
@@ -139,7 +141,7 @@ type rateCellView struct {
 	Rows          [][]string
 }
 
-func newRateView(run *Run) *rateView {
+func newRateView(run *results.Run) *rateView {
 	rows := RateRows(run)
 	if len(rows) == 0 {
 		return nil
@@ -149,7 +151,7 @@ func newRateView(run *Run) *rateView {
 		c := &run.Cells[i]
 		if c.Rate != nil {
 			v.Cells = append(v.Cells, rateCellView{Name: c.Name(), Rows: StepRows(c),
-				Summary: fmt.Sprintf("MSR %s/s, limited by %s.", FormatRate(c.Rate.MSR), LimitText(c.Rate.LimitedBy))})
+				Summary: fmt.Sprintf("MSR %s/s, limited by %s.", results.FormatRate(c.Rate.MSR), LimitText(c.Rate.LimitedBy))})
 		}
 	}
 	return v
@@ -176,7 +178,7 @@ type conformDetailView struct {
 	Examples                                                   []string
 }
 
-func newHTMLView(r *Report) (*htmlView, error) {
+func newHTMLView(r *results.Report) (*htmlView, error) {
 	v := &htmlView{}
 	if r.Run != nil {
 		if err := v.fillRun(r.Run); err != nil {
@@ -194,7 +196,7 @@ func newHTMLView(r *Report) (*htmlView, error) {
 	if r.Calibration != nil {
 		v.Calib = newCalibrationView(r.Calibration)
 	}
-	var env *Env
+	var env *results.Env
 	if r.Run != nil {
 		env = &r.Run.Env
 	} else if r.Conform != nil {
@@ -210,13 +212,13 @@ func newHTMLView(r *Report) (*htmlView, error) {
 	return v, nil
 }
 
-func (v *htmlView) fillRun(run *Run) error {
+func (v *htmlView) fillRun(run *results.Run) error {
 	v.HasRun = true
 	v.RunID = run.RunID
 	v.Title = "inboxbench report: " + run.RunID
 	ok, text := run.RunVerdict()
 	v.Banners = append(v.Banners, banner{OK: ok, Text: "Run " + text})
-	if name := workloadName(run.Workload); name != "" {
+	if name := run.WorkloadName(); name != "" {
 		v.Facts = append(v.Facts, "workload "+name)
 	}
 	if !run.StartedAt.IsZero() {
@@ -235,14 +237,14 @@ func (v *htmlView) fillRun(run *Run) error {
 	if run.Saturated() {
 		v.Saturated = SaturatedNote
 	}
-	v.Notes = CellNotes(run)
+	v.Notes = results.CellNotes(run)
 	for i := range run.Cells {
 		c := &run.Cells[i]
 		l := &c.Latency
 		v.Summary = append(v.Summary, summaryRowView{Broker: c.Broker, Strategy: c.Strategy, Broken: c.Broken,
-			Rate: FormatRate(c.Throughput.EventsPerS), VsNone: run.VsNone(c), Bound: c.BoundText(), CPU: c.HostCPUText(), P50: latencyCell(l.E2E, l.E2E.P50), P99: latencyCell(l.E2E, l.E2E.P99),
+			Rate: results.FormatRate(c.Throughput.EventsPerS), VsNone: run.VsNone(c), Bound: c.BoundText(), CPU: c.HostCPUText(), P50: latencyCell(l.E2E, l.E2E.P50), P99: latencyCell(l.E2E, l.E2E.P99),
 			P999: latencyCell(l.E2E, l.E2E.P999), DedupP99: latencyCell(l.Dedup, l.Dedup.P99),
-			Share: FormatShare(c.Contention.LockWaitShare), Verdict: cellVerdict(c)})
+			Share: results.FormatShare(c.Contention.LockWaitShare), Verdict: cellVerdict(c)})
 		for j, k := range latencyKinds {
 			v.Latency = append(v.Latency, latencyRow(c.Name(), k.Name, k.Meaning, k.Get(l), j == 0))
 		}
@@ -251,17 +253,17 @@ func (v *htmlView) fillRun(run *Run) error {
 		}
 
 		ct := &c.Contention
-		row := contentionRowView{Cell: c.Name(), Samples: Thousands(int64(ct.Samples)), Share: FormatShare(ct.LockWaitShare),
-			BlockedMax: fmt.Sprint(ct.BlockedMax), Deadlocks: Thousands(ct.Deadlocks), Rollbacks: Thousands(ct.Rollbacks), Commits: Thousands(ct.Commits)}
+		row := contentionRowView{Cell: c.Name(), Samples: results.Thousands(int64(ct.Samples)), Share: results.FormatShare(ct.LockWaitShare),
+			BlockedMax: fmt.Sprint(ct.BlockedMax), Deadlocks: results.Thousands(ct.Deadlocks), Rollbacks: results.Thousands(ct.Rollbacks), Commits: results.Thousands(ct.Commits)}
 		for _, k := range topWaits(ct.LockWaitSamples) {
-			row.Waits = append(row.Waits, kv{k, Thousands(ct.LockWaitSamples[k])})
+			row.Waits = append(row.Waits, kv{k, results.Thousands(ct.LockWaitSamples[k])})
 		}
 		v.Contention = append(v.Contention, row)
 		for j, s := range ct.TopStatements {
 			if j == 5 {
 				break
 			}
-			v.Statements = append(v.Statements, statementView{Cell: c.Name(), Calls: Thousands(s.Calls), Mean: formatMs(s.MeanMs),
+			v.Statements = append(v.Statements, statementView{Cell: c.Name(), Calls: results.Thousands(s.Calls), Mean: formatMs(s.MeanMs),
 				Total: formatMs(s.TotalMs), Query: compactSQL(s.Query)})
 		}
 
@@ -271,7 +273,7 @@ func (v *htmlView) fillRun(run *Run) error {
 				continue
 			}
 			ex := c.Invariants.Examples[a]
-			av := anomalyView{Cell: c.Name(), Strategy: c.StrategyLabel(), Name: a, Count: Thousands(n), Verdict: cellVerdict(c)}
+			av := anomalyView{Cell: c.Name(), Strategy: c.StrategyLabel(), Name: a, Count: results.Thousands(n), Verdict: cellVerdict(c)}
 			if len(ex) > 5 {
 				av.More = len(ex) - 5
 				ex = ex[:5]
@@ -291,22 +293,22 @@ func (v *htmlView) fillRun(run *Run) error {
 		c := &run.Cells[i]
 		row := []string{c.Name()}
 		for _, col := range counterColumns {
-			row = append(row, Thousands(col.Get(&c.Counters)))
+			row = append(row, results.Thousands(col.Get(&c.Counters)))
 		}
 		v.Counters.Rows = append(v.Counters.Rows, row)
 	}
-	v.Workload, err = flattenJSON(run.Workload)
+	v.Workload, err = results.FlattenJSON(run.Workload)
 	return err
 }
 
-func latencyRow(cell, kind, meaning string, s Summary, first bool) latencyRowView {
+func latencyRow(cell, kind, meaning string, s results.Summary, first bool) latencyRowView {
 	r := summaryRow(s)
 	return latencyRowView{Cell: cell, Kind: kind, Meaning: meaning, Count: r[0], P50: r[1], P90: r[2], P99: r[3], P999: r[4], Max: r[5], First: first}
 }
 
-func newConformView(c *Conformance) *conformView {
+func newConformView(c *results.Conformance) *conformView {
 	s := c.Summary
-	cv := &conformView{OK: s.Verdict == VerdictPass, Mutation: mutationText(s),
+	cv := &conformView{OK: s.Verdict == results.VerdictPass, Mutation: mutationText(s),
 		Summary: fmt.Sprintf("Conformance %s: %d of %d rows as expected; %s", s.Verdict, s.AsExpected, s.Rows, mutationText(s))}
 	mx := newConformMatrix(c.Rows)
 	for _, col := range mx.Columns {
@@ -322,10 +324,10 @@ func newConformView(c *Conformance) *conformView {
 		cv.Rows = append(cv.Rows, row)
 	}
 	for _, r := range c.Rows {
-		d := conformDetailView{Scenario: r.Scenario, Broker: r.Broker, Strategy: r.Strategy, Expected: r.Expected, Got: r.Verdict,
+		d := conformDetailView{Scenario: r.Scenario, Broker: r.Broker, Strategy: r.Strategy, Expected: string(r.Expected), Got: string(r.Verdict),
 			Anomalies: anomalyList(r.Anomalies), Time: formatSeconds(r.DurationS), Class: conformClass(&r)}
 		if r.Error != "" {
-			d.Got, d.Anomalies = "ERROR", r.Error
+			d.Got, d.Anomalies = string(results.VerdictError), r.Error
 		}
 		if d.Anomalies == "" {
 			d.Anomalies = "none"
@@ -341,13 +343,13 @@ func newConformView(c *Conformance) *conformView {
 	return cv
 }
 
-func conformClass(r *ConformRow) string {
+func conformClass(r *results.ConformRow) string {
 	switch {
 	case r == nil:
 		return "unchecked"
 	case r.Error != "":
 		return "error"
-	case r.AsExpected() && r.Verdict == VerdictFail:
+	case r.AsExpected() && r.Verdict == results.VerdictFail:
 		return "caught"
 	case r.AsExpected() && r.Broken:
 		return "unchecked"

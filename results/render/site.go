@@ -1,4 +1,4 @@
-package results
+package render
 
 import (
 	_ "embed"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/results/schema"
 )
 
@@ -75,10 +76,10 @@ type trendLinkView struct {
 	Latest         string
 }
 
-func newIndexView(runs []*siteRun, trends []*trend, skipped []string, now time.Time) *indexView {
+func newIndexView(runs []*siteRun, trends []*trendPage, skipped []string, now time.Time) *indexView {
 	v := &indexView{Title: "inboxbench results", Published: now.UTC().Format("2006-01-02 15:04 UTC"), Skipped: skipped,
-		SchemaVersion: SchemaVersion, ResultSchema: "schema/" + schema.Result, ConformSchema: "schema/" + schema.Conform}
-	trendOf := map[string]*trend{}
+		SchemaVersion: results.SchemaVersion, ResultSchema: "schema/" + schema.Result, ConformSchema: "schema/" + schema.Conform}
+	trendOf := map[string]*trendPage{}
 	for _, t := range trends {
 		trendOf[t.Workload] = t
 	}
@@ -97,7 +98,7 @@ func newIndexView(runs []*siteRun, trends []*trend, skipped []string, now time.T
 		plural(len(trends), "trend page"), "published "+v.Published)
 	for _, t := range trends {
 		tl := trendLinkView{Workload: t.Workload, Href: t.Path(), Cells: len(t.Cells), Runs: len(t.Runs),
-			Latest: t.Runs[len(t.Runs)-1].Started().UTC().Format("2006-01-02 15:04")}
+			Latest: t.Runs[len(t.Runs)-1].StartedAt.UTC().Format("2006-01-02 15:04")}
 		for _, c := range t.Cells {
 			tl.Breaks += len(c.Series) - 1
 		}
@@ -124,7 +125,7 @@ func runCommon(r *siteRun, kind string) indexRunView {
 	e := r.env()
 	row := indexRunView{Kind: kind, ID: r.ID, Href: runHref(r), Date: "-", Span: 1,
 		Commit: shortCommit(e.GitCommit), CommitTitle: e.GitCommit,
-		Durability: durabilityText(e.Durability), DurabilityTitle: durabilitySettings(e.Durability)}
+		Durability: results.DurabilityText(e.Durability), DurabilityTitle: durabilitySettings(e.Durability)}
 	if t := r.Started(); !t.IsZero() {
 		row.Date, row.DateTitle = t.UTC().Format("2006-01-02 15:04"), t.UTC().Format(time.RFC3339)
 	}
@@ -141,35 +142,35 @@ func runCommon(r *siteRun, kind string) indexRunView {
 	return row
 }
 
-func benchRow(r *siteRun, trendOf map[string]*trend) indexRunView {
+func benchRow(r *siteRun, trendOf map[string]*trendPage) indexRunView {
 	run := r.Run
 	row := runCommon(r, "benchmark")
-	row.Workload = workloadName(run.Workload)
-	row.Hash = "workload sha256 " + short(WorkloadHash(run.Workload))
+	row.Workload = run.WorkloadName()
+	row.Hash = "workload sha256 " + results.ShortHash(results.WorkloadHash(run.Workload))
 	t := trendOf[row.Workload]
 	if t != nil {
 		row.TrendHref = t.Path()
 	}
 	row.Matrix = matrixText(cellAxes(run.Cells))
 	ok, text := run.RunVerdict()
-	row.Verdict, row.VerdictTitle = verdictView{Text: "PASS", Class: "pass"}, text
+	row.Verdict, row.VerdictTitle = verdictView{Text: string(results.VerdictPass), Class: "pass"}, text
 	if !ok {
-		row.Verdict.Text, row.Verdict.Class = "FAIL", "fail"
+		row.Verdict.Text, row.Verdict.Class = string(results.VerdictFail), "fail"
 	}
 	for i := range run.Cells {
 		c := &run.Cells[i]
 		l := &c.Latency
-		cv := indexCellView{Name: c.Name(), Broken: c.Broken, Rate: FormatRate(c.Throughput.EventsPerS),
+		cv := indexCellView{Name: c.Name(), Broken: c.Broken, Rate: results.FormatRate(c.Throughput.EventsPerS),
 			E2E: latencyCell(l.E2E, l.E2E.P99), Dedup: latencyCell(l.Dedup, l.Dedup.P99),
-			Share: FormatShare(c.Contention.LockWaitShare), Verdict: cellVerdict(c)}
+			Share: results.FormatShare(c.Contention.LockWaitShare), Verdict: cellVerdict(c)}
 		if c.Contention.Samples == 0 {
 			cv.Share = "—"
 		}
 		if c.Error != "" {
 			cv.Rate = "—"
 		}
-		if t != nil && t.hasCell(c) {
-			cv.TrendHref = t.Path() + "#" + cellAnchor(c.Broker+"/"+compareKey(c.Strategy))
+		if t != nil && t.HasCell(c) {
+			cv.TrendHref = t.Path() + "#" + cellAnchor(c.Broker+"/"+c.StrategyKey())
 		}
 		row.Cells = append(row.Cells, cv)
 	}
@@ -188,8 +189,8 @@ func conformRow(r *siteRun) indexRunView {
 	}
 	row.Workload = "-"
 	row.Matrix = matrixText(brokers, strategies)
-	s := Summarize(c.Rows)
-	row.Verdict = verdictView{Text: s.Verdict, Class: strings.ToLower(s.Verdict)}
+	s := results.Summarize(c.Rows)
+	row.Verdict = verdictView{Text: string(s.Verdict), Class: strings.ToLower(string(s.Verdict))}
 	row.VerdictTitle = fmt.Sprintf("%d of %d rows as expected", s.AsExpected, s.Rows)
 	row.Conform = fmt.Sprintf("%d scenarios (%s): %d of %d rows as expected; %s", len(scenarios), strings.Join(scenarios, ", "),
 		s.AsExpected, s.Rows, mutationText(s))
@@ -197,7 +198,7 @@ func conformRow(r *siteRun) indexRunView {
 }
 
 // cellAxes lists the brokers and strategies of a run in first-seen order.
-func cellAxes(cells []Cell) (brokers, strategies []string) {
+func cellAxes(cells []results.Cell) (brokers, strategies []string) {
 	for _, c := range cells {
 		brokers = appendNew(brokers, c.Broker)
 		strategies = appendNew(strategies, c.Strategy)
@@ -246,16 +247,6 @@ func shortCommit(c string) string {
 	return head
 }
 
-func (t *trend) hasCell(c *Cell) bool {
-	name := c.Broker + "/" + compareKey(c.Strategy)
-	for _, ct := range t.Cells {
-		if ct.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
 // cellAnchor is a cell's fragment id on its trend page.
 func cellAnchor(name string) string { return "cell-" + safeName(strings.ReplaceAll(name, "/", "--")) }
 
@@ -289,42 +280,42 @@ type trendPointView struct {
 	Verdict                           verdictView
 }
 
-func newTrendView(t *trend) (*trendView, error) {
+func newTrendView(t *trendPage) (*trendView, error) {
 	v := &trendView{Title: "Trend: workload " + t.Workload, IndexHref: "../index.html",
 		Facts: []string{plural(len(t.Runs), "run"), plural(len(t.Cells), "recurring cell"),
-			"from " + longTime(t.Runs[0]), "to " + longTime(t.Runs[len(t.Runs)-1])}}
+			"from " + longTime(t.site[t.Runs[0]]), "to " + longTime(t.site[t.Runs[len(t.Runs)-1]])}}
 	if len(t.Single) > 0 {
 		sort.Strings(t.Single)
 		v.Single = "Ran in one run only, so no trend yet: " + strings.Join(t.Single, ", ") + "."
 	}
-	href := func(r *siteRun) string { return "../" + runHref(r) }
 	for ci, ct := range t.Cells {
 		cv := trendCellView{Name: ct.Name, Anchor: cellAnchor(ct.Name)}
 		for _, m := range trendMetrics {
-			c, err := trendChart(ct, m, fmt.Sprintf("trend-%d-%s", ci, m.ID), href)
+			c, err := trendChart(ct, m, fmt.Sprintf("trend-%d-%s", ci, m.ID), t.site)
 			if err != nil {
 				return nil, err
 			}
 			cv.Charts = append(cv.Charts, c)
 		}
-		cv.Series = seriesViews(ct)
+		cv.Series = seriesViews(ct, t.site)
 		for _, p := range ct.Points {
 			l := &p.Cell.Latency
-			cv.Points = append(cv.Points, trendPointView{RunID: p.Run.ID, Href: href(p.Run), Date: longTime(p.Run),
-				Commit: shortCommit(p.Run.Run.Env.GitCommit), Series: fmt.Sprintf("[%d]", p.Series+1),
-				Rate: FormatRate(p.Cell.Throughput.EventsPerS), E2E: latencyCell(l.E2E, l.E2E.P99), Dedup: latencyCell(l.Dedup, l.Dedup.P99),
-				Share: FormatShare(p.Cell.Contention.LockWaitShare), Verdict: cellVerdict(p.Cell)})
+			r := t.site[p.Run]
+			cv.Points = append(cv.Points, trendPointView{RunID: r.ID, Href: "../" + runHref(r), Date: longTime(r),
+				Commit: shortCommit(p.Run.Env.GitCommit), Series: fmt.Sprintf("[%d]", p.Series+1),
+				Rate: results.FormatRate(p.Cell.Throughput.EventsPerS), E2E: latencyCell(l.E2E, l.E2E.P99), Dedup: latencyCell(l.Dedup, l.Dedup.P99),
+				Share: results.FormatShare(p.Cell.Contention.LockWaitShare), Verdict: cellVerdict(p.Cell)})
 		}
 		v.Cells = append(v.Cells, cv)
 	}
 	return v, nil
 }
 
-func seriesViews(ct *cellTrend) []trendSeriesView {
+func seriesViews(ct *results.CellTrend, site map[*results.Run]*siteRun) []trendSeriesView {
 	out := make([]trendSeriesView, len(ct.Series))
 	for i, s := range ct.Series {
 		out[i] = trendSeriesView{Label: fmt.Sprintf("[%d]", i+1), Reason: s.Reason, Count: s.Count,
-			Workload: short(s.Workload), Class: s.Class.describe(), Changes: s.Changes}
+			Workload: results.ShortHash(s.Workload), Class: s.Class.Describe(), Changes: s.Changes}
 		if i == 0 {
 			out[i].Reason = "first runs"
 		}
@@ -332,9 +323,57 @@ func seriesViews(ct *cellTrend) []trendSeriesView {
 	for _, p := range ct.Points {
 		sv := &out[p.Series]
 		if sv.From == "" {
-			sv.From = longTime(p.Run)
+			sv.From = longTime(site[p.Run])
 		}
-		sv.To = longTime(p.Run)
+		sv.To = longTime(site[p.Run])
 	}
 	return out
+}
+
+// trendPage is a trend (results.Trends) as the site shows it: a page of
+// its own, whose points link to the runs' pages.
+type trendPage struct {
+	*results.Trend
+	Slug string
+	site map[*results.Run]*siteRun // the site's run of each point
+}
+
+// Path is the page's path inside the site.
+func (t *trendPage) Path() string { return "trends/" + t.Slug + ".html" }
+
+// buildTrends follows the benchmark runs' cells over time, one page per
+// workload name.
+func buildTrends(runs []*siteRun) []*trendPage {
+	site := map[*results.Run]*siteRun{}
+	var oldest []*results.Run
+	for i := len(runs) - 1; i >= 0; i-- { // runs are newest first
+		if r := runs[i]; r.Run != nil {
+			site[r.Run] = r
+			oldest = append(oldest, r.Run)
+		}
+	}
+	var out []*trendPage
+	slugs := map[string]int{}
+	for _, t := range results.Trends(oldest) {
+		p := &trendPage{Trend: t, Slug: safeName(t.Workload), site: site}
+		if slugs[p.Slug]++; slugs[p.Slug] > 1 {
+			p.Slug = fmt.Sprintf("%s-%d", p.Slug, slugs[p.Slug])
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// durabilitySettings lists the recorded settings, "component.setting=value".
+func durabilitySettings(d *results.Durability) string {
+	if d == nil {
+		return ""
+	}
+	var out []string
+	for _, comp := range sortedKeys(d.Settings) {
+		for _, k := range sortedKeys(d.Settings[comp]) {
+			out = append(out, comp+"."+k+"="+d.Settings[comp][k])
+		}
+	}
+	return strings.Join(out, ", ")
 }

@@ -1,33 +1,21 @@
-package results
+package render
 
 import (
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // The terminal's writers, beside Markdown and HTML: the summary table
 // `bench run` prints and the matrix `bench conform` prints.
 
-// AnomalyLine is a cell's anomalies as "name=count …", or its error.
-func AnomalyLine(c Cell) string {
-	if c.Error != "" {
-		return "error: " + c.Error
-	}
-	var parts []string
-	for _, n := range sortedKeys(c.Invariants.Anomalies) {
-		if v := c.Invariants.Anomalies[n]; v > 0 {
-			parts = append(parts, fmt.Sprintf("%s=%d", n, v))
-		}
-	}
-	return strings.Join(parts, " ")
-}
-
 // WriteSummary prints broker × strategy → events/s, vs none, what bound
 // the cell, host CPU, e2e p50/p99, dedup p99, lock-wait share and verdict,
 // then each cell's error and anomalies with examples.
-func WriteSummary(w io.Writer, run *Run) error {
+func WriteSummary(w io.Writer, run *results.Run) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "BROKER\tSTRATEGY\tEVENTS/S\tvs none\tBOUND BY\tHOST CPU\tE2E P50\tE2E P99\tDEDUP P99\tLOCK WAIT\tVERDICT\t")
 	for i, c := range run.Cells {
@@ -35,9 +23,9 @@ func WriteSummary(w io.Writer, run *Run) error {
 		if c.Broken {
 			verdict += " (negative control: FAIL expected)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Broker, c.Strategy, FormatRate(c.Throughput.EventsPerS),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Broker, c.Strategy, results.FormatRate(c.Throughput.EventsPerS),
 			run.VsNone(&run.Cells[i]), c.BoundText(), c.HostCPUText(), dashMicros(c.Latency.E2E.P50), dashMicros(c.Latency.E2E.P99),
-			dashMicros(c.Latency.Dedup.P99), FormatShare(c.Contention.LockWaitShare), verdict)
+			dashMicros(c.Latency.Dedup.P99), results.FormatShare(c.Contention.LockWaitShare), verdict)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -58,7 +46,7 @@ func WriteSummary(w io.Writer, run *Run) error {
 			fmt.Fprintf(w, "\n%s/%s: %s\n", c.Broker, c.Strategy, c.Error)
 		}
 		for _, f := range c.Failures {
-			fmt.Fprintf(w, "%s/%s: %s\n", c.Broker, c.Strategy, FailureLine(f))
+			fmt.Fprintf(w, "%s/%s: %s\n", c.Broker, c.Strategy, results.FailureLine(f))
 		}
 		for _, n := range sortedKeys(c.Invariants.Anomalies) {
 			if k := c.Invariants.Anomalies[n]; k > 0 {
@@ -73,12 +61,12 @@ func dashMicros(v int64) string {
 	if v == 0 {
 		return "-"
 	}
-	return FormatMicros(v)
+	return results.FormatMicros(v)
 }
 
 // WriteMatrix prints scenario × broker × strategy with the expected and
 // actual verdict, and the anomalies or error of each row.
-func WriteMatrix(w io.Writer, rows []ConformRow) error {
+func WriteMatrix(w io.Writer, rows []results.ConformRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nSCENARIO\tBROKER\tSTRATEGY\tEXPECTED\tVERDICT\tANOMALIES / ERROR")
 	for _, r := range rows {
@@ -87,7 +75,7 @@ func WriteMatrix(w io.Writer, rows []ConformRow) error {
 			mark = "  <-- not as expected"
 		}
 		detail := r.Error
-		if r.Verdict == VerdictNA {
+		if r.Verdict == results.VerdictNA {
 			detail = r.Reason
 		}
 		if detail == "" {
@@ -106,18 +94,4 @@ func WriteMatrix(w io.Writer, rows []ConformRow) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\n", r.Scenario, r.Broker, r.Strategy, r.Expected, r.Verdict, detail, mark)
 	}
 	return tw.Flush()
-}
-
-// FailureLine is one kind of failure: what, how often, the first example.
-func FailureLine(f Failure) string {
-	var b strings.Builder
-	b.WriteString(f.Kind)
-	if f.SQLState != "" {
-		fmt.Fprintf(&b, " (SQLSTATE %s)", f.SQLState)
-	}
-	fmt.Fprintf(&b, " × %d, %d dead-lettered, first on %s: %s", f.Count, f.DeadLettered, f.Event, f.Message)
-	if f.Where != "" {
-		b.WriteString(", at " + f.Where)
-	}
-	return b.String()
 }

@@ -1,4 +1,4 @@
-package results
+package render
 
 import (
 	"path/filepath"

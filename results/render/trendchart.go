@@ -1,4 +1,4 @@
-package results
+package render
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/go-analyze/charts"
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // trendMetric is one figure followed over time.
@@ -16,7 +17,7 @@ type trendMetric struct {
 	ID, Title, Axis string
 	// Get returns the cell's value and whether it was measured at all
 	// (no duplicates → no dedup latency; measurement off → no lock share).
-	Get    func(*Cell) (float64, bool)
+	Get    func(*results.Cell) (float64, bool)
 	Format func(float64) string
 	Tick   func(float64) string
 	// Missing explains a chart with no point at all.
@@ -25,32 +26,34 @@ type trendMetric struct {
 
 var trendMetrics = []trendMetric{
 	{ID: "events", Title: "Events per second", Axis: "effects per second",
-		Get: func(c *Cell) (float64, bool) {
+		Get: func(c *results.Cell) (float64, bool) {
 			return c.Throughput.EventsPerS, c.Error == "" && c.Throughput.EventsPerS > 0
 		},
-		Format: FormatRate, Tick: axisNumber, Missing: "No throughput recorded (the cells did not complete)."},
+		Format: results.FormatRate, Tick: axisNumber, Missing: "No throughput recorded (the cells did not complete)."},
 	{ID: "e2e-p99", Title: "End-to-end p99", Axis: "e2e p99",
-		Get:    func(c *Cell) (float64, bool) { return float64(c.Latency.E2E.P99), c.Latency.E2E.Count > 0 },
-		Format: formatMicrosF, Tick: formatMicrosF, Missing: "No end-to-end latency recorded."},
+		Get:    func(c *results.Cell) (float64, bool) { return float64(c.Latency.E2E.P99), c.Latency.E2E.Count > 0 },
+		Format: results.FormatMicrosFloat, Tick: results.FormatMicrosFloat, Missing: "No end-to-end latency recorded."},
 	{ID: "dedup-p99", Title: "Dedup p99", Axis: "dedup p99",
-		Get:    func(c *Cell) (float64, bool) { return float64(c.Latency.Dedup.P99), c.Latency.Dedup.Count > 0 },
-		Format: formatMicrosF, Tick: formatMicrosF, Missing: "No duplicate was delivered in these runs, so there is no dedup latency to plot (the workload injects no duplicates)."},
+		Get:    func(c *results.Cell) (float64, bool) { return float64(c.Latency.Dedup.P99), c.Latency.Dedup.Count > 0 },
+		Format: results.FormatMicrosFloat, Tick: results.FormatMicrosFloat, Missing: "No duplicate was delivered in these runs, so there is no dedup latency to plot (the workload injects no duplicates)."},
 	{ID: "lock-share", Title: "Lock-wait share", Axis: "lock-wait share",
-		Get:    func(c *Cell) (float64, bool) { return 100 * c.Contention.LockWaitShare, c.Contention.Samples > 0 },
-		Format: func(v float64) string { return FormatShare(v / 100) }, Tick: func(v float64) string { return axisNumber(v) + "%" },
+		Get: func(c *results.Cell) (float64, bool) {
+			return 100 * c.Contention.LockWaitShare, c.Contention.Samples > 0
+		},
+		Format: func(v float64) string { return results.FormatShare(v / 100) }, Tick: func(v float64) string { return axisNumber(v) + "%" },
 		Missing: "No lock sampling recorded (measurement was off)."},
 }
 
 // trendChart draws one metric of one cell over its runs: one line per
 // series, each point a link to its run's report.
-func trendChart(ct *cellTrend, m trendMetric, id string, href func(*siteRun) string) (*chart, error) {
+func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*results.Run]*siteRun) (*chart, error) {
 	n := len(ct.Points)
 	values := make([][]float64, len(ct.Series))
 	for s := range values {
 		values[s] = nullPad(nil, n)
 	}
 	links := make([][]pointLink, len(ct.Series))
-	labels := timeLabels(ct.Points)
+	labels := timeLabels(ct.Points, site)
 	drawn := false
 	for i, p := range ct.Points {
 		v, ok := m.Get(p.Cell)
@@ -59,8 +62,9 @@ func trendChart(ct *cellTrend, m trendMetric, id string, href func(*siteRun) str
 		}
 		drawn = true
 		values[p.Series][i] = v
-		links[p.Series] = append(links[p.Series], pointLink{Href: href(p.Run),
-			Title: fmt.Sprintf("%s · %s · %s: %s", p.Run.ID, longTime(p.Run), m.Title, m.Format(v))})
+		r := site[p.Run]
+		links[p.Series] = append(links[p.Series], pointLink{Href: "../" + runHref(r),
+			Title: fmt.Sprintf("%s · %s · %s: %s", r.ID, longTime(r), m.Title, m.Format(v))})
 	}
 	if !drawn {
 		return &chart{ID: id, Title: m.Title, Caption: m.Missing}, nil
@@ -95,7 +99,7 @@ func trendChart(ct *cellTrend, m trendMetric, id string, href func(*siteRun) str
 
 // seriesLabel names a series in a chart legend: the cell when it has one
 // line, "[2] environment changed" when the line was broken.
-func seriesLabel(cell string, i int, s *trendSeries, n int) string {
+func seriesLabel(cell string, i int, s *results.TrendSeries, n int) string {
 	switch {
 	case n == 1:
 		return cell
@@ -108,14 +112,14 @@ func seriesLabel(cell string, i int, s *trendSeries, n int) string {
 // timeLabels are the x axis labels: each run's start day, or its minute
 // or second when that is needed to tell two runs apart (a nightly job
 // reads as days, runs of one afternoon as times).
-func timeLabels(points []trendPoint) []string {
+func timeLabels(points []results.TrendPoint, site map[*results.Run]*siteRun) []string {
 	labels := make([]string, len(points))
 	for _, layout := range []string{"01-02", "01-02 15:04", "01-02 15:04:05"} {
 		seen := map[string]bool{}
 		unique := true
 		for i, p := range points {
-			labels[i] = p.Run.ID
-			if t := p.Run.Started(); !t.IsZero() {
+			labels[i] = site[p.Run].ID
+			if t := p.Run.StartedAt; !t.IsZero() {
 				labels[i] = t.UTC().Format(layout)
 			}
 			unique = unique && !seen[labels[i]]

@@ -1,10 +1,12 @@
-package results
+package render
 
 import (
 	"encoding/csv"
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // CSV exports are for spreadsheets: plain numbers (microseconds, events
@@ -13,7 +15,7 @@ import (
 
 // CellsCSV writes cells.csv: one row per broker × strategy with every
 // summary figure of the run.
-func CellsCSV(w io.Writer, r *Report) error {
+func CellsCSV(w io.Writer, r *results.Report) error {
 	cw := csv.NewWriter(w)
 	header := []string{"run_id", "broker", "strategy", "broken", "expected", "verdict", "error", "duration_s", "events_per_s"}
 	for _, k := range latencyKinds {
@@ -31,7 +33,7 @@ func CellsCSV(w io.Writer, r *Report) error {
 	if r.Run != nil {
 		for i := range r.Run.Cells {
 			c := &r.Run.Cells[i]
-			row := []string{r.Run.RunID, c.Broker, c.Strategy, strconv.FormatBool(c.Broken), c.Expected(), c.Invariants.Verdict, c.Error,
+			row := []string{r.Run.RunID, c.Broker, c.Strategy, strconv.FormatBool(c.Broken), string(c.Expected()), string(c.Invariants.Verdict), c.Error,
 				ff(c.DurationS), ff(c.Throughput.EventsPerS)}
 			for _, k := range latencyKinds {
 				s := k.Get(&c.Latency)
@@ -65,7 +67,7 @@ func CellsCSV(w io.Writer, r *Report) error {
 // Series: "events_per_s" (t_s = end of the second it counts),
 // "lock_waiting:<wait event>" (sampled backends waiting that second) and
 // "blocked" (backends blocked at once).
-func SeriesCSV(w io.Writer, r *Report) error {
+func SeriesCSV(w io.Writer, r *results.Report) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write([]string{"run_id", "broker", "strategy", "series", "t_s", "value"}); err != nil {
 		return err
@@ -110,3 +112,12 @@ func SeriesCSV(w io.Writer, r *Report) error {
 
 func ff(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 func fi(v int64) string   { return strconv.FormatInt(v, 10) }
+
+// anomalyTotal sums a cell's anomaly counts.
+func anomalyTotal(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
