@@ -156,18 +156,20 @@ func (k *Kafka) command(java string, e *Env) *exec.Cmd {
 func (*Kafka) writeConfig(e *Env) error {
 	dir := e.Path("kafka")
 	data := map[string]string{
-		"BrokerAddr":     kafkaBrokerAddr(e),
-		"ControllerAddr": KafkaControllerAddr,
-		"DataDir":        filepath.Join(dir, "data"),
-		"FlushMessages":  "",
+		"BrokerAddr":         kafkaBrokerAddr(e),
+		"ControllerAddr":     KafkaControllerAddr,
+		"DataDir":            filepath.Join(dir, "data"),
+		"DurabilitySettings": "",
 	}
 	if (&Kafka{}).durabilitySettings(startProfile(e, &Kafka{})) != "" {
-		data["FlushMessages"] = "1"
+		data["DurabilitySettings"] = "\n# Durability profile fsync: fsync the log after every append, before the\n" +
+			"# produce response (Kafka's default leaves flushing to the OS and relies\n" +
+			"# on replication, which a single node does not have).\nlog.flush.interval.messages=1"
 	}
 	if err := writeTemplate(filepath.Join(dir, "config", "server.properties"), "kafka-server.properties", data); err != nil {
 		return err
 	}
-	if err := writeTemplate(filepath.Join(dir, "config", "log4j2.xml"), "kafka-log4j2.xml", nil); err != nil {
+	if err := writeTemplate(filepath.Join(dir, "config", "log4j2.xml"), "kafka-log4j2.xml", map[string]string{}); err != nil {
 		return err
 	}
 	return os.MkdirAll(filepath.Join(dir, "logs"), 0o755)

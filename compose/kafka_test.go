@@ -159,7 +159,7 @@ func TestKafkaConfig(t *testing.T) {
 			t.Errorf("server.properties lacks %q:\n%s", w, b)
 		}
 	}
-	pom, err := renderTemplate("pom.xml.tmpl", (&Kafka{}).runtime())
+	pom, err := renderTemplate("pom.xml.tmpl", (&Kafka{}).runtime().pomVars())
 	if err != nil {
 		t.Fatal(err)
 	}

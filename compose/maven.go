@@ -1,7 +1,6 @@
 package compose
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"embed"
@@ -11,7 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"text/template"
+	"regexp"
 	"time"
 )
 
@@ -27,6 +26,15 @@ type mavenDep struct {
 }
 
 func (d mavenDep) String() string { return d.Group + ":" + d.Artifact + ":" + d.Version }
+
+// pomVars fills compose/maven/pom.xml.tmpl.
+func (r mavenRuntime) pomVars() map[string]string {
+	var deps strings.Builder
+	for _, d := range r.Deps {
+		fmt.Fprintf(&deps, "\n    <dependency>\n      <groupId>%s</groupId>\n      <artifactId>%s</artifactId>\n      <version>%s</version>\n    </dependency>", d.Group, d.Artifact, d.Version)
+	}
+	return map[string]string{"Name": r.Name, "Dependencies": deps.String()}
+}
 
 // mavenRuntime describes a classpath fetched from Maven Central into
 // <dir>/lib by `mvn dependency:copy-dependencies` on a generated pom.
@@ -49,26 +57,36 @@ func requireBinary(name, debPackage string) error {
 	return nil
 }
 
-// renderTemplate executes the embedded template maven/<name> with data.
-func renderTemplate(name string, data any) ([]byte, error) {
+// placeholder is {{Name}} in a file of compose/maven.
+var placeholder = regexp.MustCompile(`\{\{([A-Za-z]+)\}\}`)
+
+// renderTemplate fills the placeholders of the embedded file maven/<name>
+// from vars; a placeholder vars lacks is an error. Whatever is
+// conditional or repeated (a profile's extra settings, the pom's
+// dependencies) is built in Go and passed as one value.
+func renderTemplate(name string, vars map[string]string) ([]byte, error) {
 	src, err := mavenFiles.ReadFile("maven/" + name)
 	if err != nil {
 		return nil, err
 	}
-	t, err := template.New(name).Option("missingkey=error").Parse(string(src))
-	if err != nil {
-		return nil, fmt.Errorf("template %s: %w", name, err)
+	var missing []string
+	out := placeholder.ReplaceAllFunc(src, func(m []byte) []byte {
+		key := string(m[2 : len(m)-2])
+		v, ok := vars[key]
+		if !ok {
+			missing = append(missing, key)
+		}
+		return []byte(v)
+	})
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("template %s: no value for %s", name, strings.Join(missing, ", "))
 	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, data); err != nil {
-		return nil, fmt.Errorf("template %s: %w", name, err)
-	}
-	return b.Bytes(), nil
+	return out, nil
 }
 
 // writeTemplate renders maven/<name> into path, creating its directory.
-func writeTemplate(path, name string, data any) error {
-	b, err := renderTemplate(name, data)
+func writeTemplate(path, name string, vars map[string]string) error {
+	b, err := renderTemplate(name, vars)
 	if err != nil {
 		return err
 	}
@@ -82,7 +100,7 @@ func writeTemplate(path, name string, data any) error {
 // same pom is already there. Maven's local repository is <stack>/m2 so the
 // download is shared by the services and survives `stack down`.
 func (r mavenRuntime) install(ctx context.Context, e *Env, dir string) error {
-	pom, err := renderTemplate("pom.xml.tmpl", r)
+	pom, err := renderTemplate("pom.xml.tmpl", r.pomVars())
 	if err != nil {
 		return err
 	}
