@@ -22,7 +22,7 @@ import (
 // plan published through the broker, consumed by the cell's consumers into
 // the inbox, measured, then judged. Its parts each have a file: the
 // publisher (publisher.go), the handler (handler.go), the consumers
-// (consumers.go, workers.go), the mid-stream actions (actions.go) and the
+// (consumers.go, fleetconsumers.go), the mid-stream actions (actions.go) and the
 // waiter (waiter.go); this file wires them.
 type cell struct {
 	o        *Options

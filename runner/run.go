@@ -83,7 +83,7 @@ type Options struct {
 	// Workers, when above zero, runs each cell's consumers as that many
 	// `bench worker` processes started with WorkerCmd (and started again
 	// when one dies) instead of goroutines; RemoteWorkers more are
-	// expected to join from elsewhere (workers.go). Either replaces the
+	// expected to join from elsewhere (fleet.go). Either replaces the
 	// workload's consumer count.
 	Workers, RemoteWorkers int
 	WorkerCmd              []string
@@ -92,7 +92,7 @@ type Options struct {
 	// InboxLayout selects the plain or the time-partitioned inbox.
 	InboxLayout inbox.Layout
 	// Search, when set, finds each cell's maximum sustainable rate instead
-	// of publishing the workload once (rates.go).
+	// of publishing the workload once (ratesearch.go).
 	Search *RateSearch
 	// Backlog publishes each cell's whole stream before its consumers
 	// start: events/s is then the drain rate of a backlog.

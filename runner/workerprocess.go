@@ -21,7 +21,7 @@ import (
 	"github.com/inboxbench/inboxbench/workload"
 )
 
-// The worker's side of worker processes (see workers.go for the protocol).
+// The worker's side of worker processes (see fleet.go for the protocol).
 
 // WorkerOptions configure one `bench worker` process.
 type WorkerOptions struct {

@@ -43,7 +43,7 @@ import (
 // The coordinator (bench run) publishes, sums the workers' reports into
 // the cell's tally, decides when the cell is done, and runs the same
 // checker against the database as for in-process consumers. This file is
-// the coordinator's side; worker.go is the worker's.
+// the coordinator's side; workerprocess.go is the worker's.
 
 const controlDDL = `
 CREATE SCHEMA IF NOT EXISTS inboxbench_runs;
