@@ -213,7 +213,7 @@ func (c *cell) consumers(b brokers.Broker, h *handler, ns *notes) consumers {
 	n := c.o.Spec.Consumers
 	if c.fleet != nil {
 		if !b.Capabilities().InProcess {
-			return &workerConsumers{f: c.fleet, c: c, t: h.t, notes: ns}
+			return &fleetConsumers{f: c.fleet, c: c, t: h.t, notes: ns}
 		}
 		// Its queues live in this process: no other process can consume
 		// them. The same number of consumers run here instead.
