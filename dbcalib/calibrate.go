@@ -340,8 +340,8 @@ func (c *calibration) none(ctx context.Context, spec workload.Spec, st string, e
 		stop = sm.start(ctx)
 	}
 	run, _, err := runner.Run(ctx, runner.Options{Cfg: c.o.Cfg, Spec: &spec, Brokers: []string{"none"}, Strategies: []string{st},
-		RunID: id, NoWrite: true, Measure: true, Audit: mode != inbox.AuditOff, AuditMode: mode, StallTimeout: 30 * time.Second,
-		InboxLayout: c.o.InboxLayout, Progress: progress})
+		RunID: id, Output: runner.Output{NoWrite: true}, Measure: runner.Measure{Latency: true, Audit: mode != inbox.AuditOff, AuditMode: mode},
+		Limits: runner.Limits{Stall: 30 * time.Second}, Inbox: c.o.InboxLayout, Console: runner.Console{Progress: progress}})
 	var cpu *CPU
 	if stop != nil {
 		if cw, cerr := stop(spec.Warmup.D()); cerr == nil {

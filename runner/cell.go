@@ -124,14 +124,14 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		c.durability = brokers.DurabilityOf(dctx, b, c.topic())
 		cancel()
 	}
-	t := newTally(c.o.Measure, c.o.Retry, len(c.plan.Publishes)+len(c.o.Poison))
+	t := newTally(c.o.Measure.Latency, c.o.Limits.Retry, len(c.plan.Publishes)+len(c.o.Stream.Poison))
 	h := newHandler(in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
 	cons := c.consumers(b, h, ns)
 	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
 	if err != nil {
 		return err
 	}
-	if c.o.Measure && c.o.Search == nil { // a rate search checkpoints before each step
+	if c.o.Measure.Latency && c.o.Search == nil { // a rate search checkpoints before each step
 		if allowed, err := inbox.Checkpoint(ctx, pool); err != nil {
 			return err
 		} else if !allowed {
@@ -157,7 +157,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		return s.err
 	}
 	if serr != nil && s.err == nil {
-		c.o.Log.Warn("contention sampler", "err", serr)
+		c.o.Console.Log.Warn("contention sampler", "err", serr)
 	}
 	// Anything still parked gets one last chance to drain (its predecessor
 	// may have committed as the consumers stopped); what remains is stuck.
@@ -165,7 +165,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	// overtook while it waited is decided STALE here.
 	outs, err := inbox.DrainParkedWith(ctx, c.strategy, in, c.consumer)
 	if err != nil {
-		c.o.Log.Warn("final drain", "err", err)
+		c.o.Console.Log.Warn("final drain", "err", err)
 	}
 	t.countAll(outs)
 	if err := audit.finish(ctx); err != nil {
@@ -175,13 +175,13 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	var effects int64
 	if s.judged != nil {
 		inv, effects = s.judged.inv, s.judged.effects
-	} else if inv, effects, err = Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Audit); err != nil {
+	} else if inv, effects, err = Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Measure.Audit); err != nil {
 		return errors.Join(s.err, err)
 	}
 	// The cell's tables are final: autovacuum on them would run during
 	// the next cell.
 	if err := inbox.Retire(ctx, pool, c.id); err != nil {
-		c.o.Log.Warn("retire the cell's schema", "err", err)
+		c.o.Console.Log.Warn("retire the cell's schema", "err", err)
 	}
 	misses, examples := t.dedupMisses()
 	judgeDecisions(&inv, misses, examples)
@@ -227,7 +227,7 @@ func (c *cell) mode() string {
 	switch {
 	case c.o.Search != nil:
 		return "rate-search"
-	case c.o.Backlog:
+	case c.o.Stream.Backlog:
 		return "backlog"
 	case c.o.Spec.PublishRate > 0:
 		return "fixed-rate"
@@ -251,8 +251,8 @@ type streamed struct {
 func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, ns *notes) streamed {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	pub := &publisher{b: b, topic: c.topic(), plan: c.plan, spec: c.o.Spec, poison: c.o.Poison, t: t, notes: ns}
-	if c.o.Backlog {
+	pub := &publisher{b: b, topic: c.topic(), plan: c.plan, spec: c.o.Spec, poison: c.o.Stream.Poison, t: t, notes: ns}
+	if c.o.Stream.Backlog {
 		// The whole stream waits in the broker before any consumer starts:
 		// what follows measures the drain.
 		if err := pub.run(runCtx, time.Now()); err != nil {
@@ -264,10 +264,10 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 		return streamed{err: errors.Join(err, cons.stop(ctx))}
 	}
 	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
-	acts := newActions(c.o.Actions, info, c.o.Spec.Faults.ConsumerRestarts, int64(len(c.plan.Publishes)), pub.total(), cons, t, ns)
-	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second),
+	acts := newActions(c.o.Stream.Actions, info, c.o.Spec.Faults.ConsumerRestarts, int64(len(c.plan.Publishes)), pub.total(), cons, t, ns)
+	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.Limits.Stall, b.Capabilities().RedeliveryDelay+10*time.Second),
 		acts: acts, cons: cons, notes: ns,
-		progress: &progressLine{w: c.o.Progress, tty: c.o.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}
+		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}
 
 	cpu0, cpuOK := hostCPU()
 	s := streamed{started: true, start: time.Now()}
@@ -277,7 +277,7 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	cons.warm(ctx, time.Unix(0, t.warmEnd.Load()))
 	series := sampleSeries(runCtx, t)
 	go acts.watch(runCtx)
-	if !c.o.Backlog {
+	if !c.o.Stream.Backlog {
 		s.err = pub.run(runCtx, s.start)
 	}
 	s.pubEnd = time.Now()
@@ -339,10 +339,10 @@ func openInbox(ctx context.Context, o *Options, schema string, st inbox.Strategy
 // user strategy file's DDL and has the server check its statements, before
 // anything is published.
 func setupSchema(ctx context.Context, pool *pgxpool.Pool, o *Options, schema string, st inbox.Strategy, ns *notes) error {
-	if _, err := inbox.MigrateLayout(ctx, pool, schema, o.InboxLayout); err != nil {
+	if _, err := inbox.MigrateLayout(ctx, pool, schema, o.Inbox); err != nil {
 		return fmt.Errorf("postgres: migrate schema %s: %w", schema, err)
 	}
-	if o.InboxLayout.Partitioned {
+	if o.Inbox.Partitioned {
 		ns.add("inbox partitioned by event time")
 	}
 	if p, ok := st.(inbox.Preparer); ok {

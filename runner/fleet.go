@@ -45,8 +45,8 @@ func startFleet(ctx context.Context, o Options) (*fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	f := &fleet{ctl: ctl, runID: o.RunID, want: o.Workers + o.RemoteWorkers, join: o.JoinTimeout, errs: make(chan error, o.Workers+1),
-		log: func(s string) { fmt.Fprintln(o.Progress, s) }, hbDone: make(chan struct{})}
+	f := &fleet{ctl: ctl, runID: o.RunID, want: o.Workers.Local + o.Workers.Remote, join: o.Workers.JoinTimeout, errs: make(chan error, o.Workers.Local+1),
+		log: func(s string) { fmt.Fprintln(o.Console.Progress, s) }, hbDone: make(chan struct{})}
 	if err := f.register(ctx); err != nil {
 		ctl.Close()
 		return nil, err
@@ -54,11 +54,11 @@ func startFleet(ctx context.Context, o Options) (*fleet, error) {
 	hbCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	f.stopHB = stop
 	go f.heartbeat(hbCtx)
-	if o.RemoteWorkers > 0 {
+	if o.Workers.Remote > 0 {
 		f.log(fmt.Sprintf("run %s waits for %d remote worker(s): start each with `bench worker --run-id %s` (same --pg-url and broker settings)",
-			o.RunID, o.RemoteWorkers, o.RunID))
+			o.RunID, o.Workers.Remote, o.RunID))
 	}
-	for i := range o.Workers {
+	for i := range o.Workers.Local {
 		s := &slot{}
 		f.slots = append(f.slots, s)
 		go f.keep(ctx, o, i, s)
@@ -106,7 +106,7 @@ func (f *fleet) keep(ctx context.Context, o Options, i int, s *slot) {
 	for ctx.Err() == nil {
 		x, err := f.runOnce(o, s)
 		if err != nil {
-			f.errs <- fmt.Errorf("start worker %d (%s): %w", i, strings.Join(o.WorkerCmd, " "), err)
+			f.errs <- fmt.Errorf("start worker %d (%s): %w", i, strings.Join(o.Workers.Cmd, " "), err)
 			return
 		}
 		switch {
@@ -137,8 +137,8 @@ type exit struct {
 // runOnce starts one worker process in slot s and waits for it; the
 // error says it could not start.
 func (f *fleet) runOnce(o Options, s *slot) (exit, error) {
-	args := append(append([]string(nil), o.WorkerCmd[1:]...), "--run-id", f.runID)
-	cmd := exec.Command(o.WorkerCmd[0], args...)
+	args := append(append([]string(nil), o.Workers.Cmd[1:]...), "--run-id", f.runID)
+	cmd := exec.Command(o.Workers.Cmd[0], args...)
 	cmd.Env = append(os.Environ(), o.Cfg.Environ()...)
 	var t tail
 	cmd.Stdout, cmd.Stderr = &t, &t

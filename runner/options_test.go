@@ -24,12 +24,12 @@ func TestOptionsValidate(t *testing.T) {
 		{"no broker", func(o *Options) { o.Brokers = nil }, "no broker"},
 		{"no strategy", func(o *Options) { o.Strategies = nil }, "no strategy"},
 		{"unknown strategy", func(o *Options) { o.Strategies = []string{"txx"} }, `unknown strategy "txx"`},
-		{"negative workers", func(o *Options) { o.Workers = -1 }, "--workers"},
-		{"workers without a command", func(o *Options) { o.Workers = 2 }, "WorkerCmd"},
+		{"negative workers", func(o *Options) { o.Workers.Local = -1 }, "--workers"},
+		{"workers without a command", func(o *Options) { o.Workers.Local = 2 }, "Workers.Cmd"},
 		{"partition interval not whole minutes", func(o *Options) {
-			o.InboxLayout = inbox.Layout{Partitioned: true, Interval: 90 * time.Second}
+			o.Inbox = inbox.Layout{Partitioned: true, Interval: 90 * time.Second}
 		}, "--partition-interval"},
-		{"partitioned with the default interval", func(o *Options) { o.InboxLayout = inbox.Layout{Partitioned: true} }, ""},
+		{"partitioned with the default interval", func(o *Options) { o.Inbox = inbox.Layout{Partitioned: true} }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok()
@@ -44,7 +44,7 @@ func TestOptionsValidate(t *testing.T) {
 		})
 	}
 	o := ok()
-	if err := o.Validate(); err != nil || o.RunID == "" || o.StallTimeout != 30*time.Second || o.Log == nil || o.Progress == nil {
+	if err := o.Validate(); err != nil || o.RunID == "" || o.Limits.Stall != 30*time.Second || o.Console.Log == nil || o.Console.Progress == nil {
 		t.Fatalf("defaults not filled: %+v (%v)", o, err)
 	}
 }

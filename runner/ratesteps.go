@@ -158,7 +158,7 @@ func (j *stepJudge) step(ctx context.Context, c *cell, plan *workload.Plan, clea
 	if err := j.audit.flush(ctx); err != nil {
 		return err
 	}
-	inv, effects, err := Check(ctx, j.pool, c.id, c.consumer, plan, c.o.Audit)
+	inv, effects, err := Check(ctx, j.pool, c.id, c.consumer, plan, c.o.Measure.Audit)
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func (j *stepJudge) step(ctx context.Context, c *cell, plan *workload.Plan, clea
 	if !clear {
 		return nil
 	}
-	if err := inbox.Clear(ctx, j.pool, c.id, j.keepInbox, c.o.Audit); err != nil {
+	if err := inbox.Clear(ctx, j.pool, c.id, j.keepInbox, c.o.Measure.Audit); err != nil {
 		return err
 	}
 	return j.checkpoint(ctx)
@@ -280,9 +280,9 @@ func (e *stepEnv) drain(ctx context.Context, limit time.Duration) (time.Duration
 			last, lastChange = s, time.Now()
 		}
 		switch {
-		case time.Since(lastChange) > e.c.o.StallTimeout:
+		case time.Since(lastChange) > e.c.o.Limits.Stall:
 			return time.Since(start), fmt.Errorf("stalled: no delivery settled for %s while draining a rate step, with %d of %d messages answered",
-				e.c.o.StallTimeout, e.t.handled.Load(), e.t.c.published.Load())
+				e.c.o.Limits.Stall, e.t.handled.Load(), e.t.c.published.Load())
 		case time.Since(start) > limit:
 			return time.Since(start), fmt.Errorf("a rate step's backlog did not drain within %s (%d of %d messages answered): the search stops here",
 				limit.Round(time.Second), e.t.handled.Load(), e.t.c.published.Load())
@@ -301,7 +301,7 @@ func (e *stepEnv) print(st results.RateStep) {
 	if !st.Sustainable {
 		verdict = "NOT sustainable: " + st.Limit
 	}
-	fmt.Fprintf(e.c.o.Progress, "%s/%s: %-6s %s/s: achieved %s/s, backlog %+.0f/s, publish lag %s, e2e p99 %s, lock waits %s, drained in %.1fs: %s\n",
+	fmt.Fprintf(e.c.o.Console.Progress, "%s/%s: %-6s %s/s: achieved %s/s, backlog %+.0f/s, publish lag %s, e2e p99 %s, lock waits %s, drained in %.1fs: %s\n",
 		e.c.broker, e.c.strategy.Name(), st.Phase, results.FormatRate(st.Rate), results.FormatRate(st.Achieved), st.BacklogSlope,
 		time.Duration(st.PublishLagMs*float64(time.Millisecond)).Round(time.Millisecond), fmtMicros(st.E2E.P99),
 		results.FormatShare(st.LockWaitShare), st.DrainS, verdict)

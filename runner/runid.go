@@ -36,8 +36,8 @@ func validRunID(id string) error {
 // leftovers lists what a previous run with o.RunID left: its results
 // directory and its cells' schemas.
 func leftovers(ctx context.Context, o *Options, db inbox.DB) (dir string, schemas []string, err error) {
-	if !o.NoWrite {
-		d := filepath.Join(o.OutDir, o.RunID)
+	if !o.Output.NoWrite {
+		d := filepath.Join(o.Output.Dir, o.RunID)
 		if _, err := os.Stat(d); err == nil {
 			dir = d
 		}
@@ -94,7 +94,7 @@ func claimRunID(ctx context.Context, o *Options, db inbox.DB) error {
 			return fmt.Errorf("--replace: %w", err)
 		}
 	}
-	fmt.Fprintf(o.Progress, "run %s: replaced what an earlier run of this id left (%d schema(s)%s)\n", o.RunID, len(schemas), map[bool]string{true: ", " + dir}[dir != ""])
+	fmt.Fprintf(o.Console.Progress, "run %s: replaced what an earlier run of this id left (%d schema(s)%s)\n", o.RunID, len(schemas), map[bool]string{true: ", " + dir}[dir != ""])
 	return nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/inboxbench/inboxbench/results"
 )
 
-// Worker processes. With Options.Workers or Options.RemoteWorkers, a cell's
+// Worker processes. With Options.Workers (Local or Remote), a cell's
 // consumers are `bench worker` processes instead of goroutines: a crash
 // fault is then a real kill -9 of a real process, and a run can spread its
 // consumers over several machines. There is no cluster protocol of our

@@ -77,10 +77,10 @@ check; negative controls (broken-*) are expected to fail.`,
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			if o.Servers, err = checkServices(c.Context(), cfg, o.Brokers); err != nil {
+			if o.Output.Servers, err = checkServices(c.Context(), cfg, o.Brokers); err != nil {
 				return err
 			}
-			o.Durability = serverDurability(c.Context(), cfg)
+			o.Output.Durability = serverDurability(c.Context(), cfg)
 			if fl.cpuProfile != "" {
 				stop, err := startCPUProfile(fl.cpuProfile)
 				if err != nil {
@@ -159,18 +159,21 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 // here (the workload, strategy files), what they mean is checked by
 // runner.Options.Validate.
 func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
-	o := runner.Options{Cfg: *cfg, OutDir: fl.out, RunID: fl.runID, Replace: fl.replace, Measure: !fl.noMeasure, Audit: !fl.noAudit,
-		Progress: os.Stderr, TTY: term.IsTerminal(int(os.Stderr.Fd())), StallTimeout: fl.stall, JoinTimeout: fl.join,
-		Workers: fl.workers, RemoteWorkers: fl.remoteWorkers, Args: os.Args,
-		Retry:       runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor},
-		InboxLayout: inbox.Layout{Partitioned: fl.partitioned, Interval: fl.partitionInterval}}
+	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace,
+		Output:  runner.Output{Dir: fl.out, Args: os.Args},
+		Measure: runner.Measure{Latency: !fl.noMeasure, Audit: !fl.noAudit},
+		Limits:  runner.Limits{Stall: fl.stall, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},
+		Stream:  runner.Stream{Backlog: fl.backlog},
+		Workers: runner.Workers{Local: fl.workers, Remote: fl.remoteWorkers, JoinTimeout: fl.join},
+		Inbox:   inbox.Layout{Partitioned: fl.partitioned, Interval: fl.partitionInterval},
+		Console: runner.Console{Progress: os.Stderr, TTY: term.IsTerminal(int(os.Stderr.Fd()))}}
 	mode, err := inbox.ParseAuditMode(fl.audit)
 	if err != nil {
 		return o, usagef("--audit: %v", err)
 	}
-	o.AuditMode = mode
+	o.Measure.AuditMode = mode
 	if mode == inbox.AuditOff {
-		o.Audit = false
+		o.Measure.Audit = false
 	}
 	if o.Spec, err = workload.Load(fl.workload); err != nil {
 		return o, usageError{err}
@@ -199,7 +202,7 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 		o.Search = &fl.search
 	}
 	if fl.workers > 0 {
-		if o.WorkerCmd, err = workerCommand(); err != nil {
+		if o.Workers.Cmd, err = workerCommand(); err != nil {
 			return o, err
 		}
 	}
