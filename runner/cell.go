@@ -90,122 +90,184 @@ func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strat
 	return res, c.durability
 }
 
-// run sets the cell up, streams the plan through it, and judges it.
+// run sets the cell up, consumes its stream (or searches its maximum
+// sustainable rate), judges what the database holds and fills res.
 func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	ns := &notes{}
+	su, err := c.setUp(ctx, res, ns)
+	if err != nil {
+		return err
+	}
+	defer su.close(ctx)
+	t := newTally(c.o.Measure.Latency, c.o.Limits.Retry, len(c.plan.Publishes)+len(c.o.Stream.Poison))
+	s := c.consume(ctx, su, t, ns)
+	if !s.started {
+		// Nothing was consumed, nor published: there is nothing to judge.
+		return s.err
+	}
+	inv, effects, err := c.judge(ctx, su, t, s)
+	if err != nil {
+		return errors.Join(s.err, err)
+	}
+	return errors.Join(s.err, c.fillResult(res, t, s, inv, effects, ns))
+}
+
+// setup is what a cell runs on: its inbox schema, its audit log and its
+// broker with the cell's topic.
+type setup struct {
+	pool  *pgxpool.Pool
+	in    *inbox.Inbox
+	audit *cellAudit
+	b     brokers.Broker
+}
+
+// close releases the setup in the reverse order of setUp.
+func (su *setup) close(ctx context.Context) {
+	if su.b != nil {
+		su.b.Close()
+	}
+	if su.audit != nil {
+		su.audit.close(ctx)
+	}
+	su.pool.Close()
+}
+
+// setUp creates the cell's schema (prefilled as the workload says), starts
+// its audit log, and opens the broker and creates the topic; it asks the
+// driver what its confirms mean when the cell should. res records the
+// audit mode and whether the broker is the baseline.
+func (c *cell) setUp(ctx context.Context, res *results.Cell, ns *notes) (*setup, error) {
 	pool, in, err := openInbox(ctx, c.o, c.id, c.strategy, true, ns)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
+	su := &setup{pool: pool, in: in}
+	fail := func(err error) (*setup, error) {
+		su.close(ctx)
+		return nil, err
+	}
 	if err := c.prefill(ctx, pool, ns); err != nil {
-		return err
+		return fail(err)
 	}
-	audit, err := c.startAudit(ctx, pool)
-	if err != nil {
-		return err
+	if su.audit, err = c.startAudit(ctx, pool); err != nil {
+		return fail(err)
 	}
-	defer audit.close(ctx)
-	res.Audit = audit.mode.Describe()
+	res.Audit = su.audit.mode.Describe()
 	b, err := brokers.Open(ctx, c.broker, c.o.Cfg, nil)
 	if err != nil {
-		return fmt.Errorf("%s: %w", c.broker, err)
+		return fail(fmt.Errorf("%s: %w", c.broker, err))
 	}
-	defer b.Close()
+	su.b = b
 	res.Baseline = b.Capabilities().Baseline
 	setupCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = b.Setup(setupCtx, c.topic(), c.o.Spec.Shards)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("%s: set up topic %s: %w", c.broker, c.topic(), err)
+		return fail(fmt.Errorf("%s: set up topic %s: %w", c.broker, c.topic(), err))
 	}
 	if c.askDurability {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c.durability = brokers.DurabilityOf(dctx, b, c.topic())
 		cancel()
 	}
-	t := newTally(c.o.Measure.Latency, c.o.Limits.Retry, len(c.plan.Publishes)+len(c.o.Stream.Poison))
-	h := newHandler(in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
-	cons := c.consumers(b, h, ns)
+	return su, nil
+}
+
+// consume starts the cell's consumers and streams the plan through them,
+// or searches the cell's maximum sustainable rate, with the contention
+// sampler and the workload's inbox retention running beside it.
+func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) streamed {
+	h := newHandler(su.in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
+	cons := c.consumers(su.b, h, ns)
 	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
 	if err != nil {
-		return err
+		return streamed{err: err}
 	}
 	if c.o.Measure.Latency && c.o.Search == nil { // a rate search checkpoints before each step
-		if allowed, err := inbox.Checkpoint(ctx, pool); err != nil {
-			return err
+		if allowed, err := inbox.Checkpoint(ctx, su.pool); err != nil {
+			_, _ = sampler.Stop(ctx)
+			return streamed{err: err}
 		} else if !allowed {
 			ns.add("the cell did not start at a checkpoint: the role may not run CHECKPOINT (GRANT pg_checkpoint TO it), so a checkpoint made due by an earlier cell's WAL may slow this one")
 		}
 	}
-	stopPrune := c.pruneDuring(ctx, pool, ns)
+	stopPrune := c.pruneDuring(ctx, su.pool, ns)
 	var s streamed
-	var rate *results.RateSearch
 	if c.o.Search != nil {
 		keep := c.o.Spec.InboxPrefill > 0
 		if keep {
 			ns.add("the inbox holds prefilled history, so it is kept between the rate search's steps and grows from one to the next")
 		}
-		s, rate = c.search(ctx, b, in, cons, t, sampler, ns, newStepJudge(pool, audit, t.decided, ns, keep))
+		s = c.search(ctx, su.b, su.in, cons, t, sampler, ns, newStepJudge(su.pool, su.audit, t.decided, ns, keep))
 	} else {
-		s = c.stream(ctx, b, in, cons, t, ns)
+		s = c.stream(ctx, su.b, su.in, cons, t, ns)
 	}
 	stopPrune()
-	rep, serr := sampler.Stop(ctx)
-	if !s.started {
-		// Nothing was consumed, nor published: there is nothing to judge.
-		return s.err
-	}
-	if serr != nil && s.err == nil {
+	var serr error
+	s.contention, serr = sampler.Stop(ctx)
+	if serr != nil && s.err == nil && s.started {
 		c.o.Console.Log.Warn("contention sampler", "err", serr)
 	}
+	return s
+}
+
+// judge gives what is still parked a last chance, completes the audit log
+// and checks the database against what was published (or takes the rate
+// search's step-by-step judgement): the invariants and the durable
+// effects.
+func (c *cell) judge(ctx context.Context, su *setup, t *tally, s streamed) (results.Invariants, int64, error) {
 	// Anything still parked gets one last chance to drain (its predecessor
 	// may have committed as the consumers stopped); what remains is stuck.
 	// Its decisions are counted like every other: an event a snapshot
 	// overtook while it waited is decided STALE here.
-	outs, err := inbox.DrainParkedWith(ctx, c.strategy, in, c.consumer)
+	outs, err := inbox.DrainParkedWith(ctx, c.strategy, su.in, c.consumer)
 	if err != nil {
 		c.o.Console.Log.Warn("final drain", "err", err)
 	}
 	t.countAll(outs)
-	if err := audit.finish(ctx); err != nil {
-		return errors.Join(s.err, err)
+	if err := su.audit.finish(ctx); err != nil {
+		return results.Invariants{}, 0, err
 	}
 	var inv results.Invariants
 	var effects int64
 	if s.judged != nil {
 		inv, effects = s.judged.inv, s.judged.effects
-	} else if inv, effects, err = Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Measure.Audit); err != nil {
-		return errors.Join(s.err, err)
+	} else if inv, effects, err = Check(ctx, su.pool, c.id, c.consumer, s.plan, c.o.Measure.Audit); err != nil {
+		return results.Invariants{}, 0, err
 	}
 	// The cell's tables are final: autovacuum on them would run during
 	// the next cell.
-	if err := inbox.Retire(ctx, pool, c.id); err != nil {
+	if err := inbox.Retire(ctx, su.pool, c.id); err != nil {
 		c.o.Console.Log.Warn("retire the cell's schema", "err", err)
 	}
 	misses, examples := t.dedupMisses()
 	judgeDecisions(&inv, misses, examples)
+	return inv, effects, nil
+}
+
+// fillResult fills res with the judgement, the measurements and the
+// notes. Events the cell gave up on make it ERROR, whatever the checker
+// said of the rest: the error names them.
+func (c *cell) fillResult(res *results.Cell, t *tally, s streamed, inv results.Invariants, effects int64, ns *notes) error {
 	res.Invariants = inv
-	fill(res, t, s, rep, c.o.Spec.PublishRate)
+	fill(res, t, s, c.o.Spec.PublishRate)
 	res.Failures = t.failures()
-	res.Mode, res.Rate = c.mode(), rate
-	if rate != nil {
+	res.Mode, res.Rate = c.mode(), s.rate
+	if s.rate != nil {
 		// The headline of a rate search is its maximum sustainable rate,
 		// and what limited it is what bound the cell.
-		res.Throughput.EventsPerS = rate.MSR
-		res.Throughput.Bound = map[string]string{"publish": "publish", "backlog": "consume", "p99": "latency"}[rate.LimitedBy]
+		res.Throughput.EventsPerS = s.rate.MSR
+		res.Throughput.Bound = map[string]string{"publish": "publish", "backlog": "consume", "p99": "latency"}[s.rate.LimitedBy]
 	}
 	res.Notes = append(res.Notes, ns.all()...)
 	// Durable effects are a fact of the database, not of what the
 	// consumers believe they did.
 	res.Counters.Effects = effects
 	if ferr := failureError(res.Failures); ferr != nil {
-		// Events were given up on: whatever the checker says of the rest,
-		// the cell did not run the workload.
 		res.Invariants.Verdict = "ERROR"
-		return errors.Join(s.err, ferr)
+		return ferr
 	}
-	return s.err
+	return nil
 }
 
 // consumers chooses, once, how the cell's consumers run.
@@ -237,9 +299,11 @@ func (c *cell) mode() string {
 
 // streamed is what streaming a cell's plan produced.
 type streamed struct {
-	started       bool           // the consumers started: the stream ran
-	plan          *workload.Plan // what was published: the plan, or less when cut short
-	judged        *stepJudge     // a rate search judged its steps one by one instead
+	started       bool                   // the consumers started: the stream ran
+	plan          *workload.Plan         // what was published: the plan, or less when cut short
+	judged        *stepJudge             // a rate search judged its steps one by one instead
+	rate          *results.RateSearch    // what a rate search found
+	contention    inbox.ContentionReport // the contention sampler's, over the whole stream
 	start, pubEnd time.Time
 	cpuBusy       float64
 	series        []float64
@@ -352,7 +416,8 @@ func setupSchema(ctx context.Context, pool *pgxpool.Pool, o *Options, schema str
 }
 
 // fill copies the measurements into the result cell.
-func fill(res *results.Cell, t *tally, s streamed, rep inbox.ContentionReport, rate float64) {
+func fill(res *results.Cell, t *tally, s streamed, rate float64) {
+	rep := s.contention
 	res.Counters = t.c.snapshot()
 	res.Latency = t.meters.latencies()
 	first, last := t.firstEffect.Load(), t.lastEffect.Load()

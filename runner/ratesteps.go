@@ -30,11 +30,12 @@ type stepEnv struct {
 
 // search runs the cell's rate search: ramp and bisection, then the steps
 // at fixed fractions of the MSR. Each step is judged by j once it
-// drained; the streamed result carries the verdict of them all.
-func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, sampler *inbox.ContentionSampler, ns *notes, j *stepJudge) (streamed, *results.RateSearch) {
+// drained; the streamed result carries the verdict of them all and what
+// the search found.
+func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, sampler *inbox.ContentionSampler, ns *notes, j *stepJudge) streamed {
 	s := streamed{started: true, start: time.Now()}
 	if err := cons.start(ctx); err != nil {
-		return streamed{err: errors.Join(err, cons.stop(ctx))}, nil
+		return streamed{err: errors.Join(err, cons.stop(ctx))}
 	}
 	env := &stepEnv{c: c, b: b, in: in, t: t, sampler: sampler, notes: ns, o: c.o.Search.withDefaults(), judge: j}
 	seriesCtx, stopSeries := context.WithCancel(ctx)
@@ -61,8 +62,8 @@ func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	s.err = errors.Join(s.err, cons.stop(ctx))
 	stopSeries()
 	s.series = <-series
-	s.judged = j
-	return s, rs
+	s.judged, s.rate = j, rs
+	return s
 }
 
 // atRates measures the steps at fixed fractions of the MSR and at the
