@@ -66,7 +66,7 @@ func vendorFor(broker string) (vendor, error) {
 	if v, ok := vendors[broker]; ok {
 		return v, nil
 	}
-	return nil, fmt.Errorf("no vendor perf tool for broker %q: calibrate knows kafka, rabbitmq and rocketmq", broker)
+	return nil, config.Invalid(KeyBrokers, broker, "no vendor perf tool for this broker: calibrate knows kafka, rabbitmq and rocketmq")
 }
 
 // measured turns a tool's output and parse result into a Measurement.
@@ -390,8 +390,14 @@ func (rocketVendor) notes(s results.Shape) []string {
 }
 
 func (kafkaVendor) check(cfg config.Config) error {
-	if cfg.Bool(kafkadriver.SettingTLS) || cfg.Get(kafkadriver.SettingCAFile) != "" || cfg.Get(kafkadriver.SettingSASL) != "" {
-		return fmt.Errorf("kafka: calibrate passes only bootstrap.servers to the vendor tools: TLS and SASL clusters are not supported")
+	for _, s := range []struct {
+		key string
+		set bool
+	}{{kafkadriver.SettingTLS, cfg.Bool(kafkadriver.SettingTLS)}, {kafkadriver.SettingCAFile, cfg.Get(kafkadriver.SettingCAFile) != ""},
+		{kafkadriver.SettingSASL, cfg.Get(kafkadriver.SettingSASL) != ""}} {
+		if s.set {
+			return config.Invalid(s.key, nil, "calibrate passes only bootstrap.servers to Kafka's vendor tools: TLS and SASL clusters are not supported")
+		}
 	}
 	return nil
 }

@@ -41,6 +41,16 @@ var Comparisons = []string{ComparePGBench, ComparePGX, CompareAudit, ComparePref
 // comparisons are measurements with no goal.
 var Goals = map[string]float64{ComparePGBench: 0.95, ComparePGX: 0.95, CompareAudit: 0.97, ComparePrefill: 0, ComparePrune: 0}
 
+// Setting keys: how errors name the options (config.SettingError), each
+// its field path in Options, so that a program can name the setting as
+// its user gives it (cmd/bench maps them to its flags).
+const (
+	KeyStrategies = "dbcalib.strategies"
+	KeyCompare    = "dbcalib.compare"
+	KeyRounds     = "dbcalib.rounds"
+	KeyMeasure    = "dbcalib.measure"
+)
+
 // Options of a calibration.
 type Options struct {
 	Cfg        config.Config
@@ -74,11 +84,11 @@ func (o *Options) Validate() error {
 	case s == nil:
 		return errors.New("no workload")
 	case o.Rounds < 1:
-		return fmt.Errorf("--rounds %d: at least 1", o.Rounds)
+		return config.Invalid(KeyRounds, o.Rounds, "at least 1")
 	case o.Measure < time.Second:
-		return fmt.Errorf("--duration %s: at least 1s", o.Measure)
+		return config.Invalid(KeyMeasure, o.Measure, "at least 1s")
 	case len(o.Strategies) == 0:
-		return errors.New("--strategies: name at least one")
+		return config.Invalid(KeyStrategies, nil, "name at least one")
 	case s.Faults != (workload.Faults{StormConsumers: s.Faults.StormConsumers}) || s.SnapshotRatio != 0:
 		return fmt.Errorf("workload %s has faults or snapshots: a calibration runs fresh increments only (the twins' stream); use workloads/calibrate.yaml or a workload without them", s.Name)
 	case s.Skew.Kind != "uniform":
@@ -90,14 +100,14 @@ func (o *Options) Validate() error {
 	}
 	for _, c := range o.Compare {
 		if _, ok := Goals[c]; !ok {
-			return fmt.Errorf("--compare %q: accepted values are %s", c, strings.Join(Comparisons, ", "))
+			return config.Invalid(KeyCompare, c, "accepted values are %s", strings.Join(Comparisons, ", "))
 		}
 	}
 	switch {
 	case slices.Contains(o.Compare, ComparePrefill) && s.InboxPrefill == 0:
-		return fmt.Errorf("--compare prefill: workload %s sets no inbox_prefill: give a workload that does (e.g. workloads/inbox-10m.yaml)", s.Name)
+		return config.Invalid(KeyCompare, ComparePrefill, "workload %s sets no inbox_prefill: give a workload that does (e.g. workloads/inbox-10m.yaml)", s.Name)
 	case slices.Contains(o.Compare, ComparePrune) && s.InboxPruneEvery == 0:
-		return fmt.Errorf("--compare prune: workload %s sets no inbox_prune_every: give a workload that does (e.g. workloads/inbox-10m.yaml)", s.Name)
+		return config.Invalid(KeyCompare, ComparePrune, "workload %s sets no inbox_prune_every: give a workload that does (e.g. workloads/inbox-10m.yaml)", s.Name)
 	}
 	for _, st := range o.Strategies {
 		if _, err := inbox.Lookup(st); err != nil {
@@ -105,7 +115,7 @@ func (o *Options) Validate() error {
 		}
 		if slices.Contains(o.Compare, ComparePGBench) || slices.Contains(o.Compare, ComparePGX) {
 			if err := o.shape(st).check(); err != nil {
-				return fmt.Errorf("--strategies %s: %w", st, err)
+				return &config.SettingError{Key: KeyStrategies, Value: st, Err: err}
 			}
 		}
 	}

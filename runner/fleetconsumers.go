@@ -50,8 +50,8 @@ func (w *fleetConsumers) start(ctx context.Context) error {
 			go w.follow(fctx)
 			return nil
 		case time.Now().After(deadline):
-			return fmt.Errorf("only %d of %d workers joined cell %s within %s: start them with `bench worker --run-id %s` (same --pg-url and broker settings) or lower --remote-workers",
-				n, w.f.want, w.c.id, w.f.join, w.f.runID)
+			return fmt.Errorf("only %d of %d workers joined cell %s within %s: start them with `bench worker --run-id %s` (same --pg-url and broker settings) or lower %s",
+				n, w.f.want, w.c.id, w.f.join, w.f.runID, KeyWorkersRemote)
 		}
 		select {
 		case err := <-w.f.errs:
@@ -116,7 +116,7 @@ func (w *fleetConsumers) restart(k int) {
 	case w.f.restart(k):
 		w.notes.add(fmt.Sprintf("planned restart %d: worker process %d stopped and started again", k+1, k%len(w.f.slots)))
 	case len(w.f.slots) == 0:
-		w.notes.add("planned consumer restarts need local worker processes (--workers); remote workers were not restarted")
+		w.notes.add("planned consumer restarts need local worker processes (" + KeyWorkersLocal + "); remote workers were not restarted")
 	}
 }
 

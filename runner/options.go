@@ -4,12 +4,34 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
+)
+
+// Setting keys: how errors name the options (config.SettingError), each
+// its field path in Options, so that a program can name the setting as
+// its user gives it (cmd/bench maps them to its flags).
+const (
+	KeyRunID                  = "runner.run-id"
+	KeyReplace                = "runner.replace"
+	KeyAuditMode              = "runner.measure.audit-mode"
+	KeyRetryAttempts          = "runner.limits.retry.attempts"
+	KeyRetryFor               = "runner.limits.retry.for"
+	KeyBacklog                = "runner.stream.backlog"
+	KeyActions                = "runner.stream.actions"
+	KeySearch                 = "runner.search"
+	KeySearchFractions        = "runner.search.fractions"
+	KeySearchRates            = "runner.search.rates"
+	KeySearchMaxBacklogGrowth = "runner.search.max-backlog-growth"
+	KeySearchPrecision        = "runner.search.precision"
+	KeyWorkersLocal           = "runner.workers.local"
+	KeyWorkersRemote          = "runner.workers.remote"
+	KeyPartitionInterval      = "runner.inbox.interval"
 )
 
 // Options of one run: its cells, every broker × strategy of one workload,
@@ -133,12 +155,16 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("runner: no broker: name at least one")
 	case len(o.Strategies)+len(o.Extra) == 0:
 		return fmt.Errorf("runner: no strategy: name at least one, or a strategy file")
-	case o.Workers.Local < 0 || o.Workers.Remote < 0:
-		return fmt.Errorf("--workers and --remote-workers count processes: 0 or more")
-	case o.Limits.Retry.Attempts < 0 || o.Limits.Retry.For < 0:
-		return fmt.Errorf("--retry-attempts and --retry-for bound retries: 0 (the default) or more")
+	case o.Workers.Local < 0:
+		return config.Invalid(KeyWorkersLocal, o.Workers.Local, "counts processes: 0 or more")
+	case o.Workers.Remote < 0:
+		return config.Invalid(KeyWorkersRemote, o.Workers.Remote, "counts processes: 0 or more")
+	case o.Limits.Retry.Attempts < 0:
+		return config.Invalid(KeyRetryAttempts, o.Limits.Retry.Attempts, "bounds retries: 0 (the default) or more")
+	case o.Limits.Retry.For < 0:
+		return config.Invalid(KeyRetryFor, o.Limits.Retry.For, "bounds retries: 0 (the default) or more")
 	case o.Search != nil && (o.Workers.any() || len(o.Stream.Actions) > 0 || o.Stream.Backlog):
-		return fmt.Errorf("--find-max-rate runs its steps with in-process consumers and no mid-stream faults: drop --workers, --remote-workers and --backlog")
+		return config.Invalid(KeySearch, nil, "the rate search runs its steps with in-process consumers, no backlog and no mid-stream faults: unset %s", strings.Join(o.unsearchable(), ", "))
 	case o.Workers.Local > 0 && len(o.Workers.Cmd) == 0:
 		return fmt.Errorf("runner: Options.Workers.Local needs Options.Workers.Cmd, the command that starts `bench worker`")
 	}
@@ -149,7 +175,7 @@ func (o *Options) Validate() error {
 	}
 	if o.Inbox.Partitioned && o.Inbox.Interval != 0 {
 		if err := inbox.ValidatePartitionInterval(o.Inbox.Interval); err != nil {
-			return fmt.Errorf("--partition-interval: %w", err)
+			return &config.SettingError{Key: KeyPartitionInterval, Err: err}
 		}
 	}
 	if o.Search != nil {
@@ -159,7 +185,7 @@ func (o *Options) Validate() error {
 	}
 	if o.Measure.AuditMode != "" {
 		if _, err := inbox.ParseAuditMode(string(o.Measure.AuditMode)); err != nil {
-			return fmt.Errorf("--audit: %w", err)
+			return &config.SettingError{Key: KeyAuditMode, Err: err}
 		}
 	}
 	if o.Measure.AuditMode == inbox.AuditOff {
@@ -179,6 +205,21 @@ func (o *Options) Validate() error {
 	}
 	o.Console.quiet()
 	return nil
+}
+
+// unsearchable names the options set that a rate search cannot run with.
+func (o *Options) unsearchable() []string {
+	var keys []string
+	for _, k := range []struct {
+		key string
+		set bool
+	}{{KeyWorkersLocal, o.Workers.Local > 0}, {KeyWorkersRemote, o.Workers.Remote > 0},
+		{KeyBacklog, o.Stream.Backlog}, {KeyActions, len(o.Stream.Actions) > 0}} {
+		if k.set {
+			keys = append(keys, k.key)
+		}
+	}
+	return keys
 }
 
 // quiet discards logs and progress nobody asked for.

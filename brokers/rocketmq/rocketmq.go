@@ -164,7 +164,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		return nil, err
 	}
 	if len(cfg.List(SettingNamesrv)) == 0 {
-		return nil, errors.New("rocketmq: no name server configured (INBOXBENCH_ROCKETMQ_NAMESRV / --rocketmq-namesrv)")
+		return nil, config.Invalid(SettingNamesrv, nil, "no name server configured")
 	}
 	// The client logs routine teardown (and the chatter of goroutines that
 	// outlive Shutdown) at error level; the driver reports real failures
