@@ -29,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
@@ -54,7 +55,7 @@ const (
 
 // Options are a calibration's shape and where it runs.
 type Options struct {
-	Brokers []string // default rabbitmq, kafka, rocketmq
+	Brokers []string // default: every one with a vendor tool (Brokers)
 	Shape   results.Shape
 	// Duration is how long each side publishes; Warmup (< Duration) is
 	// left out of the publish figures. MaxDrain bounds each drain.
@@ -132,7 +133,7 @@ func (r *runner) say(format string, a ...any) {
 // The error is for what stops everything (no Java, bad options).
 func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 	if len(o.Brokers) == 0 {
-		o.Brokers = []string{"rabbitmq", "kafka", "rocketmq"}
+		o.Brokers = Brokers()
 	}
 	if o.Rounds == 0 {
 		o.Rounds = 1
@@ -238,8 +239,14 @@ func (r *runner) vendorSide(ctx context.Context, name string, v vendor, side *re
 	return nil
 }
 
-func serverVersion(ctx context.Context, e *compose.Env, name string) string {
-	svcs, err := compose.Select([]string{name})
+// serverVersion asks the stack service the broker runs as for its
+// version ("" when it cannot say).
+func serverVersion(ctx context.Context, e *compose.Env, broker string) string {
+	service := brokers.InfoOf(broker).Service
+	if service == "" {
+		return ""
+	}
+	svcs, err := compose.Select([]string{service})
 	if err != nil {
 		return ""
 	}

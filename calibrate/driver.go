@@ -11,17 +11,10 @@ import (
 	"github.com/inboxbench/inboxbench/results"
 )
 
-// driverModules are the Go client modules behind each driver.
-var driverModules = map[string]string{
-	"kafka":    "github.com/twmb/franz-go",
-	"rabbitmq": "github.com/rabbitmq/amqp091-go",
-	"rocketmq": "github.com/apache/rocketmq-client-go/v2",
-}
-
-// driverTool names the driver and its client library with the version
-// this binary was built with.
+// driverTool names the driver and its client library (brokers.Info) with
+// the version this binary was built with.
 func driverTool(broker string) string {
-	mod := driverModules[broker]
+	mod := brokers.InfoOf(broker).Module
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			if d.Path == mod {

@@ -59,14 +59,28 @@ type vendor interface {
 	notes(s results.Shape) []string
 }
 
-// vendors are the perf tools by broker driver name.
-var vendors = map[string]vendor{"kafka": kafkaVendor{}, "rabbitmq": rabbitVendor{}, "rocketmq": rocketVendor{}}
+// vendors are the perf tools by the name of the broker driver they are
+// measured against: what can be calibrated. A driver without one is not.
+var vendors = map[string]vendor{kafkadriver.Name: kafkaVendor{}, rabbitdriver.Name: rabbitVendor{}, rocketdriver.Name: rocketVendor{}}
+
+// Brokers lists the brokers calibrate has a vendor perf tool for, sorted:
+// the ones it calibrates unless told otherwise.
+func Brokers() []string { return slices.Sorted(maps.Keys(vendors)) }
+
+// Tool describes the vendor perf tool calibrate runs against broker's
+// driver ("" when it has none).
+func Tool(broker string) string {
+	if v, ok := vendors[broker]; ok {
+		return v.tool()
+	}
+	return ""
+}
 
 func vendorFor(broker string) (vendor, error) {
 	if v, ok := vendors[broker]; ok {
 		return v, nil
 	}
-	return nil, config.Invalid(KeyBrokers, broker, "no vendor perf tool for this broker: calibrate knows kafka, rabbitmq and rocketmq")
+	return nil, config.Invalid(KeyBrokers, broker, "no vendor perf tool for this broker: calibrate knows %s", strings.Join(Brokers(), ", "))
 }
 
 // measured turns a tool's output and parse result into a Measurement.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/runner"
@@ -213,7 +214,11 @@ func terminate(ctx context.Context, e *Env, c runner.CellInfo) (int, error) {
 
 func restartBroker(e *Env) func(ctx context.Context, c runner.CellInfo) error {
 	return func(ctx context.Context, c runner.CellInfo) error {
-		svcs, err := compose.Select([]string{c.Broker})
+		service := brokers.InfoOf(c.Broker).Service
+		if service == "" {
+			return fmt.Errorf("%s runs as no stack service: nothing to restart", c.Broker)
+		}
+		svcs, err := compose.Select([]string{service})
 		if err != nil {
 			return err
 		}

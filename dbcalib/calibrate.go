@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	_ "github.com/inboxbench/inboxbench/brokers/none" // the baseline driver every calibration cell runs on
+	"github.com/inboxbench/inboxbench/brokers/none" // the baseline driver every calibration cell runs on
 
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
@@ -116,7 +116,7 @@ func (c *calibration) record(s Sample) {
 	}
 	c.rep.Samples = append(c.rep.Samples, s)
 	ref := map[string]string{ComparePGBench: "pgbench", ComparePGX: "pgx loop", CompareAudit: "no audit", ComparePrefill: "empty", ComparePrune: "no prune"}[cmp]
-	sub := map[string]string{ComparePGBench: "none", ComparePGX: "none", CompareAudit: "audit", ComparePrefill: "prefilled", ComparePrune: "prune"}[cmp]
+	sub := map[string]string{ComparePGBench: none.Name, ComparePGX: none.Name, CompareAudit: "audit", ComparePrefill: "prefilled", ComparePrune: "prune"}[cmp]
 	fmt.Fprintf(c.o.Progress, "round %d  %-6s %-8s %s %s events/s, %s %s events/s: ratio %.3f (audit %s, host CPU %.0f%%)\n",
 		round, st, cmp, sub, results.FormatRate(s.Subject), ref, results.FormatRate(s.Reference), s.Ratio, s.Audit, 100*s.HostCPUBusy)
 	if s.SubjectP99 > 0 && s.ReferenceP99 > 0 {
@@ -339,7 +339,7 @@ func (c *calibration) none(ctx context.Context, spec workload.Spec, st string, e
 		sm := &sampler{pool: c.pool, client: selfCPU, side: c.cellSide(id)}
 		stop = sm.start(ctx)
 	}
-	run, _, err := runner.Run(ctx, runner.Options{Cfg: c.o.Cfg, Spec: &spec, Brokers: []string{"none"}, Strategies: []string{st},
+	run, _, err := runner.Run(ctx, runner.Options{Cfg: c.o.Cfg, Spec: &spec, Brokers: []string{none.Name}, Strategies: []string{st},
 		RunID: id, Output: runner.Output{NoWrite: true}, Measure: runner.Measure{Latency: true, Audit: mode != inbox.AuditOff, AuditMode: mode},
 		Limits: runner.Limits{Stall: 30 * time.Second}, Inbox: c.o.InboxLayout, Console: runner.Console{Progress: progress}})
 	var cpu *CPU

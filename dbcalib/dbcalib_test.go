@@ -143,7 +143,7 @@ func TestTwinsRunAsTheStrategies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close) // after the schemas are dropped: cleanups run last first
-	for _, st := range Twins {
+	for _, st := range Twins() {
 		for _, ref := range []string{ComparePGBench, ComparePGX} {
 			s := shape(st, true)
 			s.Schema = "ib_twin_test_" + st + "_" + ref

@@ -94,13 +94,17 @@ var codecs = map[string]kgo.CompressionCodec{
 	"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(),
 }
 
+// clientModule is the client library the driver is built on.
+const clientModule = "github.com/twmb/franz-go"
+
 func init() {
 	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
 		return New(ctx, cfg, opts)
-	})
+	}, brokers.Info{Service: "kafka", Module: clientModule})
+	// The embedded cluster (kfake) lives in this process: no service.
 	brokers.Register(EmbeddedName, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
 		return NewEmbedded(ctx, opts)
-	})
+	}, brokers.Info{Module: clientModule})
 }
 
 // Broker is the Kafka driver.

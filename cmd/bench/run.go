@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -250,20 +251,29 @@ func parseBrokers(list string) ([]string, error) {
 // published, so a stopped broker is a clear error naming it, and returns
 // their versions for the result's env.
 func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[string]string, error) {
-	need := []string{"postgres"}
+	dir, _ := compose.AbsDir(cfg.StackDir)
+	return checkReachable(ctx, &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, append([]string{"postgres"}, brokerServices(bs)...))
+}
+
+// brokerServices are the stack services the brokers run as, each once:
+// what their drivers registered (brokers.Info), none for a broker that
+// lives in this process.
+func brokerServices(bs []string) []string {
+	var out []string
 	for _, b := range bs {
-		switch b {
-		case "rabbitmq", "kafka", "rocketmq":
-			need = append(need, b)
+		if s := brokers.InfoOf(b).Service; s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
 		}
 	}
-	dir, _ := compose.AbsDir(cfg.StackDir)
-	return checkReachable(ctx, &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, need)
+	return out
 }
 
 // checkReachable asks each named service once (20 s at most) and fails
 // naming every one that does not answer; else it returns their versions.
 func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[string]string, error) {
+	if len(names) == 0 {
+		return map[string]string{}, nil // compose.Select would select every service
+	}
 	svcs, err := compose.Select(names)
 	if err != nil {
 		return nil, err
