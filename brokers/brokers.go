@@ -13,9 +13,11 @@
 // if it likes (SubscribeOptions.MaxBatch) — and the driver acknowledges
 // only what the Handler's Verdicts say, only after the Handler returned.
 //
-// Drivers register by name from their init():
+// Drivers register by name from their init(), with what callers must know
+// before opening one (Info: the stack service the broker runs as, the
+// client library):
 //
-//	func init() { brokers.Register("kafka", New) }
+//	func init() { brokers.Register("kafka", New, brokers.Info{Service: "kafka", Module: "github.com/twmb/franz-go"}) }
 //
 // and cmd/bench blank-imports brokers/all, which imports every driver.
 package brokers
@@ -340,15 +342,34 @@ type Options map[string]string
 // connect lazily or with a bounded timeout.
 type Factory func(ctx context.Context, cfg config.Config, opts Options) (Broker, error)
 
+// Info is what a driver says of itself to the registry, for callers that
+// must know it before opening the driver, or without opening it.
+type Info struct {
+	// Service is the local stack's service (package compose, `bench
+	// stack`) the driver's broker runs as: a run checks it is reachable
+	// before publishing, calibrate asks it for its version, broker-restart
+	// restarts it. "" when the driver needs none (its broker lives in the
+	// process, Capabilities.InProcess).
+	Service string
+	// Module is the Go module of the driver's client library, whose
+	// version results record; "" when it has none.
+	Module string
+}
+
+type driver struct {
+	open Factory
+	info Info
+}
+
 var (
 	registryMu sync.RWMutex
-	registry   = map[string]Factory{}
+	registry   = map[string]driver{}
 )
 
 // Register makes a driver available by name. It panics on an empty name, a
 // nil factory or a duplicate name, as database/sql does: those are
 // programming errors found at start-up.
-func Register(name string, f Factory) {
+func Register(name string, f Factory, info Info) {
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	if name == "" || f == nil {
@@ -357,7 +378,15 @@ func Register(name string, f Factory) {
 	if _, dup := registry[name]; dup {
 		panic("brokers: Register called twice for driver " + name)
 	}
-	registry[name] = f
+	registry[name] = driver{open: f, info: info}
+}
+
+// InfoOf returns what the driver registered as name says of itself (the
+// zero Info for an unknown name).
+func InfoOf(name string) Info {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	return registry[name].info
 }
 
 // Names returns the registered driver names, sorted.
@@ -375,12 +404,12 @@ func Names() []string {
 // Open creates a driver instance by name.
 func Open(ctx context.Context, name string, cfg config.Config, opts Options) (Broker, error) {
 	registryMu.RLock()
-	f, ok := registry[name]
+	d, ok := registry[name]
 	registryMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("brokers: unknown broker %q: registered are %v (is brokers/all imported?)", name, Names())
 	}
-	return f(ctx, cfg, opts)
+	return d.open(ctx, cfg, opts)
 }
 
 // FirstError returns the first non-nil error of a Publish result, wrapped

@@ -29,14 +29,33 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
 )
 
+// Setting keys: how errors name the options (config.SettingError), each
+// its field path in Options, so that a program can name the setting as
+// its user gives it (cmd/bench maps them to its flags).
+const (
+	KeyBrokers     = "calibrate.brokers"
+	KeyMessageSize = "calibrate.shape.message-size"
+	KeyShards      = "calibrate.shape.shards"
+	KeyProducers   = "calibrate.shape.producers"
+	KeyConsumers   = "calibrate.shape.consumers"
+	KeyBatch       = "calibrate.shape.batch"
+	KeyPrefetch    = "calibrate.shape.prefetch"
+	KeyMaxBatch    = "calibrate.shape.max-batch"
+	KeyDuration    = "calibrate.duration"
+	KeyWarmup      = "calibrate.warmup"
+	KeyRounds      = "calibrate.rounds"
+	KeyMaxDrain    = "calibrate.max-drain"
+)
+
 // Options are a calibration's shape and where it runs.
 type Options struct {
-	Brokers []string // default rabbitmq, kafka, rocketmq
+	Brokers []string // default: every one with a vendor tool (Brokers)
 	Shape   results.Shape
 	// Duration is how long each side publishes; Warmup (< Duration) is
 	// left out of the publish figures. MaxDrain bounds each drain.
@@ -61,22 +80,29 @@ func DefaultShape() results.Shape {
 // connecting, the last report).
 const toolSlack = 45 * time.Second
 
-// Validate checks the options, naming the flag to fix.
+// Validate checks the options; its errors name the option by its key.
 func (o *Options) Validate() error {
 	s := o.Shape
+	if s.MessageSize < 300 {
+		return config.Invalid(KeyMessageSize, s.MessageSize, "the driver's envelope alone is ~250 bytes; use 300 or more")
+	}
+	for _, c := range []struct {
+		key string
+		n   int
+	}{{KeyShards, s.Shards}, {KeyProducers, s.Producers}, {KeyConsumers, s.Consumers}, {KeyBatch, s.Batch}, {KeyPrefetch, s.Prefetch}, {KeyMaxBatch, s.MaxBatch}} {
+		if c.n < 1 {
+			return config.Invalid(c.key, c.n, "must be 1 or more")
+		}
+	}
 	switch {
-	case s.MessageSize < 300:
-		return fmt.Errorf("--size %d: the driver's envelope alone is ~250 bytes; use 300 or more", s.MessageSize)
-	case s.Shards < 1 || s.Producers < 1 || s.Consumers < 1 || s.Batch < 1 || s.Prefetch < 1 || s.MaxBatch < 1:
-		return fmt.Errorf("--shards, --producers, --consumers, --batch, --prefetch and --max-batch must be 1 or more")
 	case o.Duration < time.Second:
-		return fmt.Errorf("--duration %s: at least 1s", o.Duration)
+		return config.Invalid(KeyDuration, o.Duration, "at least 1s")
 	case o.Warmup < 0 || o.Warmup >= o.Duration:
-		return fmt.Errorf("--warmup %s must be shorter than --duration %s", o.Warmup, o.Duration)
+		return config.Invalid(KeyWarmup, o.Warmup, "must be shorter than %s %s", KeyDuration, o.Duration)
 	case o.Rounds < 1:
-		return fmt.Errorf("--rounds %d: at least 1", o.Rounds)
+		return config.Invalid(KeyRounds, o.Rounds, "at least 1")
 	case o.MaxDrain < time.Second:
-		return fmt.Errorf("--max-drain %s: at least 1s", o.MaxDrain)
+		return config.Invalid(KeyMaxDrain, o.MaxDrain, "at least 1s")
 	}
 	for _, b := range o.Brokers {
 		v, err := vendorFor(b)
@@ -107,7 +133,7 @@ func (r *runner) say(format string, a ...any) {
 // The error is for what stops everything (no Java, bad options).
 func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 	if len(o.Brokers) == 0 {
-		o.Brokers = []string{"rabbitmq", "kafka", "rocketmq"}
+		o.Brokers = Brokers()
 	}
 	if o.Rounds == 0 {
 		o.Rounds = 1
@@ -213,8 +239,14 @@ func (r *runner) vendorSide(ctx context.Context, name string, v vendor, side *re
 	return nil
 }
 
-func serverVersion(ctx context.Context, e *compose.Env, name string) string {
-	svcs, err := compose.Select([]string{name})
+// serverVersion asks the stack service the broker runs as for its
+// version ("" when it cannot say).
+func serverVersion(ctx context.Context, e *compose.Env, broker string) string {
+	service := brokers.InfoOf(broker).Service
+	if service == "" {
+		return ""
+	}
+	svcs, err := compose.Select([]string{service})
 	if err != nil {
 		return ""
 	}

@@ -11,17 +11,10 @@ import (
 	"github.com/inboxbench/inboxbench/results"
 )
 
-// driverModules are the Go client modules behind each driver.
-var driverModules = map[string]string{
-	"kafka":    "github.com/twmb/franz-go",
-	"rabbitmq": "github.com/rabbitmq/amqp091-go",
-	"rocketmq": "github.com/apache/rocketmq-client-go/v2",
-}
-
-// driverTool names the driver and its client library with the version
-// this binary was built with.
+// driverTool names the driver and its client library (brokers.Info) with
+// the version this binary was built with.
 func driverTool(broker string) string {
-	mod := driverModules[broker]
+	mod := brokers.InfoOf(broker).Module
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			if d.Path == mod {
@@ -115,7 +108,7 @@ func (r *runner) driverSide(ctx context.Context, name string, side *results.Side
 	side.Consume = results.Measurement{MsgsPerS: res.Rate(), Messages: res.Messages, Series: perSecond(res.Series),
 		Method: fmt.Sprintf("deliveries from the first to the last over that time (subscription start-up of %s left out)", res.Startup.Round(time.Millisecond))}
 	if werr != nil {
-		side.Consume.Method += fmt.Sprintf("; the drain was cut at --max-drain %s, so the figure covers what arrived", r.MaxDrain)
+		side.Consume.Method += fmt.Sprintf("; the drain was cut at its limit of %s, so the figure covers what arrived", r.MaxDrain)
 		if res.Messages == 0 {
 			side.Consume.Error = werr.Error()
 			return fmt.Errorf("driver consume: %w", werr)
@@ -137,7 +130,7 @@ func perSecond(s *brokerbench.Series) []float64 {
 func shapeNotes(v vendor, s results.Shape) []string {
 	acks := "acks one by one"
 	if s.MaxBatch > 1 {
-		acks = fmt.Sprintf("handler batches of up to %d deliveries (--max-batch: the vendor consumers take one at a time)", s.MaxBatch)
+		acks = fmt.Sprintf("handler batches of up to %d deliveries (the vendor consumers take one at a time)", s.MaxBatch)
 	}
 	common := fmt.Sprintf("driver: %d publishers, each sends %d messages with keys and waits for all their confirms before the next call; one subscription, a goroutine or channel per shard, %s", s.Producers, s.Batch, acks)
 	return append([]string{common}, v.notes(s)...)

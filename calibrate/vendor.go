@@ -59,14 +59,28 @@ type vendor interface {
 	notes(s results.Shape) []string
 }
 
-// vendors are the perf tools by broker driver name.
-var vendors = map[string]vendor{"kafka": kafkaVendor{}, "rabbitmq": rabbitVendor{}, "rocketmq": rocketVendor{}}
+// vendors are the perf tools by the name of the broker driver they are
+// measured against: what can be calibrated. A driver without one is not.
+var vendors = map[string]vendor{kafkadriver.Name: kafkaVendor{}, rabbitdriver.Name: rabbitVendor{}, rocketdriver.Name: rocketVendor{}}
+
+// Brokers lists the brokers calibrate has a vendor perf tool for, sorted:
+// the ones it calibrates unless told otherwise.
+func Brokers() []string { return slices.Sorted(maps.Keys(vendors)) }
+
+// Tool describes the vendor perf tool calibrate runs against broker's
+// driver ("" when it has none).
+func Tool(broker string) string {
+	if v, ok := vendors[broker]; ok {
+		return v.tool()
+	}
+	return ""
+}
 
 func vendorFor(broker string) (vendor, error) {
 	if v, ok := vendors[broker]; ok {
 		return v, nil
 	}
-	return nil, fmt.Errorf("no vendor perf tool for broker %q: calibrate knows kafka, rabbitmq and rocketmq", broker)
+	return nil, config.Invalid(KeyBrokers, broker, "no vendor perf tool for this broker: calibrate knows %s", strings.Join(Brokers(), ", "))
 }
 
 // measured turns a tool's output and parse result into a Measurement.
@@ -390,8 +404,14 @@ func (rocketVendor) notes(s results.Shape) []string {
 }
 
 func (kafkaVendor) check(cfg config.Config) error {
-	if cfg.Bool(kafkadriver.SettingTLS) || cfg.Get(kafkadriver.SettingCAFile) != "" || cfg.Get(kafkadriver.SettingSASL) != "" {
-		return fmt.Errorf("kafka: calibrate passes only bootstrap.servers to the vendor tools: TLS and SASL clusters are not supported")
+	for _, s := range []struct {
+		key string
+		set bool
+	}{{kafkadriver.SettingTLS, cfg.Bool(kafkadriver.SettingTLS)}, {kafkadriver.SettingCAFile, cfg.Get(kafkadriver.SettingCAFile) != ""},
+		{kafkadriver.SettingSASL, cfg.Get(kafkadriver.SettingSASL) != ""}} {
+		if s.set {
+			return config.Invalid(s.key, nil, "calibrate passes only bootstrap.servers to Kafka's vendor tools: TLS and SASL clusters are not supported")
+		}
 	}
 	return nil
 }

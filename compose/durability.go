@@ -37,6 +37,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
 )
 
@@ -50,8 +51,11 @@ const (
 // DurabilityProfiles lists the profiles, default first.
 var DurabilityProfiles = []string{DurabilityStock, DurabilityFsync, DurabilityOS}
 
-// CheckDurability returns a usage error for an unknown profile name; ""
-// (keep what each service runs with) is accepted.
+// KeyDurability names Env.Durability in errors (config.SettingError).
+const KeyDurability = "compose.durability"
+
+// CheckDurability refuses an unknown profile name; "" (keep what each
+// service runs with) is accepted.
 func CheckDurability(p string) error {
 	if p == "" {
 		return nil
@@ -61,7 +65,7 @@ func CheckDurability(p string) error {
 			return nil
 		}
 	}
-	return usageErrorf("--durability %q: choose one of %s", p, strings.Join(DurabilityProfiles, ", "))
+	return config.Invalid(KeyDurability, p, "choose one of %s", strings.Join(DurabilityProfiles, ", "))
 }
 
 // durabilityAware is implemented by services whose configuration depends

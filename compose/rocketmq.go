@@ -56,6 +56,7 @@ import (
 	"time"
 
 	rocketmqbroker "github.com/inboxbench/inboxbench/brokers/rocketmq"
+	"github.com/inboxbench/inboxbench/config"
 )
 
 const (
@@ -286,7 +287,7 @@ func (r *RocketMQ) Start(ctx context.Context, e *Env) error {
 // comes from the broker's runtime info, else the installed Maven version.
 func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if len(e.Cfg.List(rocketmqbroker.SettingNamesrv)) == 0 {
-		return "", errors.New("no RocketMQ name server configured (INBOXBENCH_ROCKETMQ_NAMESRV / --rocketmq-namesrv)")
+		return "", config.Invalid(rocketmqbroker.SettingNamesrv, nil, "no name server configured")
 	}
 	var errs []error
 	for _, ns := range e.Cfg.List(rocketmqbroker.SettingNamesrv) {

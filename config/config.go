@@ -261,7 +261,7 @@ func (v *flagValue) Type() string {
 }
 
 // Validate checks values that can be checked without a network; the error
-// names the variable and flag.
+// is a *SettingError naming the setting's key.
 func (c *Config) Validate() error {
 	for _, s := range Settings() {
 		v := c.Get(s.Key)
@@ -277,7 +277,7 @@ func (c *Config) Validate() error {
 			if s.Secret {
 				shown = "***"
 			}
-			return fmt.Errorf("%s %q: %v (%s / --%s)", s.Usage, shown, err, s.Env, s.Flag)
+			return &SettingError{Key: s.Key, Value: shown, Err: fmt.Errorf("%v (%s)", err, s.Usage)}
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -43,7 +44,7 @@ func TestWithDoesNotAlias(t *testing.T) {
 }
 
 // TestFlagsAndEnv: flags override the environment, bool flags work bare,
-// and a bad boolean names its variable.
+// and a bad boolean is a SettingError naming its key.
 func TestFlagsAndEnv(t *testing.T) {
 	t.Setenv("INBOXBENCH_TEST_SEEDS", "env:1")
 	c, err := FromEnv()
@@ -59,8 +60,9 @@ func TestFlagsAndEnv(t *testing.T) {
 		t.Fatalf("tls %v seeds %v", c.Bool(testTLS), c.List(testSeeds))
 	}
 	t.Setenv("INBOXBENCH_TEST_TLS", "maybe")
-	if _, err := FromEnv(); err == nil || !strings.Contains(err.Error(), "INBOXBENCH_TEST_TLS") {
-		t.Fatalf("want an error naming the variable, got %v", err)
+	var se *SettingError
+	if _, err := FromEnv(); !errors.As(err, &se) || se.Key != testTLS || !strings.Contains(err.Error(), `test.tls "maybe"`) {
+		t.Fatalf("want a setting error naming the key, got %v", err)
 	}
 }
 

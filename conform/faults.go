@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
@@ -38,7 +39,7 @@ func init() {
 				return fail(errors.New("consumer-crash needs the bench program to start workers with (conform.Env.WorkerCmd)"))
 			}
 			out := runStream(ctx, e, "consumer-crash", broker, st, "crash_after_commit: 0.015", func(o *runner.Options, e *Env) {
-				o.Workers, o.WorkerCmd = 2, e.WorkerCmd
+				o.Workers = runner.Workers{Local: 2, Cmd: e.WorkerCmd}
 				o.Spec.Consumers = 2
 			})
 			if out.Err == nil && out.crashes == 0 && !st.Broken() {
@@ -78,9 +79,9 @@ func init() {
 				o.Spec.PublishRate = 200 // a live stream while the connections die
 				kill := runner.Action{Name: "pg_terminate_backend on consumer connections", Do: killConnections(e, &killed)}
 				kill.At = 0.3
-				o.Actions = append(o.Actions, kill)
+				o.Stream.Actions = append(o.Stream.Actions, kill)
 				kill.At = 0.6
-				o.Actions = append(o.Actions, kill)
+				o.Stream.Actions = append(o.Stream.Actions, kill)
 			})
 			if out.Err == nil && killed.Load() == 0 {
 				return fail(errors.New("no consumer connection was open when the faults fired: the scenario proved nothing"))
@@ -89,14 +90,14 @@ func init() {
 			return out
 		}})
 	register(stream("poison", "malformed payloads among valid events: each is dead-lettered and counted, the stream continues",
-		nil, "", func(o *runner.Options, e *Env) { o.Poison = poisonBodies() }))
+		nil, "", func(o *runner.Options, e *Env) { o.Stream.Poison = poisonBodies() }))
 	register(&Scenario{Name: "broker-restart", Timeout: 6 * time.Minute,
 		Proves: "the broker is stopped and started mid-stream through bench stack: consumers reconnect, nothing lost or doubled",
 		Needs:  outOfProcess,
 		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
 			return runStream(ctx, e, "broker-restart", broker, st, "", func(o *runner.Options, e *Env) {
 				o.Spec.PublishRate = 100 // publishing goes on across the restart
-				o.Actions = append(o.Actions, runner.Action{Name: "restart " + broker, At: 0.3, Do: restartBroker(e)})
+				o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: "restart " + broker, At: 0.3, Do: restartBroker(e)})
 			})
 		}})
 }
@@ -121,8 +122,9 @@ func runStream(ctx context.Context, e *Env, name, broker string, st inbox.Strate
 	if err != nil {
 		return fail(fmt.Errorf("scenario %s: workload: %w", name, err))
 	}
-	o := runner.Options{Cfg: e.Cfg, Spec: spec, Brokers: []string{broker}, RunID: uniqueName(name), Measure: false,
-		Audit: true, StallTimeout: 20 * time.Second, Progress: io.Discard, NoWrite: true}
+	o := runner.Options{Cfg: e.Cfg, Spec: spec, Brokers: []string{broker}, RunID: uniqueName(name),
+		Measure: runner.Measure{Audit: true}, Limits: runner.Limits{Stall: 20 * time.Second}, Console: runner.Console{Progress: io.Discard},
+		Output: runner.Output{NoWrite: true}}
 	if reg, err := inbox.Lookup(st.Name()); err == nil && reg == st {
 		o.Strategies = []string{st.Name()}
 	} else {
@@ -144,9 +146,9 @@ func runStream(ctx context.Context, e *Env, name, broker string, st inbox.Strate
 	if c.Error != "" {
 		out.Notes = append(out.Notes, c.Error)
 	}
-	if len(o.Poison) > 0 && c.Counters.Rejected != int64(len(o.Poison)) {
-		out.Anomalies[PoisonUncounted] += int64(len(o.Poison)) - c.Counters.Rejected
-		out.Examples[PoisonUncounted] = []string{fmt.Sprintf("%d malformed messages sent, %d dead-lettered", len(o.Poison), c.Counters.Rejected)}
+	if len(o.Stream.Poison) > 0 && c.Counters.Rejected != int64(len(o.Stream.Poison)) {
+		out.Anomalies[PoisonUncounted] += int64(len(o.Stream.Poison)) - c.Counters.Rejected
+		out.Examples[PoisonUncounted] = []string{fmt.Sprintf("%d malformed messages sent, %d dead-lettered", len(o.Stream.Poison), c.Counters.Rejected)}
 		out.Verdict = verdict(out.Anomalies)
 	}
 	if strings.Contains(c.Error, "action ") {
@@ -213,7 +215,11 @@ func terminate(ctx context.Context, e *Env, c runner.CellInfo) (int, error) {
 
 func restartBroker(e *Env) func(ctx context.Context, c runner.CellInfo) error {
 	return func(ctx context.Context, c runner.CellInfo) error {
-		svcs, err := compose.Select([]string{c.Broker})
+		service := brokers.InfoOf(c.Broker).Service
+		if service == "" {
+			return fmt.Errorf("%s runs as no stack service: nothing to restart", c.Broker)
+		}
+		svcs, err := compose.Select([]string{service})
 		if err != nil {
 			return err
 		}

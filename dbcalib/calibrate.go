@@ -6,187 +6,18 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	_ "github.com/inboxbench/inboxbench/brokers/none" // the baseline driver every calibration cell runs on
+	"github.com/inboxbench/inboxbench/brokers/none" // the baseline driver every calibration cell runs on
 
-	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/runner"
 	"github.com/inboxbench/inboxbench/workload"
 )
-
-// Comparisons a calibration can make.
-const (
-	// ComparePGBench: a `bench run --brokers none` cell against pgbench
-	// running the strategy's twin (goal: none ≥ 95% of pgbench).
-	ComparePGBench = "pgbench"
-	// ComparePGX: the same none cell against the twin's statements sent
-	// by a bare pgx loop in this process (pgxloop.go): the harness's own
-	// cost over its database driver (goal: none ≥ 95% of the loop).
-	ComparePGX = "pgx"
-	// CompareAudit: the same none cell with the audit log and without
-	// (goal: audited ≥ 97% of unaudited).
-	CompareAudit = "audit"
-	// ComparePrefill: the none cell with the workload's inbox_prefill
-	// against the same cell on an empty inbox (no goal: what a big inbox
-	// costs).
-	ComparePrefill = "prefill"
-	// ComparePrune: the prefilled cell with the workload's retention
-	// running beside it (inbox_prune_every) against without (no goal).
-	ComparePrune = "prune"
-)
-
-// Comparisons lists every comparison, in the order a round runs them.
-var Comparisons = []string{ComparePGBench, ComparePGX, CompareAudit, ComparePrefill, ComparePrune}
-
-// Goals are the ratios each comparison must reach; the inbox-size
-// comparisons are measurements with no goal.
-var Goals = map[string]float64{ComparePGBench: 0.95, ComparePGX: 0.95, CompareAudit: 0.97, ComparePrefill: 0, ComparePrune: 0}
-
-// Options of a calibration.
-type Options struct {
-	Cfg        config.Config
-	Spec       *workload.Spec
-	Strategies []string
-	Compare    []string
-	// Rounds repeats every measurement, interleaved: on a shared machine
-	// only ratios measured side by side mean anything.
-	Rounds int
-	// Measure is the measured time of each pgbench run and none cell,
-	// after the workload's warm-up (none cells are sized to last about
-	// that long from a short pilot cell).
-	Measure time.Duration
-	// Audit is the audit of both sides of the pgbench comparison (off:
-	// neither side has one; auto resolves as bench run does).
-	Audit inbox.AuditMode
-	// ABMode is the audit the audit comparison measures against none
-	// (zero: auto, what bench run installs by default).
-	ABMode inbox.AuditMode
-	// InboxLayout is the layout of every none cell's inbox.
-	InboxLayout inbox.Layout
-	PGBench     string // the pgbench binary; FindPGBench when empty
-	Progress    io.Writer
-}
-
-// Sample is one side-by-side measurement.
-type Sample struct {
-	Round    int    `json:"round"`
-	Compare  string `json:"compare"`
-	Strategy string `json:"strategy"`
-	// Subject is the measured side (the none cell; the audited cell),
-	// Reference the other (pgbench; the unaudited cell), in events/s.
-	Subject   float64 `json:"subject_events_per_s"`
-	Reference float64 `json:"reference_events_per_s"`
-	Ratio     float64 `json:"ratio"`
-	Audit     string  `json:"audit"`
-	// HostCPUBusy is the host's busy share during the none cell(s).
-	HostCPUBusy float64 `json:"host_cpu_busy"`
-	// SubjectP99 and ReferenceP99 are the none cells' end-to-end p99, and
-	// the Apply ones their inbox transaction's p99, in µs (0 for pgbench).
-	SubjectP99        int64 `json:"subject_e2e_p99_us,omitempty"`
-	ReferenceP99      int64 `json:"reference_e2e_p99_us,omitempty"`
-	SubjectApplyP99   int64 `json:"subject_apply_p99_us,omitempty"`
-	ReferenceApplyP99 int64 `json:"reference_apply_p99_us,omitempty"`
-	// SubjectCPU and ReferenceCPU are each side's CPU per event (cpu.go),
-	// when the server runs on this host; CPURatio is reference over
-	// subject: the throughput ratio a machine with nothing else to do
-	// would show.
-	SubjectCPU   *CPU    `json:"subject_cpu,omitempty"`
-	ReferenceCPU *CPU    `json:"reference_cpu,omitempty"`
-	CPURatio     float64 `json:"cpu_ratio,omitempty"`
-}
-
-// Summary is a comparison's ratio over the rounds.
-type Summary struct {
-	Compare  string  `json:"compare"`
-	Strategy string  `json:"strategy"`
-	Median   float64 `json:"median"`
-	Min      float64 `json:"min"`
-	Max      float64 `json:"max"`
-	Rounds   int     `json:"rounds"`
-	Goal     float64 `json:"goal"`
-	Met      bool    `json:"met"`
-	// CPUMedian, CPUMin and CPUMax are the CPU-per-event ratios (0 when
-	// not sampled).
-	CPUMedian float64 `json:"cpu_median,omitempty"`
-	CPUMin    float64 `json:"cpu_min,omitempty"`
-	CPUMax    float64 `json:"cpu_max,omitempty"`
-}
-
-// SchemaVersion is the shape version of the JSON report (--json),
-// results/schema/calibrate-db.schema.json; bumped on an incompatible change.
-const SchemaVersion = 1
-
-// Report is a calibration's outcome.
-type Report struct {
-	SchemaVersion int            `json:"schema_version"`
-	StartedAt     time.Time      `json:"started_at"`
-	Env           results.Env    `json:"env"`
-	Workload      *workload.Spec `json:"workload"`
-	Events        map[string]int `json:"events"` // events of each strategy's none cells
-	Samples       []Sample       `json:"samples"`
-	Summaries     []Summary      `json:"summaries"`
-	// PGBench is each twin's pgbench command line (the URL left out).
-	PGBench map[string][]string `json:"pgbench,omitempty"`
-	Scripts map[string]string   `json:"scripts,omitempty"`
-}
-
-// Validate checks what a calibration needs before anything runs; its
-// errors name the option or workload field.
-func (o *Options) Validate() error {
-	s := o.Spec
-	switch {
-	case s == nil:
-		return errors.New("no workload")
-	case o.Rounds < 1:
-		return fmt.Errorf("--rounds %d: at least 1", o.Rounds)
-	case o.Measure < time.Second:
-		return fmt.Errorf("--duration %s: at least 1s", o.Measure)
-	case len(o.Strategies) == 0:
-		return errors.New("--strategies: name at least one")
-	case s.Faults != (workload.Faults{StormConsumers: s.Faults.StormConsumers}) || s.SnapshotRatio != 0:
-		return fmt.Errorf("workload %s has faults or snapshots: a calibration runs fresh increments only (the twins' stream); use workloads/calibrate.yaml or a workload without them", s.Name)
-	case s.Skew.Kind != "uniform":
-		return fmt.Errorf("workload %s: key_skew.kind %s: the twins spread events evenly over each consumer's aggregates; use uniform", s.Name, s.Skew.Kind)
-	case s.Shards < s.Consumers:
-		return fmt.Errorf("workload %s: shards %d < consumers %d: some consumers would sit idle while every pgbench client works; use shards >= consumers", s.Name, s.Shards, s.Consumers)
-	case s.PublishRate != 0:
-		return fmt.Errorf("workload %s: publish_rate %v: a calibration measures saturated throughput; set 0", s.Name, s.PublishRate)
-	}
-	for _, c := range o.Compare {
-		if _, ok := Goals[c]; !ok {
-			return fmt.Errorf("--compare %q: accepted values are %s", c, strings.Join(Comparisons, ", "))
-		}
-	}
-	switch {
-	case slices.Contains(o.Compare, ComparePrefill) && s.InboxPrefill == 0:
-		return fmt.Errorf("--compare prefill: workload %s sets no inbox_prefill: give a workload that does (e.g. workloads/inbox-10m.yaml)", s.Name)
-	case slices.Contains(o.Compare, ComparePrune) && s.InboxPruneEvery == 0:
-		return fmt.Errorf("--compare prune: workload %s sets no inbox_prune_every: give a workload that does (e.g. workloads/inbox-10m.yaml)", s.Name)
-	}
-	for _, st := range o.Strategies {
-		if _, err := inbox.Lookup(st); err != nil {
-			return err
-		}
-		if slices.Contains(o.Compare, ComparePGBench) || slices.Contains(o.Compare, ComparePGX) {
-			if err := o.shape(st).check(); err != nil {
-				return fmt.Errorf("--strategies %s: %w", st, err)
-			}
-		}
-	}
-	return nil
-}
-
-func (o *Options) shape(strategy string) Shape {
-	return Shape{Strategy: strategy, Schema: "ib_calibrate_twin_" + strategy, Consumer: "balance-twin",
-		Aggregates: o.Spec.Aggregates, Clients: o.Spec.Consumers, BatchSize: o.Spec.BatchSize, Parking: o.Spec.ParkingOn()}
-}
 
 // calibration is one Run's working state.
 type calibration struct {
@@ -285,7 +116,7 @@ func (c *calibration) record(s Sample) {
 	}
 	c.rep.Samples = append(c.rep.Samples, s)
 	ref := map[string]string{ComparePGBench: "pgbench", ComparePGX: "pgx loop", CompareAudit: "no audit", ComparePrefill: "empty", ComparePrune: "no prune"}[cmp]
-	sub := map[string]string{ComparePGBench: "none", ComparePGX: "none", CompareAudit: "audit", ComparePrefill: "prefilled", ComparePrune: "prune"}[cmp]
+	sub := map[string]string{ComparePGBench: none.Name, ComparePGX: none.Name, CompareAudit: "audit", ComparePrefill: "prefilled", ComparePrune: "prune"}[cmp]
 	fmt.Fprintf(c.o.Progress, "round %d  %-6s %-8s %s %s events/s, %s %s events/s: ratio %.3f (audit %s, host CPU %.0f%%)\n",
 		round, st, cmp, sub, results.FormatRate(s.Subject), ref, results.FormatRate(s.Reference), s.Ratio, s.Audit, 100*s.HostCPUBusy)
 	if s.SubjectP99 > 0 && s.ReferenceP99 > 0 {
@@ -508,9 +339,9 @@ func (c *calibration) none(ctx context.Context, spec workload.Spec, st string, e
 		sm := &sampler{pool: c.pool, client: selfCPU, side: c.cellSide(id)}
 		stop = sm.start(ctx)
 	}
-	run, _, err := runner.Run(ctx, runner.Options{Cfg: c.o.Cfg, Spec: &spec, Brokers: []string{"none"}, Strategies: []string{st},
-		RunID: id, NoWrite: true, Measure: true, Audit: mode != inbox.AuditOff, AuditMode: mode, StallTimeout: 30 * time.Second,
-		InboxLayout: c.o.InboxLayout, Progress: progress})
+	run, _, err := runner.Run(ctx, runner.Options{Cfg: c.o.Cfg, Spec: &spec, Brokers: []string{none.Name}, Strategies: []string{st},
+		RunID: id, Output: runner.Output{NoWrite: true}, Measure: runner.Measure{Latency: true, Audit: mode != inbox.AuditOff, AuditMode: mode},
+		Limits: runner.Limits{Stall: 30 * time.Second}, Inbox: c.o.InboxLayout, Console: runner.Console{Progress: progress}})
 	var cpu *CPU
 	if stop != nil {
 		if cw, cerr := stop(spec.Warmup.D()); cerr == nil {
@@ -555,92 +386,4 @@ func (c *calibration) cellSide(id string) func(context.Context) (string, string,
 		}
 		return schema, runner.AppName(schema), nil
 	}
-}
-
-// summarize takes each comparison's median and range over the rounds.
-func summarize(samples []Sample) []Summary {
-	type key struct{ cmp, st string }
-	var order []key
-	ratios, cpuRatios := map[key][]float64{}, map[key][]float64{}
-	for _, s := range samples {
-		k := key{s.Compare, s.Strategy}
-		if _, ok := ratios[k]; !ok {
-			order = append(order, k)
-		}
-		ratios[k] = append(ratios[k], s.Ratio)
-		if s.CPURatio > 0 {
-			cpuRatios[k] = append(cpuRatios[k], s.CPURatio)
-		}
-	}
-	var out []Summary
-	for _, k := range order {
-		r := ratios[k]
-		med, lo, hi := medianRange(r)
-		sum := Summary{Compare: k.cmp, Strategy: k.st, Median: med, Min: lo, Max: hi, Rounds: len(r),
-			Goal: Goals[k.cmp], Met: Goals[k.cmp] == 0 || med >= Goals[k.cmp]}
-		if cr := cpuRatios[k]; len(cr) > 0 {
-			sum.CPUMedian, sum.CPUMin, sum.CPUMax = medianRange(cr)
-		}
-		out = append(out, sum)
-	}
-	return out
-}
-
-// medianRange sorts r and returns its median, minimum and maximum.
-func medianRange(r []float64) (med, lo, hi float64) {
-	sort.Float64s(r)
-	med = r[len(r)/2]
-	if len(r)%2 == 0 {
-		med = (r[len(r)/2-1] + r[len(r)/2]) / 2
-	}
-	return med, r[0], r[len(r)-1]
-}
-
-// String is "server 21.3 + client 4.2 = 25.5 µs/event".
-func (c *CPU) String() string {
-	return fmt.Sprintf("server %.1f + client %.1f = %.1f µs/event", c.Server, c.Client, c.Total)
-}
-
-// WriteSummary prints the summaries as a table.
-func (r *Report) WriteSummary(w io.Writer) {
-	fmt.Fprintf(w, "\n%-8s %-8s %-22s %-8s %s\n", "COMPARE", "STRATEGY", "RATIO median [min–max]", "GOAL", "")
-	for _, s := range r.Summaries {
-		what := map[string]string{ComparePGBench: "none / pgbench", ComparePGX: "none / bare pgx loop", CompareAudit: "audit / no audit",
-			ComparePrefill: "prefilled / empty inbox", ComparePrune: "retention beside / none"}[s.Compare]
-		verdict, goal := "met", fmt.Sprintf("≥ %.2f", s.Goal)
-		switch {
-		case s.Goal == 0:
-			verdict, goal = "measured", "-"
-		case !s.Met:
-			verdict = "NOT met"
-		}
-		cpu := ""
-		if s.CPUMedian > 0 {
-			cpu = fmt.Sprintf("; CPU per event %.3f [%.3f–%.3f]", s.CPUMedian, s.CPUMin, s.CPUMax)
-		}
-		fmt.Fprintf(w, "%-8s %-8s %.3f [%.3f–%.3f]    %-7s  %s (%s, %d rounds%s)\n", s.Compare, s.Strategy, s.Median, s.Min, s.Max,
-			goal, verdict, what, s.Rounds, cpu)
-	}
-}
-
-// WriteJSON writes the report to path.
-func (r *Report) WriteJSON(path string) error { return results.WriteJSON(path, r) }
-
-// Met reports whether every comparison reached its goal.
-func (r *Report) Met() bool {
-	for _, s := range r.Summaries {
-		if !s.Met {
-			return false
-		}
-	}
-	return len(r.Summaries) > 0
-}
-
-// String names the comparisons for messages.
-func (r *Report) String() string {
-	var parts []string
-	for _, s := range r.Summaries {
-		parts = append(parts, fmt.Sprintf("%s/%s %.3f", s.Compare, s.Strategy, s.Median))
-	}
-	return strings.Join(parts, ", ")
 }

@@ -100,8 +100,8 @@ func TestOptionsValidate(t *testing.T) {
 	for want, mutate := range map[string]func(*Options){
 		"faults or snapshots": func(o *Options) { o.Spec.Faults.DuplicateRepublish = 0.1 },
 		"key_skew.kind zipf":  func(o *Options) { o.Spec.Skew.Kind = "zipf" },
-		"--rounds 0":          func(o *Options) { o.Rounds = 0 },
-		"--compare \"x\"":     func(o *Options) { o.Compare = []string{"x"} },
+		KeyRounds + " 0":      func(o *Options) { o.Rounds = 0 },
+		KeyCompare + ` "x"`:   func(o *Options) { o.Compare = []string{"x"} },
 		"no pgbench twin":     func(o *Options) { o.Strategies = []string{"cte"} },
 		"shards 2 < consumers": func(o *Options) {
 			o.Spec.Shards = 2
@@ -143,7 +143,7 @@ func TestTwinsRunAsTheStrategies(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close) // after the schemas are dropped: cleanups run last first
-	for _, st := range Twins {
+	for _, st := range Twins() {
 		for _, ref := range []string{ComparePGBench, ComparePGX} {
 			s := shape(st, true)
 			s.Schema = "ib_twin_test_" + st + "_" + ref

@@ -80,10 +80,7 @@ func RunLoop(ctx context.Context, pgURL string, s Shape, warmup, measure time.Du
 		l.claim = st("inbox-claim-guarded")
 	}
 	l.lock, l.parked, l.insert, l.updateBatch = st("batch-lock"), st("batch-parked"), st("batch-inbox-insert"), st("batch-update")
-	apply := l.tx
-	if batched(s.Strategy) {
-		apply = l.batch
-	}
+	t, _ := twinOf(s.Strategy) // check found it
 	var stop func(time.Duration) (CPU, error)
 	if local != nil {
 		sm := &sampler{pool: local, client: selfCPU, side: func(context.Context) (string, string, error) { return s.Schema, pgxAppName, nil }}
@@ -96,7 +93,7 @@ func RunLoop(ctx context.Context, pgURL string, s Shape, warmup, measure time.Du
 	for c := range s.Clients {
 		wg.Go(func() {
 			for n := 0; lctx.Err() == nil; n++ {
-				if err := apply(lctx, c, n); err != nil {
+				if err := t.apply(l, lctx, c, n); err != nil {
 					cancel(fmt.Errorf("pgx loop (twin of %s), client %d: %w", s.Strategy, c, err))
 					return
 				}

@@ -17,7 +17,7 @@ import (
 // Shape is what a pgbench twin and its bench run cell share: the strategy,
 // the schema it runs in, and the workload's shape.
 type Shape struct {
-	Strategy   string // tx or batch
+	Strategy   string // one with a twin (Twins)
 	Schema     string
 	Consumer   string
 	Aggregates int
@@ -26,8 +26,39 @@ type Shape struct {
 	Parking    bool
 }
 
+// A twin repeats one built-in strategy's statements in the strategy's
+// transactions and round trips: as a pgbench script, and as the pgx
+// loop's transaction (pgxloop.go).
+type twin struct {
+	strategy string // the strategy's name in the inbox registry
+	script   func(Shape) (string, error)
+	apply    func(l *loop, ctx context.Context, client, n int) error
+}
+
+// twins are the strategies that have one, each written after the
+// strategy's code: tx after inbox's applyOne, batch after its batchTx.
+var twins = []twin{
+	{"tx", Shape.txScript, (*loop).tx},
+	{"batch", Shape.batchScript, (*loop).batch},
+}
+
 // Twins lists the strategies that have a pgbench twin.
-var Twins = []string{"tx", "batch"}
+func Twins() []string {
+	var out []string
+	for _, t := range twins {
+		out = append(out, t.strategy)
+	}
+	return out
+}
+
+// twinOf is the strategy's twin, if it has one.
+func twinOf(strategy string) (twin, bool) {
+	i := slices.IndexFunc(twins, func(t twin) bool { return t.strategy == strategy })
+	if i < 0 {
+		return twin{}, false
+	}
+	return twins[i], true
+}
 
 // batched reports whether the built-in strategy applies events in batches
 // (inbox.Batching): its twin's transactions then apply batch_size events.
@@ -55,9 +86,10 @@ func (s Shape) EventsPerTx() int {
 
 // check names what the twin cannot reproduce.
 func (s Shape) check() error {
+	if _, ok := twinOf(s.Strategy); !ok {
+		return fmt.Errorf("strategy %q has no pgbench twin: use %s", s.Strategy, strings.Join(Twins(), " or "))
+	}
 	switch {
-	case !slices.Contains(Twins, s.Strategy):
-		return fmt.Errorf("strategy %q has no pgbench twin: use %s", s.Strategy, strings.Join(Twins, " or "))
 	case s.Clients < 1 || s.Aggregates < s.Clients:
 		return fmt.Errorf("aggregates %d, consumers %d: every consumer needs at least one aggregate of its own", s.Aggregates, s.Clients)
 	case batched(s.Strategy) && s.perClient() < s.BatchSize:
@@ -133,10 +165,8 @@ func Script(s Shape) (string, error) {
 	if err := s.check(); err != nil {
 		return "", err
 	}
-	if batched(s.Strategy) {
-		return s.batchScript()
-	}
-	return s.txScript()
+	t, _ := twinOf(s.Strategy)
+	return t.script(s)
 }
 
 // txScript: one event per transaction, as inbox's applyOne sends it.

@@ -46,9 +46,9 @@ func CheckWALAudit(ctx context.Context, db DB) error {
 	case err != nil:
 		return fmt.Errorf("audit wal: %w", err)
 	case level != "logical":
-		return fmt.Errorf("audit wal needs wal_level=logical, and the server runs with %s: set it (a restart) or use --audit statement", level)
+		return fmt.Errorf("audit wal needs wal_level=logical, and the server runs with %s: set it (a restart) or use the statement audit mode", level)
 	case !replicate:
-		return errors.New("audit wal needs a role allowed to replicate: ALTER ROLE … REPLICATION, or use --audit statement")
+		return errors.New("audit wal needs a role allowed to replicate: ALTER ROLE … REPLICATION, or use the statement audit mode")
 	}
 	return nil
 }
@@ -166,7 +166,7 @@ func (w *WALAudit) Flush(ctx context.Context) error {
 		return w.decodeErr(err)
 	}
 	if unread > 0 {
-		return fmt.Errorf("audit wal: %d changes of %s.account could not be read from the WAL (e.g. %q): use --audit statement", unread, w.schema, example)
+		return fmt.Errorf("audit wal: %d changes of %s.account could not be read from the WAL (e.g. %q): use the statement audit mode", unread, w.schema, example)
 	}
 	if _, err := w.conn.CopyFrom(ctx, pgx.Identifier{w.schema, "account_audit"}, []string{"seq", "aggregate_id", "version", "balance"}, pgx.CopyFromRows(log)); err != nil {
 		return fmt.Errorf("audit wal: write the log of %s: %w", w.schema, err)
@@ -180,7 +180,7 @@ func (w *WALAudit) decodeErr(err error) error {
 		// Seen once in CI with test packages creating and dropping
 		// schemas in the same database while the slot was open; the
 		// change PostgreSQL could not map was not necessarily ours.
-		return fmt.Errorf("audit wal: decode slot %s: %w (PostgreSQL could not decode the WAL written while the cell ran; other sessions' DDL in this database can cause it: rerun the cell, or use --audit statement)", w.slot, err)
+		return fmt.Errorf("audit wal: decode slot %s: %w (PostgreSQL could not decode the WAL written while the cell ran; other sessions' DDL in this database can cause it: rerun the cell, or use the statement audit mode)", w.slot, err)
 	}
 	return fmt.Errorf("audit wal: decode slot %s: %w", w.slot, err)
 }

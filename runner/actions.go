@@ -26,7 +26,7 @@ type CellInfo struct {
 }
 
 // actions fire a cell's mid-stream faults — the planned consumer restarts
-// and Options.Actions (broker restarts, killed connections …) — once
+// and Options.Stream.Actions (broker restarts, killed connections …) — once
 // their share of the stream has been answered, one at a time: two faults
 // injected in the same instant would hide each other.
 type actions struct {

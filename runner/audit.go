@@ -20,10 +20,10 @@ type cellAudit struct {
 // sets it up before anything is published.
 func (c *cell) startAudit(ctx context.Context, pool *pgxpool.Pool) (*cellAudit, error) {
 	a := &cellAudit{mode: inbox.AuditOff}
-	if !c.o.Audit {
+	if !c.o.Measure.Audit {
 		return a, nil
 	}
-	a.mode = inbox.ResolveAudit(ctx, pool, c.o.AuditMode)
+	a.mode = inbox.ResolveAudit(ctx, pool, c.o.Measure.AuditMode)
 	if a.mode != inbox.AuditWAL {
 		return a, inbox.InstallAudit(ctx, pool, c.id, a.mode)
 	}

@@ -23,7 +23,7 @@ import (
 // plan published through the broker, consumed by the cell's consumers into
 // the inbox, measured, then judged. Its parts each have a file: the
 // publisher (publisher.go), the handler (handler.go), the consumers
-// (consumers.go, workers.go), the mid-stream actions (actions.go) and the
+// (consumers.go, fleetconsumers.go), the mid-stream actions (actions.go) and the
 // waiter (waiter.go); this file wires them.
 type cell struct {
 	o        *Options
@@ -94,122 +94,184 @@ func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strat
 	return res, c.durability
 }
 
-// run sets the cell up, streams the plan through it, and judges it.
+// run sets the cell up, consumes its stream (or searches its maximum
+// sustainable rate), judges what the database holds and fills res.
 func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	ns := &notes{}
+	su, err := c.setUp(ctx, res, ns)
+	if err != nil {
+		return err
+	}
+	defer su.close(ctx)
+	t := newTally(c.o.Measure.Latency, c.o.Limits.Retry, len(c.plan.Publishes)+len(c.o.Stream.Poison))
+	s := c.consume(ctx, su, t, ns)
+	if !s.started {
+		// Nothing was consumed, nor published: there is nothing to judge.
+		return s.err
+	}
+	inv, effects, err := c.judge(ctx, su, t, s)
+	if err != nil {
+		return errors.Join(s.err, err)
+	}
+	return errors.Join(s.err, c.fillResult(res, t, s, inv, effects, ns))
+}
+
+// setup is what a cell runs on: its inbox schema, its audit log and its
+// broker with the cell's topic.
+type setup struct {
+	pool  *pgxpool.Pool
+	in    *inbox.Inbox
+	audit *cellAudit
+	b     brokers.Broker
+}
+
+// close releases the setup in the reverse order of setUp.
+func (su *setup) close(ctx context.Context) {
+	if su.b != nil {
+		su.b.Close()
+	}
+	if su.audit != nil {
+		su.audit.close(ctx)
+	}
+	su.pool.Close()
+}
+
+// setUp creates the cell's schema (prefilled as the workload says), starts
+// its audit log, and opens the broker and creates the topic; it asks the
+// driver what its confirms mean when the cell should. res records the
+// audit mode and whether the broker is the baseline.
+func (c *cell) setUp(ctx context.Context, res *results.Cell, ns *notes) (*setup, error) {
 	pool, in, err := openInbox(ctx, c.o, c.id, c.strategy, true, ns)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
+	su := &setup{pool: pool, in: in}
+	fail := func(err error) (*setup, error) {
+		su.close(ctx)
+		return nil, err
+	}
 	if err := c.prefill(ctx, pool, ns); err != nil {
-		return err
+		return fail(err)
 	}
-	audit, err := c.startAudit(ctx, pool)
-	if err != nil {
-		return err
+	if su.audit, err = c.startAudit(ctx, pool); err != nil {
+		return fail(err)
 	}
-	defer audit.close(ctx)
-	res.Audit = audit.mode.Describe()
+	res.Audit = su.audit.mode.Describe()
 	b, err := brokers.Open(ctx, c.broker, c.o.Cfg, nil)
 	if err != nil {
-		return fmt.Errorf("%s: %w", c.broker, err)
+		return fail(fmt.Errorf("%s: %w", c.broker, err))
 	}
-	defer b.Close()
+	su.b = b
 	res.Baseline = b.Capabilities().Baseline
 	setupCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = b.Setup(setupCtx, c.topic(), c.o.Spec.Shards)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("%s: set up topic %s: %w", c.broker, c.topic(), err)
+		return fail(fmt.Errorf("%s: set up topic %s: %w", c.broker, c.topic(), err))
 	}
 	if c.askDurability {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		c.durability = brokers.DurabilityOf(dctx, b, c.topic())
 		cancel()
 	}
-	t := newTally(c.o.Measure, c.o.Retry, len(c.plan.Publishes)+len(c.o.Poison))
-	h := newHandler(in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
-	cons := c.consumers(b, h, ns)
+	return su, nil
+}
+
+// consume starts the cell's consumers and streams the plan through them,
+// or searches the cell's maximum sustainable rate, with the contention
+// sampler and the workload's inbox retention running beside it.
+func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) streamed {
+	h := newHandler(su.in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
+	cons := c.consumers(su.b, h, ns)
 	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
 	if err != nil {
-		return err
+		return streamed{err: err}
 	}
-	if c.o.Measure && c.o.Search == nil { // a rate search checkpoints before each step
-		if allowed, err := inbox.Checkpoint(ctx, pool); err != nil {
-			return err
+	if c.o.Measure.Latency && c.o.Search == nil { // a rate search checkpoints before each step
+		if allowed, err := inbox.Checkpoint(ctx, su.pool); err != nil {
+			_, _ = sampler.Stop(ctx)
+			return streamed{err: err}
 		} else if !allowed {
 			ns.add("the cell did not start at a checkpoint: the role may not run CHECKPOINT (GRANT pg_checkpoint TO it), so a checkpoint made due by an earlier cell's WAL may slow this one")
 		}
 	}
-	stopPrune := c.pruneDuring(ctx, pool, ns)
+	stopPrune := c.pruneDuring(ctx, su.pool, ns)
 	var s streamed
-	var rate *results.RateSearch
 	if c.o.Search != nil {
 		keep := c.o.Spec.InboxPrefill > 0
 		if keep {
 			ns.add("the inbox holds prefilled history, so it is kept between the rate search's steps and grows from one to the next")
 		}
-		s, rate = c.search(ctx, b, in, cons, t, sampler, ns, newStepJudge(pool, audit, t.decided, ns, keep))
+		s = c.search(ctx, su.b, su.in, cons, t, sampler, ns, newStepJudge(su.pool, su.audit, t.decided, ns, keep))
 	} else {
-		s = c.stream(ctx, b, in, cons, t, ns)
+		s = c.stream(ctx, su.b, su.in, cons, t, ns)
 	}
 	stopPrune()
-	rep, serr := sampler.Stop(ctx)
-	if !s.started {
-		// Nothing was consumed, nor published: there is nothing to judge.
-		return s.err
+	var serr error
+	s.contention, serr = sampler.Stop(ctx)
+	if serr != nil && s.err == nil && s.started {
+		c.o.Console.Log.Warn("contention sampler", "err", serr)
 	}
-	if serr != nil && s.err == nil {
-		c.o.Log.Warn("contention sampler", "err", serr)
-	}
+	return s
+}
+
+// judge gives what is still parked a last chance, completes the audit log
+// and checks the database against what was published (or takes the rate
+// search's step-by-step judgement): the invariants and the durable
+// effects.
+func (c *cell) judge(ctx context.Context, su *setup, t *tally, s streamed) (results.Invariants, int64, error) {
 	// Anything still parked gets one last chance to drain (its predecessor
 	// may have committed as the consumers stopped); what remains is stuck.
 	// Its decisions are counted like every other: an event a snapshot
 	// overtook while it waited is decided STALE here.
-	outs, err := inbox.DrainParkedWith(ctx, c.strategy, in, c.consumer)
+	outs, err := inbox.DrainParkedWith(ctx, c.strategy, su.in, c.consumer)
 	if err != nil {
-		c.o.Log.Warn("final drain", "err", err)
+		c.o.Console.Log.Warn("final drain", "err", err)
 	}
 	t.countAll(outs)
-	if err := audit.finish(ctx); err != nil {
-		return errors.Join(s.err, err)
+	if err := su.audit.finish(ctx); err != nil {
+		return results.Invariants{}, 0, err
 	}
 	var inv results.Invariants
 	var effects int64
 	if s.judged != nil {
 		inv, effects = s.judged.inv, s.judged.effects
-	} else if inv, effects, err = Check(ctx, pool, c.id, c.consumer, s.plan, c.o.Audit); err != nil {
-		return errors.Join(s.err, err)
+	} else if inv, effects, err = Check(ctx, su.pool, c.id, c.consumer, s.plan, c.o.Measure.Audit); err != nil {
+		return results.Invariants{}, 0, err
 	}
 	// The cell's tables are final: autovacuum on them would run during
 	// the next cell.
-	if err := inbox.Retire(ctx, pool, c.id); err != nil {
-		c.o.Log.Warn("retire the cell's schema", "err", err)
+	if err := inbox.Retire(ctx, su.pool, c.id); err != nil {
+		c.o.Console.Log.Warn("retire the cell's schema", "err", err)
 	}
 	misses, examples := t.dedupMisses()
 	judgeDecisions(&inv, misses, examples)
+	return inv, effects, nil
+}
+
+// fillResult fills res with the judgement, the measurements and the
+// notes. Events the cell gave up on make it ERROR, whatever the checker
+// said of the rest: the error names them.
+func (c *cell) fillResult(res *results.Cell, t *tally, s streamed, inv results.Invariants, effects int64, ns *notes) error {
 	res.Invariants = inv
-	fill(res, t, s, rep, c.o.Spec.PublishRate)
+	fill(res, t, s, c.o.Spec.PublishRate)
 	res.Failures = t.failures()
-	res.Mode, res.Rate = c.mode(), rate
-	if rate != nil {
+	res.Mode, res.Rate = c.mode(), s.rate
+	if s.rate != nil {
 		// The headline of a rate search is its maximum sustainable rate,
 		// and what limited it is what bound the cell.
-		res.Throughput.EventsPerS = rate.MSR
-		res.Throughput.Bound = rate.LimitedBy.Bound()
+		res.Throughput.EventsPerS = s.rate.MSR
+		res.Throughput.Bound = s.rate.LimitedBy.Bound()
 	}
 	res.Notes = append(res.Notes, ns.all()...)
 	// Durable effects are a fact of the database, not of what the
 	// consumers believe they did.
 	res.Counters.Effects = effects
 	if ferr := failureError(res.Failures); ferr != nil {
-		// Events were given up on: whatever the checker says of the rest,
-		// the cell did not run the workload.
 		res.Invariants.Verdict = results.VerdictError
-		return errors.Join(s.err, ferr)
+		return ferr
 	}
-	return s.err
+	return nil
 }
 
 // consumers chooses, once, how the cell's consumers run.
@@ -217,7 +279,7 @@ func (c *cell) consumers(b brokers.Broker, h *handler, ns *notes) consumers {
 	n := c.o.Spec.Consumers
 	if c.fleet != nil {
 		if !b.Capabilities().InProcess {
-			return &workerConsumers{f: c.fleet, c: c, t: h.t, notes: ns}
+			return &fleetConsumers{f: c.fleet, c: c, t: h.t, notes: ns}
 		}
 		// Its queues live in this process: no other process can consume
 		// them. The same number of consumers run here instead.
@@ -231,7 +293,7 @@ func (c *cell) mode() results.Mode {
 	switch {
 	case c.o.Search != nil:
 		return results.ModeRateSearch
-	case c.o.Backlog:
+	case c.o.Stream.Backlog:
 		return results.ModeBacklog
 	case c.o.Spec.PublishRate > 0:
 		return results.ModeFixedRate
@@ -241,9 +303,11 @@ func (c *cell) mode() results.Mode {
 
 // streamed is what streaming a cell's plan produced.
 type streamed struct {
-	started       bool           // the consumers started: the stream ran
-	plan          *workload.Plan // what was published: the plan, or less when cut short
-	judged        *stepJudge     // a rate search judged its steps one by one instead
+	started       bool                   // the consumers started: the stream ran
+	plan          *workload.Plan         // what was published: the plan, or less when cut short
+	judged        *stepJudge             // a rate search judged its steps one by one instead
+	rate          *results.RateSearch    // what a rate search found
+	contention    inbox.ContentionReport // the contention sampler's, over the whole stream
 	start, pubEnd time.Time
 	cpuBusy       float64
 	series        []float64
@@ -255,8 +319,8 @@ type streamed struct {
 func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, ns *notes) streamed {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	pub := &publisher{b: b, topic: c.topic(), plan: c.plan, spec: c.o.Spec, poison: c.o.Poison, t: t, notes: ns}
-	if c.o.Backlog {
+	pub := &publisher{b: b, topic: c.topic(), plan: c.plan, spec: c.o.Spec, poison: c.o.Stream.Poison, t: t, notes: ns}
+	if c.o.Stream.Backlog {
 		// The whole stream waits in the broker before any consumer starts:
 		// what follows measures the drain.
 		if err := pub.run(runCtx, time.Now()); err != nil {
@@ -268,10 +332,10 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 		return streamed{err: errors.Join(err, cons.stop(ctx))}
 	}
 	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
-	acts := newActions(c.o.Actions, info, c.o.Spec.Faults.ConsumerRestarts, int64(len(c.plan.Publishes)), pub.total(), cons, t, ns)
-	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.StallTimeout, b.Capabilities().RedeliveryDelay+10*time.Second),
+	acts := newActions(c.o.Stream.Actions, info, c.o.Spec.Faults.ConsumerRestarts, int64(len(c.plan.Publishes)), pub.total(), cons, t, ns)
+	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.Limits.Stall, b.Capabilities().RedeliveryDelay+10*time.Second),
 		acts: acts, cons: cons, notes: ns,
-		progress: &progressLine{w: c.o.Progress, tty: c.o.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}
+		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}
 
 	cpu0, cpuOK := hostCPU()
 	s := streamed{started: true, start: time.Now()}
@@ -281,7 +345,7 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	cons.warm(ctx, time.Unix(0, t.warmEnd.Load()))
 	series := sampleSeries(runCtx, t)
 	go acts.watch(runCtx)
-	if !c.o.Backlog {
+	if !c.o.Stream.Backlog {
 		s.err = pub.run(runCtx, s.start)
 	}
 	s.pubEnd = time.Now()
@@ -343,10 +407,10 @@ func openInbox(ctx context.Context, o *Options, schema string, st inbox.Strategy
 // user strategy file's DDL and has the server check its statements, before
 // anything is published.
 func setupSchema(ctx context.Context, pool *pgxpool.Pool, o *Options, schema string, st inbox.Strategy, ns *notes) error {
-	if _, err := inbox.MigrateLayout(ctx, pool, schema, o.InboxLayout); err != nil {
+	if _, err := inbox.MigrateLayout(ctx, pool, schema, o.Inbox); err != nil {
 		return fmt.Errorf("postgres: migrate schema %s: %w", schema, err)
 	}
-	if o.InboxLayout.Partitioned {
+	if o.Inbox.Partitioned {
 		ns.add("inbox partitioned by event time")
 	}
 	if p, ok := st.(inbox.Preparer); ok {
@@ -356,7 +420,8 @@ func setupSchema(ctx context.Context, pool *pgxpool.Pool, o *Options, schema str
 }
 
 // fill copies the measurements into the result cell.
-func fill(res *results.Cell, t *tally, s streamed, rep inbox.ContentionReport, rate float64) {
+func fill(res *results.Cell, t *tally, s streamed, rate float64) {
+	rep := s.contention
 	res.Counters = t.c.snapshot()
 	res.Latency = t.meters.latencies()
 	first, last := t.firstEffect.Load(), t.lastEffect.Load()

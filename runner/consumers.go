@@ -13,7 +13,7 @@ import (
 
 // consumers are the consumers of one cell. A cell chooses once how they
 // run — goroutines of this process (localConsumers) or `bench worker`
-// processes (workerConsumers, workers.go) — and nothing downstream asks
+// processes (fleetConsumers, fleetconsumers.go) — and nothing downstream asks
 // which.
 type consumers interface {
 	// start begins consuming and returns once the consumers are ready

@@ -100,7 +100,7 @@ func TestRuntimeErrorsEndTheCellNamed(t *testing.T) {
 			spec.Faults = faultsSpec(t, "").Faults
 			spec.Faults.OutOfOrder = 0
 			o := runWithExtra(t, spec, nil, []inbox.Strategy{st})
-			o.StallTimeout = 2 * time.Minute // a hang would show as a stall error, not as this failure
+			o.Limits.Stall = 2 * time.Minute // a hang would show as a stall error, not as this failure
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			run, _, err := Run(ctx, o)

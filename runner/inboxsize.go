@@ -35,7 +35,7 @@ func (c *cell) prefill(ctx context.Context, pool *pgxpool.Pool, ns *notes) error
 		Progress: func(n int64) {
 			if time.Since(last) >= 5*time.Second || n == int64(s.InboxPrefill) {
 				last = time.Now()
-				fmt.Fprintf(c.o.Progress, "%s/%s: prefilling the inbox: %s of %s rows (%s)\n", c.broker, c.strategy.Name(),
+				fmt.Fprintf(c.o.Console.Progress, "%s/%s: prefilling the inbox: %s of %s rows (%s)\n", c.broker, c.strategy.Name(),
 					results.FormatRate(float64(n)), results.FormatRate(float64(s.InboxPrefill)), time.Since(start).Round(time.Second))
 			}
 		}}
@@ -103,7 +103,7 @@ func (c *cell) pruneDuring(ctx context.Context, pool *pgxpool.Pool, ns *notes) (
 			case <-t.C:
 			}
 			olderThan := keep
-			if c.o.InboxLayout.Partitioned {
+			if c.o.Inbox.Partitioned {
 				olderThan += time.Since(first)
 			}
 			start := time.Now()
@@ -121,7 +121,7 @@ func (c *cell) pruneDuring(ctx context.Context, pool *pgxpool.Pool, ns *notes) (
 		cancel()
 		wg.Wait()
 		what := fmt.Sprintf("removed %d inbox rows", r.rows)
-		if c.o.InboxLayout.Partitioned {
+		if c.o.Inbox.Partitioned {
 			what = fmt.Sprintf("dropped %d partitions (%d inbox rows)", r.dropped, r.rows)
 		}
 		ns.add(fmt.Sprintf("retention ran beside the stream every %s keeping %s of history: %d passes, %s, busy %s",

@@ -209,7 +209,7 @@ func (c *counters) snapshot() results.Counters {
 	}
 }
 
-// setConsumerSide stores what the workers counted (workers.go): every
+// setConsumerSide stores what the workers counted (fleetconsumers.go): every
 // counter but the publisher's own.
 func (c *counters) setConsumerSide(s results.Counters) {
 	c.deliveries.Store(s.Deliveries)

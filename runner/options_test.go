@@ -1,10 +1,12 @@
 package runner
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/workload"
 )
@@ -24,12 +26,17 @@ func TestOptionsValidate(t *testing.T) {
 		{"no broker", func(o *Options) { o.Brokers = nil }, "no broker"},
 		{"no strategy", func(o *Options) { o.Strategies = nil }, "no strategy"},
 		{"unknown strategy", func(o *Options) { o.Strategies = []string{"txx"} }, `unknown strategy "txx"`},
-		{"negative workers", func(o *Options) { o.Workers = -1 }, "--workers"},
-		{"workers without a command", func(o *Options) { o.Workers = 2 }, "WorkerCmd"},
+		{"negative workers", func(o *Options) { o.Workers.Local = -1 }, KeyWorkersLocal + " -1"},
+		{"workers without a command", func(o *Options) { o.Workers.Local = 2 }, "Workers.Cmd"},
 		{"partition interval not whole minutes", func(o *Options) {
-			o.InboxLayout = inbox.Layout{Partitioned: true, Interval: 90 * time.Second}
-		}, "--partition-interval"},
-		{"partitioned with the default interval", func(o *Options) { o.InboxLayout = inbox.Layout{Partitioned: true} }, ""},
+			o.Inbox = inbox.Layout{Partitioned: true, Interval: 90 * time.Second}
+		}, KeyPartitionInterval + ": inbox: partition interval 1m30s"},
+		{"run id with a space", func(o *Options) { o.RunID = "a b" }, KeyRunID + ` "a b": use up to 100`},
+		{"rate search with worker processes", func(o *Options) {
+			o.Search, o.Workers = &RateSearch{}, Workers{Local: 1, Cmd: []string{"bench", "worker"}}
+		}, KeySearch + ": the rate search runs its steps with in-process consumers, no backlog and no mid-stream faults: unset " + KeyWorkersLocal},
+		{"fraction above 1", func(o *Options) { o.Search = &RateSearch{Fractions: []float64{1.5}} }, KeySearchFractions + " 1.5"},
+		{"partitioned with the default interval", func(o *Options) { o.Inbox = inbox.Layout{Partitioned: true} }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok()
@@ -41,10 +48,16 @@ func TestOptionsValidate(t *testing.T) {
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("error %v, want one naming %q", err, tc.want)
 			}
+			// An option's error names it by its key, for the program to
+			// name as its user gave it.
+			var se *config.SettingError
+			if strings.HasPrefix(tc.want, "runner.") && (!errors.As(err, &se) || !strings.HasPrefix(tc.want, se.Key)) {
+				t.Fatalf("error %v is not a setting error for %q", err, tc.want)
+			}
 		})
 	}
 	o := ok()
-	if err := o.Validate(); err != nil || o.RunID == "" || o.StallTimeout != 30*time.Second || o.Log == nil || o.Progress == nil {
+	if err := o.Validate(); err != nil || o.RunID == "" || o.Limits.Stall != 30*time.Second || o.Console.Log == nil || o.Console.Progress == nil {
 		t.Fatalf("defaults not filled: %+v (%v)", o, err)
 	}
 }

@@ -30,11 +30,12 @@ type stepEnv struct {
 
 // search runs the cell's rate search: ramp and bisection, then the steps
 // at fixed fractions of the MSR. Each step is judged by j once it
-// drained; the streamed result carries the verdict of them all.
-func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, sampler *inbox.ContentionSampler, ns *notes, j *stepJudge) (streamed, *results.RateSearch) {
+// drained; the streamed result carries the verdict of them all and what
+// the search found.
+func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, sampler *inbox.ContentionSampler, ns *notes, j *stepJudge) streamed {
 	s := streamed{started: true, start: time.Now()}
 	if err := cons.start(ctx); err != nil {
-		return streamed{err: errors.Join(err, cons.stop(ctx))}, nil
+		return streamed{err: errors.Join(err, cons.stop(ctx))}
 	}
 	env := &stepEnv{c: c, b: b, in: in, t: t, sampler: sampler, notes: ns, o: c.o.Search.withDefaults(), judge: j}
 	seriesCtx, stopSeries := context.WithCancel(ctx)
@@ -61,8 +62,8 @@ func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	s.err = errors.Join(s.err, cons.stop(ctx))
 	stopSeries()
 	s.series = <-series
-	s.judged = j
-	return s, rs
+	s.judged, s.rate = j, rs
+	return s
 }
 
 // atRates measures the steps at fixed fractions of the MSR and at the
@@ -158,7 +159,7 @@ func (j *stepJudge) step(ctx context.Context, c *cell, plan *workload.Plan, clea
 	if err := j.audit.flush(ctx); err != nil {
 		return err
 	}
-	inv, effects, err := Check(ctx, j.pool, c.id, c.consumer, plan, c.o.Audit)
+	inv, effects, err := Check(ctx, j.pool, c.id, c.consumer, plan, c.o.Measure.Audit)
 	if err != nil {
 		return err
 	}
@@ -170,7 +171,7 @@ func (j *stepJudge) step(ctx context.Context, c *cell, plan *workload.Plan, clea
 	if !clear {
 		return nil
 	}
-	if err := inbox.Clear(ctx, j.pool, c.id, j.keepInbox, c.o.Audit); err != nil {
+	if err := inbox.Clear(ctx, j.pool, c.id, j.keepInbox, c.o.Measure.Audit); err != nil {
 		return err
 	}
 	return j.checkpoint(ctx)
@@ -280,9 +281,9 @@ func (e *stepEnv) drain(ctx context.Context, limit time.Duration) (time.Duration
 			last, lastChange = s, time.Now()
 		}
 		switch {
-		case time.Since(lastChange) > e.c.o.StallTimeout:
+		case time.Since(lastChange) > e.c.o.Limits.Stall:
 			return time.Since(start), fmt.Errorf("stalled: no delivery settled for %s while draining a rate step, with %d of %d messages answered",
-				e.c.o.StallTimeout, e.t.handled.Load(), e.t.c.published.Load())
+				e.c.o.Limits.Stall, e.t.handled.Load(), e.t.c.published.Load())
 		case time.Since(start) > limit:
 			return time.Since(start), fmt.Errorf("a rate step's backlog did not drain within %s (%d of %d messages answered): the search stops here",
 				limit.Round(time.Second), e.t.handled.Load(), e.t.c.published.Load())
@@ -301,7 +302,7 @@ func (e *stepEnv) print(st results.RateStep) {
 	if !st.Sustainable {
 		verdict = "NOT sustainable: " + string(st.Limit)
 	}
-	fmt.Fprintf(e.c.o.Progress, "%s/%s: %-6s %s/s: achieved %s/s, backlog %+.0f/s, publish lag %s, e2e p99 %s, lock waits %s, drained in %.1fs: %s\n",
+	fmt.Fprintf(e.c.o.Console.Progress, "%s/%s: %-6s %s/s: achieved %s/s, backlog %+.0f/s, publish lag %s, e2e p99 %s, lock waits %s, drained in %.1fs: %s\n",
 		e.c.broker, e.c.strategy.Name(), st.Phase, results.FormatRate(st.Rate), results.FormatRate(st.Achieved), st.BacklogSlope,
 		time.Duration(st.PublishLagMs*float64(time.Millisecond)).Round(time.Millisecond), fmtMicros(st.E2E.P99),
 		results.FormatShare(st.LockWaitShare), st.DrainS, verdict)

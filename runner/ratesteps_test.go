@@ -22,7 +22,7 @@ func TestRateSearchThroughTheBaseline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"batch"},
-		OutDir: t.TempDir(), RunID: runID("r"), Measure: true, Audit: true, StallTimeout: 20 * time.Second,
+		Output: Output{Dir: t.TempDir()}, RunID: runID("r"), Measure: Measure{Latency: true, Audit: true}, Limits: Limits{Stall: 20 * time.Second},
 		Search: &RateSearch{Step: 1500 * time.Millisecond, StartRate: 200, MaxSteps: 5, Fractions: []float64{0.5}}})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestBacklogDrain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx"},
-		OutDir: t.TempDir(), RunID: runID("b"), Measure: true, Audit: true, StallTimeout: 20 * time.Second, Backlog: true})
+		Output: Output{Dir: t.TempDir()}, RunID: runID("b"), Measure: Measure{Latency: true, Audit: true}, Limits: Limits{Stall: 20 * time.Second}, Stream: Stream{Backlog: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 )
 
@@ -28,7 +29,7 @@ var runIDChars = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 func validRunID(id string) error {
 	if !runIDChars.MatchString(id) || len(id) > 100 {
-		return fmt.Errorf("--run-id %q: use up to 100 letters, digits, '.', '_' or '-' (it names a directory, schemas and topics)", id)
+		return config.Invalid(KeyRunID, id, "use up to 100 letters, digits, '.', '_' or '-' (it names a directory, schemas and topics)")
 	}
 	return nil
 }
@@ -36,8 +37,8 @@ func validRunID(id string) error {
 // leftovers lists what a previous run with o.RunID left: its results
 // directory and its cells' schemas.
 func leftovers(ctx context.Context, o *Options, db inbox.DB) (dir string, schemas []string, err error) {
-	if !o.NoWrite {
-		d := filepath.Join(o.OutDir, o.RunID)
+	if !o.Output.NoWrite {
+		d := filepath.Join(o.Output.Dir, o.RunID)
 		if _, err := os.Stat(d); err == nil {
 			dir = d
 		}
@@ -75,26 +76,26 @@ func claimRunID(ctx context.Context, o *Options, db inbox.DB) error {
 		if len(schemas) > 0 {
 			what = append(what, fmt.Sprintf("%d schema(s) %s", len(schemas), strings.Join(schemas[:min(3, len(schemas))], ", ")))
 		}
-		return fmt.Errorf("%w: %s: %s exist; choose another --run-id, or pass --replace to drop them first",
-			ErrRunExists, o.RunID, strings.Join(what, " and "))
+		return &config.SettingError{Key: KeyRunID, Value: o.RunID, Err: fmt.Errorf("%w: %s exist; choose another, or set %s to drop them first",
+			ErrRunExists, strings.Join(what, " and "), KeyReplace)}
 	}
 	for _, s := range schemas {
 		if err := inbox.DropSchema(ctx, db, s); err != nil {
-			return fmt.Errorf("--replace: %w", err)
+			return fmt.Errorf("replace run %s: %w", o.RunID, err)
 		}
 	}
 	if err := deleteTopics(ctx, o); err != nil {
-		return fmt.Errorf("--replace: %w", err)
+		return fmt.Errorf("replace run %s: %w", o.RunID, err)
 	}
 	if err := forgetRun(ctx, db, o.RunID); err != nil {
-		return fmt.Errorf("--replace: postgres: forget run %s: %w", o.RunID, err)
+		return fmt.Errorf("replace run %s: postgres: forget its worker control rows: %w", o.RunID, err)
 	}
 	if dir != "" {
 		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("--replace: %w", err)
+			return fmt.Errorf("replace run %s: %w", o.RunID, err)
 		}
 	}
-	fmt.Fprintf(o.Progress, "run %s: replaced what an earlier run of this id left (%d schema(s)%s)\n", o.RunID, len(schemas), map[bool]string{true: ", " + dir}[dir != ""])
+	fmt.Fprintf(o.Console.Progress, "run %s: replaced what an earlier run of this id left (%d schema(s)%s)\n", o.RunID, len(schemas), map[bool]string{true: ", " + dir}[dir != ""])
 	return nil
 }
 

@@ -36,8 +36,8 @@ func TestUsedRunIDIsRefused(t *testing.T) {
 	}
 	id := fmt.Sprintf("Re.run-%d", time.Now().UnixNano()%1e9)
 	out := t.TempDir()
-	o := Options{Cfg: cfg, Spec: spec, Brokers: []string{"none", "rabbitmq"}, Strategies: []string{"tx"}, OutDir: out, RunID: id,
-		Audit: true, StallTimeout: 20 * time.Second}
+	o := Options{Cfg: cfg, Spec: spec, Brokers: []string{"none", "rabbitmq"}, Strategies: []string{"tx"}, Output: Output{Dir: out}, RunID: id,
+		Measure: Measure{Audit: true}, Limits: Limits{Stall: 20 * time.Second}}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for i, replace := range []bool{false, false, true} {
@@ -79,8 +79,8 @@ func TestSecretsStayOutOfResults(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	run, dir, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx"}, OutDir: out,
-		RunID: runID("s"), Args: args})
+	run, dir, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx"}, Output: Output{Dir: out, Args: args},
+		RunID: runID("s")})
 	if err != nil {
 		t.Fatal(err)
 	}

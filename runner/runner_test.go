@@ -57,8 +57,8 @@ func runCellsAudited(t *testing.T, spec *workload.Spec, brokers, strategies []st
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: brokers, Strategies: strategies,
-		OutDir: t.TempDir(), RunID: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9), Measure: true, Audit: true, AuditMode: mode,
-		StallTimeout: 20 * time.Second})
+		Output: Output{Dir: t.TempDir()}, RunID: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9), Measure: Measure{Latency: true, Audit: true, AuditMode: mode},
+		Limits: Limits{Stall: 20 * time.Second}})
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -197,8 +197,8 @@ func TestPartitionedInboxUnderFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx", "cte", "batch", "pipeline"},
-		OutDir: t.TempDir(), RunID: runID("p"), Audit: true, StallTimeout: 20 * time.Second,
-		InboxLayout: inbox.Layout{Partitioned: true}})
+		Output: Output{Dir: t.TempDir()}, RunID: runID("p"), Measure: Measure{Audit: true}, Limits: Limits{Stall: 20 * time.Second},
+		Inbox: inbox.Layout{Partitioned: true}})
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -238,8 +238,8 @@ inbox_prune_keep: 7d
 	for _, partitioned := range []bool{false, true} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx"},
-			OutDir: t.TempDir(), RunID: runID("size"), Audit: true, StallTimeout: 20 * time.Second, NoWrite: true,
-			InboxLayout: inbox.Layout{Partitioned: partitioned}})
+			Output: Output{Dir: t.TempDir(), NoWrite: true}, RunID: runID("size"), Measure: Measure{Audit: true}, Limits: Limits{Stall: 20 * time.Second},
+			Inbox: inbox.Layout{Partitioned: partitioned}})
 		cancel()
 		if err != nil {
 			t.Fatalf("run: %v", err)

@@ -62,8 +62,8 @@ func runWithExtra(t *testing.T, spec *workload.Spec, strategies []string, extra 
 	t.Helper()
 	cfg := testenv.Require(t, testenv.Postgres)
 	return Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: strategies, Extra: extra,
-		OutDir: t.TempDir(), RunID: fmt.Sprintf("f%d", time.Now().UnixNano()%1e9), Measure: true, Audit: true,
-		StallTimeout: 20 * time.Second}
+		Output: Output{Dir: t.TempDir()}, RunID: fmt.Sprintf("f%d", time.Now().UnixNano()%1e9), Measure: Measure{Latency: true, Audit: true},
+		Limits: Limits{Stall: 20 * time.Second}}
 }
 
 // TestStrategyFilesCheckedBesideBuiltins: the example files run through
@@ -151,7 +151,7 @@ func TestStrategyFilesRefusedBeforePublishing(t *testing.T) {
 			if run != nil {
 				t.Fatalf("a run was returned: %+v", run.Cells)
 			}
-			if entries, _ := os.ReadDir(o.OutDir); len(entries) != 0 {
+			if entries, _ := os.ReadDir(o.Output.Dir); len(entries) != 0 {
 				t.Fatalf("the run directory was written: %v", entries)
 			}
 		})

@@ -31,11 +31,11 @@ func TestRegisterDuplicatePanics(t *testing.T) {
 			t.Fatal("registering kafka twice did not panic")
 		}
 	}()
-	brokers.Register("kafka", func(context.Context, config.Config, brokers.Options) (brokers.Broker, error) { return nil, nil })
+	brokers.Register("kafka", func(context.Context, config.Config, brokers.Options) (brokers.Broker, error) { return nil, nil }, brokers.Info{})
 }
 
 // Opening a driver must not need a running server (connections are lazy),
-// and every driver describes itself.
+// and every driver describes itself, its service included.
 func TestOpenIsLazyAndDescribed(t *testing.T) {
 	for _, name := range brokers.Names() {
 		b, err := brokers.Open(context.Background(), name, config.Default(), nil)
@@ -44,6 +44,11 @@ func TestOpenIsLazyAndDescribed(t *testing.T) {
 		}
 		if b.Name() != name || b.Capabilities().Description == "" {
 			t.Errorf("%s: name %q, capabilities %+v", name, b.Name(), b.Capabilities())
+		}
+		// A broker outside this process runs as a stack service, which a
+		// run checks before publishing; one inside needs none.
+		if info := brokers.InfoOf(name); (info.Service == "") != b.Capabilities().InProcess {
+			t.Errorf("%s: registered service %q, but in process: %v", name, info.Service, b.Capabilities().InProcess)
 		}
 		if err := b.Close(); err != nil {
 			t.Errorf("close %s: %v", name, err)

@@ -94,13 +94,17 @@ var codecs = map[string]kgo.CompressionCodec{
 	"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(),
 }
 
+// clientModule is the client library the driver is built on.
+const clientModule = "github.com/twmb/franz-go"
+
 func init() {
 	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
 		return New(ctx, cfg, opts)
-	})
+	}, brokers.Info{Service: "kafka", Module: clientModule})
+	// The embedded cluster (kfake) lives in this process: no service.
 	brokers.Register(EmbeddedName, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
 		return NewEmbedded(ctx, opts)
-	})
+	}, brokers.Info{Module: clientModule})
 }
 
 // Broker is the Kafka driver.
@@ -163,7 +167,7 @@ func parseOptions(driver string, opts brokers.Options) (settings, error) {
 func ClientOpts(cfg config.Config) ([]kgo.Opt, error) {
 	seeds, caFile := cfg.List(SettingBrokers), cfg.Get(SettingCAFile)
 	if len(seeds) == 0 {
-		return nil, errors.New("kafka: no seed brokers configured (INBOXBENCH_KAFKA_BROKERS / --kafka-brokers)")
+		return nil, config.Invalid(SettingBrokers, nil, "no seed brokers configured")
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(seeds...)}
 	if cfg.Bool(SettingTLS) || caFile != "" {
@@ -171,11 +175,11 @@ func ClientOpts(cfg config.Config) ([]kgo.Opt, error) {
 		if caFile != "" {
 			pem, err := os.ReadFile(caFile)
 			if err != nil {
-				return nil, fmt.Errorf("kafka: read CA file (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file): %w", err)
+				return nil, &config.SettingError{Key: SettingCAFile, Value: caFile, Err: err}
 			}
 			tc.RootCAs = x509.NewCertPool()
 			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("kafka: CA file %s holds no PEM certificate (INBOXBENCH_KAFKA_CA_FILE / --kafka-ca-file)", caFile)
+				return nil, config.Invalid(SettingCAFile, caFile, "holds no PEM certificate")
 			}
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
@@ -190,7 +194,7 @@ func ClientOpts(cfg config.Config) ([]kgo.Opt, error) {
 	case "scram-sha-512":
 		opts = append(opts, kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()))
 	default:
-		return nil, fmt.Errorf("kafka: SASL mechanism %q is not supported: use plain, scram-sha-256 or scram-sha-512 (INBOXBENCH_KAFKA_SASL / --kafka-sasl)", mech)
+		return nil, config.Invalid(SettingSASL, mech, "not supported: use plain, scram-sha-256 or scram-sha-512")
 	}
 	return opts, nil
 }

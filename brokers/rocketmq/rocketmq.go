@@ -122,7 +122,7 @@ const rpcTimeout = 10 * time.Second
 func init() {
 	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
 		return New(ctx, cfg, opts)
-	})
+	}, brokers.Info{Service: "rocketmq", Module: "github.com/apache/rocketmq-client-go/v2"})
 }
 
 // Broker is the RocketMQ driver.
@@ -158,7 +158,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		return nil, err
 	}
 	if len(cfg.List(SettingNamesrv)) == 0 {
-		return nil, errors.New("rocketmq: no name server configured (INBOXBENCH_ROCKETMQ_NAMESRV / --rocketmq-namesrv)")
+		return nil, config.Invalid(SettingNamesrv, nil, "no name server configured")
 	}
 	// The client logs routine teardown (and the chatter of goroutines that
 	// outlive Shutdown) at error level; the driver reports real failures

@@ -31,10 +31,7 @@ into <stack-dir>/calibrate) and then the Go driver on the same shape, one right
 after the other, and prints publish and consume msgs/s of both and the
 driver/vendor ratios:
 
-  kafka     kafka-tools ProducerPerformance / ConsumerPerformance (the stack's Kafka version)
-  rabbitmq  PerfTest (com.rabbitmq:perf-test)
-  rocketmq  rocketmq-example benchmark.Producer / benchmark.Consumer
-
+` + vendorTools() + `
 Publish: each side sends into a fresh topic (created by the driver's Setup, so
 shards, queue type and durability match) for --duration, every message
 confirmed (acks=all, publisher confirms, synchronous send); the first
@@ -67,7 +64,7 @@ machine and repeat, the ratios are steadier than the rates.`,
 				return usageError{err}
 			}
 			// Calibrate needs no PostgreSQL: only the brokers are checked.
-			if _, err := checkReachable(c.Context(), o.Stack, bs); err != nil {
+			if _, err := checkReachable(c.Context(), o.Stack, brokerServices(bs)); err != nil {
 				return err
 			}
 			cal, err := calibrate.Run(c.Context(), o)
@@ -95,7 +92,7 @@ machine and repeat, the ratios are steadier than the rates.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&brokerList, "brokers", "rabbitmq,kafka,rocketmq", "comma-separated brokers: rabbitmq, kafka, rocketmq")
+	f.StringVar(&brokerList, "brokers", strings.Join(calibrate.Brokers(), ","), "comma-separated brokers: "+strings.Join(calibrate.Brokers(), ", "))
 	f.StringVar(&out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&runID, "run-id", "", "name of the run directory (default: calibrate-<UTC timestamp>)")
 	f.IntVar(&shape.MessageSize, "size", shape.MessageSize, "message size in bytes")
@@ -110,6 +107,16 @@ machine and repeat, the ratios are steadier than the rates.`,
 	f.IntVar(&rounds, "rounds", 1, "measure both sides this many times, alternating which goes first, and report medians with the ratios' range (rates on a shared machine move by tens of percent from one run to the next)")
 	f.DurationVar(&maxDrain, "max-drain", 60*time.Second, "longest a drain may take; a slower drain is cut and its figure covers what arrived")
 	return cmd
+}
+
+// vendorTools lists, one line each, the brokers calibrate measures and
+// their vendor's tool.
+func vendorTools() string {
+	var b strings.Builder
+	for _, name := range calibrate.Brokers() {
+		fmt.Fprintf(&b, "  %-9s %s\n", name, calibrate.Tool(name))
+	}
+	return b.String()
 }
 
 // printCalibration prints one row per broker: vendor and driver publish

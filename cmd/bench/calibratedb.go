@@ -55,7 +55,7 @@ type calibrateDBFlags struct {
 func (fl *calibrateDBFlags) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&fl.workload, "workload", "calibrate", "workload file, or the name of one in workloads/ (fresh increments, uniform keys, no faults)")
-	f.StringVar(&fl.strategies, "strategies", strings.Join(dbcalib.Twins, ","), "comma-separated strategies (the pgbench and pgx comparisons know tx and batch)")
+	f.StringVar(&fl.strategies, "strategies", strings.Join(dbcalib.Twins(), ","), "comma-separated strategies (the pgbench and pgx comparisons know "+strings.Join(dbcalib.Twins(), " and ")+")")
 	f.StringVar(&fl.compare, "compare", dbcalib.ComparePGBench+","+dbcalib.ComparePGX+","+dbcalib.CompareAudit, "comparisons to make: "+strings.Join(dbcalib.Comparisons, ", "))
 	f.IntVar(&fl.rounds, "rounds", 3, "times each comparison is measured, interleaved")
 	f.DurationVar(&fl.dur, "duration", 20*time.Second, "measured time of each pgbench run, pgx loop and none cell, after the workload's warm-up")

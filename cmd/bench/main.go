@@ -1,12 +1,14 @@
 // Command bench is the inboxbench CLI: it turns flags into library calls.
 // Exit codes: 0 ok, 1 a verdict or regression failure, 2 bad usage or
-// configuration (the message names the flag or field and what is accepted).
+// configuration (the message names the flag or field and what is accepted:
+// library errors name settings by key, and settings.go names them by flag).
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -37,32 +39,33 @@ func (f failure) Error() string { return f.msg }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:]))
+	os.Exit(run(ctx, os.Args[1:], os.Stderr))
 }
 
-func run(ctx context.Context, args []string) int {
+func run(ctx context.Context, args []string, stderr io.Writer) int {
 	tuneGC()
 	cfg, cfgErr := config.FromEnv()
 	root := newRoot(&cfg)
 	root.SetArgs(args)
 	if cfgErr != nil {
-		fmt.Fprintln(os.Stderr, "bench: configuration:", cfgErr)
+		fmt.Fprintln(stderr, "bench: configuration:", describe(cfgErr))
 		return 2
 	}
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(os.Stderr, "bench:", err)
+	fmt.Fprintln(stderr, "bench:", describe(err))
 	var u usageError
+	var se *config.SettingError
 	var f failure
 	switch {
-	case errors.As(err, &u), errors.Is(err, compose.ErrUsage):
+	case errors.As(err, &u), errors.As(err, &se), errors.Is(err, compose.ErrUsage):
 		return 2
 	case errors.As(err, &f):
 		return 1
 	case isCobraUsage(err):
-		fmt.Fprintln(os.Stderr, "Run 'bench --help' for usage.")
+		fmt.Fprintln(stderr, "Run 'bench --help' for usage.")
 		return 2
 	}
 	return 1

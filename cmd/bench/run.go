@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,10 +79,10 @@ check; negative controls (broken-*) are expected to fail.`,
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			if o.Servers, err = checkServices(c.Context(), cfg, o.Brokers); err != nil {
+			if o.Output.Servers, err = checkServices(c.Context(), cfg, o.Brokers); err != nil {
 				return err
 			}
-			o.Durability = serverDurability(c.Context(), cfg)
+			o.Output.Durability = serverDurability(c.Context(), cfg)
 			if fl.cpuProfile != "" {
 				stop, err := startCPUProfile(fl.cpuProfile)
 				if err != nil {
@@ -160,18 +161,21 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 // here (the workload, strategy files), what they mean is checked by
 // runner.Options.Validate.
 func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
-	o := runner.Options{Cfg: *cfg, OutDir: fl.out, RunID: fl.runID, Replace: fl.replace, Measure: !fl.noMeasure, Audit: !fl.noAudit,
-		Progress: os.Stderr, TTY: term.IsTerminal(int(os.Stderr.Fd())), StallTimeout: fl.stall, JoinTimeout: fl.join,
-		Workers: fl.workers, RemoteWorkers: fl.remoteWorkers, Args: os.Args,
-		Retry:       runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor},
-		InboxLayout: inbox.Layout{Partitioned: fl.partitioned, Interval: fl.partitionInterval}}
+	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace,
+		Output:  runner.Output{Dir: fl.out, Args: os.Args},
+		Measure: runner.Measure{Latency: !fl.noMeasure, Audit: !fl.noAudit},
+		Limits:  runner.Limits{Stall: fl.stall, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},
+		Stream:  runner.Stream{Backlog: fl.backlog},
+		Workers: runner.Workers{Local: fl.workers, Remote: fl.remoteWorkers, JoinTimeout: fl.join},
+		Inbox:   inbox.Layout{Partitioned: fl.partitioned, Interval: fl.partitionInterval},
+		Console: runner.Console{Progress: os.Stderr, TTY: term.IsTerminal(int(os.Stderr.Fd()))}}
 	mode, err := inbox.ParseAuditMode(fl.audit)
 	if err != nil {
 		return o, usagef("--audit: %v", err)
 	}
-	o.AuditMode = mode
+	o.Measure.AuditMode = mode
 	if mode == inbox.AuditOff {
-		o.Audit = false
+		o.Measure.Audit = false
 	}
 	if o.Spec, err = workload.Load(fl.workload); err != nil {
 		return o, usageError{err}
@@ -200,7 +204,7 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 		o.Search = &fl.search
 	}
 	if fl.workers > 0 {
-		if o.WorkerCmd, err = workerCommand(); err != nil {
+		if o.Workers.Cmd, err = workerCommand(); err != nil {
 			return o, err
 		}
 	}
@@ -248,20 +252,29 @@ func parseBrokers(list string) ([]string, error) {
 // published, so a stopped broker is a clear error naming it, and returns
 // their versions for the result's env.
 func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[string]string, error) {
-	need := []string{"postgres"}
+	dir, _ := compose.AbsDir(cfg.StackDir)
+	return checkReachable(ctx, &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, append([]string{"postgres"}, brokerServices(bs)...))
+}
+
+// brokerServices are the stack services the brokers run as, each once:
+// what their drivers registered (brokers.Info), none for a broker that
+// lives in this process.
+func brokerServices(bs []string) []string {
+	var out []string
 	for _, b := range bs {
-		switch b {
-		case "rabbitmq", "kafka", "rocketmq":
-			need = append(need, b)
+		if s := brokers.InfoOf(b).Service; s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
 		}
 	}
-	dir, _ := compose.AbsDir(cfg.StackDir)
-	return checkReachable(ctx, &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, need)
+	return out
 }
 
 // checkReachable asks each named service once (20 s at most) and fails
 // naming every one that does not answer; else it returns their versions.
 func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[string]string, error) {
+	if len(names) == 0 {
+		return map[string]string{}, nil // compose.Select would select every service
+	}
 	svcs, err := compose.Select(names)
 	if err != nil {
 		return nil, err

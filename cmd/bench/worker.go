@@ -54,7 +54,7 @@ appear within --join-timeout or its coordinator falls silent for a minute.`,
 				return usagef("--consumers %d: must be at least 1", consumers)
 			}
 			return runner.Work(c.Context(), runner.WorkerOptions{Cfg: *cfg, RunID: runID, Consumers: consumers,
-				JoinTimeout: join, Progress: os.Stderr})
+				JoinTimeout: join, Console: runner.Console{Progress: os.Stderr}})
 		},
 	}
 	f := cmd.Flags()

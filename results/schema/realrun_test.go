@@ -42,8 +42,9 @@ faults:
 	defer cancel()
 	out := t.TempDir()
 	run, dir, err := runner.Run(ctx, runner.Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"},
-		Strategies: []string{"tx", "broken-split"}, OutDir: out, RunID: fmt.Sprintf("schema%d", time.Now().UnixNano()%1e9),
-		Measure: true, Audit: true, StallTimeout: 20 * time.Second, Args: []string{"bench", "run"}})
+		Strategies: []string{"tx", "broken-split"}, RunID: fmt.Sprintf("schema%d", time.Now().UnixNano()%1e9),
+		Output:  runner.Output{Dir: out, Args: []string{"bench", "run"}},
+		Measure: runner.Measure{Latency: true, Audit: true}, Limits: runner.Limits{Stall: 20 * time.Second}})
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}

@@ -15,10 +15,10 @@ import (
 	"github.com/inboxbench/inboxbench/results"
 )
 
-// workerConsumers are a cell's consumers as `bench worker` processes, seen
+// fleetConsumers are a cell's consumers as the fleet's `bench worker` processes, seen
 // from the coordinator: it opens the cell to them, keeps the cell's tally
 // current from their reports and merges their histograms at the end.
-type workerConsumers struct {
+type fleetConsumers struct {
 	f     *fleet
 	c     *cell
 	t     *tally
@@ -33,7 +33,7 @@ type workerConsumers struct {
 
 // start opens the cell to the workers and waits until enough of them have
 // joined: publishing earlier would measure the first worker alone.
-func (w *workerConsumers) start(ctx context.Context) error {
+func (w *fleetConsumers) start(ctx context.Context) error {
 	if err := w.open(ctx); err != nil {
 		return err
 	}
@@ -50,8 +50,8 @@ func (w *workerConsumers) start(ctx context.Context) error {
 			go w.follow(fctx)
 			return nil
 		case time.Now().After(deadline):
-			return fmt.Errorf("only %d of %d workers joined cell %s within %s: start them with `bench worker --run-id %s` (same --pg-url and broker settings) or lower --remote-workers",
-				n, w.f.want, w.c.id, w.f.join, w.f.runID)
+			return fmt.Errorf("only %d of %d workers joined cell %s within %s: start them with `bench worker --run-id %s` (same --pg-url and broker settings) or lower %s",
+				n, w.f.want, w.c.id, w.f.join, w.f.runID, KeyWorkersRemote)
 		}
 		select {
 		case err := <-w.f.errs:
@@ -65,7 +65,7 @@ func (w *workerConsumers) start(ctx context.Context) error {
 }
 
 // open writes the cell's row, with what a worker needs to consume it.
-func (w *workerConsumers) open(ctx context.Context) error {
+func (w *fleetConsumers) open(ctx context.Context) error {
 	c := w.c
 	spec, err := json.Marshal(c.o.Spec)
 	if err != nil {
@@ -83,8 +83,8 @@ func (w *workerConsumers) open(ctx context.Context) error {
 	_, err = w.f.ctl.Exec(ctx, `INSERT INTO inboxbench_runs.cell
 		(cell_id, run_id, seq, broker, strategy, strategy_path, strategy_file, consumer, topic, spec, measure, state, retry_attempts, retry_for_ms)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'open', $12, $13)`,
-		c.id, w.f.runID, w.f.seq, c.broker, c.strategy.Name(), path, file, c.consumer, c.topic(), spec, c.o.Measure,
-		c.o.Retry.Attempts, c.o.Retry.For.Milliseconds())
+		c.id, w.f.runID, w.f.seq, c.broker, c.strategy.Name(), path, file, c.consumer, c.topic(), spec, c.o.Measure.Latency,
+		c.o.Limits.Retry.Attempts, c.o.Limits.Retry.For.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("postgres: open cell %s to the workers: %w", c.id, err)
 	}
@@ -92,7 +92,7 @@ func (w *workerConsumers) open(ctx context.Context) error {
 }
 
 // working counts the workers consuming the cell now.
-func (w *workerConsumers) working(ctx context.Context) (int, error) {
+func (w *fleetConsumers) working(ctx context.Context) (int, error) {
 	var n int
 	err := w.f.ctl.QueryRow(ctx, "SELECT count(*) FROM inboxbench_runs.worker WHERE cell_id = $1 AND state = $2",
 		w.c.id, workerWorking).Scan(&n)
@@ -104,29 +104,29 @@ func (w *workerConsumers) working(ctx context.Context) (int, error) {
 
 // warm tells the workers when the warm-up ends (their clocks must agree
 // with the coordinator's, as for end-to-end latency: run NTP).
-func (w *workerConsumers) warm(ctx context.Context, at time.Time) {
+func (w *fleetConsumers) warm(ctx context.Context, at time.Time) {
 	_, err := w.f.ctl.Exec(ctx, "UPDATE inboxbench_runs.cell SET warm_end = $2 WHERE cell_id = $1", w.c.id, at)
 	if err != nil {
 		w.notes.add("could not tell the workers the end of the warm-up: " + err.Error())
 	}
 }
 
-func (w *workerConsumers) restart(k int) {
+func (w *fleetConsumers) restart(k int) {
 	switch {
 	case w.f.restart(k):
 		w.notes.add(fmt.Sprintf("planned restart %d: worker process %d stopped and started again", k+1, k%len(w.f.slots)))
 	case len(w.f.slots) == 0:
-		w.notes.add("planned consumer restarts need local worker processes (--workers); remote workers were not restarted")
+		w.notes.add("planned consumer restarts need local worker processes (" + KeyWorkersLocal + "); remote workers were not restarted")
 	}
 }
 
-func (w *workerConsumers) failed() <-chan error { return w.errs }
+func (w *fleetConsumers) failed() <-chan error { return w.errs }
 
-func (w *workerConsumers) lost() int64 { return w.lostN.Load() }
+func (w *fleetConsumers) lost() int64 { return w.lostN.Load() }
 
 // follow keeps the cell's tally current from the workers' reports until
 // ctx ends.
-func (w *workerConsumers) follow(ctx context.Context) {
+func (w *fleetConsumers) follow(ctx context.Context) {
 	defer close(w.done)
 	t := time.NewTicker(flushEvery)
 	defer t.Stop()
@@ -147,7 +147,7 @@ func (w *workerConsumers) follow(ctx context.Context) {
 
 // stop closes the cell: the workers stop consuming and send their final
 // reports, which are merged.
-func (w *workerConsumers) stop(ctx context.Context) error {
+func (w *fleetConsumers) stop(ctx context.Context) error {
 	if w.cancel != nil {
 		w.cancel()
 		<-w.done
@@ -175,7 +175,7 @@ func (w *workerConsumers) stop(ctx context.Context) error {
 
 // gather sums the workers' latest reports into the cell's tally. Final
 // also merges their histograms and notes.
-func (w *workerConsumers) gather(ctx context.Context, final bool) error {
+func (w *fleetConsumers) gather(ctx context.Context, final bool) error {
 	if err := w.readAnswered(ctx); err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ func (w *workerConsumers) gather(ctx context.Context, final bool) error {
 
 // absorb takes a worker's final report: its notes, how it ended and its
 // histograms.
-func (w *workerConsumers) absorb(id, state string, rep *workerReport) {
+func (w *fleetConsumers) absorb(id, state string, rep *workerReport) {
 	for _, n := range rep.Notes {
 		w.notes.add("worker " + id + ": " + n)
 	}
@@ -261,7 +261,7 @@ func (w *workerConsumers) absorb(id, state string, rep *workerReport) {
 // read, each once however many workers answered it. Rows are consumed
 // (deleted) as they are read: identity values of concurrent inserts do
 // not become visible in order, so "greater than the last id" would skip.
-func (w *workerConsumers) readAnswered(ctx context.Context) error {
+func (w *fleetConsumers) readAnswered(ctx context.Context) error {
 	rows, err := w.f.ctl.Query(ctx, "DELETE FROM inboxbench_runs.answered WHERE cell_id = $1 RETURNING keys", w.c.id)
 	if err != nil {
 		return err

@@ -1,10 +1,10 @@
 package runner
 
 import (
-	"fmt"
 	"math"
 	"time"
 
+	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
 )
 
@@ -46,7 +46,7 @@ type RateSearch struct {
 	Rates     []float64
 }
 
-// DefaultRateSearch is what --find-max-rate uses unless told otherwise.
+// DefaultRateSearch is what a rate search uses unless told otherwise.
 var DefaultRateSearch = RateSearch{Step: 8 * time.Second, Warmup: 2 * time.Second, MaxBacklogGrowth: 0.05,
 	MaxPublishLag: time.Second, MaxP99: time.Second, Precision: 0.05, StartRate: 500, MaxSteps: 14,
 	MaxTime: 4 * time.Minute, Fractions: []float64{0.5, 0.8, 0.95}}
@@ -91,16 +91,19 @@ func (r RateSearch) withDefaults() RateSearch {
 func (r RateSearch) validate() error {
 	for _, f := range r.Fractions {
 		if !(f > 0 && f <= 1) {
-			return fmt.Errorf("--at-fractions %v: each must be above 0 and at most 1", f)
+			return config.Invalid(KeySearchFractions, f, "each must be above 0 and at most 1")
 		}
 	}
 	for _, v := range r.Rates {
 		if !(v >= minRate) || math.IsInf(v, 0) {
-			return fmt.Errorf("--at-rates %v: each must be at least %d events/s", v, minRate)
+			return config.Invalid(KeySearchRates, v, "each must be at least %d events/s", minRate)
 		}
 	}
-	if r.MaxBacklogGrowth > 1 || r.Precision > 1 {
-		return fmt.Errorf("the rate search's backlog tolerance and precision are shares: at most 1")
+	if r.MaxBacklogGrowth > 1 {
+		return config.Invalid(KeySearchMaxBacklogGrowth, r.MaxBacklogGrowth, "a share of the rate: at most 1")
+	}
+	if r.Precision > 1 {
+		return config.Invalid(KeySearchPrecision, r.Precision, "a share of the rate: at most 1")
 	}
 	return nil
 }

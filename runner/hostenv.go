@@ -6,9 +6,11 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/results"
 )
 
@@ -30,19 +32,24 @@ func HostEnv(servers map[string]string) results.Env {
 	return e
 }
 
-// clientVersions reads the client libraries' versions from the build.
+// clientVersions reads the client libraries' versions from the build:
+// PostgreSQL's, the histograms' and every registered driver's
+// (brokers.Info).
 func clientVersions() map[string]string {
 	out := map[string]string{}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return out
 	}
+	mods := []string{"github.com/jackc/pgx/v5", "github.com/HdrHistogram/hdrhistogram-go"}
+	for _, b := range brokers.Names() {
+		if m := brokers.InfoOf(b).Module; m != "" {
+			mods = append(mods, m)
+		}
+	}
 	for _, d := range bi.Deps {
-		for _, m := range []string{"github.com/jackc/pgx/v5", "github.com/rabbitmq/amqp091-go", "github.com/twmb/franz-go",
-			"github.com/apache/rocketmq-client-go/v2", "github.com/HdrHistogram/hdrhistogram-go"} {
-			if d.Path == m {
-				out[m] = d.Version
-			}
+		if slices.Contains(mods, d.Path) {
+			out[d.Path] = d.Version
 		}
 	}
 	return out

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"sync"
 	"syscall"
@@ -21,19 +19,18 @@ import (
 	"github.com/inboxbench/inboxbench/workload"
 )
 
-// The worker's side of worker processes (see workers.go for the protocol).
+// The worker's side of worker processes (see fleet.go for the protocol).
 
 // WorkerOptions configure one `bench worker` process.
 type WorkerOptions struct {
-	Cfg      config.Config
-	RunID    string
-	Log      *slog.Logger
-	Progress io.Writer
+	Cfg   config.Config
+	RunID string
 	// Consumers is the number of subscriptions this process runs (1: one
 	// consumer per process).
 	Consumers int
 	// JoinTimeout bounds the wait for the run to appear.
 	JoinTimeout time.Duration
+	Console     Console
 }
 
 // Work joins run o.RunID and consumes its cells one after the other until
@@ -45,8 +42,8 @@ func Work(ctx context.Context, o WorkerOptions) error {
 	if o.JoinTimeout <= 0 {
 		o.JoinTimeout = 2 * time.Minute
 	}
-	base := Options{Cfg: o.Cfg, Log: o.Log, Progress: o.Progress}
-	base.quiet()
+	o.Console.quiet()
+	base := Options{Cfg: o.Cfg, Console: o.Console}
 	ctl, err := pgxpool.New(ctx, base.Cfg.PGURL)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
@@ -70,7 +67,7 @@ func Work(ctx context.Context, o WorkerOptions) error {
 			return fmt.Errorf("the coordinator of run %s has been silent for %s: giving up", o.RunID, silent.Round(time.Second))
 		case row != nil:
 			done[row.id] = true
-			fmt.Fprintf(base.Progress, "worker %s: consuming %s through %s with %s\n", wid, row.id, row.broker, row.strategy)
+			fmt.Fprintf(o.Console.Progress, "worker %s: consuming %s through %s with %s\n", wid, row.id, row.broker, row.strategy)
 			if err := workCell(ctx, base, ctl, wid, row, o.Consumers); err != nil {
 				return fmt.Errorf("cell %s: %w", row.id, err)
 			}
@@ -150,7 +147,7 @@ func workCell(ctx context.Context, base Options, ctl *pgxpool.Pool, wid string, 
 		return err
 	}
 	o := base
-	o.Spec, o.Measure = &row.spec, row.measure
+	o.Spec, o.Measure.Latency = &row.spec, row.measure
 	t := newTally(row.measure, row.retry, 0) // its share of the stream is not known ahead
 	ns := &notes{}
 	m := &member{ctl: ctl, id: wid, cellID: row.id, t: t, notes: ns}

@@ -29,8 +29,8 @@ func TestWorkerProcessesSurviveKill9(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"rabbitmq", "kafka"}, Strategies: []string{"tx"},
-		OutDir: t.TempDir(), RunID: runID("w"), Measure: true, Audit: true, StallTimeout: 30 * time.Second,
-		Workers: 2, WorkerCmd: testenv.BenchWorkerCmd(t)})
+		Output: Output{Dir: t.TempDir()}, RunID: runID("w"), Measure: Measure{Latency: true, Audit: true}, Limits: Limits{Stall: 30 * time.Second},
+		Workers: Workers{Local: 2, Cmd: testenv.BenchWorkerCmd(t)}})
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -76,7 +76,7 @@ func TestRemoteWorkerJoinsByRunID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"kafka"}, Strategies: []string{"batch"},
-		OutDir: t.TempDir(), RunID: id, Measure: true, Audit: true, RemoteWorkers: 1, JoinTimeout: time.Minute})
+		Output: Output{Dir: t.TempDir()}, RunID: id, Measure: Measure{Latency: true, Audit: true}, Workers: Workers{Remote: 1, JoinTimeout: time.Minute}})
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -119,7 +119,7 @@ func TestRunWaitsForMissingWorkers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: faultsSpec(t, ""), Brokers: []string{"rabbitmq"}, Strategies: []string{"tx"},
-		OutDir: t.TempDir(), RunID: runID("m"), Audit: true, RemoteWorkers: 1, JoinTimeout: time.Second})
+		Output: Output{Dir: t.TempDir()}, RunID: runID("m"), Measure: Measure{Audit: true}, Workers: Workers{Remote: 1, JoinTimeout: time.Second}})
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}

@@ -12,128 +12,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxbench/inboxbench/internal/ctxtime"
-	"github.com/inboxbench/inboxbench/results"
 )
-
-// Worker processes. With Options.Workers or Options.RemoteWorkers, a cell's
-// consumers are `bench worker` processes instead of goroutines: a crash
-// fault is then a real kill -9 of a real process, and a run can spread its
-// consumers over several machines. There is no cluster protocol of our
-// own: the brokers' consumer groups (Kafka groups, RabbitMQ single-active
-// consumers, RocketMQ orderly groups) share the partitions and queues
-// among whatever processes subscribe, and PostgreSQL — which every worker
-// reaches anyway — holds the run's state in the inboxbench_runs schema:
-//
-//   - run: one row per run, with the coordinator's heartbeat;
-//   - cell: the cell being consumed (broker, strategy, schema, consumer,
-//     topic, resolved workload), open → closing → closed;
-//   - worker: one row per worker process and cell, with its counters every
-//     quarter second and its histograms when it leaves (or dies on purpose);
-//   - answered: the messages each worker answered for good (ack or
-//     reject) since its previous report; the coordinator counts them once
-//     each, as a message acked by a worker that then died can be delivered
-//     and answered again by the next one;
-//   - crash: the events whose crash fault already fired, so the process
-//     that takes over does not crash on the redelivery again.
-//
-// The coordinator (bench run) publishes, sums the workers' reports into
-// the cell's tally, decides when the cell is done, and runs the same
-// checker against the database as for in-process consumers. This file is
-// the coordinator's side; worker.go is the worker's.
-
-const controlDDL = `
-CREATE SCHEMA IF NOT EXISTS inboxbench_runs;
-CREATE TABLE IF NOT EXISTS inboxbench_runs.run (
-    run_id     text PRIMARY KEY,
-    state      text NOT NULL,
-    seen_at    timestamptz NOT NULL DEFAULT now(),
-    created_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS inboxbench_runs.cell (
-    cell_id       text PRIMARY KEY,
-    run_id        text NOT NULL REFERENCES inboxbench_runs.run ON DELETE CASCADE,
-    seq           int NOT NULL,
-    broker        text NOT NULL,
-    strategy      text NOT NULL,
-    strategy_path text,
-    strategy_file bytea,
-    consumer      text NOT NULL,
-    topic         text NOT NULL,
-    spec          jsonb NOT NULL,
-    measure       boolean NOT NULL,
-    state         text NOT NULL,
-    warm_end      timestamptz
-);
-ALTER TABLE inboxbench_runs.cell ADD COLUMN IF NOT EXISTS retry_attempts int NOT NULL DEFAULT 0;
-ALTER TABLE inboxbench_runs.cell ADD COLUMN IF NOT EXISTS retry_for_ms bigint NOT NULL DEFAULT 0;
-CREATE TABLE IF NOT EXISTS inboxbench_runs.worker (
-    cell_id   text NOT NULL REFERENCES inboxbench_runs.cell ON DELETE CASCADE,
-    worker_id text NOT NULL,
-    state     text NOT NULL,
-    seen_at   timestamptz NOT NULL DEFAULT now(),
-    report    jsonb,
-    PRIMARY KEY (cell_id, worker_id)
-);
-CREATE TABLE IF NOT EXISTS inboxbench_runs.answered (
-    cell_id   text NOT NULL REFERENCES inboxbench_runs.cell ON DELETE CASCADE,
-    keys      text[] NOT NULL
-);
-CREATE TABLE IF NOT EXISTS inboxbench_runs.crash (
-    cell_id   text NOT NULL REFERENCES inboxbench_runs.cell ON DELETE CASCADE,
-    event_key text NOT NULL,
-    PRIMARY KEY (cell_id, event_key)
-);`
-
-// Worker states in inboxbench_runs.worker.
-const (
-	workerWorking = "working"
-	workerLeft    = "left"    // left the cell and sent its final report
-	workerCrashed = "crashed" // killed itself on a crash fault, report sent
-	workerFailed  = "failed"  // gave up on the cell; report has the error
-)
-
-// flushEvery is how often a worker reports; the coordinator reads as often.
-const flushEvery = 250 * time.Millisecond
-
-// ensureControl creates the control schema once; concurrent first runs
-// and workers serialize on an advisory lock (CREATE … IF NOT EXISTS alone
-// still races on the catalog).
-func ensureControl(ctx context.Context, pool *pgxpool.Pool) error {
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('inboxbench_runs'))"); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, controlDDL)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("postgres: create the run control schema inboxbench_runs: %w", err)
-	}
-	return nil
-}
-
-// workerReport is what a worker tells the coordinator about one cell.
-type workerReport struct {
-	Counters    results.Counters `json:"counters"`
-	Progress    int64            `json:"progress"` // messages settled so far
-	FirstEffect int64            `json:"first_effect,omitempty"`
-	LastEffect  int64            `json:"last_effect,omitempty"`
-	RecentP99   int64            `json:"recent_p99,omitempty"`
-	// Hists are the worker's merged histograms, HdrHistogram V2 compressed
-	// and base64 encoded, in the final report only.
-	Hists    map[string]string `json:"hists,omitempty"`
-	Notes    []string          `json:"notes,omitempty"`
-	Error    string            `json:"error,omitempty"`
-	Failures []results.Failure `json:"failures,omitempty"`
-	// DedupMisses counts deliveries of events that had taken effect in
-	// this worker and were decided other than DUPLICATE.
-	DedupMisses   int64    `json:"dedup_misses,omitempty"`
-	DedupExamples []string `json:"dedup_examples,omitempty"`
-}
 
 // fleet is the coordinator's view of the run's workers: the local
 // processes it keeps alive, and the control rows every worker reads.
@@ -163,8 +45,8 @@ func startFleet(ctx context.Context, o Options) (*fleet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	f := &fleet{ctl: ctl, runID: o.RunID, want: o.Workers + o.RemoteWorkers, join: o.JoinTimeout, errs: make(chan error, o.Workers+1),
-		log: func(s string) { fmt.Fprintln(o.Progress, s) }, hbDone: make(chan struct{})}
+	f := &fleet{ctl: ctl, runID: o.RunID, want: o.Workers.Local + o.Workers.Remote, join: o.Workers.JoinTimeout, errs: make(chan error, o.Workers.Local+1),
+		log: func(s string) { fmt.Fprintln(o.Console.Progress, s) }, hbDone: make(chan struct{})}
 	if err := f.register(ctx); err != nil {
 		ctl.Close()
 		return nil, err
@@ -172,11 +54,11 @@ func startFleet(ctx context.Context, o Options) (*fleet, error) {
 	hbCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	f.stopHB = stop
 	go f.heartbeat(hbCtx)
-	if o.RemoteWorkers > 0 {
+	if o.Workers.Remote > 0 {
 		f.log(fmt.Sprintf("run %s waits for %d remote worker(s): start each with `bench worker --run-id %s` (same --pg-url and broker settings)",
-			o.RunID, o.RemoteWorkers, o.RunID))
+			o.RunID, o.Workers.Remote, o.RunID))
 	}
-	for i := range o.Workers {
+	for i := range o.Workers.Local {
 		s := &slot{}
 		f.slots = append(f.slots, s)
 		go f.keep(ctx, o, i, s)
@@ -224,7 +106,7 @@ func (f *fleet) keep(ctx context.Context, o Options, i int, s *slot) {
 	for ctx.Err() == nil {
 		x, err := f.runOnce(o, s)
 		if err != nil {
-			f.errs <- fmt.Errorf("start worker %d (%s): %w", i, strings.Join(o.WorkerCmd, " "), err)
+			f.errs <- fmt.Errorf("start worker %d (%s): %w", i, strings.Join(o.Workers.Cmd, " "), err)
 			return
 		}
 		switch {
@@ -255,8 +137,8 @@ type exit struct {
 // runOnce starts one worker process in slot s and waits for it; the
 // error says it could not start.
 func (f *fleet) runOnce(o Options, s *slot) (exit, error) {
-	args := append(append([]string(nil), o.WorkerCmd[1:]...), "--run-id", f.runID)
-	cmd := exec.Command(o.WorkerCmd[0], args...)
+	args := append(append([]string(nil), o.Workers.Cmd[1:]...), "--run-id", f.runID)
+	cmd := exec.Command(o.Workers.Cmd[0], args...)
 	cmd.Env = append(os.Environ(), o.Cfg.Environ()...)
 	var t tail
 	cmd.Stdout, cmd.Stderr = &t, &t

@@ -1,0 +1,233 @@
+package runner
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// Setting keys: how errors name the options (config.SettingError), each
+// its field path in Options, so that a program can name the setting as
+// its user gives it (cmd/bench maps them to its flags).
+const (
+	KeyRunID                  = "runner.run-id"
+	KeyReplace                = "runner.replace"
+	KeyAuditMode              = "runner.measure.audit-mode"
+	KeyRetryAttempts          = "runner.limits.retry.attempts"
+	KeyRetryFor               = "runner.limits.retry.for"
+	KeyBacklog                = "runner.stream.backlog"
+	KeyActions                = "runner.stream.actions"
+	KeySearch                 = "runner.search"
+	KeySearchFractions        = "runner.search.fractions"
+	KeySearchRates            = "runner.search.rates"
+	KeySearchMaxBacklogGrowth = "runner.search.max-backlog-growth"
+	KeySearchPrecision        = "runner.search.precision"
+	KeyWorkersLocal           = "runner.workers.local"
+	KeyWorkersRemote          = "runner.workers.remote"
+	KeyPartitionInterval      = "runner.inbox.interval"
+)
+
+// Options of one run: its cells, every broker × strategy of one workload,
+// then how they run and what is recorded, grouped by concern.
+type Options struct {
+	Cfg        config.Config // PostgreSQL's and the brokers' endpoints
+	Spec       *workload.Spec
+	Brokers    []string
+	Strategies []string
+	// Extra are strategies outside the registry (user strategy files,
+	// inbox.LoadStrategyFile); their cells follow Strategies' (userstrategies.go).
+	Extra []inbox.Strategy
+	// RunID names the run (results directory, schemas, topics); one that
+	// was used before is refused unless Replace drops what it left.
+	RunID   string
+	Replace bool
+
+	Output  Output       // where result.json goes and what it records
+	Measure Measure      // latency histograms and the checker's audit log
+	Limits  Limits       // how long a cell waits for progress, and retries an event
+	Stream  Stream       // what a cell publishes beside the workload's plan, and when
+	Search  *RateSearch  // when set: each cell's maximum sustainable rate instead of one stream (ratesearch.go)
+	Workers Workers      // the consumers as `bench worker` processes instead of goroutines (fleet.go)
+	Inbox   inbox.Layout // the plain or the time-partitioned inbox
+	Console Console      // live progress and logs
+}
+
+// Output is where a run's result goes and what it records of where the
+// run measured.
+type Output struct {
+	// Dir is the parent of the run directory (results/).
+	Dir string
+	// NoWrite skips writing result.json (conform keeps its own file).
+	NoWrite bool
+	// Args is the command line, recorded with its secrets redacted.
+	Args []string
+	// Servers maps service name to server version (the CLI asks the
+	// stack), recorded in the result's env.
+	Servers map[string]string
+	// Durability is what a commit and the stack's profile meant where the
+	// run measured (the CLI reads them: compose.FillDurability); each
+	// broker's own settings are added from its driver.
+	Durability *results.Durability
+}
+
+// Measure is what a cell measures beside its counts.
+type Measure struct {
+	// Latency switches latency histograms on (the CLI's default); off,
+	// the run only counts, to measure what measuring costs.
+	Latency bool
+	// Audit installs the checker's audit log (the CLI's default), captured
+	// as AuditMode says (zero: inbox.AuditStatement).
+	Audit     bool
+	AuditMode inbox.AuditMode
+}
+
+// Limits bound how long a cell waits.
+type Limits struct {
+	// Stall ends a cell in which no delivery settled for this long (zero:
+	// 30 s); what never arrived is then reported by the checker.
+	Stall time.Duration
+	// Retry bounds how long an event that keeps failing with retryable
+	// errors is sent back before its delivery is dead-lettered (zero:
+	// DefaultRetryBound). Failures that cannot heal are dead-lettered at
+	// once; either ends the cell with the verdict ERROR.
+	Retry RetryBound
+}
+
+// Stream is how a cell's stream departs from publishing the workload's
+// plan once, at the workload's rate, while the consumers consume it.
+type Stream struct {
+	// Plan, when set, is used instead of generating one from Spec
+	// (scenarios build their own streams).
+	Plan *workload.Plan
+	// Poison bodies are published among the events (malformed payloads
+	// the consumers must dead-letter and count, never ack silently).
+	Poison [][]byte
+	// Backlog publishes each cell's whole stream before its consumers
+	// start: events/s is then the drain rate of a backlog.
+	Backlog bool
+	// Actions run once during each cell, when the given share of the
+	// published messages has been answered (fault injection: restart the
+	// broker, kill database connections …).
+	Actions []Action
+}
+
+// Workers run each cell's consumers as `bench worker` processes instead
+// of goroutines (fleet.go); their count replaces the workload's consumer
+// count.
+type Workers struct {
+	// Local processes are started with Cmd (and started again when one
+	// dies); Remote more are expected to join from elsewhere.
+	Local, Remote int
+	Cmd           []string
+	// JoinTimeout bounds the wait for workers to join a cell (zero: 2 min).
+	JoinTimeout time.Duration
+}
+
+// any says whether the cells' consumers are worker processes.
+func (w Workers) any() bool { return w.Local > 0 || w.Remote > 0 }
+
+// Console is what the person running the run sees.
+type Console struct {
+	// Progress receives live progress; TTY selects a redrawn line instead
+	// of one line every few seconds.
+	Progress io.Writer
+	TTY      bool
+	Log      *slog.Logger
+}
+
+// Validate checks the options that need no server and fills defaults; its
+// errors name the option and what is accepted.
+func (o *Options) Validate() error {
+	if o.Spec != nil && o.Spec.FindMaxRate && o.Search == nil {
+		o.Search = &RateSearch{}
+	}
+	switch {
+	case o.Spec == nil:
+		return fmt.Errorf("runner: no workload")
+	case len(o.Brokers) == 0:
+		return fmt.Errorf("runner: no broker: name at least one")
+	case len(o.Strategies)+len(o.Extra) == 0:
+		return fmt.Errorf("runner: no strategy: name at least one, or a strategy file")
+	case o.Workers.Local < 0:
+		return config.Invalid(KeyWorkersLocal, o.Workers.Local, "counts processes: 0 or more")
+	case o.Workers.Remote < 0:
+		return config.Invalid(KeyWorkersRemote, o.Workers.Remote, "counts processes: 0 or more")
+	case o.Limits.Retry.Attempts < 0:
+		return config.Invalid(KeyRetryAttempts, o.Limits.Retry.Attempts, "bounds retries: 0 (the default) or more")
+	case o.Limits.Retry.For < 0:
+		return config.Invalid(KeyRetryFor, o.Limits.Retry.For, "bounds retries: 0 (the default) or more")
+	case o.Search != nil && (o.Workers.any() || len(o.Stream.Actions) > 0 || o.Stream.Backlog):
+		return config.Invalid(KeySearch, nil, "the rate search runs its steps with in-process consumers, no backlog and no mid-stream faults: unset %s", strings.Join(o.unsearchable(), ", "))
+	case o.Workers.Local > 0 && len(o.Workers.Cmd) == 0:
+		return fmt.Errorf("runner: Options.Workers.Local needs Options.Workers.Cmd, the command that starts `bench worker`")
+	}
+	for _, s := range o.Strategies {
+		if _, err := inbox.Lookup(s); err != nil {
+			return err
+		}
+	}
+	if o.Inbox.Partitioned && o.Inbox.Interval != 0 {
+		if err := inbox.ValidatePartitionInterval(o.Inbox.Interval); err != nil {
+			return &config.SettingError{Key: KeyPartitionInterval, Err: err}
+		}
+	}
+	if o.Search != nil {
+		if err := o.Search.validate(); err != nil {
+			return err
+		}
+	}
+	if o.Measure.AuditMode != "" {
+		if _, err := inbox.ParseAuditMode(string(o.Measure.AuditMode)); err != nil {
+			return &config.SettingError{Key: KeyAuditMode, Err: err}
+		}
+	}
+	if o.Measure.AuditMode == inbox.AuditOff {
+		o.Measure.Audit = false
+	}
+	if o.RunID == "" {
+		o.RunID = NewRunID()
+	}
+	if err := validRunID(o.RunID); err != nil {
+		return err
+	}
+	if o.Limits.Stall <= 0 {
+		o.Limits.Stall = 30 * time.Second
+	}
+	if o.Workers.JoinTimeout <= 0 {
+		o.Workers.JoinTimeout = 2 * time.Minute
+	}
+	o.Console.quiet()
+	return nil
+}
+
+// unsearchable names the options set that a rate search cannot run with.
+func (o *Options) unsearchable() []string {
+	var keys []string
+	for _, k := range []struct {
+		key string
+		set bool
+	}{{KeyWorkersLocal, o.Workers.Local > 0}, {KeyWorkersRemote, o.Workers.Remote > 0},
+		{KeyBacklog, o.Stream.Backlog}, {KeyActions, len(o.Stream.Actions) > 0}} {
+		if k.set {
+			keys = append(keys, k.key)
+		}
+	}
+	return keys
+}
+
+// quiet discards logs and progress nobody asked for.
+func (c *Console) quiet() {
+	if c.Log == nil {
+		c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+}
