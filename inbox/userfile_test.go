@@ -4,6 +4,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -71,6 +74,8 @@ func TestStrategyFileBadInput(t *testing.T) {
 	}{
 		{"unknown-param.sql", "-- outcome: result\n-- @apply\nSELECT 'APPLIED' AS result\nWHERE :evnt_id IS NOT NULL\n", true,
 			[]string{"unknown-param.sql:4:7", "@apply statement 1", "parameter :evnt_id", "unknown parameter", ":event_id"}},
+		{"misplaced-param.sql", "-- @apply\nSELECT 'APPLIED' AS result WHERE :ordinal > 0\n", true,
+			[]string{"misplaced-param.sql:2:34", "parameter :ordinal", "not a parameter of @apply, only of @batch (the events' positions", "known here are", ":event_id"}},
 		{"param-in-ddl.sql", "-- @ddl\nCREATE TABLE {{schema}}.x (a int);\nCREATE INDEX ON {{schema}}.x (a) WHERE a > :version;\n-- @apply\nSELECT 'APPLIED' AS result\n", true,
 			[]string{"param-in-ddl.sql:3:", "@ddl statement 2", "parameter :version", "no parameters"}},
 		{"positional.sql", "-- @apply\nSELECT 'APPLIED' AS result WHERE $1 = 'x'\n", true,
@@ -155,4 +160,119 @@ func TestStrategyFileTextTypedParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, apply(t, in, s, consumer, ev("x", "acc-x", 1, 5)), Stale)
+}
+
+// TestStrategyFileHeader: the header is read into typed settings, with
+// the outcome inferred from the sections when it is not set.
+func TestStrategyFileHeader(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want fileHeader
+	}{
+		{"tx.sql", fileHeader{outcome: OutcomeRows, transaction: TxOne}},
+		{"cte.sql", fileHeader{outcome: OutcomeResult, transaction: TxOne}},
+		{"batch.sql", fileHeader{outcome: OutcomeBatch, transaction: TxOne}},
+		{"idempotency.sql", fileHeader{outcome: OutcomeResult, transaction: TxOne, idempotencyKeys: true}},
+		{"broken-split.sql", fileHeader{outcome: OutcomeRows, transaction: TxSplit, broken: true}},
+	} {
+		s, err := LoadStrategyFile(filepath.Join(examplesDir, tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := s.f.header
+		if h.description == "" {
+			t.Errorf("%s: no description", tc.file)
+		}
+		h.description, h.at = "", nil
+		if !reflect.DeepEqual(h, tc.want) {
+			t.Errorf("%s: header %+v, want %+v", tc.file, h, tc.want)
+		}
+	}
+	for content, want := range map[string]string{
+		"-- @apply\nSELECT 'APPLIED' AS result\n":               OutcomeResult,
+		goodClaim + "-- @effect\nSELECT 1\n":                    OutcomeRows,
+		"-- @batch\nSELECT 1 AS ordinal, 'APPLIED' AS result\n": OutcomeBatch,
+	} {
+		s, err := ParseStrategyFile("inferred.sql", []byte(content))
+		if err != nil || s.Outcome() != want {
+			t.Errorf("%q: outcome %v, %v; want %s", content, s, err, want)
+		}
+	}
+}
+
+// TestStrategyFileHeaderErrors: a bad value, a setting given twice and
+// settings that contradict each other name the header line and what is
+// accepted.
+func TestStrategyFileHeaderErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, content string
+		want          []string
+	}{
+		{"outcome.sql", "-- description: a file\n-- outcome: row\n-- @apply\nSELECT 'APPLIED' AS result\n",
+			[]string{"outcome.sql:2:1", `header outcome: "row"`, "want result, rows or batch"}},
+		{"bool.sql", "-- broken: yes\n-- @apply\nSELECT 'APPLIED' AS result\n",
+			[]string{"bool.sql:1:1", `header broken: "yes"`, "want true or false"}},
+		{"keys.sql", "-- idempotency-keys: 1\n-- @apply\nSELECT 'APPLIED' AS result\n",
+			[]string{"keys.sql:1:1", `header idempotency-keys: "1"`, "want true or false"}},
+		{"tx.sql", "-- transaction: two\n" + goodClaim + "-- @effect\nSELECT 1\n",
+			[]string{"tx.sql:1:1", `header transaction: "two"`, "want one or split"}},
+		{"twice.sql", "-- outcome: result\n\n-- outcome: rows\n-- @apply\nSELECT 'APPLIED' AS result\n",
+			[]string{"twice.sql:3:1", `header setting "outcome" appears twice (first at line 1)`}},
+		{"split-result.sql", "-- broken: true\n-- transaction: split\n-- @apply\nSELECT 'APPLIED' AS result\n",
+			[]string{"split-result.sql:2:1", "header transaction: split needs outcome: rows"}},
+		{"split-correct.sql", "-- outcome: rows\n-- transaction: split\n" + goodClaim + "-- @effect\nSELECT 1\n",
+			[]string{"split-correct.sql:2:1", "header transaction: split", "negative control (broken: true)"}},
+	} {
+		_, err := ParseStrategyFile(tc.name, []byte(tc.content))
+		if !errors.Is(err, ErrStrategyFile) {
+			t.Fatalf("%s: %v, want a strategy file error", tc.name, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q does not mention %q", err, w)
+			}
+		}
+	}
+}
+
+// TestStrategyFileDocsMatchTables: examples/strategies/README.md lists
+// the header settings and the parameters the code knows, no more, no
+// fewer.
+func TestStrategyFileDocsMatchTables(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(examplesDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	keys := regexp.MustCompile(`Keys are\s+([^;]*);`).FindStringSubmatch(doc)
+	if keys == nil {
+		t.Fatal("README.md no longer says \"Keys are …;\"")
+	}
+	var documented, known []string
+	for _, m := range regexp.MustCompile("`([a-z-]+)`").FindAllStringSubmatch(keys[1], -1) {
+		documented = append(documented, m[1])
+	}
+	for _, s := range headerSettings {
+		known = append(known, s.key)
+	}
+	if !slices.Equal(documented, known) {
+		t.Errorf("README.md lists the header settings %v, the code %v", documented, known)
+	}
+	documented, known = nil, nil
+	for _, line := range strings.Split(doc, "\n") {
+		if cell, ok := strings.CutPrefix(line, "| `:"); ok {
+			cell = "`:" + cell[:strings.Index(cell, "|")]
+			for _, m := range regexp.MustCompile("`:([a-z_]+)`").FindAllStringSubmatch(cell, -1) {
+				documented = append(documented, m[1])
+			}
+		}
+	}
+	for _, p := range fileParams {
+		known = append(known, p.name)
+	}
+	slices.Sort(documented)
+	slices.Sort(known)
+	if !slices.Equal(documented, known) {
+		t.Errorf("README.md's parameter table lists %v, the code %v", documented, known)
+	}
 }

@@ -45,7 +45,7 @@ var fileParams = []*fileParam{
 	eventParam("tenant", "the idempotency key's tenant, '' when absent (text)", func(e *envelope.Event) string { return e.Tenant }),
 	eventParam("operation", "the idempotency key's operation, '' when absent (text)", func(e *envelope.Event) string { return e.Operation }),
 	eventParam("request_hash", "hex SHA-256 of the request content (tenant, operation, subject, kind, amount) for idempotency conflicts (text)", RequestHash),
-	{name: "ordinal", doc: "the events' positions in the batch, 1..n (int[]): the last statement returns one row per ordinal",
+	{name: "ordinal", doc: "the events' positions in the batch, 1..n (int[]); the last statement returns one row per ordinal",
 		batch: func(_ string, evs []*envelope.Event) any {
 			out := make([]int64, len(evs))
 			for i := range out {
@@ -129,7 +129,7 @@ func (f *parsedFile) checkParams() error {
 					e.Msg = "@ddl takes no parameters (it runs once, before any event)"
 				case i >= 0:
 					p := fileParams[i]
-					e.Msg = "not a parameter of @" + sectionID(s).String() + " (it is " + p.doc + ", in " + orList(p.sectionsOf(), "and") + "): known here are " + paramList(sectionID(s))
+					e.Msg = "not a parameter of @" + sectionID(s).String() + ", only of " + orList(p.sectionsOf(), "and") + " (" + p.doc + "): known here are " + paramList(sectionID(s))
 				default:
 					e.Msg = "unknown parameter: known are " + paramList(sectionID(s))
 				}
