@@ -158,6 +158,9 @@ type parsedFile struct {
 	header           fileHeader
 	sections         [numSections][]*fileStmt
 	marked           [numSections]bool // sections with a marker, even an empty one
+	// tables is the warning for a file whose effect statements never name
+	// {{account}} (userscope.go); "" when they do.
+	tables string
 }
 
 var sectionLine = regexp.MustCompile(`^--\s*@([A-Za-z_]+)\s*$`)
@@ -194,6 +197,7 @@ func parseStrategyFile(path string, content []byte) (*parsedFile, error) {
 			}
 		}
 	}
+	f.tables = f.consumerTables()
 	return f, nil
 }
 

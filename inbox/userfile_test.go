@@ -276,3 +276,60 @@ func TestStrategyFileDocsMatchTables(t *testing.T) {
 		t.Errorf("README.md's parameter table lists %v, the code %v", documented, known)
 	}
 }
+
+// TestStrategyFileConsumerTables: a file whose effect statements never
+// name {{account}} writes every consumer's effects into one table. It
+// loads with a warning naming the file, the statement and what to write
+// instead, and lacks FeatureConsumerTables for that reason (bench conform
+// makes two-consumers N/A for it); the example files name {{account}}.
+func TestStrategyFileConsumerTables(t *testing.T) {
+	path := filepath.Join("testdata", "strategies", "schema-account.sql")
+	s, err := LoadStrategyFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.Warnings()
+	if len(w) != 1 {
+		t.Fatalf("warnings %q, want one", w)
+	}
+	for _, want := range []string{"strategy file " + path + ":25:13: @effect statement 1: ", "{{schema}}.account is the default business table", "write {{account}} instead", "two-consumers"} {
+		if !strings.Contains(w[0], want) {
+			t.Errorf("warning %q does not say %q", w[0], want)
+		}
+	}
+	if Handles(s, FeatureConsumerTables) || Lacks(s, FeatureConsumerTables) != w[0] {
+		t.Errorf("the file lacks consumer tables for the warning's reason: %q", Lacks(s, FeatureConsumerTables))
+	}
+	t.Log(w[0])
+
+	// Nothing to point at but the effect statements: the first one. A
+	// {{account}} in @ddl does not count: it is always the default table.
+	for _, tc := range []struct{ content, want string }{
+		{"-- @ddl\nCREATE FUNCTION {{schema}}.f(c text) RETURNS text LANGUAGE sql AS $$ UPDATE {{account}} SET balance = 0 RETURNING 'APPLIED' $$\n-- @apply\nSELECT {{schema}}.f(:consumer) AS result\n",
+			"fn.sql:4:1: @apply statement 1: no @apply statement names {{account}}"},
+		{"-- @batch\nSELECT 1 AS ordinal, 'APPLIED' AS result;\nUPDATE {{schema}}.\"account\" SET balance = 0 WHERE id = ANY (:aggregate_id)\n",
+			"fn.sql:3:8: @batch statement 2: {{schema}}.\"account\" is the default business table"},
+	} {
+		s, err := ParseStrategyFile("fn.sql", []byte(tc.content))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := s.Warnings(); len(w) != 1 || !strings.Contains(w[0], tc.want) {
+			t.Errorf("warnings %q, want one saying %q", w, tc.want)
+		}
+	}
+
+	files, _ := filepath.Glob(filepath.Join(examplesDir, "*.sql"))
+	for _, p := range files {
+		s, err := LoadStrategyFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := s.Warnings(); len(w) > 0 || !Handles(s, FeatureConsumerTables) {
+			t.Errorf("%s: warnings %q", p, w)
+		}
+	}
+	if len(files) < 5 {
+		t.Fatalf("examples %v", files)
+	}
+}
