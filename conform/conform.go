@@ -4,9 +4,9 @@
 // reports the matrix with the mutation score (negative controls caught /
 // negative controls run). A negative control that passes is a failure of
 // the suite, not a success of the control. A scenario that tests what a
-// strategy does not declare it handles (inbox.Handles), or needs what a
-// broker cannot do (its capabilities), is N/A with the reason, never FAIL
-// or ERROR.
+// strategy lacks (inbox.Lacks: a feature a strategy file does not declare,
+// or its own table per consumer), or needs what a broker cannot do (its
+// capabilities), is N/A with the reason, never FAIL or ERROR.
 package conform
 
 import (
@@ -70,8 +70,9 @@ type Scenario struct {
 	// these capabilities ("" when it can): e.g. it needs a broker outside
 	// this process. Such rows are N/A with that reason.
 	Needs func(brokers.Capabilities) string
-	// Requires lists what a strategy must declare it implements
-	// (inbox.Handles) for the scenario to apply; others get N/A.
+	// Requires lists the features a strategy must handle (inbox.Lacks)
+	// for the scenario to apply; others get N/A with the strategy's
+	// reason.
 	Requires []string
 	Run      func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome
 }
@@ -268,8 +269,8 @@ func notApplicable(sc *Scenario, c brokers.Capabilities, broker string, st inbox
 		}
 	}
 	for _, f := range sc.Requires {
-		if !inbox.Handles(st, f) {
-			return fmt.Sprintf("%s tests %s, which %s does not declare (header %s: true)", sc.Name, f, st.Name(), f)
+		if why := inbox.Lacks(st, f); why != "" {
+			return fmt.Sprintf("%s tests %s: %s", sc.Name, f, why)
 		}
 	}
 	return ""

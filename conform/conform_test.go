@@ -127,6 +127,41 @@ func TestStrategyFilesInEveryScenario(t *testing.T) {
 	}
 }
 
+// TestStrategyFileWithoutConsumerTable: a correct file that writes
+// {{schema}}.account instead of {{account}} passes with one consumer, but
+// two-consumers gives the audit consumer another table, so the file puts
+// both consumers' effects into one. bench conform marks that cell N/A
+// with the reason, which names the file, the statement and what to write
+// instead; run regardless, the file does not pass the scenario.
+func TestStrategyFileWithoutConsumerTable(t *testing.T) {
+	st := files(t, "inbox/testdata/strategies/schema-account.sql")
+	rows, _ := run(t, []string{"none"}, []string{"duplicate", "two-consumers"}, st)
+	if len(rows) != 2 || rows[0].Verdict != results.VerdictPass {
+		t.Fatalf("rows %+v: want duplicate to PASS", rows)
+	}
+	r := rows[1]
+	for _, want := range []string{"two-consumers tests " + inbox.FeatureConsumerTables, "schema-account.sql:25:13: @effect statement 1", "{{schema}}.account", "write {{account}} instead"} {
+		if r.Verdict != results.VerdictNA || !strings.Contains(r.Reason, want) {
+			t.Errorf("two-consumers: %s, reason %q: want N/A saying %q", r.Verdict, r.Reason, want)
+		}
+	}
+	sc, err := Select([]string{"two-consumers"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sc[0].Timeout)
+	defer cancel()
+	// The audit table stays empty: lost effects (FAIL), or, when the
+	// audit consumer's event finds the balance consumer's change in its
+	// way first, an effect that changes no row at the version its own
+	// table shows (ERROR, dead-lettered).
+	out := sc[0].Run(ctx, &Env{Cfg: testenv.Require(t, testenv.Postgres)}, "none", st[0])
+	if out.Verdict == results.VerdictPass {
+		t.Fatalf("two-consumers run regardless passed the file (%v): the N/A hides nothing", out.Anomalies)
+	}
+	t.Logf("N/A: %s; run regardless: %s %v %v", r.Reason, out.Verdict, out.Anomalies, out.Err)
+}
+
 // TestFaultScenariosOnKafka runs the production faults through the real
 // Kafka with the batch strategy, consumer-crash with real worker processes
 // killed by kill -9.

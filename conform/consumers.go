@@ -22,7 +22,11 @@ func init() {
 		Proves:  "two processing responsibilities (balance-v1 and audit-v1) each apply every event once: the inbox key includes the consumer, so one never deduplicates the other",
 		Timeout: 3 * time.Minute,
 		Catches: []string{"broken-global-key"},
-		Run:     twoConsumers,
+		// The audit consumer's business table is another: a strategy file
+		// that does not write {{account}} puts both consumers' effects
+		// into one table.
+		Requires: []string{inbox.FeatureConsumerTables},
+		Run:      twoConsumers,
 	})
 }
 

@@ -199,17 +199,17 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 	snap := &Snapshot{Accounts: map[string]AccountState{}, Inbox: map[string]bool{}, Parked: map[string]bool{}, Audited: audited}
 	var id, src string
 	var st AccountState
-	if err := each(ctx, db, "SELECT id, balance, version FROM "+s+".account", []any{&id, &st.Balance, &st.Version},
-		func() { snap.Accounts[id] = st }); err != nil {
+	if err := each(ctx, db, "SELECT id, balance, version FROM "+s+".account", rowScan{[]any{&id, &st.Balance, &st.Version},
+		func() { snap.Accounts[id] = st }}); err != nil {
 		return nil, err
 	}
 	// Version 0 marks history loaded before the run (Prefill), not events.
-	if err := each(ctx, db, "SELECT source, event_id FROM "+s+".inbox WHERE consumer = $1 AND aggregate_version > 0", []any{&src, &id},
-		func() { snap.Inbox[src+" "+id] = true }, consumer); err != nil {
+	if err := each(ctx, db, "SELECT source, event_id FROM "+s+".inbox WHERE consumer = $1 AND aggregate_version > 0", rowScan{[]any{&src, &id},
+		func() { snap.Inbox[src+" "+id] = true }}, consumer); err != nil {
 		return nil, err
 	}
-	if err := each(ctx, db, "SELECT source, event_id FROM "+s+".parked WHERE consumer = $1", []any{&src, &id},
-		func() { snap.Parked[src+" "+id] = true }, consumer); err != nil {
+	if err := each(ctx, db, "SELECT source, event_id FROM "+s+".parked WHERE consumer = $1", rowScan{[]any{&src, &id},
+		func() { snap.Parked[src+" "+id] = true }}, consumer); err != nil {
 		return nil, err
 	}
 	if !audited {
@@ -228,7 +228,7 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 	var agg string
 	var now AccountState
 	err := each(ctx, db, "SELECT aggregate_id, version, balance FROM "+s+".account_audit WHERE seq > 0 ORDER BY seq",
-		[]any{&agg, &now.Version, &now.Balance}, func() {
+		rowScan{[]any{&agg, &now.Version, &now.Balance}, func() {
 			was := last[agg]
 			if was == now {
 				return // a row written unchanged, or created at (id, 0, 0) to be locked
@@ -236,7 +236,7 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 			last[agg] = now
 			snap.Transitions = append(snap.Transitions, Transition{Aggregate: agg,
 				OldVersion: was.Version, NewVersion: now.Version, OldBalance: was.Balance, NewBalance: now.Balance})
-		})
+		}})
 	if err != nil {
 		return nil, fmt.Errorf("%w (was the audit trigger installed?)", err)
 	}
@@ -250,13 +250,19 @@ func ParkedCount(ctx context.Context, db DB, schema, consumer string) (int64, er
 	return n, err
 }
 
-// each scans every row of sql into dst and calls f after each.
-func each(ctx context.Context, db DB, sql string, dst []any, f func(), args ...any) error {
+// rowScan is where each row goes: scanned into dst, then handed to then.
+type rowScan struct {
+	dst  []any
+	then func()
+}
+
+// each scans every row of sql into to.
+func each(ctx context.Context, db DB, sql string, to rowScan, args ...any) error {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("checker: %s: %w", sql, err)
 	}
-	_, err = pgx.ForEachRow(rows, dst, func() error { f(); return nil })
+	_, err = pgx.ForEachRow(rows, to.dst, func() error { to.then(); return nil })
 	if err != nil {
 		return fmt.Errorf("checker: %s: %w", sql, err)
 	}

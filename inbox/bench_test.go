@@ -48,12 +48,13 @@ func (g *benchGen) events(n int) []*envelope.Event {
 
 // runWorkers applies total events with all workers in parallel and returns
 // the wall time.
-func runWorkers(ctx context.Context, b *testing.B, in *Inbox, s Strategy, gens []*benchGen, total int64) time.Duration {
+func runWorkers(ctx context.Context, b *testing.B, bs *benchSetup, total int64) time.Duration {
+	in, s := bs.in, bs.s
 	var remaining atomic.Int64
 	remaining.Store(total)
 	var wg sync.WaitGroup
 	start := time.Now()
-	for _, g := range gens {
+	for _, g := range bs.gens {
 		wg.Go(func() {
 			for {
 				n := min(remaining.Add(-benchChunk)+benchChunk, benchChunk)
@@ -91,7 +92,7 @@ func setupBench(b *testing.B, name string) *benchSetup {
 func setupBenchLayout(b *testing.B, name string, layout Layout) *benchSetup {
 	bs := &benchSetup{s: mustStrategy(b, name), in: newInboxLayout(b, layout, nil), gens: newBenchGens()}
 	// Warm up: connections, prepared statements, every account row.
-	runWorkers(ctxT(b), b, bs.in, bs.s, bs.gens, benchWorkers*benchAggsPerWorker)
+	runWorkers(ctxT(b), b, bs, benchWorkers*benchAggsPerWorker)
 	return bs
 }
 
@@ -104,7 +105,7 @@ func BenchmarkApply(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			bs := setupBench(b, name)
 			b.ResetTimer()
-			elapsed := runWorkers(ctxT(b), b, bs.in, bs.s, bs.gens, int64(b.N))
+			elapsed := runWorkers(ctxT(b), b, bs, int64(b.N))
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 		})
@@ -130,7 +131,7 @@ func BenchmarkCompare(b *testing.B) {
 	for round := range b.N {
 		for k := range setups {
 			i := (k + round) % len(setups) // rotate who goes first
-			elapsed[i] += runWorkers(ctx, b, setups[i].in, setups[i].s, setups[i].gens, perRound)
+			elapsed[i] += runWorkers(ctx, b, setups[i], perRound)
 		}
 	}
 	b.StopTimer()
@@ -163,11 +164,11 @@ func BenchmarkLayouts(b *testing.B) {
 	for round := range b.N {
 		for i, p := range pairs {
 			if round%2 == 0 {
-				plain[i] += runWorkers(ctx, b, p.plain.in, p.plain.s, p.plain.gens, perRound)
-				part[i] += runWorkers(ctx, b, p.part.in, p.part.s, p.part.gens, perRound)
+				plain[i] += runWorkers(ctx, b, p.plain, perRound)
+				part[i] += runWorkers(ctx, b, p.part, perRound)
 			} else {
-				part[i] += runWorkers(ctx, b, p.part.in, p.part.s, p.part.gens, perRound)
-				plain[i] += runWorkers(ctx, b, p.plain.in, p.plain.s, p.plain.gens, perRound)
+				part[i] += runWorkers(ctx, b, p.part, perRound)
+				plain[i] += runWorkers(ctx, b, p.plain, perRound)
 			}
 		}
 	}

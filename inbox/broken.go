@@ -147,14 +147,18 @@ func (brokenCheckThenInsert) ApplyBatch(ctx context.Context, in *Inbox, consumer
 	})
 }
 
+// dedupKey is the wrong key a negative control dedups on: a scope and a
+// key in it.
+type dedupKey struct{ scope, key string }
+
 // claimRun is the correct transaction preceded by a dedup claim on the
 // wrong key: when the claim is taken, the event is skipped as a duplicate.
-func (in *Inbox) claimRun(ctx context.Context, name, consumer string, ev *envelope.Event, scope, key string) Outcome {
+func (in *Inbox) claimRun(ctx context.Context, name, consumer string, ev *envelope.Event, k dedupKey) Outcome {
 	return in.brokenRun(ctx, name, consumer, ev, func(out *Outcome) error {
 		o, err := in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
-			tag, err := tx.Exec(ctx, in.sql.brokenClaim, scope, key)
+			tag, err := tx.Exec(ctx, in.sql.brokenClaim, k.scope, k.key)
 			if err != nil {
-				return Outcome{}, false, fmt.Errorf("claim %s key %q: %w", scope, key, err)
+				return Outcome{}, false, fmt.Errorf("claim %s key %q: %w", k.scope, k.key, err)
 			}
 			if tag.RowsAffected() == 0 {
 				o := newOutcome(ev)
@@ -179,7 +183,7 @@ func (brokenGlobalKey) Description() string {
 func (brokenGlobalKey) Broken() bool { return true }
 func (brokenGlobalKey) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
 	return perEvent(events, func(ev *envelope.Event) Outcome {
-		return in.claimRun(ctx, "broken-global-key", consumer, ev, "global", ev.ID)
+		return in.claimRun(ctx, "broken-global-key", consumer, ev, dedupKey{"global", ev.ID})
 	})
 }
 
@@ -194,7 +198,7 @@ func (brokenAggregateKey) Description() string {
 func (brokenAggregateKey) Broken() bool { return true }
 func (brokenAggregateKey) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
 	return perEvent(events, func(ev *envelope.Event) Outcome {
-		return in.claimRun(ctx, "broken-aggregate-key", consumer, ev, "aggregate:"+consumer, ev.Subject)
+		return in.claimRun(ctx, "broken-aggregate-key", consumer, ev, dedupKey{"aggregate:" + consumer, ev.Subject})
 	})
 }
 

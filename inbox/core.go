@@ -129,7 +129,7 @@ func (in *Inbox) applyInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *
 		}
 	}
 	if ev.Kind == envelope.Snapshot {
-		return in.applySnapshot(ctx, tx, consumer, ev, ao, out)
+		return in.applySnapshot(ctx, tx, consumer, ev, ao)
 	}
 	for try := 0; ; try++ {
 		n, err := in.updateAccount(ctx, tx, ev)
@@ -386,8 +386,10 @@ func scanParked(r pgx.CollectableRow, agg string) (*envelope.Event, error) {
 
 // applySnapshot is the keep-latest path shared by every strategy: a newer
 // snapshot overwrites balance and version; an older or equal one is STALE.
-// Dedup is still the inbox's.
-func (in *Inbox) applySnapshot(ctx context.Context, tx pgx.Tx, consumer string, ev *envelope.Event, ao applyOpts, out Outcome) (Outcome, bool, error) {
+// Dedup is still the inbox's: the inbox key (and an idempotency key) was
+// claimed before.
+func (in *Inbox) applySnapshot(ctx context.Context, tx pgx.Tx, consumer string, ev *envelope.Event, ao applyOpts) (Outcome, bool, error) {
+	out := newOutcome(ev)
 	tag, err := tx.Exec(ctx, in.sql.snapshotUpsert, ev.Subject, ev.Amount, ev.AggregateVersion)
 	if err != nil {
 		return out, false, fmt.Errorf("apply snapshot to %s: %w", ev.Subject, err)

@@ -46,7 +46,7 @@ func (in *Inbox) applyCTE(ctx context.Context, strategy, consumer string, ev *en
 		}
 		return in.pool.QueryRow(ctx, in.sql.cte, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, ev.Amount, in.opt.Parking(), eventTime(ev)).Scan(&res, &drain)
 	})
-	o := in.finishFast(ctx, strategy, consumer, ev, res, drain, err)
+	o := in.finishFast(ctx, strategy, consumer, ev, pipeResult{done: true, result: res, drain: drain, err: err})
 	o.Attempts += attempts
 	o.Duration = time.Since(start)
 	return o
@@ -55,8 +55,8 @@ func (in *Inbox) applyCTE(ctx context.Context, strategy, consumer string, ev *en
 // finishFast turns a one-statement result into an Outcome: IB001 (the
 // update matched no row) goes to the locked decision path; an applied
 // event with parked successors drains them right after its commit.
-func (in *Inbox) finishFast(ctx context.Context, strategy, consumer string, ev *envelope.Event, res string, drain bool, err error) Outcome {
-	if pgCode(err) == codeNotApplied {
+func (in *Inbox) finishFast(ctx context.Context, strategy, consumer string, ev *envelope.Event, r pipeResult) Outcome {
+	if pgCode(r.err) == codeNotApplied {
 		// Gap, stale, or the predecessor committed a moment ago: decide under
 		// the row lock. The statement rolled back, claim included.
 		in.counters.slowPath.Add(1)
@@ -64,20 +64,20 @@ func (in *Inbox) finishFast(ctx context.Context, strategy, consumer string, ev *
 		return o
 	}
 	out := newOutcome(ev)
+	if r.err != nil {
+		out.Err = eventErr(consumer, ev, strategy, r.err)
+		return out
+	}
+	res, err := ParseResult(r.result)
 	if err != nil {
 		out.Err = eventErr(consumer, ev, strategy, err)
 		return out
 	}
-	r, err := ParseResult(res)
-	if err != nil {
-		out.Err = eventErr(consumer, ev, strategy, err)
-		return out
-	}
-	out.Result = r
-	if r == Parked {
+	out.Result = res
+	if res == Parked {
 		in.counters.parked.Add(1)
 	}
-	if r == Applied && drain {
+	if res == Applied && r.drain {
 		out.Drained, out.DrainErr = in.drainAggregate(ctx, consumer, ev.Subject)
 	}
 	return out
@@ -128,7 +128,11 @@ type pipeResult struct {
 
 func (in *Inbox) pipelineChunk(ctx context.Context, consumer string, events []*envelope.Event, idx []int, outs []Outcome) {
 	start := time.Now()
-	if idx = in.ensureEach(ctx, "pipeline", consumer, events, idx, outs); len(idx) == 0 {
+	idx = in.ensureEach(ctx, events, idx, func(i, attempts int, err error) {
+		outs[i] = newOutcome(events[i])
+		outs[i].Err, outs[i].Attempts = eventErr(consumer, events[i], "pipeline", err), attempts
+	})
+	if len(idx) == 0 {
 		return
 	}
 	res := make([]pipeResult, len(idx))
@@ -143,7 +147,7 @@ func (in *Inbox) pipelineChunk(ctx context.Context, consumer string, events []*e
 			outs[i] = in.applyCTE(ctx, "pipeline", consumer, ev)
 			outs[i].Attempts++
 		default:
-			outs[i] = in.finishFast(ctx, "pipeline", consumer, ev, r.result, r.drain, r.err)
+			outs[i] = in.finishFast(ctx, "pipeline", consumer, ev, r)
 			outs[i].Attempts++
 			if outs[i].Duration == 0 {
 				outs[i].Duration = d

@@ -82,7 +82,7 @@
 // format and the contract are in examples/strategies/README.md.
 //
 // Capabilities are interfaces, not names: Batching (a runner hands such a
-// strategy batches), Scoped (a strategy file declares what it handles),
+// strategy batches), Scoped (a strategy file says what it handles),
 // ParkDrainer (a strategy drains parked events with its own SQL).
 //
 // # Layouts and retention

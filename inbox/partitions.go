@@ -459,9 +459,9 @@ func (in *Inbox) ensurePartitions(ctx context.Context, evs ...*envelope.Event) e
 }
 
 // ensureEach ensures partitions event by event (with retries) for the
-// events of idx, turns each event that cannot have one into an error
-// outcome, and returns the others.
-func (in *Inbox) ensureEach(ctx context.Context, strategy, consumer string, events []*envelope.Event, idx []int, outs []Outcome) []int {
+// events of idx, hands each event that cannot have one to fail, and
+// returns the others.
+func (in *Inbox) ensureEach(ctx context.Context, events []*envelope.Event, idx []int, fail func(i, attempts int, err error)) []int {
 	if in.part.layout.Load() == layoutUnknown {
 		// Learn the layout once; a failure shows again per event below.
 		_, _ = in.retry(ctx, func(ctx context.Context) error { return in.ensurePartitions(ctx) })
@@ -473,9 +473,7 @@ func (in *Inbox) ensureEach(ctx context.Context, strategy, consumer string, even
 	for _, i := range idx {
 		attempts, err := in.retry(ctx, func(ctx context.Context) error { return in.ensurePartitions(ctx, events[i]) })
 		if err != nil {
-			outs[i] = newOutcome(events[i])
-			outs[i].Err = eventErr(consumer, events[i], strategy, err)
-			outs[i].Attempts = attempts
+			fail(i, attempts, err)
 			continue
 		}
 		kept = append(kept, i)

@@ -48,20 +48,26 @@ type Batching interface {
 }
 
 // Scoped is implemented by strategies that handle only part of what a
-// workload can send (strategy files declare it in their header): a
-// scenario or workload that needs a feature a strategy does not declare
-// is not applicable to it. Built-in strategies handle everything.
+// workload can send (a strategy file declares features in its header, and
+// writes each consumer's own table only if its SQL names it): a scenario
+// or workload that needs a feature a strategy lacks is not applicable to
+// it. Built-in strategies handle everything.
 type Scoped interface {
-	Declares(feature string) bool
+	// Lacks says why the strategy does not handle feature (a sentence
+	// for the N/A row), "" when it does.
+	Lacks(feature string) string
 }
 
 // Handles reports whether s handles feature: everything, unless it is
 // Scoped.
-func Handles(s Strategy, feature string) bool {
+func Handles(s Strategy, feature string) bool { return Lacks(s, feature) == "" }
+
+// Lacks says why s does not handle feature, "" when it does.
+func Lacks(s Strategy, feature string) string {
 	if sc, ok := s.(Scoped); ok {
-		return sc.Declares(feature)
+		return sc.Lacks(feature)
 	}
-	return true
+	return ""
 }
 
 // ParkDrainer is implemented by strategies that apply parked events with

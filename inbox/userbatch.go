@@ -30,60 +30,66 @@ import (
 // the read and the commit; parked events the file decided (anything but
 // GAP) leave the parked table in that transaction.
 
-// applyBatchSQL applies events with the @batch statements, in chunks of
-// the inbox's batch size; a chunk that fails for good is redone event by
+// batchCall is one batch of events applied with the @batch statements:
+// their outcomes, in input order, and the aggregates whose parked events
+// a chunk decided under their park locks (swept).
+type batchCall struct {
+	*fileRun
+	events []*envelope.Event
+	outs   []Outcome
+	swept  map[string]bool
+}
+
+// batch applies events with the @batch statements, in chunks of the
+// inbox's batch size; a chunk that fails for good is redone event by
 // event, so one bad event does not cost its neighbours their decision.
 //
 // With sweep, each chunk carries its aggregates' parked events; it
 // returns the aggregates whose parked events a chunk decided under their
 // park locks: their drain check after the commit would find nothing the
 // file can apply.
-func (s *FileStrategy) applyBatchSQL(ctx context.Context, in *Inbox, r *fileSQL, consumer string, events []*envelope.Event, sweep bool) ([]Outcome, map[string]bool) {
-	outs := make([]Outcome, len(events))
+func (r *fileRun) batch(ctx context.Context, events []*envelope.Event, sweep bool) ([]Outcome, map[string]bool) {
+	b := &batchCall{fileRun: r, events: events, outs: make([]Outcome, len(events)), swept: map[string]bool{}}
 	var ok []int
 	for i, ev := range events {
-		if err := validate(consumer, ev); err != nil {
-			outs[i] = Outcome{Err: err}
-			if ev != nil {
-				outs[i] = newOutcome(ev)
-				outs[i].Err = err
-			}
+		if o, bad := invalid(r.consumer, ev); bad {
+			b.outs[i] = o
 			continue
 		}
 		ok = append(ok, i)
 	}
-	swept := map[string]bool{}
-	for start := 0; start < len(ok); start += in.opt.BatchSize {
-		s.batchChunk(ctx, in, r, consumer, events, ok[start:min(start+in.opt.BatchSize, len(ok))], outs, sweep, swept)
+	size := r.in.opt.BatchSize
+	for start := 0; start < len(ok); start += size {
+		b.chunk(ctx, ok[start:min(start+size, len(ok))], sweep)
 	}
-	return outs, swept
+	return b.outs, b.swept
 }
 
-// batchChunk decides one chunk in one transaction; sweep says whether the
-// chunk also carries its aggregates' parked events (swept collects the
-// aggregates of such chunks that committed). A chunk that fails for good
-// is redone event by event without the parked events, so a parked event
-// the file cannot decide costs only its own drain, not its aggregate's
-// later events.
-func (s *FileStrategy) batchChunk(ctx context.Context, in *Inbox, r *fileSQL, consumer string, events []*envelope.Event, idx []int, outs []Outcome, sweep bool, swept map[string]bool) {
+// chunk decides the events of idx in one transaction; sweep says whether
+// the chunk also carries its aggregates' parked events (swept collects
+// the aggregates of such chunks that committed). A chunk that fails for
+// good is redone event by event without the parked events, so a parked
+// event the file cannot decide costs only its own drain, not its
+// aggregate's later events.
+func (b *batchCall) chunk(ctx context.Context, idx []int, sweep bool) {
 	evs := make([]*envelope.Event, len(idx))
 	for k, i := range idx {
-		evs[k] = events[i]
+		evs[k] = b.events[i]
 	}
 	start := time.Now()
-	var b fileBatch
-	attempts, err := in.retry(ctx, func(ctx context.Context) error {
-		if err := in.ensurePartitions(ctx, evs...); err != nil {
+	var fb fileBatch
+	attempts, err := b.in.retry(ctx, func(ctx context.Context) error {
+		if err := b.in.ensurePartitions(ctx, evs...); err != nil {
 			return err
 		}
 		var err error
-		b, err = s.runBatch(ctx, in, r, consumer, evs, sweep)
+		fb, err = b.runBatch(ctx, evs, sweep)
 		return err
 	})
 	if err != nil && (len(idx) > 1 || sweep) && !errors.Is(err, ErrRetryable) && ctx.Err() == nil {
 		for _, i := range idx {
-			s.batchChunk(ctx, in, r, consumer, events, []int{i}, outs, false, swept)
-			delete(swept, events[i].Subject) // applied without the park locks: check after all
+			b.chunk(ctx, []int{i}, false)
+			delete(b.swept, b.events[i].Subject) // applied without the park locks: check after all
 		}
 		return
 	}
@@ -91,42 +97,41 @@ func (s *FileStrategy) batchChunk(ctx context.Context, in *Inbox, r *fileSQL, co
 	if err != nil {
 		// Nothing committed: the parked events stay parked.
 		for _, i := range idx {
-			outs[i] = newOutcome(events[i])
-			outs[i].Attempts, outs[i].Duration = attempts, d
-			outs[i].Err = eventErr(consumer, events[i], s.Name(), s.stmtErr(b.last, err))
+			b.outs[i] = b.failed(b.events[i], b.s.stmtErr(fb.last, err), attempts)
+			b.outs[i].Duration = d
 		}
 		return
 	}
 	outcome := func(ev *envelope.Event, res string) Outcome {
 		o := newOutcome(ev)
-		o.Attempts, o.Duration = attempts, d
 		rr, perr := ParseResult(res)
 		if perr != nil {
-			o.Err = eventErr(consumer, ev, s.Name(), s.stmtErr(b.last, perr))
+			o = b.failed(ev, b.s.stmtErr(fb.last, perr), 0)
 		}
-		o.Result = rr
+		o.Result, o.Attempts, o.Duration = rr, attempts, d
 		return o
 	}
 	byAgg := map[string]int{} // aggregate → the chunk event its drained events hang on
 	for k, i := range idx {
-		outs[i] = outcome(events[i], b.res[len(b.parked)+k])
+		agg := b.events[i].Subject
+		b.outs[i] = outcome(b.events[i], fb.res[len(fb.parked)+k])
 		if sweep {
-			swept[events[i].Subject] = true
+			b.swept[agg] = true
 		}
-		if j, ok := byAgg[events[i].Subject]; !ok || outs[j].Result != Applied {
-			byAgg[events[i].Subject] = i
+		if j, ok := byAgg[agg]; !ok || b.outs[j].Result != Applied {
+			byAgg[agg] = i
 		}
 	}
-	for k, p := range b.parked {
-		if b.res[k] == Gap.String() {
+	for k, p := range fb.parked {
+		if fb.res[k] == Gap.String() {
 			continue // still waiting for its predecessor, still parked
 		}
-		o := outcome(p, b.res[k])
+		o := outcome(p, fb.res[k])
 		if o.Result == Applied {
-			in.counters.drained.Add(1)
+			b.in.counters.drained.Add(1)
 		}
 		i := byAgg[p.Subject]
-		outs[i].Drained = append(outs[i].Drained, o)
+		b.outs[i].Drained = append(b.outs[i].Drained, o)
 	}
 }
 
@@ -143,19 +148,20 @@ type fileBatch struct {
 // each event once: a second copy of an event (a redelivery in the same
 // batch, or of a parked event) gets the first copy's result, DUPLICATE
 // where that one applied, as in the built-in batch strategy.
-func (s *FileStrategy) runBatch(ctx context.Context, in *Inbox, r *fileSQL, consumer string, evs []*envelope.Event, sweep bool) (fileBatch, error) {
-	b := fileBatch{last: r.batch[len(r.batch)-1]}
-	err := pgx.BeginFunc(ctx, in.pool, func(tx pgx.Tx) error {
+func (r *fileRun) runBatch(ctx context.Context, evs []*envelope.Event, sweep bool) (fileBatch, error) {
+	stmts := r.sql[secBatch]
+	b := fileBatch{last: stmts[len(stmts)-1]}
+	err := pgx.BeginFunc(ctx, r.in.pool, func(tx pgx.Tx) error {
 		all := evs
 		if sweep {
 			var err error
-			if b.parked, err = in.sweepParked(ctx, tx, consumer, evs); err != nil {
+			if b.parked, err = r.in.sweepParked(ctx, tx, r.consumer, evs); err != nil {
 				return err
 			}
 			all = append(append(make([]*envelope.Event, 0, len(b.parked)+len(evs)), b.parked...), evs...)
 		}
 		uniq, first, again := firstCopies(all)
-		res, err := s.decideBatch(ctx, tx, r, consumer, uniq, &b.last)
+		res, err := r.decideBatch(ctx, tx, uniq, &b.last)
 		if err != nil {
 			return err
 		}
@@ -166,7 +172,7 @@ func (s *FileStrategy) runBatch(ctx context.Context, in *Inbox, r *fileSQL, cons
 				b.res[k] = Duplicate.String()
 			}
 		}
-		return in.unparkDecided(ctx, tx, consumer, b.parked, b.res)
+		return r.in.unparkDecided(ctx, tx, r.consumer, b.parked, b.res)
 	})
 	return b, err
 }
@@ -196,10 +202,11 @@ func firstCopies(evs []*envelope.Event) (uniq []*envelope.Event, first []int, ag
 // sends its locks, parked reads and claims): their parameters are all
 // known up front, and the server runs them in order, each seeing what the
 // ones before it did; an error skips the rest.
-func (s *FileStrategy) decideBatch(ctx context.Context, tx pgx.Tx, r *fileSQL, consumer string, evs []*envelope.Event, last **renderedStmt) (_ []string, err error) {
+func (r *fileRun) decideBatch(ctx context.Context, tx pgx.Tx, evs []*envelope.Event, last **renderedStmt) (_ []string, err error) {
+	stmts := r.sql[secBatch]
 	b := &pgx.Batch{}
-	for _, st := range r.batch {
-		b.Queue(st.sql, batchArgs(st, consumer, evs)...)
+	for _, st := range stmts {
+		b.Queue(st.sql, batchArgs(st, r.consumer, evs)...)
 	}
 	br := tx.SendBatch(ctx, b)
 	defer func() {
@@ -207,7 +214,7 @@ func (s *FileStrategy) decideBatch(ctx context.Context, tx pgx.Tx, r *fileSQL, c
 			err = cerr
 		}
 	}()
-	for _, st := range r.batch[:len(r.batch)-1] {
+	for _, st := range stmts[:len(stmts)-1] {
 		if _, err := br.Exec(); err != nil {
 			*last = st
 			return nil, err
@@ -286,71 +293,6 @@ func (in *Inbox) unparkDecided(ctx context.Context, tx pgx.Tx, consumer string, 
 	}
 	if _, err := tx.Exec(ctx, in.sql.batchParkedDelete, consumer, src, ids); err != nil {
 		return fmt.Errorf("unpark decided events: %w", err)
-	}
-	return nil
-}
-
-// batchArgs binds a @batch statement's parameters for a batch, in $n
-// order: each an array over the events, :consumer a scalar.
-func batchArgs(st *renderedStmt, consumer string, evs []*envelope.Event) []any {
-	args := make([]any, len(st.names))
-	for i, n := range st.names {
-		if n == "consumer" {
-			args[i] = consumer
-			continue
-		}
-		args[i] = column(n, evs)
-	}
-	return args
-}
-
-// column is one parameter's values over a batch.
-func column(name string, evs []*envelope.Event) any {
-	text := func(f func(*envelope.Event) string) []string {
-		out := make([]string, len(evs))
-		for i, e := range evs {
-			out[i] = f(e)
-		}
-		return out
-	}
-	num := func(f func(int, *envelope.Event) int64) []int64 {
-		out := make([]int64, len(evs))
-		for i, e := range evs {
-			out[i] = f(i, e)
-		}
-		return out
-	}
-	switch name {
-	case "ordinal":
-		return num(func(i int, _ *envelope.Event) int64 { return int64(i + 1) })
-	case "source":
-		return text(func(e *envelope.Event) string { return e.Source })
-	case "event_id":
-		return text(func(e *envelope.Event) string { return e.ID })
-	case "event_type":
-		return text(func(e *envelope.Event) string { return e.Type })
-	case "aggregate_id":
-		return text(func(e *envelope.Event) string { return e.Subject })
-	case "kind":
-		return text(func(e *envelope.Event) string { return e.Kind })
-	case "idempotency_key":
-		return text(func(e *envelope.Event) string { return e.IdempotencyKey })
-	case "tenant":
-		return text(func(e *envelope.Event) string { return e.Tenant })
-	case "operation":
-		return text(func(e *envelope.Event) string { return e.Operation })
-	case "request_hash":
-		return text(RequestHash)
-	case "version":
-		return num(func(_ int, e *envelope.Event) int64 { return e.AggregateVersion })
-	case "amount":
-		return num(func(_ int, e *envelope.Event) int64 { return e.Amount })
-	case "event_time":
-		out := make([]*time.Time, len(evs))
-		for i, e := range evs {
-			out[i] = nullTime(e.Time)
-		}
-		return out
 	}
 	return nil
 }

@@ -28,11 +28,11 @@ import (
 // parked successors of every aggregate that applied something, except the
 // swept ones: their parked events were decided in the batch's own
 // transaction, under the park locks (userbatch.go).
-func (s *FileStrategy) parkAndDrain(ctx context.Context, in *Inbox, r *fileSQL, consumer string, events []*envelope.Event, outs []Outcome, swept map[string]bool) {
+func (r *fileRun) parkAndDrain(ctx context.Context, events []*envelope.Event, outs []Outcome, swept map[string]bool) {
 	last := map[string]int{} // aggregate → index of its last applied outcome
 	for i := range outs {
 		if outs[i].Result == Gap && !outs[i].ParkOverflow && events[i] != nil {
-			outs[i] = s.park(ctx, in, r, consumer, events[i], outs[i])
+			outs[i] = r.park(ctx, events[i], outs[i])
 		}
 		if outs[i].Result == Applied && !swept[outs[i].Subject] {
 			last[outs[i].Subject] = i
@@ -45,10 +45,10 @@ func (s *FileStrategy) parkAndDrain(ctx context.Context, in *Inbox, r *fileSQL, 
 	for agg := range last {
 		aggs = append(aggs, agg)
 	}
-	waiting, err := in.parkedAmong(ctx, consumer, aggs)
+	waiting, err := r.in.parkedAmong(ctx, r.consumer, aggs)
 	for _, agg := range waiting {
 		i := last[agg]
-		d, derr := s.drainAggregate(ctx, in, r, consumer, agg)
+		d, derr := r.drain(ctx, agg)
 		outs[i].Drained = append(outs[i].Drained, d...)
 		outs[i].DrainErr = errors.Join(outs[i].DrainErr, derr)
 	}
@@ -83,31 +83,31 @@ func (in *Inbox) parkedAmong(ctx context.Context, consumer string, aggs []string
 
 // park holds a version-ahead event, or applies it again when its
 // predecessor committed meanwhile.
-func (s *FileStrategy) park(ctx context.Context, in *Inbox, r *fileSQL, consumer string, ev *envelope.Event, gap Outcome) Outcome {
+func (r *fileRun) park(ctx context.Context, ev *envelope.Event, gap Outcome) Outcome {
 	out := gap
 	for range 3 {
 		var parked, overflow bool
-		attempts, err := in.retry(ctx, func(ctx context.Context) error {
+		attempts, err := r.in.retry(ctx, func(ctx context.Context) error {
 			var err error
-			parked, overflow, err = in.parkIfAhead(ctx, consumer, ev)
+			parked, overflow, err = r.in.parkIfAhead(ctx, r.consumer, ev)
 			return err
 		})
 		switch {
 		case err != nil:
 			o := newOutcome(ev)
-			o.Err, o.Attempts = eventErr(consumer, ev, s.Name()+" (parking)", err), attempts
+			o.Err, o.Attempts = eventErr(r.consumer, ev, r.s.Name()+" (parking)", err), attempts
 			return o
 		case overflow:
-			in.counters.parkOverflow.Add(1)
+			r.in.counters.parkOverflow.Add(1)
 			out.ParkOverflow = true
 			return out
 		case parked:
-			in.counters.parked.Add(1)
+			r.in.counters.parked.Add(1)
 			out.Result = Parked
 			return out
 		}
 		// The predecessor is there now: the file decides again.
-		if out = s.applyEvent(ctx, in, r, nil, consumer, ev); out.Result != Gap {
+		if out = r.event(ctx, ev); out.Result != Gap {
 			return out
 		}
 	}
@@ -147,16 +147,16 @@ func (in *Inbox) parkIfAhead(ctx context.Context, consumer string, ev *envelope.
 	return parked, overflow, err
 }
 
-// drainAggregate applies the aggregate's parked events with the file's SQL,
-// lowest version first, until one is not decided or is still ahead.
-func (s *FileStrategy) drainAggregate(ctx context.Context, in *Inbox, r *fileSQL, consumer, agg string) ([]Outcome, error) {
+// drain applies the aggregate's parked events with the file's SQL, lowest
+// version first, until one is not decided or is still ahead.
+func (r *fileRun) drain(ctx context.Context, agg string) ([]Outcome, error) {
 	var outs []Outcome
 	for {
-		ev, err := in.firstParked(ctx, consumer, agg)
+		ev, err := r.in.firstParked(ctx, r.consumer, agg)
 		if err != nil || ev == nil {
 			return outs, err
 		}
-		o := s.applyEvent(ctx, in, r, nil, consumer, ev)
+		o := r.event(ctx, ev)
 		if o.Err != nil {
 			return outs, o.Err
 		}
@@ -169,9 +169,9 @@ func (s *FileStrategy) drainAggregate(ctx context.Context, in *Inbox, r *fileSQL
 		// by a later drain, as a redelivery would be.
 		outs = append(outs, o)
 		if o.Result == Applied {
-			in.counters.drained.Add(1)
+			r.in.counters.drained.Add(1)
 		}
-		if _, err := in.pool.Exec(ctx, in.sql.parkedDelete, consumer, ev.Source, ev.ID); err != nil {
+		if _, err := r.in.pool.Exec(ctx, r.in.sql.parkedDelete, r.consumer, ev.Source, ev.ID); err != nil {
 			return outs, fmt.Errorf("unpark %s: %w", ev.Key(), err)
 		}
 	}
@@ -205,9 +205,9 @@ func (in *Inbox) firstParked(ctx context.Context, consumer, agg string) (*envelo
 // DrainParked implements ParkDrainer: every aggregate of the consumer with
 // parked events is drained with the file's SQL.
 func (s *FileStrategy) DrainParked(ctx context.Context, in *Inbox, consumer string) ([]Outcome, error) {
-	r, err := s.ready(ctx, in)
+	r, err := s.run(ctx, in, consumer)
 	if err != nil {
 		return nil, err
 	}
-	return in.drainEach(ctx, consumer, func(agg string) ([]Outcome, error) { return s.drainAggregate(ctx, in, r, consumer, agg) })
+	return in.drainEach(ctx, consumer, func(agg string) ([]Outcome, error) { return r.drain(ctx, agg) })
 }

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,39 +50,6 @@ func forEachExample(t *testing.T, mutate func(*Options), f func(t *testing.T, in
 			in := newInbox(t, mutate)
 			f(t, in, fileStrategy(t, in, name))
 		})
-	}
-}
-
-func TestStrategyFileNameAndHeader(t *testing.T) {
-	s, err := LoadStrategyFile(filepath.Join(examplesDir, "cte.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(s.Name(), "file:cte.sql@") || len(s.Name()) != len("file:cte.sql@")+8 {
-		t.Fatalf("name %q, want file:cte.sql@<8 hex digits>", s.Name())
-	}
-	if s.Broken() || s.Outcome() != OutcomeResult || Label(s) != s.Name() {
-		t.Fatalf("cte.sql: broken %t, outcome %s, label %q", s.Broken(), s.Outcome(), Label(s))
-	}
-	b, err := LoadStrategyFile(filepath.Join(examplesDir, "broken-split.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !b.Broken() || !strings.Contains(Label(b), "negative control") {
-		t.Fatalf("broken-split.sql: broken %t, label %q", b.Broken(), Label(b))
-	}
-	// The hash follows the content, not the path.
-	content, _ := os.ReadFile(filepath.Join(examplesDir, "cte.sql"))
-	same, err := ParseStrategyFile("elsewhere/cte.sql", content)
-	if err != nil {
-		t.Fatal(err)
-	}
-	changed, err := ParseStrategyFile("cte.sql", append(content, []byte("\n-- a comment changes the hash\n")...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if same.Name() != s.Name() || changed.Name() == s.Name() {
-		t.Fatalf("names %q, %q, %q: the hash must follow the content", s.Name(), same.Name(), changed.Name())
 	}
 }
 
@@ -506,116 +471,4 @@ func TestStrategyFilePrune(t *testing.T) {
 	if left := inboxRows(t, in, consumer); left != 2 {
 		t.Fatalf("inbox=%d after pruning 3 of 5", left)
 	}
-}
-
-// badFile writes content as NAME in a temp dir and returns its path.
-func badFile(t *testing.T, name, content string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-const goodClaim = `-- @claim
-INSERT INTO {{schema}}.inbox (consumer, source, event_id, aggregate_id, aggregate_version)
-VALUES (:consumer, :source, :event_id, :aggregate_id, :version) ON CONFLICT DO NOTHING
-`
-
-// TestStrategyFileBadInput: every mistake is an ErrStrategyFile naming the
-// file, the section and statement, the line:col, and the parameter.
-func TestStrategyFileBadInput(t *testing.T) {
-	in := newInbox(t, parkingOff)
-	for _, tc := range []struct {
-		name, content string
-		atLoad        bool // found without the database
-		want          []string
-	}{
-		{"unknown-param.sql", "-- outcome: result\n-- @apply\nSELECT 'APPLIED' AS result\nWHERE :evnt_id IS NOT NULL\n", true,
-			[]string{"unknown-param.sql:4:7", "@apply statement 1", "parameter :evnt_id", "unknown parameter", ":event_id"}},
-		{"param-in-ddl.sql", "-- @ddl\nCREATE TABLE {{schema}}.x (a int);\nCREATE INDEX ON {{schema}}.x (a) WHERE a > :version;\n-- @apply\nSELECT 'APPLIED' AS result\n", true,
-			[]string{"param-in-ddl.sql:3:", "@ddl statement 2", "parameter :version", "no parameters"}},
-		{"positional.sql", "-- @apply\nSELECT 'APPLIED' AS result WHERE $1 = 'x'\n", true,
-			[]string{"positional.sql:2:34", "@apply statement 1", "positional parameter $1"}},
-		{"typo-header.sql", "-- outcom: rows\n-- @apply\nSELECT 'APPLIED' AS result\n", true,
-			[]string{"typo-header.sql:1:1", `unknown header setting "outcom"`}},
-		{"unknown-section.sql", "-- @applly\nSELECT 1\n", true, []string{"unknown-section.sql:1:1", "unknown section @applly"}},
-		{"split-correct.sql", "-- transaction: split\n" + goodClaim + "-- @effect\nSELECT 1\n", true,
-			[]string{"split-correct.sql", "negative control"}},
-		{"placeholder.sql", "-- @apply\nSELECT 'APPLIED' AS result FROM {{schema}}.inbox, {{shema}}.account\n", true,
-			[]string{"placeholder.sql:2:", "unknown placeholder {{shema}}"}},
-		{"no-result.sql", "-- @apply\nSELECT 'APPLIED' AS outcome, 1 AS n\n", false,
-			[]string{"no-result.sql:2:1", "@apply statement 1", "missing result column", "outcome, n"}},
-		{"ddl-syntax.sql", "-- @ddl\nCREATE INDEX ON {{schema}}.inbox (aggregate_id);\nALTER TABLE {{schema}}.inbox ADD COLUMNN note text;\n-- @apply\nSELECT 'APPLIED' AS result\n", false,
-			[]string{"ddl-syntax.sql:3:", "@ddl statement 2", "syntax error", "42601"}},
-		{"stmt-syntax.sql", "-- @apply\nWITH ins AS (\n  INSERT INTO {{schema}}.inbox (consumer, source, event_id, aggregate_id, aggregate_version)\n  VALUES (:consumer, :source, :event_id, :aggregate_id, :version) ON CONFLICT DO NOTHIN\n  RETURNING 1)\nSELECT 'APPLIED' AS result\n", false,
-			[]string{"stmt-syntax.sql:4:", "@apply statement 1", "syntax error", "42601"}},
-		{"stmt-column.sql", goodClaim + "-- @effect\nUPDATE {{schema}}.account SET balance = balance + :amount WHERE id = :aggregate_id AND versoin = :version - 1\n", false,
-			[]string{"stmt-column.sql:5:88", "@effect statement 1", "versoin", "42703"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			path := badFile(t, tc.name, tc.content)
-			s, err := LoadStrategyFile(path)
-			if err == nil {
-				if tc.atLoad {
-					t.Fatalf("loaded; want an error found at load")
-				}
-				err = s.Prepare(ctxT(t), in.Pool(), in.Schema())
-			} else if !tc.atLoad {
-				t.Fatalf("load: %v; want it to load and fail against the server", err)
-			}
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if !errors.Is(err, ErrStrategyFile) {
-				t.Errorf("error %v does not match ErrStrategyFile", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
-			t.Log(err)
-		})
-	}
-}
-
-// TestStrategyFileValidate: the scratch-schema check catches a server-side
-// error and leaves no schema behind.
-func TestStrategyFileValidate(t *testing.T) {
-	in := newInbox(t, nil)
-	bad, err := LoadStrategyFile(badFile(t, "bad.sql", "-- @apply\nSELECT 'APPLIED' AS result FROM {{schema}}.nope\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	scratch := in.Schema() + "_chk"
-	if err := bad.Validate(ctxT(t), in.Pool(), scratch); !errors.Is(err, ErrStrategyFile) || !strings.Contains(err.Error(), "bad.sql:2:") {
-		t.Fatalf("validate: %v", err)
-	}
-	var n int
-	if err := in.Pool().QueryRow(ctxT(t), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", scratch).Scan(&n); err != nil || n != 0 {
-		t.Fatalf("scratch schema left behind: %d, %v", n, err)
-	}
-	good, err := LoadStrategyFile(filepath.Join(examplesDir, "broken-split.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := good.Validate(ctxT(t), in.Pool(), scratch); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestStrategyFileTextTypedParams: a number or time the server types as
-// text (no cast in the SQL) is still bound.
-func TestStrategyFileTextTypedParams(t *testing.T) {
-	in := newInbox(t, parkingOff)
-	s, err := ParseStrategyFile("text.sql", []byte("-- @apply\nSELECT CASE WHEN :version = '1' AND :amount = '5' AND :event_time <> '' THEN 'STALE' ELSE 'GAP' END AS result\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Prepare(ctxT(t), in.Pool(), in.Schema()); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, apply(t, in, s, consumer, ev("x", "acc-x", 1, 5)), Stale)
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"os"
 
 	"github.com/inboxbench/inboxbench/inbox"
 )
@@ -12,13 +14,17 @@ const strategyFileHelp = "a user strategy SQL file to run beside the built-in st
 
 // loadStrategyFiles reads each --strategy-file. A bad file is a usage
 // error (exit 2) naming the file, statement and parameter; it never falls
-// back to a built-in strategy.
+// back to a built-in strategy. What a file that loads should still fix is
+// printed to stderr as a warning.
 func loadStrategyFiles(paths []string) ([]inbox.Strategy, error) {
 	var out []inbox.Strategy
 	for _, p := range paths {
 		s, err := inbox.LoadStrategyFile(p)
 		if err != nil {
 			return nil, usagef("--strategy-file: %v", err)
+		}
+		for _, w := range s.Warnings() {
+			fmt.Fprintln(os.Stderr, "bench: warning: --strategy-file:", w)
 		}
 		out = append(out, s)
 	}
