@@ -290,7 +290,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "base: %s\nnew:  %s\n", runLabel(c.Base), runLabel(c.New))
 	if len(c.WorkloadDiffs) > 0 {
-		fmt.Fprintf(&b, "warning: different workloads, compared anyway (--allow-different-workloads):\n")
+		fmt.Fprintf(&b, "warning: different workloads, compared anyway as asked:\n")
 		for _, d := range c.WorkloadDiffs {
 			fmt.Fprintf(&b, "  %s\n", d)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/dbcalib"
+	"github.com/inboxbench/inboxbench/results/render"
 	"github.com/inboxbench/inboxbench/runner"
 )
 
@@ -51,6 +52,7 @@ var optionFlags = map[string]string{
 	dbcalib.KeyRounds:                "rounds",
 	dbcalib.KeyMeasure:               "duration",
 	compose.KeyDurability:            "durability",
+	render.KeyOut:                    "out",
 }
 
 // settingName is how a user gives the setting with key: "--workers", or

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/inboxbench/inboxbench/config"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -151,7 +152,7 @@ func findRuns(dirs []string, out string) ([]*siteRun, []string, error) {
 			return nil, nil, fmt.Errorf("%w: %s is not a directory: pass the directory that holds the run directories (e.g. results)", ErrPublishUsage, dir)
 		}
 		if abs, _ := filepath.Abs(dir); abs == outAbs {
-			return nil, nil, fmt.Errorf("%w: --out %s is the results directory itself: write the site somewhere else (e.g. --out site)", ErrPublishUsage, out)
+			return nil, nil, fmt.Errorf("%w: %w", ErrPublishUsage, config.Invalid(KeyOut, out, "is the results directory itself: write the site somewhere else (e.g. site)"))
 		}
 		found, skip, err := walkRuns(dir, outAbs)
 		if err != nil {
@@ -159,7 +160,7 @@ func findRuns(dirs []string, out string) ([]*siteRun, []string, error) {
 		}
 		skipped = append(skipped, skip...)
 		if len(found) == 0 {
-			msg := fmt.Sprintf("%s holds no runs: no result.json or %s in it or below it; write some with 'bench run' or 'bench conform' (both write into results/ unless --out says otherwise)",
+			msg := fmt.Sprintf("%s holds no runs: no result.json or %s in it or below it; write some with 'bench run' or 'bench conform' (both write into results/ unless told otherwise)",
 				dir, results.ConformFile)
 			if len(skip) > 0 {
 				msg += "; unreadable: " + strings.Join(skip, "; ")
@@ -247,22 +248,25 @@ func assignIDs(runs []*siteRun) {
 	}
 }
 
+// KeyOut is the setting key of the site's directory (Publish's out).
+const KeyOut = "publish.out"
+
 // prepareSite makes out ready: created when missing; an earlier site's
 // pages removed; anything else refused rather than mixed into.
 func prepareSite(out string) error {
 	if out == "" {
-		return fmt.Errorf("%w: --out is empty: name the directory for the site", ErrPublishUsage)
+		return fmt.Errorf("%w: %w", ErrPublishUsage, config.Invalid(KeyOut, nil, "empty: name the directory for the site"))
 	}
 	entries, err := os.ReadDir(out)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return os.MkdirAll(out, 0o755)
 	case err != nil:
-		return fmt.Errorf("%w: --out %s: %v", ErrPublishUsage, out, err)
+		return fmt.Errorf("%w: %w", ErrPublishUsage, config.Invalid(KeyOut, out, "%v", err))
 	case len(entries) == 0:
 		return nil
 	case !exists(filepath.Join(out, siteMarker)):
-		return fmt.Errorf("%w: --out %s is not empty and is not a site bench publish wrote: choose a new or empty directory", ErrPublishUsage, out)
+		return fmt.Errorf("%w: %w", ErrPublishUsage, config.Invalid(KeyOut, out, "is not empty and is not a site bench publish wrote: choose a new or empty directory"))
 	}
 	for _, name := range []string{"index.html", "runs", "trends", "schema"} {
 		if err := os.RemoveAll(filepath.Join(out, name)); err != nil {

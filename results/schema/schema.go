@@ -7,7 +7,7 @@
 // validates against them; `bench publish` copies them into every site.
 //
 // The schemas follow the Go model in results/model.go, results/conform.go,
-// results/calibrate.go and dbcalib/calibrate.go field for field, and the tests in this directory keep
+// results/calibrate.go and dbcalib/report.go field for field, and the tests in this directory keep
 // them in step: a field added to, renamed in or removed from a model
 // struct (or from workload.Spec, which result.json embeds) fails
 // TestSchemaMatchesModel until the schema says the same, and
