@@ -13,8 +13,10 @@ ROCKETMQ_TESTS = RocketMQ
 # Tests that disturb a shared server for everyone run alone, after the
 # parallel packages: a node-wide RabbitMQ memory alarm; PostgreSQL driven
 # flat out by pgbench and the pgx loop, with schemas created and dropped
-# under the WAL decoding of other packages' cells.
-SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns
+# under the WAL decoding of other packages' cells; the whole stack stopped
+# and started STACK_CYCLES times back to back (it is left running).
+SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns|StackRestartsBackToBack
+STACK_CYCLES ?= 3
 TEST_TIMEOUT ?= 30m
 
 .PHONY: all build bench test test-deps fmt-check vet fuzz stack-up stack-down stack-status clean
@@ -66,7 +68,7 @@ vet:
 test: fmt-check vet test-deps stack-up
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(ROCKETMQ_TESTS)|$(SOLO_TESTS)' $(RACE_PKGS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(ROCKETMQ_TESTS)' $(RACE_PKGS)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SOLO_TESTS)' $(RACE_PKGS)
+	INBOXBENCH_TEST_STACK_CYCLES=$(STACK_CYCLES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SOLO_TESTS)' $(RACE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
 
 # The parsers of untrusted input, fuzzed briefly on every `make test` from
