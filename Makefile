@@ -4,17 +4,19 @@
 
 GO      ?= go
 BENCH   := bin/bench
-# Race detection everywhere except where the RocketMQ client's push
+# Race detection everywhere except where rocketmq-client-go's push
 # consumer runs: it has data races of its own (see brokers/README.md).
-# Every such test has RocketMQ in its name (the driver itself consumes
-# with its own code and runs under -race).
+# Every such test has LibConsumer in its name; every other RocketMQ test
+# (the driver's own consumer, its publisher) runs under -race.
 RACE_PKGS = $(shell $(GO) list ./...)
-ROCKETMQ_TESTS = RocketMQ
+LIB_CONSUMER_TESTS = LibConsumer
 # Tests that disturb a shared server for everyone run alone, after the
 # parallel packages: a node-wide RabbitMQ memory alarm; PostgreSQL driven
 # flat out by pgbench and the pgx loop, with schemas created and dropped
-# under the WAL decoding of other packages' cells.
-SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns
+# under the WAL decoding of other packages' cells; the whole stack stopped
+# and started STACK_CYCLES times back to back (it is left running).
+SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns|StackRestartsBackToBack
+STACK_CYCLES ?= 3
 TEST_TIMEOUT ?= 30m
 
 .PHONY: all build bench test test-deps fmt-check vet fuzz stack-up stack-down stack-status clean
@@ -64,9 +66,9 @@ vet:
 
 # Unit and integration tests against the real services started by stack-up.
 test: fmt-check vet test-deps stack-up
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(ROCKETMQ_TESTS)|$(SOLO_TESTS)' $(RACE_PKGS)
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(ROCKETMQ_TESTS)' $(RACE_PKGS)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SOLO_TESTS)' $(RACE_PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(LIB_CONSUMER_TESTS)|$(SOLO_TESTS)' $(RACE_PKGS)
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(LIB_CONSUMER_TESTS)' $(RACE_PKGS)
+	INBOXBENCH_TEST_STACK_CYCLES=$(STACK_CYCLES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SOLO_TESTS)' $(RACE_PKGS)
 	@$(MAKE) --no-print-directory fuzz
 
 # The parsers of untrusted input, fuzzed briefly on every `make test` from

@@ -69,7 +69,11 @@ func Listeners(e *Env, s Service) ([]Listening, error) {
 			leaders = append(leaders, pid)
 		}
 	}
-	owned := socketInodes(processTree(leaders))
+	var pids []int
+	for _, q := range processTree(leaders) {
+		pids = append(pids, q.pid)
+	}
+	owned := socketInodes(pids)
 	var out []Listening
 	for inode, addr := range socks {
 		port, isKnown := known[int(addr.Port())]
@@ -146,42 +150,6 @@ func parseProcAddr(s string) (netip.AddrPort, error) {
 	}
 	a, _ := netip.AddrFromSlice(b)
 	return netip.AddrPortFrom(a, uint16(p)), nil
-}
-
-// processTree returns the pids whose process group or session is led by
-// one of leaders (StartDetached starts every service in its own session).
-func processTree(leaders []int) []int {
-	if len(leaders) == 0 {
-		return nil
-	}
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, d := range entries {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		// After "pid (comm)": state ppid pgrp session …
-		f := strings.Fields(s[i+1:])
-		if len(f) < 4 {
-			continue
-		}
-		pgrp, _ := strconv.Atoi(f[2])
-		sid, _ := strconv.Atoi(f[3])
-		if slices.Contains(leaders, pid) || slices.Contains(leaders, pgrp) || slices.Contains(leaders, sid) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // socketInodes lists the socket inodes the processes hold open. A process

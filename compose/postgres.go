@@ -277,7 +277,7 @@ func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc
 		if err == nil {
 			break
 		}
-		if _, alive := proc.PID(); !alive {
+		if !proc.Running() {
 			return fmt.Errorf("postgres: the server exited during startup: %w", err)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -104,11 +105,10 @@ func (p Proc) recorded() (int, error) {
 // every Match string, and it runs in Home (or names Home on its command
 // line). The error says what the process is instead.
 func (p Proc) Identify(pid int) error {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	cmdline, err := commandLine(pid)
 	if err != nil {
 		return fmt.Errorf("cannot read its command line: %v", err)
 	}
-	cmdline := strings.TrimRight(strings.ReplaceAll(string(raw), "\x00", " "), " ")
 	cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
 	ok := true
 	for _, m := range p.Match {
@@ -122,6 +122,37 @@ func (p Proc) Identify(pid int) error {
 	}
 	return fmt.Errorf("its command line is %q (working directory %q), and %s of this stack runs %s in %s",
 		truncate(cmdline, 160), cwd, p.Name, strings.Join(p.Match, " "), p.Home)
+}
+
+// commandLine reads /proc/PID/cmdline. A process in the middle of execve
+// reads as empty: the kernel has replaced its memory but not yet set up
+// the new program's arguments. exec.Cmd.Start returns in that window (it
+// learns of the exec when the old image's descriptors close), so a
+// process checked right after it was started can read empty for some
+// microseconds; it is read again for up to 100 ms before that counts.
+func commandLine(pid int) (string, error) {
+	for range 100 {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			return "", err
+		}
+		if len(raw) > 0 || !alive(pid) {
+			return strings.TrimRight(strings.ReplaceAll(string(raw), "\x00", " "), " "), nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return "", nil
+}
+
+// Running reports whether the recorded process is alive, without
+// identifying it: what a wait for a service just started asks. The pid
+// file was written by that start; whether the process is still the one
+// started is not in question, and a check of its command line or working
+// directory could fail while the program execs or starts up (see
+// commandLine), which is not the service having exited.
+func (p Proc) Running() bool {
+	pid, err := p.recorded()
+	return err == nil && alive(pid)
 }
 
 // within reports whether path is dir or inside it; the kernel reports a
@@ -173,10 +204,15 @@ func groupLeader(pid int) bool {
 }
 
 // Kill stops the recorded process: SIGTERM to its process group, then
-// SIGKILL after grace, and removes the pid file. No pid file, or one whose
-// process is gone, is not an error. It refuses, signalling nothing and
-// keeping the pid file, when the file holds no pid above 1 or names a
-// live process that is not this service.
+// SIGKILL after grace, and removes the pid file. It returns once every
+// process of the service is gone: the recorded one and every process of
+// its group, session or descent as they were when Kill began (helpers in
+// sessions of their own, such as the Erlang VM's port programs, outlive
+// the group signal by a moment), so a start that follows finds nothing of
+// the old instance. A process still there 10 s after SIGKILL is an error
+// naming it. No pid file, or one whose process is gone, is not an error.
+// It refuses, signalling nothing and keeping the pid file, when the file
+// holds no pid above 1 or names a live process that is not this service.
 func (p Proc) Kill(ctx context.Context, grace time.Duration) error {
 	pid, err := p.recorded()
 	switch {
@@ -190,28 +226,128 @@ func (p Proc) Kill(ctx context.Context, grace time.Duration) error {
 	if err := p.Identify(pid); err != nil {
 		return fmt.Errorf("%s: pid file %s names pid %d, which is not the %s this stack started: %v. Not signalled: stop it yourself if it is ours, or delete the pid file", p.Name, p.PIDFile, pid, p.Name, err)
 	}
+	// Taken before the signal: once the leader is gone its children
+	// belong to init and no longer point to it.
+	tree := processTree([]int{pid})
 	target := pid
 	if groupLeader(pid) {
 		target = -pid // the service and its children (Setsid)
 	}
 	_ = syscall.Kill(target, syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if !alive(pid) {
-			return removeIfExists(p.PIDFile)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	left, err := waitGone(ctx, tree, grace)
+	if err != nil || len(left) == 0 {
+		return errors.Join(err, removeIfExists(p.PIDFile))
 	}
 	_ = syscall.Kill(target, syscall.SIGKILL)
-	time.Sleep(200 * time.Millisecond)
-	if alive(pid) {
-		return fmt.Errorf("%s (pid %d) did not stop after SIGKILL", p.Name, pid)
+	for _, q := range left {
+		_ = syscall.Kill(q.pid, syscall.SIGKILL) // outside the group; still the one seen (waitGone)
+	}
+	if left, err = waitGone(ctx, left, killWait); err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		var names []string
+		for _, q := range left {
+			names = append(names, fmt.Sprintf("pid %d (%s)", q.pid, q.comm))
+		}
+		return fmt.Errorf("%s (pid %d): %s still running %s after SIGKILL", p.Name, pid, strings.Join(names, ", "), killWait)
 	}
 	return removeIfExists(p.PIDFile)
+}
+
+// killWait bounds how long Kill waits for processes after SIGKILL.
+const killWait = 10 * time.Second
+
+// waitGone waits up to d for every process of ps to be gone (exited, a
+// zombie, or its pid now another process's) and returns those that are
+// not; an error only when ctx ends.
+func waitGone(ctx context.Context, ps []procInfo, d time.Duration) ([]procInfo, error) {
+	deadline := time.Now().Add(d)
+	for {
+		var left []procInfo
+		for _, q := range ps {
+			if now, ok := readProc(q.pid); ok && now.state != 'Z' && now.start == q.start {
+				left = append(left, q)
+			}
+		}
+		if len(left) == 0 || !time.Now().Before(deadline) {
+			return left, nil
+		}
+		ps = left
+		select {
+		case <-ctx.Done():
+			return left, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// procInfo is a process as /proc/PID/stat shows it.
+type procInfo struct {
+	pid, ppid, pgrp, sid int
+	state                byte
+	start                uint64 // clock ticks after boot: a reused pid has another
+	comm                 string
+}
+
+func readProc(pid int) (procInfo, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procInfo{}, false
+	}
+	s := string(b)
+	open, i := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || i < open {
+		return procInfo{}, false
+	}
+	// After "pid (comm)": state ppid pgrp session tty_nr tpgid flags
+	// minflt cminflt majflt cmajflt utime stime cutime cstime priority
+	// nice num_threads itrealvalue starttime …
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procInfo{}, false
+	}
+	q := procInfo{pid: pid, state: f[0][0], comm: s[open+1 : i]}
+	q.ppid, _ = strconv.Atoi(f[1])
+	q.pgrp, _ = strconv.Atoi(f[2])
+	q.sid, _ = strconv.Atoi(f[3])
+	q.start, _ = strconv.ParseUint(f[19], 10, 64)
+	return q, true
+}
+
+// processTree returns the live processes led by one of leaders: the
+// leaders themselves, the members of their process groups and sessions
+// (StartDetached starts every service in its own session), and every
+// descendant of any of these (a helper that started a session of its
+// own).
+func processTree(leaders []int) []procInfo {
+	if len(leaders) == 0 {
+		return nil
+	}
+	entries, _ := os.ReadDir("/proc")
+	all := map[int]procInfo{}
+	for _, d := range entries {
+		if pid, err := strconv.Atoi(d.Name()); err == nil {
+			if q, ok := readProc(pid); ok && q.state != 'Z' {
+				all[pid] = q
+			}
+		}
+	}
+	var in func(q procInfo, depth int) bool
+	in = func(q procInfo, depth int) bool {
+		if slices.Contains(leaders, q.pid) || slices.Contains(leaders, q.pgrp) || slices.Contains(leaders, q.sid) {
+			return true
+		}
+		parent, ok := all[q.ppid]
+		return ok && depth < 64 && in(parent, depth+1)
+	}
+	var out []procInfo
+	for _, q := range all {
+		if in(q, 0) {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 func removeIfExists(path string) error {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -128,5 +129,83 @@ func TestStackProcsAreIdentified(t *testing.T) {
 				t.Errorf("%s: process %s has Match %q and Home %q: both are needed to recognise it", s.Name(), p.Name, p.Match, p.Home)
 			}
 		}
+	}
+}
+
+// TestStartedProcessIsRunningAtOnce: a process just started is running
+// and identified as the service, checked at once and every time.
+// exec.Cmd.Start returns while the child is still in execve, when
+// /proc/PID/cmdline reads empty: 5-7% of reads right after Start on the
+// 2-core target, 0.5% after StartDetached's pid file writes. The start-up
+// wait judged by the command line and called such a node "exited during
+// startup"; it now asks Running, and Identify reads an empty command line
+// of a live process again.
+func TestStartedProcessIsRunningAtOnce(t *testing.T) {
+	p := fakeProc(t, "svc.sh")
+	// A start script that stays the parent of its server, as
+	// rabbitmq-server does.
+	script := filepath.Join(p.Home, "svc.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nsleep 300\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		cmd := exec.Command(script)
+		cmd.Dir = p.Home
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		err := p.Identify(cmd.Process.Pid)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if err != nil {
+			t.Fatalf("start %d: the process just started is not identified: %v", i, err)
+		}
+	}
+	cmd := exec.Command(script)
+	cmd.Dir = p.Home
+	if err := StartDetached(p, cmd); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Running() {
+		t.Fatal("Running() is false for the process just started")
+	}
+	if err := p.Kill(context.Background(), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if p.Running() {
+		t.Fatal("Running() is true after Kill")
+	}
+}
+
+// TestKillWaitsForHelpersOutsideTheGroup: a service's helper that left
+// its process group (as the Erlang VM's port programs do, in sessions of
+// their own) is not reached by the group's SIGTERM; Kill waits for it,
+// SIGKILLs it after the grace, and returns only once it is gone.
+func TestKillWaitsForHelpersOutsideTheGroup(t *testing.T) {
+	p := fakeProc(t, "sleep")
+	helperPID := filepath.Join(p.Home, "helper.pid")
+	cmd := exec.Command("sh", "-c", "setsid sleep 301 & echo $! > "+helperPID+"; exec sleep 300")
+	cmd.Dir = p.Home
+	if err := StartDetached(p, cmd); err != nil {
+		t.Fatal(err)
+	}
+	var helper int
+	for deadline := time.Now().Add(5 * time.Second); helper == 0; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(helperPID)
+		helper, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		if time.Now().After(deadline) {
+			t.Fatal("the helper did not start")
+		}
+	}
+	t.Cleanup(func() { _ = syscall.Kill(helper, syscall.SIGKILL) })
+	if q, _ := readProc(helper); q.sid != helper {
+		t.Fatalf("the helper (pid %d) is still in the service's session: %+v", helper, q)
+	}
+	start := time.Now()
+	if err := p.Kill(context.Background(), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if alive(helper) {
+		t.Fatalf("Kill returned after %s with the helper (pid %d) still running", time.Since(start), helper)
 	}
 }

@@ -7,10 +7,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -210,15 +213,79 @@ func (r *RabbitMQ) Ctl(ctx context.Context, e *Env, args ...string) (string, err
 }
 
 // Stop asks the node to stop cleanly (flushing quorum queue state), then
-// makes sure the process group is gone.
+// makes sure its processes are gone and that epmd no longer lists the
+// node: a node started right after would otherwise find its name taken.
 func (r *RabbitMQ) Stop(ctx context.Context, e *Env) error {
 	proc := r.Procs(e)[0]
-	if _, ok := proc.PID(); ok {
+	_, running := proc.PID()
+	if running {
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		cmd := exec.CommandContext(cctx, rabbitBin+"/rabbitmqctl", "-n", rabbitNode, "stop")
 		cmd.Env = r.env(e)
 		_ = RunLogged(cctx, proc.LogFile, cmd)
 		cancel()
 	}
-	return proc.Kill(ctx, 30*time.Second)
+	if err := proc.Kill(ctx, 30*time.Second); err != nil || !running {
+		return err
+	}
+	return waitUnregistered(ctx, epmdAddr, strings.Split(rabbitNode, "@")[0], 10*time.Second)
+}
+
+// epmdAddr is the epmd the node registers with (ERL_EPMD_ADDRESS).
+var epmdAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(epmdPort))
+
+// waitUnregistered waits up to d until the epmd at addr no longer lists
+// node (the name before the @). The VM's connection to epmd is what
+// registers it, so this follows the VM's exit within moments.
+func waitUnregistered(ctx context.Context, addr, node string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		names, err := epmdNames(ctx, addr)
+		if err != nil || !slices.Contains(names, node) {
+			return nil // no epmd: nothing is registered
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("the node %s is still registered with epmd at %s %s after its processes exited", node, addr, d)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// epmdNames asks the epmd at addr for its registered node names
+// (NAMES_REQ: epmd answers with its port, then one "name N at port P"
+// line per node, and closes).
+func epmdNames(ctx context.Context, addr string) ([]string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(cctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if dl, ok := cctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte{0, 1, 110}); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 4 {
+		return nil, fmt.Errorf("epmd at %s: short answer %q", addr, b)
+	}
+	var names []string
+	for _, line := range strings.Split(string(b[4:]), "\n") {
+		if rest, ok := strings.CutPrefix(line, "name "); ok {
+			if name, _, ok := strings.Cut(rest, " at port "); ok {
+				names = append(names, name)
+			}
+		}
+	}
+	return names, nil
 }

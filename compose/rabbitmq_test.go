@@ -3,7 +3,11 @@ package compose
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,5 +90,50 @@ func TestRabbitMQLoopbackConfig(t *testing.T) {
 		if !strings.Contains(env+"\n", w) {
 			t.Errorf("the node's environment lacks %q", w)
 		}
+	}
+}
+
+// TestWaitUnregistered: down waits until epmd no longer lists the node,
+// and says so when it still does.
+func TestWaitUnregistered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var listed atomic.Int32 // answers that still list the node
+	listed.Store(3)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			req := make([]byte, 3)
+			if _, err := io.ReadFull(c, req); err == nil && req[2] == 110 { // NAMES_REQ
+				out := "\x00\x00\x11\x11name other at port 1\n"
+				if listed.Add(-1) >= 0 {
+					out += "name inboxbench at port 55673\n"
+				}
+				_, _ = c.Write([]byte(out))
+			}
+			c.Close()
+		}
+	}()
+	addr := ln.Addr().String()
+	if names, err := epmdNames(context.Background(), addr); err != nil || !slices.Equal(names, []string{"other", "inboxbench"}) {
+		t.Fatalf("epmdNames = %v, %v; want [other inboxbench]", names, err)
+	}
+	if err := waitUnregistered(context.Background(), addr, "inboxbench", 5*time.Second); err != nil {
+		t.Fatalf("the node left epmd after a few answers: %v", err)
+	}
+	listed.Store(1 << 30)
+	err = waitUnregistered(context.Background(), addr, "inboxbench", 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "still registered with epmd at "+addr) {
+		t.Fatalf("a node that stays registered: %v", err)
+	}
+	ln.Close()
+	if err := waitUnregistered(context.Background(), addr, "inboxbench", time.Second); err != nil {
+		t.Fatalf("no epmd at all means nothing is registered: %v", err)
 	}
 }

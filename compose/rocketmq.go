@@ -263,7 +263,7 @@ func (r *RocketMQ) Start(ctx context.Context, e *Env) error {
 			c.Close()
 			break
 		}
-		if _, alive := ns.PID(); !alive {
+		if !ns.Running() {
 			return fmt.Errorf("rocketmq: the name server exited during startup; read %s and %s", ns.LogFile, filepath.Join(home, "logs", "rocketmqlogs", "namesrv.log"))
 		}
 		select {

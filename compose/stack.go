@@ -237,7 +237,7 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 		}
 		last = err
 		for _, p := range s.Procs(e) {
-			if _, alive := p.PID(); !alive {
+			if !p.Running() {
 				return serviceError(e, s, fmt.Errorf("process %s exited during startup (last check: %v)", p.Name, err))
 			}
 		}

@@ -51,7 +51,10 @@ func readFrame(r io.Reader) (frame, error) {
 	}
 	total := binary.BigEndian.Uint32(pre[0:4])
 	hlen := binary.BigEndian.Uint32(pre[4:8]) & 0xFFFFFF
-	if total < 4+hlen || total > maxFrame {
+	if total > maxFrame { // checked before anything is allocated for it
+		return frame{}, fmt.Errorf("remoting frame of %d bytes refused: over the driver's limit of %d MiB (a peer that does not speak RocketMQ's remoting protocol, or a corrupt stream)", total, maxFrame>>20)
+	}
+	if total < 4+hlen {
 		return frame{}, fmt.Errorf("bad remoting frame (length %d, header %d)", total, hlen)
 	}
 	if pre[4] != 0 {

@@ -1,12 +1,16 @@
 package rocketmq
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,5 +158,62 @@ func TestConnMatchesCrossedResponses(t *testing.T) {
 	}
 	if !c.broken() {
 		t.Fatal("the connection does not report itself broken")
+	}
+}
+
+// TestFrameOverTheLimitIsRefused: a frame longer than maxFrame is refused
+// from its length prefix, with an error that says so, before anything is
+// allocated for it; on a connection, the call waiting for it fails with
+// that error and the connection is closed, instead of the driver waiting
+// for (or allocating) gigabytes.
+func TestFrameOverTheLimitIsRefused(t *testing.T) {
+	huge := func(total uint32) []byte {
+		b := make([]byte, 8, 64)
+		binary.BigEndian.PutUint32(b[0:4], total)
+		binary.BigEndian.PutUint32(b[4:8], 2)
+		return append(b, "{}"...) // the rest never comes
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := readFrame(bytes.NewReader(huge(0xFFFFFFF0)))
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "over the driver's limit of 64 MiB") {
+		t.Fatalf("a 4 GiB frame: %v; want a refusal naming the limit", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+		t.Fatalf("refusing a 4 GiB frame allocated %d bytes", grew)
+	}
+	if _, err := readFrame(bytes.NewReader(huge(maxFrame + 1))); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("a frame one byte over the limit: %v; want it refused", err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if _, err := readFrame(c); err == nil {
+			_, _ = c.Write(huge(1 << 30)) // announce 1 GiB, send nothing more
+			time.Sleep(5 * time.Second)
+		}
+	}()
+	c, err := dialConn(context.Background(), ln.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = c.call(ctx, rmqGetConsumerList, nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "remoting frame of 1073741824 bytes refused") {
+		t.Fatalf("a call answered with a 1 GiB frame: %v; want the refusal, at once", err)
+	}
+	if !c.broken() {
+		t.Fatal("the connection is still open after a refused frame")
 	}
 }

@@ -19,9 +19,10 @@ import (
 // rocketmq-client-go's orderly push consumer. These tests verify, against
 // the real broker, the behaviour of the client's consumer that decided
 // it; if one starts failing, the client changed and brokers/README.md
-// ("RocketMQ: which client path, and why") should say so. They run the client's consumer, which has data races of
-// its own: "RocketMQ" in their names keeps them out of `make test`'s
-// -race run.
+// ("RocketMQ: which client path, and why") should say so. They run the
+// client's consumer, which has data races of its own: "LibConsumer" in
+// their names keeps them out of `make test`'s -race run (every other test
+// of the driver runs under -race).
 
 // orderlyClientConsumer starts the client's orderly push consumer on
 // topic with a fresh group; h answers each single-message callback.
@@ -68,10 +69,10 @@ func pitfallTopic(t *testing.T, keys, perKey int) (string, []brokers.Message) {
 	return topic, msgs
 }
 
-// TestRocketMQClientPitfallOrderlyRetryLaterDrops: an orderly consumer that
+// TestRocketMQLibConsumerOrderlyRetryLaterDrops: an orderly consumer that
 // answers ConsumeRetryLater never sees that message again (the client
 // commits past it).
-func TestRocketMQClientPitfallOrderlyRetryLaterDrops(t *testing.T) {
+func TestRocketMQLibConsumerOrderlyRetryLaterDrops(t *testing.T) {
 	topic, msgs := pitfallTopic(t, 1, 3)
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -107,13 +108,13 @@ func TestRocketMQClientPitfallOrderlyRetryLaterDrops(t *testing.T) {
 	t.Logf("confirmed: after ConsumeRetryLater the orderly consumer moved on; %s was handled %d time(s) and is lost to this group", msgs[0].ID, seen[msgs[0].ID])
 }
 
-// TestRocketMQClientPitfallOrderlyFirstPullWaits: with messages waiting,
+// TestRocketMQLibConsumerOrderlyFirstPullWaits: with messages waiting,
 // the client's orderly consumer delivers the first one only after its
 // pull loop's 3 s back-off ("not locked in broker": the queue was locked
 // before its process queue existed). A lower bound, so a busy machine
 // cannot make it fail; the driver's own consumer delivers within
 // milliseconds (see the timeline in brokers/README.md).
-func TestRocketMQClientPitfallOrderlyFirstPullWaits(t *testing.T) {
+func TestRocketMQLibConsumerOrderlyFirstPullWaits(t *testing.T) {
 	topic, _ := pitfallTopic(t, 1, 1)
 	first := make(chan time.Time, 1)
 	start := time.Now()

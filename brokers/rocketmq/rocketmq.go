@@ -29,10 +29,14 @@
 // makes one member at a time consume a queue. A queue it no longer owns is
 // handed back cleanly: its worker stops after the running Handler call,
 // the finished offset is committed, then the queue is unlocked, so the
-// next owner starts where it left off within a round. A queue whose lock
-// is not renewed for 5 s (lockLease, shorter than the broker's
-// lockMaxLiveTime: 60 s by default, 6 s on the local stack) gets no new
-// Handler call; one the broker no longer grants is dropped at once.
+// next owner starts where it left off within a round. A queue the broker
+// no longer grants is dropped at once, and so is one whose lock was not
+// renewed for 5 s (lockLease, shorter than the broker's lockMaxLiveTime:
+// 60 s by default, 6 s on the local stack; a broker that fails or does
+// not answer the renewals): its worker stops, so no Handler call starts
+// without the lock (an in-place retry of the batch in hand included),
+// nothing more is committed or unlocked, and the queue is locked afresh
+// and consumed from its committed offset once the broker grants it.
 //
 // Each held queue has a worker: a puller keeps about Prefetch messages
 // buffered (pulls of up to 32 messages, the broker's default cap; a pull

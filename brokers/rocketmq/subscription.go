@@ -88,6 +88,13 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 	if _, err := b.producer(); err != nil { // Reject needs it; fail now, not mid-stream
 		return nil, err
 	}
+	return b.subscribe(ctx, topic, group, opts, h)
+}
+
+// subscribe joins group and starts consuming: Subscribe once the topic
+// and the producer are known to be there (the fake broker of the tests
+// has neither the client library's admin nor its producer).
+func (b *Broker) subscribe(ctx context.Context, topic, group string, opts brokers.SubscribeOptions, h brokers.Handler) (*subscription, error) {
 	host, _ := os.Hostname()
 	s := &subscription{
 		b: b, topic: topic, group: group, opts: opts.WithDefaults(), h: h,

@@ -106,9 +106,12 @@ func (s *subscription) lockShare(ctx context.Context, r *topicRoute, want []queu
 		s.mu.Lock()
 		for _, q := range qs {
 			w := s.workers[q]
+			_, busy := s.releasing[q] // its lease ran out during the call
 			switch {
 			case slices.Contains(got, q) && w != nil:
 				w.lease.Store(until.UnixNano())
+			case busy:
+				settled = false
 			case slices.Contains(got, q):
 				s.start(q, addr, until)
 			case w != nil:
@@ -134,7 +137,31 @@ func (s *subscription) start(q queue, addr string, until time.Time) {
 	w.lease.Store(until.UnixNano())
 	w.acked.Store(-1)
 	s.workers[q] = w
+	time.AfterFunc(time.Until(until), func() { s.expire(w) })
 	go s.run(w)
+}
+
+// expire runs when the worker's lease may have run out: renewed since,
+// it looks again when the new lease ends; not renewed, the queue is
+// handed back as a lock the broker no longer grants (nothing committed or
+// unlocked), so no Handler call starts without the lock — a retry of the
+// batch in progress included, which waitLease does not see — and the
+// queue is no longer pulled. A later rebalance round locks it afresh.
+// The renewals run in the rebalance loop, which a broker that does not
+// answer holds up for callTimeout: hence a timer of the worker's own.
+func (s *subscription) expire(w *worker) {
+	if w.ctx.Err() != nil {
+		return
+	}
+	if left := time.Until(time.Unix(0, w.lease.Load())); left > 0 {
+		time.AfterFunc(left, func() { s.expire(w) })
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.workers[w.q] == w {
+		s.handBack(w, false)
+	}
 }
 
 // handBack stops a worker; once its handler call returned, the queue's
