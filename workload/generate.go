@@ -80,13 +80,35 @@ func Generate(s *Spec) *Plan { return generate(s, "") }
 // its own.
 func GenerateSegment(s *Spec, prefix string) *Plan { return generate(s, prefix) }
 
-func generate(s *Spec, prefix string) *Plan {
-	rng := rand.New(rand.NewPCG(uint64(s.Seed), 0x1b0c5be7c4))
-	counts := spread(s)
+func generate(s *Spec, prefix string) *Plan { return newGenerator(s, prefix).chunk() }
+
+// generator makes a spec's stream, one chunk of s.Events events at a time:
+// a later chunk continues every aggregate's versions and balance where
+// the earlier one left them, with the same random source, so the first
+// chunk is Generate's plan and the stream of chunks the same for the same
+// seed.
+type generator struct {
+	s                *Spec
+	prefix           string
+	rng              *rand.Rand
+	counts           []int
+	version, balance []int64
+	n                int // events generated so far (their occurrence times)
+}
+
+func newGenerator(s *Spec, prefix string) *generator {
+	return &generator{s: s, prefix: prefix, rng: rand.New(rand.NewPCG(uint64(s.Seed), 0x1b0c5be7c4)),
+		counts: spread(s), version: make([]int64, s.Aggregates), balance: make([]int64, s.Aggregates)}
+}
+
+// chunk generates the next s.Events events and their fault plan; its
+// Expected is every aggregate's state after them.
+func (g *generator) chunk() *Plan {
+	s, rng := g.s, g.rng
 	// The order in which aggregates emit their next version: every
 	// aggregate appears counts[i] times, shuffled.
 	order := make([]int32, 0, s.Events)
-	for i, c := range counts {
+	for i, c := range g.counts {
 		for range c {
 			order = append(order, int32(i))
 		}
@@ -94,29 +116,28 @@ func generate(s *Spec, prefix string) *Plan {
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 
 	p := &Plan{Spec: s, Events: make([]*envelope.Event, 0, len(order)), Expected: make(map[string]State, s.Aggregates)}
-	version := make([]int64, s.Aggregates)
-	balance := make([]int64, s.Aggregates)
-	for n, a := range order {
-		agg := prefix + AggregateID(int(a))
-		version[a]++
-		v := version[a]
+	for _, a := range order {
+		agg := g.prefix + AggregateID(int(a))
+		g.version[a]++
+		v := g.version[a]
 		delta := s.Amount.Min
 		if s.Amount.Distribution == "uniform" && s.Amount.Max > s.Amount.Min {
 			delta += rng.Int64N(s.Amount.Max - s.Amount.Min + 1)
 		}
-		balance[a] += delta
+		g.balance[a] += delta
 		e := &envelope.Event{
 			SpecVersion: envelope.SpecVersion, Source: Source, ID: EventID(agg, v),
-			Type: "account.credited", Time: epoch.Add(time.Duration(n) * time.Millisecond),
+			Type: "account.credited", Time: epoch.Add(time.Duration(g.n) * time.Millisecond),
 			Subject: agg, AggregateVersion: v, Kind: envelope.Increment, Amount: delta,
 		}
+		g.n++
 		// A snapshot carries the full balance at its version (keep-latest);
 		// version 1 stays an increment so every aggregate starts the same way.
 		if v > 1 && s.SnapshotRatio > 0 && rng.Float64() < s.SnapshotRatio {
-			e.Kind, e.Type, e.Amount = envelope.Snapshot, "account.snapshot", balance[a]
+			e.Kind, e.Type, e.Amount = envelope.Snapshot, "account.snapshot", g.balance[a]
 		}
 		p.Events = append(p.Events, e)
-		p.Expected[agg] = State{Balance: balance[a], Version: v}
+		p.Expected[agg] = State{Balance: g.balance[a], Version: v}
 	}
 	p.Publishes = faults(s, rng, p)
 	return p

@@ -32,10 +32,28 @@ type Spec struct {
 	// the publishing time instead (events then is an upper bound).
 	Events   int      `yaml:"events" json:"events"`
 	Duration Duration `yaml:"duration" json:"duration"`
-	// Warmup is excluded from latency and throughput figures.
+	// Warmup is excluded from latency and throughput figures. With
+	// Measure it is the shortest warm-up: the cell then warms up until its
+	// rate has settled, for at most WarmupMax.
 	Warmup Duration `yaml:"warmup" json:"warmup"`
-	Amount Amount   `yaml:"amount" json:"amount"`
-	Skew   Skew     `yaml:"key_skew" json:"key_skew"`
+	// Measure makes every measured cell a steady-state one: it runs for a
+	// time instead of for Events (the stream goes on, chunk after chunk
+	// of Events events continuing the same aggregates, see Stream), warms
+	// up until its rate settles, and then measures for this long.
+	Measure   Duration `yaml:"measure" json:"measure,omitempty"`
+	WarmupMax Duration `yaml:"warmup_max" json:"warmup_max,omitempty"`
+	// MaxBacklog bounds, in a steady-state cell published as fast as the
+	// broker confirms, the messages sent but not yet answered by the
+	// consumers: the publisher waits above it, so the cell measures the
+	// slower of publishing and consuming at a constant backlog instead of
+	// a backlog that grows for as long as the cell runs. 0: 8 batches per
+	// shard.
+	MaxBacklog int `yaml:"max_backlog" json:"max_backlog,omitempty"`
+	// Rounds is how often `bench run` measures every cell, interleaved
+	// (its --rounds overrides it).
+	Rounds int    `yaml:"rounds" json:"rounds,omitempty"`
+	Amount Amount `yaml:"amount" json:"amount"`
+	Skew   Skew   `yaml:"key_skew" json:"key_skew"`
 	// SnapshotRatio is the share of events that are snapshots (full state,
 	// keep-latest); the rest are increments.
 	SnapshotRatio float64 `yaml:"snapshot_ratio" json:"snapshot_ratio"`
@@ -258,7 +276,7 @@ func cleanYAMLError(err error) string {
 }
 
 func fieldNames() []string {
-	return []string{"name", "seed", "aggregates", "events", "duration", "warmup", "amount{distribution,min,max}",
+	return []string{"name", "seed", "aggregates", "events", "duration", "warmup", "measure", "warmup_max", "max_backlog", "rounds", "amount{distribution,min,max}",
 		"key_skew{kind,s,hot_share}", "snapshot_ratio", "message_size", "publish_rate", "consumers", "shards",
 		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts}",
 		"inbox_prefill", "inbox_prefill_age", "inbox_prune_every", "inbox_prune_keep"}
@@ -356,6 +374,16 @@ func (s *Spec) validateSizes() error {
 		return fmt.Errorf("events: %d: at most %d (the oracle holds the stream in memory)", s.Events, MaxEvents)
 	case s.Duration < 0 || s.Warmup < 0:
 		return fmt.Errorf("duration/warmup must not be negative")
+	case s.Measure < 0 || (s.Measure > 0 && s.Measure.D() < time.Second):
+		return fmt.Errorf("measure: %s: use at least 1s, or leave it out (the cell then runs for its events)", s.Measure.D())
+	case s.Measure > 0 && s.Duration > 0:
+		return fmt.Errorf("measure with duration: a steady-state cell runs for its warm-up and measure; remove duration")
+	case s.WarmupMax != 0 && (s.Measure == 0 || s.WarmupMax < s.Warmup):
+		return fmt.Errorf("warmup_max: %s: it bounds a steady-state cell's warm-up (with measure), and must be at least warmup (%s)", s.WarmupMax.D(), s.Warmup.D())
+	case s.MaxBacklog < 0:
+		return fmt.Errorf("max_backlog: %d: use 0 (8 batches per shard) or more", s.MaxBacklog)
+	case s.Rounds < 0 || s.Rounds > 100:
+		return fmt.Errorf("rounds: %d: use 1 to 100", s.Rounds)
 	case s.MessageSize < 0:
 		return fmt.Errorf("message_size: %d: must not be negative (0 sends the envelope unpadded)", s.MessageSize)
 	case s.MessageSize > MaxMessageSize:
@@ -451,6 +479,30 @@ func (s *Spec) validateInbox() error {
 		return fmt.Errorf("inbox_prune_keep: %s: use 1h to 3650d: a shorter retention would forget this run's own events while they can still be redelivered", keep)
 	}
 	return nil
+}
+
+// Steady reports whether cells run for a time, at steady state (Measure).
+func (s *Spec) Steady() bool { return s.Measure > 0 }
+
+// DefaultWarmupMax bounds a steady-state cell's warm-up when the workload
+// says nothing: a freshly started JVM broker keeps getting faster for
+// about a minute of load.
+const DefaultWarmupMax = 90 * time.Second
+
+// WarmupLimit is the longest a steady-state cell warms up.
+func (s *Spec) WarmupLimit() time.Duration {
+	if s.WarmupMax > 0 {
+		return s.WarmupMax.D()
+	}
+	return max(DefaultWarmupMax, s.Warmup.D())
+}
+
+// Backlog is MaxBacklog, or its default.
+func (s *Spec) Backlog() int {
+	if s.MaxBacklog > 0 {
+		return s.MaxBacklog
+	}
+	return 8 * s.Shards * max(s.BatchSize, 64)
 }
 
 // ParkingOn reports whether version-ahead events are parked.
