@@ -407,7 +407,6 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.
 			p.Settle(i, err)
 		})
 	}
-	p.Handed()
 }
 
 // Close implements brokers.Broker.

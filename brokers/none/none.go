@@ -187,9 +187,8 @@ func (b *Broker) PublishAsync(ctx context.Context, name string, msgs []brokers.M
 	}
 	err := b.publish(ctx, name, msgs)
 	for i := range msgs {
-		p.Settle(i, err)
+		p.SettleInCall(i, err)
 	}
-	p.Handed()
 }
 
 // publish appends msgs to their shards, all or none.

@@ -174,7 +174,7 @@ func (q *queuePub) send(ctx context.Context, p *driverutil.Pending, i int, m *br
 	defer q.mu.Unlock()
 	cc, err := q.channel()
 	if err != nil {
-		p.Settle(i, err)
+		p.SettleInCall(i, err)
 		<-q.window
 		return true
 	}

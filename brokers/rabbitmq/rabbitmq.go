@@ -368,11 +368,13 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.
 	if p == nil {
 		return
 	}
-	defer p.Handed()
+	if ctx.Err() != nil {
+		return // the call fails every message with ctx's error
+	}
 	qs, err := b.publishers(topic)
 	if err != nil {
 		for i := range msgs {
-			p.Settle(i, err)
+			p.SettleInCall(i, err)
 		}
 		return
 	}

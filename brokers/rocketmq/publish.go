@@ -112,11 +112,13 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.
 	if p == nil {
 		return
 	}
-	defer p.Handed()
+	if ctx.Err() != nil {
+		return // the call fails every message with ctx's error
+	}
 	qs, err := b.senders(ctx, topic)
 	if err != nil {
 		for i := range msgs {
-			p.Settle(i, err)
+			p.SettleInCall(i, err)
 		}
 		return
 	}
@@ -216,13 +218,13 @@ func (q *queueSender) enqueue(ctx context.Context, p *driverutil.Pending, i int,
 	case <-ctx.Done():
 		return false
 	case <-q.stop:
-		p.Settle(i, fmt.Errorf("rocketmq: publish %s to %s: the topic was deleted or the broker closed", m.ID, q.mq.Topic))
+		p.SettleInCall(i, fmt.Errorf("rocketmq: publish %s to %s: the topic was deleted or the broker closed", m.ID, q.mq.Topic))
 		return true
 	}
 	q.mu.Lock()
 	if q.stopped {
 		q.mu.Unlock()
-		p.Settle(i, fmt.Errorf("rocketmq: publish %s to %s: the topic was deleted or the broker closed", m.ID, q.mq.Topic))
+		p.SettleInCall(i, fmt.Errorf("rocketmq: publish %s to %s: the topic was deleted or the broker closed", m.ID, q.mq.Topic))
 		<-q.window
 		return true
 	}

@@ -22,12 +22,13 @@ type Calls struct {
 	idle   chan struct{}
 }
 
-// Pending is one PublishAsync call: each message is settled once (Settle),
-// and done runs after the last one, or when the call's ctx ends, or when
-// Calls.Close gives up waiting; settles after that are ignored. It holds a
-// token for the hand-over, released by Handed, so a message settled while
-// PublishAsync is still handing the others over never finishes the call on
-// the caller's goroutine.
+// Pending is one PublishAsync call: each message is settled once, and
+// done runs after the last one, or when the call's ctx ends, or when
+// Calls.Close gives up waiting; settles after that are ignored. A driver
+// goroutine settles with Settle (done then runs on it, before Settle
+// returns, so a window slot freed after Settle is freed after done); the
+// goroutine that called PublishAsync settles with SettleInCall, which never runs
+// done itself.
 type Pending struct {
 	calls  *Calls
 	driver string
@@ -38,7 +39,7 @@ type Pending struct {
 
 	mu   sync.Mutex
 	errs []error // nil once finished
-	left int     // unsettled messages plus the hand-over token
+	left int     // unsettled messages
 }
 
 // Start registers a call of msgs to topic; driver names the driver in
@@ -52,11 +53,16 @@ func (c *Calls) Start(ctx context.Context, driver, topic string, msgs []brokers.
 		FailAsync(len(msgs), fmt.Errorf("%s: publish to %s: %w", driver, topic, err), done)
 		return nil
 	}
+	if len(msgs) == 0 {
+		c.mu.Unlock()
+		go done([]error{})
+		return nil
+	}
 	errs := make([]error, len(msgs))
 	for i := range errs {
 		errs[i] = unsettled
 	}
-	p := &Pending{calls: c, driver: driver, topic: topic, msgs: msgs, done: done, errs: errs, left: len(msgs) + 1}
+	p := &Pending{calls: c, driver: driver, topic: topic, msgs: msgs, done: done, errs: errs, left: len(msgs)}
 	if c.open == nil {
 		c.open = map[*Pending]struct{}{}
 	}
@@ -77,10 +83,16 @@ func FailAsync(n int, err error, done func([]error)) {
 	go done(errs)
 }
 
-// Settle records msgs[i]'s outcome (nil: confirmed); it calls done when
-// it was the last. A second settle of i, or one after the call finished,
-// is ignored.
-func (p *Pending) Settle(i int, err error) {
+// Settle records msgs[i]'s outcome (nil: confirmed) from a driver
+// goroutine; when it was the last, done runs before Settle returns. A
+// second settle of i, or one after the call finished, is ignored.
+func (p *Pending) Settle(i int, err error) { p.settle(i, err, false) }
+
+// SettleInCall is Settle for the goroutine that called PublishAsync: when it was
+// the last, done runs on a goroutine of its own.
+func (p *Pending) SettleInCall(i int, err error) { p.settle(i, err, true) }
+
+func (p *Pending) settle(i int, err error, async bool) {
 	p.mu.Lock()
 	if p.errs == nil || p.errs[i] != unsettled {
 		p.mu.Unlock()
@@ -88,20 +100,7 @@ func (p *Pending) Settle(i int, err error) {
 	}
 	p.errs[i] = err
 	p.left--
-	p.finishLocked(false)
-}
-
-// Handed releases the hand-over token: PublishAsync calls it on its way
-// out, after every message was handed over or settled. done then runs on
-// a goroutine of its own if this finished the call.
-func (p *Pending) Handed() {
-	p.mu.Lock()
-	if p.errs == nil {
-		p.mu.Unlock()
-		return
-	}
-	p.left--
-	p.finishLocked(true)
+	p.finishLocked(async)
 }
 
 // Done reports whether the call has finished (ctx ended, or everything
