@@ -194,7 +194,7 @@ func TestQueueSenderWithLateOutOfOrderConfirms(t *testing.T) {
 	if !slices.Equal(again.ids, pending.ids) {
 		t.Fatalf("after a busy refusal queue 0 sent %v, want %v again", again.ids, pending.ids)
 	}
-	publish("e", msg(k0, 5))
+	go publish("e", msg(k0, 5)) // waits for room when c and d went in one send
 	again.reply <- nil
 	last := f.next(t)
 	if last.ids[0] != k0+"-5" {
