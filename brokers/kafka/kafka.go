@@ -93,7 +93,7 @@ const (
 )
 
 // DefaultPublishWindow is OptPublishWindow's default.
-const DefaultPublishWindow = 10000
+const DefaultPublishWindow = 50000
 
 // codecs are the OptCompression values.
 var codecs = map[string]kgo.CompressionCodec{
