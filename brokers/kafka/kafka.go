@@ -10,6 +10,12 @@
 // records of the partition already fetched (up to MaxBatch): the worker
 // never waits to fill one.
 //
+// Publishing: PublishAsync hands each record to the producer (kgo's
+// Produce with a promise, linger 0), which blocks while OptPublishWindow
+// records are buffered or in flight; the promises, and so the calls'
+// dones, run on the producer's promise goroutine. Publish is PublishAsync
+// and a wait.
+//
 // Offsets: auto-commit is disabled. A record's offset becomes committable
 // only after its Handler returned Ack (or Reject and the dead-letter copy is
 // confirmed); a committer flushes those every CommitInterval, and
@@ -78,7 +84,7 @@ const (
 	// (Go duration, default 200ms).
 	OptCommitInterval = "commit-interval"
 	// OptDeliveryTimeout bounds how long a produced record may stay
-	// unconfirmed before Publish reports it failed (default 30s).
+	// unconfirmed before it is reported failed (default 30s).
 	OptDeliveryTimeout = "delivery-timeout"
 	// OptCompression is the producer's batch compression: none (the
 	// default, as the Java producer's and ProducerPerformance's), gzip,

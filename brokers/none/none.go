@@ -1,7 +1,8 @@
 // Package none is the database-only baseline, registered as "none": no
-// broker and no network. Publish hands messages straight to in-memory
-// per-shard queues and Subscribe calls the Handler from one goroutine per
-// shard, with the same batch, retry, reject and crash semantics as the
+// broker and no network. PublishAsync (and Publish, which waits for it)
+// hands messages straight to in-memory per-shard queues and Subscribe
+// calls the Handler from one goroutine per shard, with the same batch,
+// retry, reject and crash semantics as the
 // broker drivers, so a run with --brokers none measures the inbox alone
 // under the same concurrency. Its figures are the denominator for the
 // through-broker ratios (Capabilities.Baseline; the README's "vs none").

@@ -7,11 +7,21 @@
 // exchange, at-least-once dead-lettering). Publishing goes through the
 // default exchange with the routing key of the shard queue; the driver
 // hashes the ordering key onto a shard (FNV-1a), so one key always lands in
-// one queue. Messages are persistent and mandatory, and Publish waits for
-// each publisher confirm, at most OptConfirmTimeout per call (a resource
-// alarm blocks publishing connections: the error then names it, see
-// ErrBlocked); a message the broker returns as unroutable is an error, not
-// a silent drop.
+// one queue. Messages are persistent and mandatory.
+//
+// Publishing: each shard queue has a confirm-mode channel of its own, so a
+// queue's messages reach it in hand-over order whichever goroutine calls.
+// PublishAsync writes each message on its queue's channel, blocking while
+// OptPublishWindow of that queue's messages are unconfirmed (a confirm
+// window, as PerfTest's --confirm); a collector goroutine per channel
+// settles the confirms as they come, in publish order, matches each
+// basic.return to its message (by message id, oldest first: the broker
+// sends a return before the message's ack), and enforces
+// OptConfirmTimeout on the oldest unconfirmed message: past it the
+// publishing connection is closed and its unconfirmed messages fail, naming
+// the resource alarm when the broker had blocked the connection (see
+// ErrBlocked). A message the broker returns as unroutable is an error, not
+// a silent drop. Publish is PublishAsync and a wait.
 //
 // Ordering: single-active-consumer means one consumer per queue at a time,
 // and the driver handles a queue's deliveries in order (one channel and one
