@@ -26,7 +26,10 @@ type Run struct {
 	Env           Env       `json:"env"`
 	// Workload is the resolved spec (every default filled in).
 	Workload json.RawMessage `json:"workload"`
-	Cells    []Cell          `json:"cells"`
+	// Rounds is how often every cell was measured, interleaved (0 or 1:
+	// once); each cell then holds its rounds.
+	Rounds int    `json:"rounds,omitempty"`
+	Cells  []Cell `json:"cells"`
 }
 
 // Env describes where the figures were measured.
@@ -205,6 +208,64 @@ type Cell struct {
 	// Notes are what happened to the cell besides its figures (injected
 	// faults and their outcome).
 	Notes []string `json:"notes,omitempty"`
+	// Window is a steady-state cell's warm-up and measured window
+	// (workloads with measure); absent for a cell run for its events.
+	Window *Window `json:"window,omitempty"`
+	// Round is the round that measured this cell (1, 2 …) and Order its
+	// place in that round (1: first), when a run measures every cell
+	// several times (bench run --rounds); both 0 in a run of one round.
+	Round int `json:"round,omitempty"`
+	Order int `json:"order,omitempty"`
+	// Rounds are the measurements of a cell measured more than once, each
+	// a cell of its own. The cell's own figures are then the rounds'
+	// medians (Aggregate), and Stats their confidence intervals.
+	Rounds []Cell      `json:"rounds,omitempty"`
+	Stats  *CellStats `json:"stats,omitempty"`
+}
+
+// Window is how a steady-state cell was measured: it warmed up until its
+// rate settled (or WarmupMax passed), then measured for the window asked.
+type Window struct {
+	// WarmupS is how long the warm-up lasted; Settled says it ended
+	// because the rate settled rather than at the workload's warmup_max.
+	WarmupS float64 `json:"warmup_s"`
+	Settled bool    `json:"settled"`
+	// AskedS is the window the workload asked for (measure), MeasuredS
+	// the one measured, from the end of the warm-up to the end of
+	// publishing; StartS is its start from the start of the cell.
+	AskedS    float64 `json:"asked_s"`
+	MeasuredS float64 `json:"measured_s"`
+	StartS    float64 `json:"start_s"`
+	// Events took effect in the window.
+	Events int64 `json:"events"`
+	// RateCV is the coefficient of variation of the per-second effect
+	// rate over the window; Trend is the least-squares line's change over
+	// the window relative to the mean rate (+0.2: it rose by a fifth).
+	RateCV float64 `json:"rate_cv"`
+	Trend  float64 `json:"trend"`
+	// Steady is false when the window is shorter than asked, holds too
+	// few events, or its rate still trends (or, at a fixed rate, falls
+	// behind it); Why says which. Such a figure is never silently
+	// averaged with steady ones: reports mark it.
+	Steady bool   `json:"steady"`
+	Why    string `json:"why,omitempty"`
+}
+
+// CellStats are the medians of a cell's rounds with their confidence
+// intervals (Estimate): what a figure is, and how much it moved.
+type CellStats struct {
+	EventsPerS Estimate `json:"events_per_s"`
+	// VsBaseline is the median of the per-round ratios to the baseline
+	// cell of the same strategy (absent for the baseline itself).
+	VsBaseline    *Estimate `json:"vs_baseline,omitempty"`
+	E2EP50        Estimate  `json:"e2e_p50"`
+	E2EP99        Estimate  `json:"e2e_p99"`
+	PublishP99    Estimate  `json:"publish_p99"`
+	PublishLagP99 Estimate  `json:"publish_lag_p99"`
+	DedupP99      Estimate  `json:"dedup_p99"`
+	LockWaitShare Estimate  `json:"lock_wait_share"`
+	// NotSteady counts the rounds whose window was not steady.
+	NotSteady int `json:"not_steady,omitempty"`
 }
 
 // Throughput is durable effects per second, overall (after warm-up) and as
@@ -215,6 +276,10 @@ type Throughput struct {
 	// PublishedPerS is the rate at which the broker confirmed the stream
 	// while it was being published.
 	PublishedPerS float64 `json:"published_per_s,omitempty"`
+	// VsBaseline is events/s over the baseline cell's (same strategy,
+	// same round): the share of the database alone that the path through
+	// the broker keeps; absent for the baseline itself.
+	VsBaseline float64 `json:"vs_baseline,omitempty"`
 	// Bound says what limited the cell.
 	Bound Bound `json:"bound,omitempty"`
 	// HostCPUBusy is the share of the host's CPU time that was busy (all
@@ -228,6 +293,10 @@ type Throughput struct {
 type Latencies struct {
 	E2E     Summary `json:"e2e"`     // intended publish time → database commit
 	Publish Summary `json:"publish"` // send → broker confirm
+	// PublishLag is how late each message was handed to the broker after
+	// its intended send time: the publisher's own queueing, which e2e
+	// includes (0 for a publisher that kept its schedule).
+	PublishLag Summary `json:"publish_lag,omitzero"`
 	Apply   Summary `json:"apply"`   // inbox transaction
 	Dedup   Summary `json:"dedup"`   // delivery → DUPLICATE decision → ack
 	// ApplyByResult splits apply latency by result kind.

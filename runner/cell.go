@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -71,8 +73,12 @@ func AppName(cellID string) string {
 
 // runCell runs one cell; with askDurability it also returns what the
 // broker's driver said its confirms mean (brokers.DurabilityReporter).
-func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strategy string, fl *fleet, askDurability bool) (results.Cell, map[string]string) {
+func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strategy string, round int, fl *fleet, askDurability bool) (results.Cell, map[string]string) {
 	id := cellID(o.RunID, broker, strategy)
+	if o.Rounds > 1 {
+		// Each round of a cell has a schema and a topic of its own.
+		id = cellID(o.RunID, broker, fmt.Sprintf("%s_r%d", strategy, round))
+	}
 	res := results.Cell{Broker: broker, Strategy: strategy, Consumer: "balance-" + id, Schema: id}
 	st, err := lookupStrategy(*o, strategy)
 	if err != nil {
@@ -309,6 +315,8 @@ type streamed struct {
 	rate          *results.RateSearch    // what a rate search found
 	contention    inbox.ContentionReport // the contention sampler's, over the whole stream
 	start, pubEnd time.Time
+	window        *results.Window // a steady cell's warm-up and window
+	roomWait      time.Duration   // how long the publisher waited for the backlog to shrink
 	cpuBusy       float64
 	series        []float64
 	err           error
@@ -316,10 +324,21 @@ type streamed struct {
 
 // stream starts the consumers, publishes the plan with the mid-stream
 // actions firing, waits until the stream is done, and stops everything.
+// A steady-state cell (steady) publishes its workload's stream until its
+// clock ends the window instead.
 func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, ns *notes) streamed {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	pub := &publisher{b: b, topic: c.topic(), plan: c.plan, spec: c.o.Spec, poison: c.o.Stream.Poison, t: t, notes: ns}
+	f, closeFeed := c.feed()
+	defer closeFeed()
+	pub := newPublisher(b, c.topic(), f, c.o.Spec, t, ns)
+	pub.poison = c.o.Stream.Poison
+	stopPub := make(chan struct{})
+	pub.stop = stopPub
+	steady := c.steady()
+	if steady && c.o.Spec.PublishRate == 0 {
+		pub.backlog = int64(c.o.Spec.Backlog())
+	}
 	if c.o.Stream.Backlog {
 		// The whole stream waits in the broker before any consumer starts:
 		// what follows measures the drain.
@@ -332,7 +351,7 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 		return streamed{err: errors.Join(err, cons.stop(ctx))}
 	}
 	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
-	acts := newActions(c.o.Stream.Actions, info, c.o.Spec.Faults.ConsumerRestarts, int64(len(c.plan.Publishes)), pub.total(), cons, t, ns)
+	acts := newActions(c.o.Stream.Actions, info, c.o.Spec.Faults.ConsumerRestarts, f.total(), f.total()+int64(len(pub.poison)), cons, t, ns)
 	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.Limits.Stall, b.Capabilities().RedeliveryDelay+10*time.Second),
 		acts: acts, cons: cons, notes: ns,
 		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}
@@ -340,18 +359,35 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	cpu0, cpuOK := hostCPU()
 	s := streamed{started: true, start: time.Now()}
 	w.progress.start = s.start
-	stopWarm := t.startWarmup(s.start, c.o.Spec.Warmup.D())
-	defer stopWarm()
-	cons.warm(ctx, time.Unix(0, t.warmEnd.Load()))
+	var clock *steadyClock
+	clockCtx, stopClock := context.WithCancel(runCtx)
+	defer stopClock()
+	if steady {
+		clock = &steadyClock{spec: c.o.Spec, t: t, cons: cons, start: s.start, stopPub: sync.OnceFunc(func() { close(stopPub) }), done: make(chan struct{})}
+		t.warmEnd.Store(math.MaxInt64) // nothing is measured until the rate settles
+		w.progress.phase = clock.phase
+		go clock.run(clockCtx)
+	} else {
+		stopWarm := t.startWarmup(s.start, c.o.Spec.Warmup.D())
+		defer stopWarm()
+		cons.warm(ctx, time.Unix(0, t.warmEnd.Load()))
+	}
 	series := sampleSeries(runCtx, t)
 	go acts.watch(runCtx)
 	if !c.o.Stream.Backlog {
 		s.err = pub.run(runCtx, s.start)
 	}
 	s.pubEnd = time.Now()
-	s.plan = c.plan
-	if s.err == nil && pub.cut() {
-		s.plan = c.plan.Published(pub.sent)
+	if clock != nil {
+		stopClock()
+		<-clock.done
+		s.window = &clock.window
+	}
+	pub.mergeLag(t.meters)
+	s.roomWait = time.Duration(pub.roomWait.Load())
+	var complete bool
+	s.plan, complete = f.published()
+	if s.err == nil && !complete && !steady {
 		ns.add(fmt.Sprintf("publishing stopped when the workload's duration was up: %d of %d events could take effect, and the checker judges those", len(s.plan.Events), len(c.plan.Events)))
 	}
 	if s.err == nil {
@@ -365,6 +401,21 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	s.series = <-series
 	s.err = errors.Join(s.err, cons.stop(ctx), acts.failure())
 	return s
+}
+
+// steady reports whether the cell runs for a time, at steady state: its
+// workload measures a window, and no scenario gave it a plan of its own.
+func (c *cell) steady() bool { return c.o.Spec.Steady() && c.o.Stream.Plan == nil }
+
+// feed is what the cell publishes: the workload's stream for a steady
+// cell, else its plan.
+func (c *cell) feed() (*feed, func()) {
+	owners := max(1, c.o.Spec.Publishers)
+	if !c.steady() {
+		return planFeed(c.plan, owners), func() {}
+	}
+	st := workload.NewStream(c.o.Spec)
+	return streamFeed(st, owners), st.Close
 }
 
 // openInbox connects a cell's pool (named for the contention sampler) and
@@ -425,9 +476,16 @@ func fill(res *results.Cell, t *tally, s streamed, rate float64) {
 	res.Counters = t.c.snapshot()
 	res.Latency = t.meters.latencies()
 	first, last := t.firstEffect.Load(), t.lastEffect.Load()
-	// Throughput: effects after warm-up over the time from the later of
-	// the first effect and the end of warm-up to the last effect.
-	if last > first {
+	switch {
+	case s.window != nil:
+		// A steady cell's figure is its window's, nothing before or after.
+		res.Window = s.window
+		if s.window.MeasuredS > 0 {
+			res.Throughput.EventsPerS = float64(s.window.Events) / s.window.MeasuredS
+		}
+	case last > first:
+		// Throughput: effects after warm-up over the time from the later
+		// of the first effect and the end of warm-up to the last effect.
 		from, effects := first, res.Counters.Effects
 		if w := t.warmEnd.Load(); w > first {
 			from, effects = w, effects-t.effectsAtWarm.Load()
@@ -440,6 +498,8 @@ func fill(res *results.Cell, t *tally, s streamed, rate float64) {
 			res.Throughput.EventsPerS = float64(res.Counters.Effects) / time.Duration(last-first).Seconds()
 			res.Notes = append(res.Notes, "the stream finished within the warm-up: events/s covers the whole run")
 		}
+	}
+	if last > first {
 		res.DurationS = time.Duration(last - first).Seconds()
 	}
 	res.Throughput.Series = s.series
@@ -467,6 +527,20 @@ func bound(res *results.Cell, t *tally, s streamed, rate float64) {
 	}
 	lag := time.Unix(0, t.lastEffect.Load()).Sub(s.pubEnd)
 	switch {
+	case s.window != nil && rate == 0:
+		// A steady cell's publisher waits whenever the backlog bound is
+		// reached: the consumers set the pace when it waited for a tenth
+		// of the time or more, the broker's publish path otherwise.
+		if s.roomWait > pub/10 {
+			res.Throughput.Bound = results.BoundConsume
+		} else {
+			res.Throughput.Bound = results.BoundPublish
+		}
+	case s.window != nil:
+		res.Throughput.Bound = results.BoundRate
+		if !s.window.Steady && strings.Contains(s.window.Why, "falls behind") {
+			res.Throughput.Bound = results.BoundConsume
+		}
 	case lag > max(time.Second, pub/10):
 		res.Throughput.Bound = results.BoundConsume
 	case rate > 0:

@@ -204,7 +204,7 @@ func (w *fleetConsumers) gather(ctx context.Context, final bool) error {
 		if rep == nil {
 			return nil
 		}
-		sum = addCounters(sum, rep.Counters)
+		sum = results.AddCounters(sum, rep.Counters)
 		failures = mergeFailures(failures, rep.Failures)
 		misses += rep.DedupMisses
 		examples = append(examples, rep.DedupExamples...)

@@ -85,10 +85,15 @@ type meters struct {
 	enabled bool
 	m       sync.Map // shard → *meter
 	publish *hdrhistogram.Histogram
-	pubMu   sync.Mutex
+	// lag is the publish lag, merged from the cell's publisher once it
+	// finished (under pubMu too).
+	lag   *hdrhistogram.Histogram
+	pubMu sync.Mutex
 }
 
-func newMeters(enabled bool) *meters { return &meters{enabled: enabled, publish: newHist()} }
+func newMeters(enabled bool) *meters {
+	return &meters{enabled: enabled, publish: newHist(), lag: newHist()}
+}
 
 func (ms *meters) get(shard string) *meter {
 	if v, ok := ms.m.Load(shard); ok {
@@ -158,9 +163,9 @@ func (ms *meters) latencies() results.Latencies {
 		return true
 	})
 	ms.pubMu.Lock()
-	pub := summary(ms.publish)
+	pub, lag := summary(ms.publish), summary(ms.lag)
 	ms.pubMu.Unlock()
-	l := results.Latencies{E2E: summary(e2e), Publish: pub, Apply: summary(apply), Dedup: summary(dedup),
+	l := results.Latencies{E2E: summary(e2e), Publish: pub, PublishLag: lag, Apply: summary(apply), Dedup: summary(dedup),
 		ApplyByResult: map[string]results.Summary{}, Spectrum: map[string][]results.Point{
 			"e2e": spectrum(e2e), "dedup": spectrum(dedup), "apply": spectrum(apply)}}
 	for k, h := range by {
@@ -228,15 +233,6 @@ func (c *counters) setConsumerSide(s results.Counters) {
 	c.failed.Store(s.Failed)
 }
 
-func addCounters(a, b results.Counters) results.Counters {
-	return results.Counters{
-		Published: a.Published + b.Published, Deliveries: a.Deliveries + b.Deliveries, Executions: a.Executions + b.Executions,
-		Effects: a.Effects + b.Effects, Duplicates: a.Duplicates + b.Duplicates, Redeliveries: a.Redeliveries + b.Redeliveries,
-		Gaps: a.Gaps + b.Gaps, Parked: a.Parked + b.Parked, Stale: a.Stale + b.Stale, Conflicts: a.Conflicts + b.Conflicts,
-		Retries: a.Retries + b.Retries, Errors: a.Errors + b.Errors, Crashes: a.Crashes + b.Crashes, Rejected: a.Rejected + b.Rejected, Failed: a.Failed + b.Failed,
-		PublishRetries: a.PublishRetries + b.PublishRetries,
-	}
-}
 
 // export merges this process's histograms and encodes them (HdrHistogram
 // V2 compressed, base64) for the coordinator; keys are "e2e", "apply",

@@ -18,6 +18,7 @@ import (
 // its user gives it (cmd/bench maps them to its flags).
 const (
 	KeyRunID                  = "runner.run-id"
+	KeyRounds                 = "runner.rounds"
 	KeyReplace                = "runner.replace"
 	KeyAuditMode              = "runner.measure.audit-mode"
 	KeyRetryAttempts          = "runner.limits.retry.attempts"
@@ -48,6 +49,14 @@ type Options struct {
 	// was used before is refused unless Replace drops what it left.
 	RunID   string
 	Replace bool
+	// Rounds measures every cell this many times (zero: the workload's
+	// rounds, else once), interleaved: all cells once per round, in the
+	// given order on odd rounds and the reverse on even ones, so that a
+	// drift of the machine over the run (a JVM warming, caches, the disk)
+	// weighs on every cell alike. Each round of a cell starts from the
+	// same state: a schema and a topic of its own, right after a
+	// checkpoint.
+	Rounds int
 
 	Output  Output       // where result.json goes and what it records
 	Measure Measure      // latency histograms and the checker's audit log
@@ -155,6 +164,10 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("runner: no broker: name at least one")
 	case len(o.Strategies)+len(o.Extra) == 0:
 		return fmt.Errorf("runner: no strategy: name at least one, or a strategy file")
+	case o.Rounds < 0 || o.Rounds > 100:
+		return config.Invalid(KeyRounds, o.Rounds, "use 1 to 100")
+	case o.Spec.Steady() && o.Stream.Backlog:
+		return config.Invalid(KeyBacklog, nil, "the workload measures a steady window (measure): a backlog drain has no steady state; remove measure or the backlog")
 	case o.Workers.Local < 0:
 		return config.Invalid(KeyWorkersLocal, o.Workers.Local, "counts processes: 0 or more")
 	case o.Workers.Remote < 0:
@@ -190,6 +203,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Measure.AuditMode == inbox.AuditOff {
 		o.Measure.Audit = false
+	}
+	if o.Rounds == 0 {
+		o.Rounds = max(1, o.Spec.Rounds)
 	}
 	if o.RunID == "" {
 		o.RunID = NewRunID()

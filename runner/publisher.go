@@ -9,8 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
+
 	"github.com/inboxbench/inboxbench/brokers"
-	"github.com/inboxbench/inboxbench/internal/ctxtime"
+	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -18,165 +20,327 @@ import (
 // workload's rate, from several goroutines that each own a share of the
 // ordering keys, with the plan's send-side faults (retries, reorders,
 // republishes are already in the plan) and the poison messages.
+//
+// A message goes out at its intended time whatever is still unconfirmed:
+// the goroutines hand messages to the driver (brokers.AsyncPublisher),
+// which confirms them later within its own bounded window, so a confirm's
+// round trip never becomes the next message's wait. What the publisher
+// itself is late by — the driver's window full, the machine busy — is the
+// publish lag, recorded per message (intended → handed to the driver). A
+// key's messages leave its goroutine in plan order, and the driver keeps
+// the order of one goroutine's calls per key. A message that fails is
+// sent again, with the same event id and intended time, from a goroutine
+// of its own, so keys that did not fail go on; its key may then see a
+// later version first, which the inbox parks.
 type publisher struct {
-	b      brokers.Broker
-	topic  string
-	plan   *workload.Plan
-	spec   *workload.Spec
+	b     brokers.Broker
+	topic string
+	feed  *feed
+	spec  *workload.Spec
+	// poison bodies are sent after the first batch.
 	poison [][]byte
 	t      *tally
 	notes  *notes
-	// sent[j] marks Publishes[j] confirmed by the broker; each goroutine
-	// writes only its own indexes.
-	sent []bool
-	// maxLag is the longest a batch went out after it was due (ns).
+	// stop, when closed, ends publishing at the next message (a steady
+	// cell's window is up).
+	stop <-chan struct{}
+	// backlog, above zero, holds sending while more messages than this
+	// were handed to the driver and not yet answered by the consumers.
+	backlog int64
+
+	sender   brokers.AsyncPublisher
+	handed   atomic.Int64   // messages handed to the driver
+	roomWait atomic.Int64   // ns spent waiting for the backlog to shrink
+	inflight sync.WaitGroup // calls whose confirms (or retries) are pending
+	fail     context.CancelCauseFunc
+	// maxLag is the longest a message went out after it was due (ns);
+	// lag its histogram (µs), written under lagMu.
 	maxLag atomic.Int64
+	lagMu  sync.Mutex
+	lag    *hdrhistogram.Histogram
 }
 
-// cut reports whether publishing stopped before the end of the plan (a
-// workload's duration was up).
-func (p *publisher) cut() bool {
-	for _, s := range p.sent {
-		if !s {
-			return true
-		}
+// maxSend bounds the messages of one PublishAsync call.
+const maxSend = 256
+
+// retryFor bounds how long a failing message is sent again: a broker
+// restart must not end the run, a dead broker must.
+const retryFor = 2 * time.Minute
+
+// closedLoop publishes through a driver without AsyncPublisher: each call
+// waits for its confirms, as every publisher did before drivers could
+// confirm asynchronously.
+type closedLoop struct{ b brokers.Broker }
+
+func (c closedLoop) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
+	errs := c.b.Publish(ctx, topic, msgs)
+	go done(errs) // never on the caller's goroutine, as AsyncPublisher says
+}
+
+// newPublisher publishes the chunks of f.
+func newPublisher(b brokers.Broker, topic string, f *feed, spec *workload.Spec, t *tally, ns *notes) *publisher {
+	p := &publisher{b: b, topic: topic, feed: f, spec: spec, t: t, notes: ns, lag: newHist()}
+	if a, ok := b.(brokers.AsyncPublisher); ok {
+		p.sender = a
+	} else {
+		p.sender = closedLoop{b}
 	}
-	return false
+	return p
 }
 
-// total is the number of messages the publisher sends.
-func (p *publisher) total() int64 { return int64(len(p.plan.Publishes) + len(p.poison)) }
+// owners is how many goroutines publish: each owns the keys that hash to
+// it.
+func (p *publisher) owners() int { return max(1, p.spec.Publishers) }
 
-// run sends the plan, starting at start (the zero of the intended send
-// times). Each publisher goroutine owns the ordering keys that hash to it
-// and sends them in plan order, so every key's order (and every fault the
-// plan placed in it) is the plan's while the broker has several batches in
-// flight.
+// run sends the feed, starting at start (the zero of the intended send
+// times), and returns once every message handed to the driver is
+// confirmed or has failed for good.
 func (p *publisher) run(ctx context.Context, start time.Time) error {
-	pubs := p.plan.Publishes
-	p.sent = make([]bool, len(pubs))
-	n := max(1, min(p.spec.Publishers, len(pubs)))
-	own := make([][]int, n)
-	for j := range pubs {
-		h := fnv.New32a()
-		h.Write([]byte(pubs[j].OrderingKey()))
-		k := int(h.Sum32() % uint32(n))
-		own[k] = append(own[k], j)
-	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	p.fail = cancel
 	var wg sync.WaitGroup
-	for k := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.part(ctx, start, own[k], k == 0); err != nil {
+	for g := range p.owners() {
+		wg.Go(func() {
+			if err := p.part(ctx, start, g); err != nil {
 				cancel(err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
+	p.inflight.Wait()
 	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return ctx.Err()
 }
 
-// part sends one publisher's share of the plan (indexes into Publishes,
-// in plan order) in batches; an event's intended send time comes from its
-// place in the whole plan. At a rate, a batch spans at most 5ms of
-// intended time and is sent when its last message is due, so nothing is
-// sent early and an event's latency, counted from its intended time,
-// never starts before it could have been sent; how late the batch went
-// out is the publish lag.
-func (p *publisher) part(ctx context.Context, start time.Time, idx []int, first bool) error {
+// part sends goroutine g's share of every chunk, in plan order. At a
+// rate, message j of the whole stream is due at start + j/rate: the
+// goroutine sleeps until its next message is due, then hands over every
+// one of its messages due by then (never one early, so an event's latency,
+// counted from its intended time, never starts before it could have been
+// sent). Without a rate it sends as fast as the driver takes messages.
+func (p *publisher) part(ctx context.Context, start time.Time, g int) error {
 	rate := p.spec.PublishRate
-	batch := 256
-	if rate > 0 {
-		perPublisher := rate / float64(max(1, min(p.spec.Publishers, len(p.plan.Publishes))))
-		batch = max(1, min(256, int(perPublisher*0.005)))
-	}
 	intendedAt := func(j int) time.Time {
 		return start.Add(time.Duration(float64(j) / rate * float64(time.Second)))
 	}
-	msgs := make([]brokers.Message, 0, batch)
-	for i := 0; i < len(idx); i += batch {
-		part := idx[i:min(i+batch, len(idx))]
-		intended := time.Now()
-		if rate > 0 {
-			due := intendedAt(part[len(part)-1])
-			if !ctxtime.Sleep(ctx, time.Until(due)) {
+	first := g == 0
+	for k := 0; ; k++ {
+		ch := p.feed.get(k)
+		if ch == nil {
+			return nil
+		}
+		idx := ch.own[g]
+		for i := 0; i < len(idx); {
+			if p.stopped() {
+				return nil
+			}
+			n := min(maxSend, len(idx)-i)
+			if rate > 0 {
+				if !p.sleepUntil(ctx, intendedAt(ch.base+idx[i])) {
+					return ctx.Err()
+				}
+				now := time.Now()
+				n = 1
+				for n < maxSend && i+n < len(idx) && !intendedAt(ch.base+idx[i+n]).After(now) {
+					n++
+				}
+			} else if !p.room(ctx) {
 				return ctx.Err()
 			}
-			p.noteLag(time.Since(due))
-			intended = intendedAt(part[0])
-		}
-		msgs = msgs[:0]
-		for _, j := range part {
-			ev := *p.plan.Publishes[j].Event
-			ev.IntendedAt = intended
-			if rate > 0 {
-				ev.IntendedAt = intendedAt(j)
-			}
-			body, err := p.spec.Encode(&ev)
-			if err != nil {
-				return fmt.Errorf("encode %s: %w", ev.ID, err)
-			}
-			msgs = append(msgs, brokers.Message{Key: p.plan.Publishes[j].OrderingKey(), ID: ev.Key(), Body: body})
-		}
-		if err := p.send(ctx, msgs); err != nil {
-			return err
-		}
-		for _, j := range part {
-			p.sent[j] = true
-		}
-		p.t.c.published.Add(int64(len(msgs)))
-		if i == 0 && first && len(p.poison) > 0 {
-			if err := p.sendPoison(ctx); err != nil {
+			if err := p.hand(ctx, ch, idx[i:i+n], rate, intendedAt); err != nil {
 				return err
 			}
-		}
-		if p.spec.Duration > 0 && time.Since(start) > p.spec.Duration.D() {
-			break
+			i += n
+			if first && len(p.poison) > 0 {
+				first = false
+				if err := p.sendPoison(ctx); err != nil {
+					return err
+				}
+			}
+			if p.spec.Duration > 0 && time.Since(start) > p.spec.Duration.D() {
+				return nil
+			}
 		}
 	}
+}
+
+// hand encodes the chunk's publishes part and hands them to the driver.
+func (p *publisher) hand(ctx context.Context, ch *chunk, part []int, rate float64, intendedAt func(int) time.Time) error {
+	now := time.Now()
+	msgs := make([]brokers.Message, len(part))
+	lags := make([]time.Duration, 0, len(part))
+	for i, j := range part {
+		pub := ch.plan.Publishes[j]
+		ev := *pub.Event
+		ev.IntendedAt = now
+		if rate > 0 {
+			ev.IntendedAt = intendedAt(ch.base + j)
+			lags = append(lags, now.Sub(ev.IntendedAt))
+		}
+		body, err := p.spec.Encode(&ev)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", ev.ID, err)
+		}
+		msgs[i] = brokers.Message{Key: pub.OrderingKey(), ID: ev.Key(), Body: body}
+	}
+	p.noteLags(lags)
+	p.send(ctx, msgs, time.Now(), time.Time{}, func(i int) { ch.sent[part[i]] = true })
 	return nil
 }
 
-// noteLag keeps the largest publish lag seen.
-func (p *publisher) noteLag(d time.Duration) {
-	for {
-		cur := p.maxLag.Load()
-		if int64(d) <= cur || p.maxLag.CompareAndSwap(cur, int64(d)) {
+// send hands msgs to the driver; its confirm callback marks each
+// confirmed message with mark, records the confirm latency, and sends
+// what failed again (since firstFail, zero the first time).
+func (p *publisher) send(ctx context.Context, msgs []brokers.Message, at, firstFail time.Time, mark func(i int)) {
+	p.inflight.Add(1)
+	p.handed.Add(int64(len(msgs)))
+	p.sender.PublishAsync(ctx, p.topic, msgs, func(errs []error) {
+		defer p.inflight.Done()
+		lat := time.Since(at)
+		var failed []int
+		var first error
+		for i, err := range errs {
+			if err != nil {
+				failed = append(failed, i)
+				if first == nil {
+					first = err
+				}
+				continue
+			}
+			if mark != nil {
+				mark(i)
+			}
+		}
+		if ok := len(msgs) - len(failed); ok > 0 {
+			p.t.c.published.Add(int64(ok))
+			p.t.meters.recordPublish(lat, ok)
+		}
+		if len(failed) > 0 {
+			p.handed.Add(-int64(len(failed)))
+			p.retry(ctx, msgs, failed, first, firstFail, mark)
+		}
+	})
+}
+
+// retry sends the failed messages again after a backoff, from a goroutine
+// of their own (the callback runs on a driver's goroutine and must not
+// wait), until retryFor has passed since they first failed.
+func (p *publisher) retry(ctx context.Context, msgs []brokers.Message, failed []int, err error, since time.Time, mark func(int)) {
+	if since.IsZero() {
+		since = time.Now()
+	}
+	if ctx.Err() != nil || time.Since(since) > retryFor {
+		p.fail(fmt.Errorf("%s: publish to %s: %d of %d messages not confirmed for %s, first: %w", p.b.Name(), p.topic, len(failed), len(msgs), retryFor, err))
+		return
+	}
+	again := make([]brokers.Message, len(failed))
+	for i, j := range failed {
+		again[i] = msgs[j]
+	}
+	p.t.c.publishRetries.Add(1)
+	p.notes.add(fmt.Sprintf("publish to %s failed, sending the failed messages again: %v", p.topic, err))
+	backoff := min(200*time.Millisecond<<min(int(time.Since(since)/time.Second), 5), 5*time.Second)
+	p.inflight.Add(1)
+	go func() {
+		defer p.inflight.Done()
+		if !sleepCtx(ctx, backoff) {
+			p.fail(ctx.Err())
 			return
 		}
+		var remark func(int)
+		if mark != nil {
+			remark = func(i int) { mark(failed[i]) }
+		}
+		p.send(ctx, again, time.Now(), since, remark)
+	}()
+}
+
+// noteLags records how late each message was handed over.
+func (p *publisher) noteLags(lags []time.Duration) {
+	if len(lags) == 0 {
+		return
+	}
+	p.lagMu.Lock()
+	for _, d := range lags {
+		p.lag.RecordValue(micros(max(d, 0)))
+		if int64(d) > p.maxLag.Load() {
+			p.maxLag.Store(int64(d))
+		}
+	}
+	p.lagMu.Unlock()
+}
+
+// mergeLag adds the publish lag's histogram to the cell's.
+func (p *publisher) mergeLag(ms *meters) {
+	p.lagMu.Lock()
+	defer p.lagMu.Unlock()
+	if !ms.enabled {
+		return
+	}
+	ms.pubMu.Lock()
+	ms.lag.Merge(p.lag)
+	ms.pubMu.Unlock()
+}
+
+// lagSummary is the publish lag so far.
+func (p *publisher) lagSummary() results.Summary {
+	p.lagMu.Lock()
+	defer p.lagMu.Unlock()
+	return summary(p.lag)
+}
+
+// stopped reports whether publishing was told to end.
+func (p *publisher) stopped() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
 	}
 }
 
-// send publishes one batch and waits for its confirmations. A failed batch
-// is sent again, whole, with the same event ids (a producer's retry: what
-// was confirmed before arrives twice and is deduplicated), for up to two
-// minutes: a broker restart must not end the run, a dead broker must.
-func (p *publisher) send(ctx context.Context, msgs []brokers.Message) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	backoff := 200 * time.Millisecond
-	for {
-		sent := time.Now()
-		err := brokers.FirstError(p.b.Publish(ctx, p.topic, msgs))
-		if err == nil {
-			p.t.meters.recordPublish(time.Since(sent), len(msgs))
-			return nil
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("%s: publish to %s: %w", p.b.Name(), p.topic, err)
-		}
-		p.t.c.publishRetries.Add(1)
-		p.notes.add(fmt.Sprintf("publish to %s failed, sending the batch again: %v", p.topic, err))
-		if !ctxtime.Sleep(ctx, backoff) {
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, 5*time.Second)
+// sleepUntil waits until t, or until ctx ends (false) or publishing is
+// stopped (true: the caller then sees stopped).
+func (p *publisher) sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
 	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-p.stop:
+		return true
+	case <-timer.C:
+		return true
+	}
+}
+
+// room waits while the backlog bound is reached: more messages handed to
+// the driver than answered by the consumers, by more than p.backlog.
+func (p *publisher) room(ctx context.Context) bool {
+	if p.backlog <= 0 {
+		return ctx.Err() == nil
+	}
+	if p.handed.Load()-p.t.handled.Load() <= p.backlog {
+		return ctx.Err() == nil
+	}
+	since := time.Now()
+	defer func() { p.roomWait.Add(int64(time.Since(since))) }()
+	for p.handed.Load()-p.t.handled.Load() > p.backlog {
+		if p.stopped() {
+			return true
+		}
+		if !sleepCtx(ctx, time.Millisecond) {
+			return false
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // sendPoison sends the malformed bodies after the first batch, so they sit
@@ -186,9 +350,109 @@ func (p *publisher) sendPoison(ctx context.Context) error {
 	for i, body := range p.poison {
 		msgs[i] = brokers.Message{Key: fmt.Sprintf("poison-%d", i), ID: fmt.Sprintf("poison-%d", i), Body: body}
 	}
-	if err := p.send(ctx, msgs); err != nil {
-		return err
-	}
-	p.t.c.published.Add(int64(len(msgs)))
+	p.send(ctx, msgs, time.Now(), time.Time{}, nil)
 	return nil
+}
+
+// sleepCtx sleeps for d unless ctx ends first (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// feed is what a publisher sends: one plan, or the chunks of a stream
+// without an end (workload.Stream), each split once among the
+// publisher's goroutines by ordering key.
+type feed struct {
+	mu     sync.Mutex
+	chunks []*chunk
+	next   func() *workload.Plan // nil: no chunk after those in chunks
+	owners int
+	sends  int // sends of the chunks so far
+}
+
+// chunk is one plan of a feed and what of it was confirmed.
+type chunk struct {
+	plan *workload.Plan
+	base int     // index of its first send in the whole feed
+	own  [][]int // per goroutine, its sends (indexes into plan.Publishes) in order
+	sent []bool  // sent[j]: plan.Publishes[j] was confirmed
+}
+
+func planFeed(p *workload.Plan, owners int) *feed {
+	f := &feed{owners: owners}
+	f.add(p)
+	return f
+}
+
+func streamFeed(s *workload.Stream, owners int) *feed {
+	return &feed{owners: owners, next: s.Next}
+}
+
+func (f *feed) add(p *workload.Plan) *chunk {
+	ch := &chunk{plan: p, base: f.sends, own: make([][]int, f.owners), sent: make([]bool, len(p.Publishes))}
+	for j := range p.Publishes {
+		h := fnv.New32a()
+		h.Write([]byte(p.Publishes[j].OrderingKey()))
+		g := int(h.Sum32() % uint32(f.owners))
+		ch.own[g] = append(ch.own[g], j)
+	}
+	f.sends += len(p.Publishes)
+	f.chunks = append(f.chunks, ch)
+	return ch
+}
+
+// get returns chunk k, generating it when the stream has not reached it
+// yet; nil past the end.
+func (f *feed) get(k int) *chunk {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for len(f.chunks) <= k {
+		if f.next == nil {
+			return nil
+		}
+		p := f.next()
+		if p == nil {
+			return nil
+		}
+		f.add(p)
+	}
+	return f.chunks[k]
+}
+
+// total is the sends of the chunks generated so far.
+func (f *feed) total() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return int64(f.sends)
+}
+
+// published is the plan of what was confirmed, and whether that is the
+// whole of a fixed plan (false: publishing was cut short, or the feed is
+// a stream).
+func (f *feed) published() (*workload.Plan, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.chunks) == 1 && f.next == nil {
+		ch := f.chunks[0]
+		for _, s := range ch.sent {
+			if !s {
+				return ch.plan.Published(ch.sent), false
+			}
+		}
+		return ch.plan, true
+	}
+	plans := make([]*workload.Plan, len(f.chunks))
+	var sent []bool
+	for i, ch := range f.chunks {
+		plans[i] = ch.plan
+		sent = append(sent, ch.sent...)
+	}
+	return workload.Concat(plans).Published(sent), false
 }

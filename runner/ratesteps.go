@@ -106,7 +106,8 @@ func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, dur t
 	st := results.RateStep{Phase: phase, Rate: math.Round(rate)}
 	spec := e.segmentSpec(i, rate, dur)
 	plan := workload.GenerateSegment(spec, fmt.Sprintf("s%02d-", i))
-	pub := &publisher{b: e.b, topic: e.c.topic(), plan: plan, spec: spec, t: e.t, notes: e.notes}
+	f := planFeed(plan, max(1, spec.Publishers))
+	pub := newPublisher(e.b, e.c.topic(), f, spec, e.t, e.notes)
 	start := time.Now()
 	warm := start.Add(e.o.Warmup)
 	e.t.warmEnd.Store(warm.UnixNano())
@@ -114,7 +115,7 @@ func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, dur t
 	err := pub.run(ctx, start)
 	end := time.Now()
 	m := w.stop()
-	plan = plan.Published(pub.sent)
+	plan, _ = f.published()
 	if err != nil {
 		return st, errors.Join(err, e.judge.step(ctx, e.c, plan, false))
 	}

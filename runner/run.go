@@ -67,21 +67,43 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		plan = workload.Generate(o.Spec)
 	}
 	names := cellStrategies(o)
-	fmt.Fprintf(o.Console.Progress, "run %s: workload %s, %d events over %d aggregates (%d sends with faults), %d cells\n",
-		o.RunID, o.Spec.Name, len(plan.Events), o.Spec.Aggregates, len(plan.Publishes), len(o.Brokers)*len(names))
+	run.Rounds = o.Rounds
+	fmt.Fprintf(o.Console.Progress, "run %s: workload %s, %d events over %d aggregates (%d sends with faults), %d cells%s\n",
+		o.RunID, o.Spec.Name, len(plan.Events), o.Spec.Aggregates, len(plan.Publishes), len(o.Brokers)*len(names), roundsText(o))
+	var cells []cellKey
 	for _, b := range o.Brokers {
 		for _, s := range names {
+			cells = append(cells, cellKey{b, s})
+		}
+	}
+	byCell := map[cellKey][]results.Cell{}
+	for r := 1; r <= o.Rounds && ctx.Err() == nil; r++ {
+		var round []results.Cell
+		for i, k := range roundOrder(cells, r) {
 			if ctx.Err() != nil {
 				break
 			}
-			ask := run.Env.Durability == nil || run.Env.Durability.Settings[b] == nil
-			c, durability := runCell(ctx, &o, plan, b, s, fl, ask)
-			run.Cells = append(run.Cells, c)
-			if ask {
-				run.Env.AddDurability(b, durability)
+			ask := run.Env.Durability == nil || run.Env.Durability.Settings[k.broker] == nil
+			c, durability := runCell(ctx, &o, plan, k.broker, k.strategy, r, fl, ask)
+			if o.Rounds > 1 {
+				c.Round, c.Order = r, i+1
 			}
-			fmt.Fprintf(o.Console.Progress, "%-15s %-26s %s  %s events/s  e2e p99 %s  %s\n", b, s, c.Invariants.Verdict,
-				results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), strings.TrimSpace(results.AnomalyLine(c)))
+			if ask {
+				run.Env.AddDurability(k.broker, durability)
+			}
+			round = append(round, c)
+			fmt.Fprintf(o.Console.Progress, "%s%-15s %-26s %s  %s events/s  e2e p99 %s%s  %s\n", roundLabel(o, r), k.broker, k.strategy, c.Invariants.Verdict,
+				results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), steadyText(c.Window), strings.TrimSpace(results.AnomalyLine(c)))
+		}
+		vsBaseline(round)
+		for _, c := range round {
+			k := cellKey{c.Broker, c.Strategy}
+			byCell[k] = append(byCell[k], c)
+		}
+	}
+	for _, k := range cells {
+		if rs := byCell[k]; len(rs) > 0 {
+			run.Cells = append(run.Cells, results.Aggregate(rs))
 		}
 	}
 	run.FinishedAt = time.Now().UTC()
@@ -94,6 +116,62 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		return run, dir, fmt.Errorf("write result: %w", err)
 	}
 	return run, dir, ctx.Err()
+}
+
+// cellKey is one broker × strategy.
+type cellKey struct{ broker, strategy string }
+
+// roundOrder is the order of the cells in round r (1-based): as given on
+// odd rounds, reversed on even ones, so a cell early in one round is late
+// in the next.
+func roundOrder(cells []cellKey, r int) []cellKey {
+	if r%2 == 1 {
+		return cells
+	}
+	out := make([]cellKey, len(cells))
+	for i, c := range cells {
+		out[len(cells)-1-i] = c
+	}
+	return out
+}
+
+// vsBaseline sets each cell's ratio to the baseline cell of its strategy
+// in the same round.
+func vsBaseline(round []results.Cell) {
+	base := map[string]float64{}
+	for _, c := range round {
+		if c.Baseline && c.Throughput.EventsPerS > 0 {
+			base[c.Strategy] = c.Throughput.EventsPerS
+		}
+	}
+	for i := range round {
+		c := &round[i]
+		if b := base[c.Strategy]; b > 0 && !c.Baseline {
+			c.Throughput.VsBaseline = c.Throughput.EventsPerS / b
+		}
+	}
+}
+
+func roundsText(o Options) string {
+	if o.Rounds <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(", %d rounds", o.Rounds)
+}
+
+func roundLabel(o Options, r int) string {
+	if o.Rounds <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("round %d/%d  ", r, o.Rounds)
+}
+
+// steadyText marks a steady cell's figure that is not steady.
+func steadyText(w *results.Window) string {
+	if w == nil || w.Steady {
+		return ""
+	}
+	return "  NOT STEADY: " + w.Why
 }
 
 // claim connects to check the run id is new (or to replace its

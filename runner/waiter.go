@@ -120,6 +120,24 @@ type progressLine struct {
 	t                *tally
 	printed          time.Time
 	failureKinds     map[string]bool
+	// phase, when set, says where a steady cell is (warming up,
+	// measuring) instead of how many events are left.
+	phase func() string
+	// lastEffects and lastAt are the effects at the previous line.
+	lastEffects int64
+	lastAt      time.Time
+}
+
+// recentRate is the effect rate since the previous line.
+func (p *progressLine) recentRate(effects int64) float64 {
+	now := time.Now()
+	from := p.lastAt
+	if from.IsZero() {
+		from = p.start
+	}
+	r := float64(effects-p.lastEffects) / max(now.Sub(from).Seconds(), 0.001)
+	p.lastEffects, p.lastAt = effects, now
+	return r
 }
 
 // newFailures prints the first failure of each kind as soon as it shows.
@@ -167,6 +185,11 @@ func (p *progressLine) maybePrint() {
 	line := fmt.Sprintf("%s/%s: %d/%d effects, %.0f/s, backlog %d, dedup hits %d, e2e p99 %s, ~%s left",
 		p.broker, p.strategy, s.Effects, p.events, rate, s.Published-p.t.handled.Load(),
 		s.Duplicates, fmtMicros(max(p.t.meters.recentP99(), p.t.remoteP99.Load())), left)
+	if p.phase != nil {
+		line = fmt.Sprintf("%s/%s: %s, %d effects, %.0f/s, backlog %d, dedup hits %d, e2e p99 %s",
+			p.broker, p.strategy, p.phase(), s.Effects, p.recentRate(s.Effects), s.Published-p.t.handled.Load(),
+			s.Duplicates, fmtMicros(max(p.t.meters.recentP99(), p.t.remoteP99.Load())))
+	}
 	if s.Failed > 0 {
 		line += fmt.Sprintf(", dead-lettered after failures %d", s.Failed)
 	}

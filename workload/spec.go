@@ -376,6 +376,8 @@ func (s *Spec) validateSizes() error {
 		return fmt.Errorf("duration/warmup must not be negative")
 	case s.Measure < 0 || (s.Measure > 0 && s.Measure.D() < time.Second):
 		return fmt.Errorf("measure: %s: use at least 1s, or leave it out (the cell then runs for its events)", s.Measure.D())
+	case s.Measure > 0 && s.Faults.ConsumerRestarts > 0:
+		return fmt.Errorf("measure with faults.consumer_restarts: restarts are spread over a stream's events, and a steady-state cell has no count of them; remove one")
 	case s.Measure > 0 && s.Duration > 0:
 		return fmt.Errorf("measure with duration: a steady-state cell runs for its warm-up and measure; remove duration")
 	case s.WarmupMax != 0 && (s.Measure == 0 || s.WarmupMax < s.Warmup):

@@ -114,7 +114,7 @@ type runFlags struct {
 	noMeasure, noAudit                        bool
 	audit                                     string
 	stall, join, retryFor                     time.Duration
-	retryAttempts                             int
+	retryAttempts, rounds                     int
 	findMax, backlog                          bool
 	search                                    runner.RateSearch
 	files                                     []string
@@ -130,6 +130,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.workload, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
 	f.StringVar(&fl.strategies, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
+	f.IntVar(&fl.rounds, "rounds", 0, "measure every cell this many times, interleaved (odd rounds in order, even ones reversed), and report medians with their confidence intervals (default: the workload's rounds, else 1)")
 	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&fl.runID, "run-id", "", "name of the run: its directory, schemas and topics (default: UTC timestamp); a used one is refused")
 	f.BoolVar(&fl.replace, "replace", false, "reuse --run-id: drop the schemas, topics and results an earlier run of it left, first")
@@ -161,7 +162,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 // here (the workload, strategy files), what they mean is checked by
 // runner.Options.Validate.
 func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
-	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace,
+	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace, Rounds: fl.rounds,
 		Output:  runner.Output{Dir: fl.out, Args: os.Args},
 		Measure: runner.Measure{Latency: !fl.noMeasure, Audit: !fl.noAudit},
 		Limits:  runner.Limits{Stall: fl.stall, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},

@@ -22,6 +22,7 @@ import (
 // key. Registered settings come from the config registry instead.
 var optionFlags = map[string]string{
 	runner.KeyRunID:                  "run-id",
+	runner.KeyRounds:                 "rounds",
 	runner.KeyReplace:                "replace",
 	runner.KeyAuditMode:              "audit",
 	runner.KeyRetryAttempts:          "retry-attempts",

@@ -49,8 +49,12 @@ faults:
 		t.Fatalf("run: %v", err)
 	}
 	validate(t, "result.json written by runner.Run", result, mustRead(t, filepath.Join(dir, "result.json")))
-	if len(run.Cells) != 2 || run.Cells[0].Latency.Dedup.Count == 0 || run.Cells[1].Invariants.Verdict != results.VerdictFail {
-		t.Errorf("the run did not exercise what it should (dedup latency, a caught negative control): %+v", run.Cells)
+	if len(run.Cells) != 2 {
+		t.Fatalf("%d cells, want 2", len(run.Cells))
+	}
+	if tx, split := run.Cells[0], run.Cells[1]; tx.Latency.Dedup.Count == 0 || split.Invariants.Verdict != results.VerdictFail {
+		t.Errorf("the run did not exercise what it should: tx recorded %d dedup latencies (want some; counters %+v, notes %q), broken-split's verdict is %q (want FAIL; anomalies %v, error %q)",
+			tx.Latency.Dedup.Count, tx.Counters, tx.Notes, split.Invariants.Verdict, split.Invariants.Anomalies, split.Error)
 	}
 }
 

@@ -1,0 +1,218 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// A steady-state cell (a workload with measure) runs for a time: it warms
+// up until its rate has settled, then measures for the window asked, and
+// then stops publishing; what was published is drained and judged like
+// any stream. The warm-up covers whatever is still getting faster — the
+// consumers joining, a JVM broker compiling its hot paths, PostgreSQL's
+// caches — because it ends on what the cell measures, the effect rate,
+// not at a fixed time.
+
+const (
+	// settleSpan is the length of each of the two consecutive spans whose
+	// rates are compared to call the rate settled.
+	settleSpan = 2 * time.Second
+	// settleTolerance is how far apart the two spans' rates may be (and,
+	// at a fixed rate, how far from the rate).
+	settleTolerance = 0.05
+	// steadyTrend is the largest change of the window's least-squares
+	// rate, relative to its mean, that is still a steady window.
+	steadyTrend = 0.10
+	// minWindowEvents is the fewest effects a window must hold for its
+	// rate to be a figure.
+	minWindowEvents = 1000
+	// sampleEvery is how often the effect count is sampled.
+	sampleEvery = 250 * time.Millisecond
+)
+
+// sample is the effect count at a moment of the cell.
+type sample struct {
+	at      time.Duration // since the start of the cell
+	effects int64
+}
+
+// rateBetween is the effect rate between two samples, per second.
+func rateBetween(a, b sample) float64 {
+	if b.at <= a.at {
+		return 0
+	}
+	return float64(b.effects-a.effects) / (b.at - a.at).Seconds()
+}
+
+// settled reports whether the rate of the last settleSpan is within
+// settleTolerance of the span before it (and of target, when the cell
+// publishes at a rate), once minWarmup has passed.
+func settled(ss []sample, minWarmup time.Duration, target float64) bool {
+	if len(ss) < 2 {
+		return false
+	}
+	now := ss[len(ss)-1]
+	if now.at < minWarmup || now.at < 2*settleSpan {
+		return false
+	}
+	at := func(t time.Duration) sample {
+		// The latest sample at or before t.
+		for i := len(ss) - 1; i >= 0; i-- {
+			if ss[i].at <= t {
+				return ss[i]
+			}
+		}
+		return ss[0]
+	}
+	mid, old := at(now.at-settleSpan), at(now.at-2*settleSpan)
+	recent, before := rateBetween(mid, now), rateBetween(old, mid)
+	if recent <= 0 || before <= 0 || math.Abs(recent/before-1) > settleTolerance {
+		return false
+	}
+	return target <= 0 || (math.Abs(recent/target-1) <= settleTolerance && math.Abs(before/target-1) <= settleTolerance)
+}
+
+// judgeWindow describes the measured window from the samples taken in it
+// (the first at its start, the last at its end).
+func judgeWindow(ss []sample, asked time.Duration, target float64) results.Window {
+	w := results.Window{AskedS: asked.Seconds()}
+	if len(ss) < 2 {
+		w.Why = "no measured window: the stream ended during the warm-up"
+		return w
+	}
+	first, last := ss[0], ss[len(ss)-1]
+	w.StartS, w.MeasuredS, w.Events = first.at.Seconds(), (last.at - first.at).Seconds(), last.effects-first.effects
+	// Per-second rates over the window (the last partial second left out
+	// unless it is all there is).
+	var rates []float64
+	for i, j := 0, 0; j < len(ss); j++ {
+		if ss[j].at-ss[i].at >= time.Second || (j == len(ss)-1 && len(rates) == 0) {
+			rates = append(rates, rateBetween(ss[i], ss[j]))
+			i = j
+		}
+	}
+	mean, cv, trend := rateShape(rates)
+	w.RateCV, w.Trend = cv, trend
+	switch {
+	case last.at-first.at < asked-sampleEvery:
+		w.Why = fmt.Sprintf("window of %.1fs, shorter than the %.0fs asked", w.MeasuredS, w.AskedS)
+	case w.Events < minWindowEvents:
+		w.Why = fmt.Sprintf("only %d events took effect in the window: too few for a rate", w.Events)
+	case math.Abs(trend) > steadyTrend:
+		w.Why = fmt.Sprintf("the rate still trends: %+.0f%% over the window", 100*trend)
+	case target > 0 && mean < (1-settleTolerance)*target:
+		w.Why = fmt.Sprintf("falls behind its rate: %.0f of %.0f events/s took effect", mean, target)
+	default:
+		w.Steady = true
+	}
+	return w
+}
+
+// rateShape is the mean of rates, their coefficient of variation, and the
+// change of their least-squares line from the first to the last point,
+// relative to the mean.
+func rateShape(rates []float64) (mean, cv, trend float64) {
+	n := float64(len(rates))
+	if n == 0 {
+		return 0, 0, 0
+	}
+	var sum, sx, sxx, sxy float64
+	for i, r := range rates {
+		x := float64(i)
+		sum += r
+		sx, sxx, sxy = sx+x, sxx+x*x, sxy+x*r
+	}
+	mean = sum / n
+	if mean == 0 || n < 2 {
+		return mean, 0, 0
+	}
+	var ss float64
+	for _, r := range rates {
+		ss += (r - mean) * (r - mean)
+	}
+	cv = math.Sqrt(ss/(n-1)) / mean
+	if den := n*sxx - sx*sx; den != 0 {
+		slope := (n*sxy - sx*sum) / den
+		trend = slope * (n - 1) / mean
+	}
+	return mean, cv, trend
+}
+
+// steadyClock drives a steady-state cell: it samples the effects, ends
+// the warm-up when the rate settles (telling the tally and the consumers),
+// and stops the publisher when the window is up.
+type steadyClock struct {
+	spec    *workload.Spec
+	t       *tally
+	cons    consumers
+	start   time.Time
+	stopPub func()        // ends publishing
+	done    chan struct{} // closed when the clock ends
+	window  results.Window
+	settled bool
+	warmup  time.Duration
+	// warmedAt is the end of the warm-up since start (ns; 0 while warming
+	// up), for the progress line.
+	warmedAt atomic.Int64
+}
+
+// phase says where the cell is, for the progress line.
+func (k *steadyClock) phase() string {
+	el := time.Since(k.start).Round(time.Second)
+	w := time.Duration(k.warmedAt.Load())
+	if w == 0 {
+		return fmt.Sprintf("warming up %s (until the rate settles, at most %s)", el, k.spec.WarmupLimit())
+	}
+	return fmt.Sprintf("measuring %s of %s", (el - w.Round(time.Second)).Round(time.Second), k.spec.Measure.D())
+}
+
+// run samples until the window is up or ctx ends.
+func (k *steadyClock) run(ctx context.Context) {
+	defer close(k.done)
+	defer k.stopPub()
+	tick := time.NewTicker(sampleEvery)
+	defer tick.Stop()
+	var warm, window []sample
+	limit, measure := k.spec.WarmupLimit(), k.spec.Measure.D()
+	var warmEnd time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			k.finish(window, measure)
+			return
+		case now := <-tick.C:
+			s := sample{at: now.Sub(k.start), effects: k.t.c.effects.Load()}
+			if warmEnd == 0 {
+				warm = append(warm, s)
+				k.settled = settled(warm, k.spec.Warmup.D(), k.spec.PublishRate)
+				if !k.settled && s.at < limit {
+					continue
+				}
+				warmEnd = s.at
+				k.warmup = s.at
+				k.warmedAt.Store(int64(s.at))
+				k.t.effectsAtWarm.Store(s.effects)
+				k.t.warmEnd.Store(now.UnixNano())
+				k.cons.warm(ctx, now)
+				window = append(window, s)
+				continue
+			}
+			window = append(window, s)
+			if s.at-warmEnd >= measure {
+				k.finish(window, measure)
+				return
+			}
+		}
+	}
+}
+
+func (k *steadyClock) finish(window []sample, measure time.Duration) {
+	k.window = judgeWindow(window, measure, k.spec.PublishRate)
+	k.window.WarmupS, k.window.Settled = k.warmup.Seconds(), k.settled
+}

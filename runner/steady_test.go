@@ -1,0 +1,79 @@
+package runner
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// samples builds samples every sampleEvery for dur, the rate at each
+// moment given by rate(t).
+func samples(dur time.Duration, rate func(t time.Duration) float64) []sample {
+	var out []sample
+	var n float64
+	for at := time.Duration(0); at <= dur; at += sampleEvery {
+		out = append(out, sample{at: at, effects: int64(n)})
+		n += rate(at) * sampleEvery.Seconds()
+	}
+	return out
+}
+
+func TestSettledWaitsForTheRamp(t *testing.T) {
+	// A rate that climbs for 10 s, then holds at 50,000/s.
+	ramp := func(t time.Duration) float64 {
+		if t < 10*time.Second {
+			return 5000 + 4500*t.Seconds()
+		}
+		return 50000
+	}
+	var at time.Duration
+	ss := samples(30*time.Second, ramp)
+	for i := range ss {
+		if settled(ss[:i+1], 3*time.Second, 0) {
+			at = ss[i].at
+			break
+		}
+	}
+	if at < 10*time.Second || at > 15*time.Second {
+		t.Fatalf("settled at %s, want between the end of the ramp (10s) and 15s", at)
+	}
+	flat := samples(10*time.Second, func(time.Duration) float64 { return 1000 })
+	if settled(flat[:len(flat)/3], 5*time.Second, 0) {
+		t.Error("settled before the minimum warm-up")
+	}
+	if !settled(flat, 5*time.Second, 0) {
+		t.Error("a flat rate after the minimum warm-up did not settle")
+	}
+	// At a fixed rate, catching up after a slow start is not settled.
+	if settled(flat, 5*time.Second, 1500) {
+		t.Error("1,000/s against a rate of 1,500/s settled")
+	}
+	if !settled(flat, 5*time.Second, 1020) {
+		t.Error("1,000/s against a rate of 1,020/s did not settle")
+	}
+}
+
+func TestJudgeWindow(t *testing.T) {
+	flat := samples(10*time.Second, func(time.Duration) float64 { return 20000 })
+	w := judgeWindow(flat, 10*time.Second, 0)
+	if !w.Steady || w.Events != 200000 || w.MeasuredS != 10 || w.RateCV > 0.01 {
+		t.Fatalf("flat window: %+v", w)
+	}
+	rising := samples(10*time.Second, func(t time.Duration) float64 { return 20000 + 3000*t.Seconds() })
+	if w := judgeWindow(rising, 10*time.Second, 0); w.Steady || !strings.Contains(w.Why, "trends") || w.Trend < 0.5 {
+		t.Errorf("rising window: %+v, want not steady, trending", w)
+	}
+	if w := judgeWindow(flat[:20], 10*time.Second, 0); w.Steady || !strings.Contains(w.Why, "shorter") {
+		t.Errorf("short window: %+v, want not steady, shorter than asked", w)
+	}
+	sparse := samples(10*time.Second, func(time.Duration) float64 { return 50 })
+	if w := judgeWindow(sparse, 10*time.Second, 0); w.Steady || !strings.Contains(w.Why, "too few") {
+		t.Errorf("sparse window: %+v, want not steady, too few events", w)
+	}
+	if w := judgeWindow(flat, 10*time.Second, 25000); w.Steady || !strings.Contains(w.Why, "falls behind") {
+		t.Errorf("20,000/s at a rate of 25,000/s: %+v, want falls behind", w)
+	}
+	if w := judgeWindow(flat[:1], 10*time.Second, 0); w.Steady {
+		t.Errorf("no window: %+v", w)
+	}
+}
