@@ -289,6 +289,46 @@ type Broker interface {
 	Close() error
 }
 
+// AsyncPublisher is implemented by drivers that publish without waiting
+// for confirms: every in-tree driver, whose Publish is PublishAsync and a
+// wait (PublishWait). A benchmark publisher sends at its intended times
+// through it, whatever is still unconfirmed.
+type AsyncPublisher interface {
+	// PublishAsync sends msgs in slice order and returns once each has
+	// been handed to the transport (written to the connection, or queued
+	// in the driver's or client's bounded buffer), blocking only while the
+	// driver's window of unconfirmed messages is full (its option
+	// "publish-window") or until ctx ends; once ctx has ended it hands
+	// over nothing more.
+	//
+	// done is called exactly once, never on the calling goroutine, with
+	// len(msgs) errors: entry i is nil when msgs[i] is durably accepted
+	// (what a nil from Publish means), else why not. It is called once
+	// every message of the call is confirmed or has failed, or as soon as
+	// ctx ends: the messages not confirmed by then get an error wrapping
+	// ctx's (they may still reach the broker: a retry must reuse their
+	// ids). done runs on a driver goroutine that confirms other messages
+	// too: it must return promptly and must not publish itself (start a
+	// goroutine for that). Calls of one Broker may complete in any order.
+	//
+	// Messages of one key sent by successive calls from one goroutine
+	// reach the broker in call order; a failed message does not stop the
+	// later ones, of its call or of later calls. The caller must not
+	// modify msgs (bodies and header maps included) before done is called.
+	// After Close, PublishAsync fails every message; Close itself fails
+	// what is still unconfirmed and returns after every done of the
+	// instance has returned.
+	PublishAsync(ctx context.Context, topic string, msgs []Message, done func(errs []error))
+}
+
+// PublishWait is Publish on top of PublishAsync: it sends msgs and waits
+// for done.
+func PublishWait(ctx context.Context, p AsyncPublisher, topic string, msgs []Message) []error {
+	ch := make(chan []error, 1)
+	p.PublishAsync(ctx, topic, msgs, func(errs []error) { ch <- errs })
+	return <-ch
+}
+
 // Subscription is a running consumer.
 type Subscription interface {
 	// Done is closed once the subscription ended (closed, crashed or

@@ -39,9 +39,12 @@ type Consumer struct {
 	hists   map[string]*shardHist
 }
 
+// shardHist is a shard's publish→handler latencies (µs) and handler-call
+// batch sizes.
 type shardHist struct {
-	mu sync.Mutex
-	h  *hdrhistogram.Histogram
+	mu    sync.Mutex
+	h     *hdrhistogram.Histogram
+	sizes *hdrhistogram.Histogram
 }
 
 func newHist() *hdrhistogram.Histogram {
@@ -95,7 +98,7 @@ func (c *Consumer) handle(_ context.Context, ds []*brokers.Delivery) []brokers.V
 		now = time.Now().UnixNano()
 	}
 	if c.latency {
-		c.record(time.Now(), ds)
+		c.record(ds)
 	}
 	c.series.Add(time.Unix(0, now), int64(len(ds)))
 	for {
@@ -110,17 +113,19 @@ func (c *Consumer) handle(_ context.Context, ds []*brokers.Delivery) []brokers.V
 	return make([]brokers.Verdict, len(ds)) // all Ack (the zero Verdict)
 }
 
-// record adds the batch's publish→handler latencies to its shard's
-// histogram.
-func (c *Consumer) record(now time.Time, ds []*brokers.Delivery) {
+// record adds the batch's size and its publish→handler latencies (from
+// the time in SentHeader) to its shard's histograms.
+func (c *Consumer) record(ds []*brokers.Delivery) {
 	c.hmu.Lock() // short: finds the shard's histogram, whose own lock is uncontended
 	h := c.hists[ds[0].Shard]
 	if h == nil {
-		h = &shardHist{h: newHist()}
+		h = &shardHist{h: newHist(), sizes: hdrhistogram.New(1, 1<<20, 3)}
 		c.hists[ds[0].Shard] = h
 	}
 	c.hmu.Unlock()
+	now := time.Now()
 	h.mu.Lock()
+	_ = h.sizes.RecordValue(int64(len(ds)))
 	for _, d := range ds {
 		if sent, err := strconv.ParseInt(d.Headers[SentHeader], 10, 64); err == nil {
 			_ = h.h.RecordValue(max(1, now.Sub(time.Unix(0, sent)).Microseconds()))
@@ -174,9 +179,13 @@ type ConsumeResult struct {
 	// Span is from the first delivery to the last.
 	Span   time.Duration
 	Series *Series // deliveries per second from StartConsumer
-	// P50 and P99 are publish→handler latencies in microseconds (0 with
-	// Options.NoLatency).
-	P50, P99 int64
+	// Latency is publish→handler, µs, from the time in SentHeader: the
+	// send time when publishing closed loop (Publish), the due time at a
+	// rate (PublishAtRate). Empty with Options.NoLatency.
+	Latency Quantiles
+	// Batches is the sizes of the handler calls, in deliveries (empty
+	// with Options.NoLatency, like Latency).
+	Batches Quantiles
 }
 
 // Rate is deliveries per second from the first delivery to the last: the
@@ -196,14 +205,15 @@ func (c *Consumer) Result() ConsumeResult {
 		r.Startup = time.Unix(0, f).Sub(c.series.Start())
 		r.Span = time.Duration(c.last.Load() - f)
 	}
-	merged := newHist()
+	merged, sizes := newHist(), hdrhistogram.New(1, 1<<20, 3)
 	c.hmu.Lock()
 	for _, h := range c.hists {
 		h.mu.Lock()
 		merged.Merge(h.h)
+		sizes.Merge(h.sizes)
 		h.mu.Unlock()
 	}
 	c.hmu.Unlock()
-	r.P50, r.P99 = merged.ValueAtQuantile(50), merged.ValueAtQuantile(99)
+	r.Latency, r.Batches = Summarize(merged), Summarize(sizes)
 	return r
 }

@@ -24,6 +24,12 @@ type BenchOptions struct {
 	// ceiling, where batching shows, without the publisher's confirms in
 	// the loop. No latency figures then.
 	Preload bool
+	// Rate publishes open loop at this many messages per second
+	// (brokerbench.PublishAtRate: each message sent at its due time
+	// through PublishAsync, whatever is unconfirmed) instead of closed
+	// loop; latency then counts from the due time, and the publisher's
+	// lag and confirm latency are reported too.
+	Rate float64
 }
 
 func (o BenchOptions) core() brokerbench.Options {
@@ -52,8 +58,15 @@ func Bench(b *testing.B, newBroker NewBroker, o BenchOptions) {
 	total := int64(b.N)
 	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer pcancel()
+	var rate brokerbench.RateResult
 	publish := func() {
-		if _, err := brokerbench.Publish(pctx, br, topic, "bench", co, brokerbench.Limit{Messages: total}); err != nil {
+		var err error
+		if o.Rate > 0 {
+			rate, err = brokerbench.PublishAtRate(pctx, br, topic, "bench", co, o.Rate, brokerbench.Limit{Messages: total})
+		} else {
+			_, err = brokerbench.Publish(pctx, br, topic, "bench", co, brokerbench.Limit{Messages: total})
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -91,10 +104,33 @@ func Bench(b *testing.B, newBroker NewBroker, o BenchOptions) {
 	res := c.Result()
 	b.ReportMetric(float64(total)/elapsed.Seconds(), "msgs/s")
 	if !o.Preload { // preloaded messages waited in the queue by design
-		b.ReportMetric(float64(res.P50), "p50-µs")
-		b.ReportMetric(float64(res.P99), "p99-µs")
+		b.ReportMetric(float64(res.Latency.P50), "p50-µs")
+		b.ReportMetric(float64(res.Latency.P99), "p99-µs")
+	}
+	if o.Rate > 0 {
+		b.ReportMetric(float64(res.Latency.P90), "p90-µs")
+		b.ReportMetric(float64(res.Latency.P999), "p999-µs")
+		b.ReportMetric(float64(res.Latency.Max), "max-µs")
+		b.ReportMetric(float64(rate.Lag.P99), "lag-p99-µs")
+		b.ReportMetric(float64(rate.Confirm.P50), "confirm-p50-µs")
+		b.ReportMetric(float64(rate.Confirm.P99), "confirm-p99-µs")
+		b.ReportMetric(float64(res.Batches.P50), "batch-p50")
+		b.ReportMetric(float64(res.Batches.Max), "batch-max")
+		b.Logf("%s at %.0f msgs/s, MaxBatch %d, %d messages: publish→handler from the due time µs %v; lag µs %v; confirm µs %v; handler batches %v",
+			br.Name(), o.Rate, co.MaxBatch, total, res.Latency, rate.Lag, rate.Confirm, res.Batches)
 	}
 	b.ReportMetric(0, "ns/op") // per-op time is meaningless here: see msgs/s
+}
+
+// BenchRate runs Bench open loop once per rate in rates, as
+// sub-benchmarks named "Rate=N": b.N messages at N per second (use
+// -benchtime=NNNNx: a run lasts b.N/N seconds).
+func BenchRate(b *testing.B, newBroker NewBroker, o BenchOptions, rates ...float64) {
+	for _, r := range rates {
+		o := o
+		o.Rate = r
+		b.Run("Rate="+strconv.FormatFloat(r, 'f', -1, 64), func(b *testing.B) { Bench(b, newBroker, o) })
+	}
 }
 
 // BenchMaxBatch runs Bench once per MaxBatch in maxBatches, as

@@ -39,7 +39,11 @@ const (
 )
 
 // Run runs the conformance tests as subtests of t.
-func Run(t *testing.T, newBroker NewBroker) {
+func Run(t *testing.T, newBroker NewBroker, opts ...Option) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, newBroker NewBroker)
@@ -54,6 +58,11 @@ func Run(t *testing.T, newBroker NewBroker) {
 		{"BatchDelivery", testBatchDelivery},
 		{"BatchCrash", testBatchCrash},
 		{"Capabilities", testCapabilities},
+		{"AsyncManyInFlight", testAsyncManyInFlight},
+		{"AsyncFailureIsolated", testAsyncFailureIsolated},
+		{"AsyncCancel", testAsyncCancel},
+		{"AsyncClose", testAsyncClose},
+		{"AsyncWindow", func(t *testing.T, nb NewBroker) { testAsyncWindow(t, nb, o) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newBroker) })

@@ -10,6 +10,12 @@
 // records of the partition already fetched (up to MaxBatch): the worker
 // never waits to fill one.
 //
+// Publishing: PublishAsync hands each record to the producer (kgo's
+// Produce with a promise, linger 0), which blocks while OptPublishWindow
+// records are buffered or in flight; the promises, and so the calls'
+// dones, run on the producer's promise goroutine. Publish is PublishAsync
+// and a wait.
+//
 // Offsets: auto-commit is disabled. A record's offset becomes committable
 // only after its Handler returned Ack (or Reject and the dead-letter copy is
 // confirmed); a committer flushes those every CommitInterval, and
@@ -78,7 +84,7 @@ const (
 	// (Go duration, default 200ms).
 	OptCommitInterval = "commit-interval"
 	// OptDeliveryTimeout bounds how long a produced record may stay
-	// unconfirmed before Publish reports it failed (default 30s).
+	// unconfirmed before it is reported failed (default 30s).
 	OptDeliveryTimeout = "delivery-timeout"
 	// OptCompression is the producer's batch compression: none (the
 	// default, as the Java producer's and ProducerPerformance's), gzip,
@@ -86,7 +92,14 @@ const (
 	// there is no bandwidth to save, and compressing and decompressing
 	// every batch took a fifth of a drain's CPU.
 	OptCompression = "compression"
+	// OptPublishWindow bounds the records produced and not yet confirmed
+	// (kgo.MaxBufferedRecords): PublishAsync blocks while that many are
+	// buffered or in flight (default DefaultPublishWindow, kgo's own).
+	OptPublishWindow = "publish-window"
 )
+
+// DefaultPublishWindow is OptPublishWindow's default.
+const DefaultPublishWindow = 50000
 
 // codecs are the OptCompression values.
 var codecs = map[string]kgo.CompressionCodec{
@@ -115,8 +128,9 @@ type Broker struct {
 	commitInterval time.Duration
 	fake           *kfake.Cluster // kafka-embedded only
 
-	prod *kgo.Client
-	adm  *kadm.Client
+	prod  *kgo.Client
+	adm   *kadm.Client
+	calls driverutil.Calls
 
 	mu     sync.Mutex
 	subs   map[*subscription]struct{}
@@ -128,12 +142,20 @@ type settings struct {
 	commitInterval  time.Duration
 	deliveryTimeout time.Duration
 	compression     string
+	window          int
 }
 
 func parseOptions(driver string, opts brokers.Options) (settings, error) {
-	s := settings{rf: -1, commitInterval: 200 * time.Millisecond, deliveryTimeout: 30 * time.Second, compression: "none"}
-	if err := brokers.CheckOptions(driver, opts, OptReplicationFactor, OptCommitInterval, OptDeliveryTimeout, OptCompression); err != nil {
+	s := settings{rf: -1, commitInterval: 200 * time.Millisecond, deliveryTimeout: 30 * time.Second, compression: "none", window: DefaultPublishWindow}
+	if err := brokers.CheckOptions(driver, opts, OptReplicationFactor, OptCommitInterval, OptDeliveryTimeout, OptCompression, OptPublishWindow); err != nil {
 		return s, err
+	}
+	if v, ok := opts[OptPublishWindow]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return s, fmt.Errorf("%s: option %s=%q: want a positive number of records", driver, OptPublishWindow, v)
+		}
+		s.window = n
 	}
 	if v, ok := opts[OptCompression]; ok {
 		if _, known := codecs[v]; !known {
@@ -247,6 +269,7 @@ func newBroker(name string, base []kgo.Opt, s settings, fake *kfake.Cluster) (*B
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.RecordDeliveryTimeout(s.deliveryTimeout),
 		kgo.ProducerLinger(0),
+		kgo.MaxBufferedRecords(s.window),
 		kgo.ProducerBatchCompression(codecs[s.compression]),
 	)...)
 	if err != nil {
@@ -367,27 +390,33 @@ func RecordBytes(m brokers.Message) int {
 	return n
 }
 
-// Publish implements brokers.Broker. All records go out in one ProduceSync;
-// the idempotent producer keeps one key's records in slice order.
+// Publish implements brokers.Broker: PublishAsync and a wait.
 func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
+	return brokers.PublishWait(ctx, b, topic, msgs)
+}
+
+// PublishAsync implements brokers.AsyncPublisher: each record is handed to
+// the producer's buffer (kgo's Produce with a promise), which blocks while
+// OptPublishWindow records are buffered or in flight. The idempotent
+// producer keeps a partition's records in the order they were produced,
+// so one key's records keep slice and call order. The promises, and so
+// done, run on the producer's promise goroutine.
+func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
+	p := b.calls.Start(ctx, b.name, topic, msgs, done)
+	if p == nil {
+		return
 	}
-	recs := make([]*kgo.Record, len(msgs))
-	index := make(map[*kgo.Record]int, len(msgs))
 	for i, m := range msgs {
-		r := record(topic, m)
-		recs[i] = r
-		index[r] = i
-	}
-	for _, res := range b.prod.ProduceSync(ctx, recs...) {
-		if res.Err != nil {
-			i := index[res.Record]
-			errs[i] = b.errorf("publish %s to %s: %w", msgs[i].ID, topic, res.Err)
+		if ctx.Err() != nil {
+			break // the call failed what is not handed over yet
 		}
+		b.prod.Produce(ctx, record(topic, m), func(_ *kgo.Record, err error) {
+			if err != nil {
+				err = b.errorf("publish %s to %s: %w", msgs[i].ID, topic, err)
+			}
+			p.Settle(i, err)
+		})
 	}
-	return errs
 }
 
 // Close implements brokers.Broker.
@@ -404,6 +433,8 @@ func (b *Broker) Close() error {
 	if !closeBounded(b.prod) {
 		errs = append(errs, b.errorf("producer did not close within 15s (unreachable cluster?)"))
 	}
+	// Closing the producer failed what it held; wait for those dones.
+	b.calls.Close(errors.New("broker is closed"), 5*time.Second)
 	if b.fake != nil {
 		b.fake.Close()
 	}

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +14,16 @@ import (
 	"github.com/inboxbench/inboxbench/workload"
 )
 
-func newReal(tb testing.TB) brokers.Broker {
+func newReal(tb testing.TB) brokers.Broker { return newRealWith(tb, nil) }
+
+// newRealWindow is newReal with a publish window of n messages.
+func newRealWindow(tb testing.TB, n int) brokers.Broker {
+	return newRealWith(tb, brokers.Options{kafka.OptPublishWindow: strconv.Itoa(n)})
+}
+
+func newRealWith(tb testing.TB, opts brokers.Options) brokers.Broker {
 	cfg := testenv.Require(tb, testenv.Kafka)
-	b, err := kafka.New(context.Background(), cfg, nil)
+	b, err := kafka.New(context.Background(), cfg, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -27,8 +35,15 @@ func newReal(tb testing.TB) brokers.Broker {
 	return b
 }
 
-func newEmbedded(tb testing.TB) brokers.Broker {
-	b, err := kafka.NewEmbedded(context.Background(), nil)
+func newEmbedded(tb testing.TB) brokers.Broker { return newEmbeddedWith(tb, nil) }
+
+// newEmbeddedWindow is newEmbedded with a publish window of n messages.
+func newEmbeddedWindow(tb testing.TB, n int) brokers.Broker {
+	return newEmbeddedWith(tb, brokers.Options{kafka.OptPublishWindow: strconv.Itoa(n)})
+}
+
+func newEmbeddedWith(tb testing.TB, opts brokers.Options) brokers.Broker {
+	b, err := kafka.NewEmbedded(context.Background(), opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -40,11 +55,21 @@ func newEmbedded(tb testing.TB) brokers.Broker {
 	return b
 }
 
-func TestConformance(t *testing.T)         { brokertest.Run(t, newReal) }
-func TestConformanceEmbedded(t *testing.T) { brokertest.Run(t, newEmbedded) }
+func TestConformance(t *testing.T) { brokertest.Run(t, newReal, brokertest.WithWindow(newRealWindow)) }
+func TestConformanceEmbedded(t *testing.T) {
+	brokertest.Run(t, newEmbedded, brokertest.WithWindow(newEmbeddedWindow))
+}
 
 func BenchmarkRaw1KiB(b *testing.B) {
 	brokertest.BenchMaxBatch(b, newReal, brokertest.BenchOptions{Size: 1024}, 1, 100)
+}
+
+// BenchmarkRate1KiB publishes open loop at low rates with handler batches
+// of up to 500: a driver that waited to fill a batch, or whose fetch
+// lingered, would show it in the batch sizes and the latency from the
+// due time.
+func BenchmarkRate1KiB(b *testing.B) {
+	brokertest.BenchRate(b, newReal, brokertest.BenchOptions{Size: 1024, MaxBatch: 500}, 200, 2000)
 }
 
 // BenchmarkDrain1KiB times consuming a preloaded backlog: the consumer

@@ -1,7 +1,8 @@
 // Package none is the database-only baseline, registered as "none": no
-// broker and no network. Publish hands messages straight to in-memory
-// per-shard queues and Subscribe calls the Handler from one goroutine per
-// shard, with the same batch, retry, reject and crash semantics as the
+// broker and no network. PublishAsync (and Publish, which waits for it)
+// hands messages straight to in-memory per-shard queues and Subscribe
+// calls the Handler from one goroutine per shard, with the same batch,
+// retry, reject and crash semantics as the
 // broker drivers, so a run with --brokers none measures the inbox alone
 // under the same concurrency. Its figures are the denominator for the
 // through-broker ratios (Capabilities.Baseline; "vs none" in docs/running.md).
@@ -104,6 +105,7 @@ type topic struct {
 
 // Broker is a handle on the process-wide in-memory topics.
 type Broker struct {
+	calls  driverutil.Calls
 	mu     sync.Mutex
 	subs   map[*subscription]struct{}
 	closed bool
@@ -170,33 +172,44 @@ func (b *Broker) Setup(ctx context.Context, name string, shards int) error {
 	return nil
 }
 
-// Publish implements brokers.Broker: the messages are appended to their
-// shards under the topic's lock, so one key's messages keep slice order.
-// It never blocks on consumers.
+// Publish implements brokers.Broker: PublishAsync and a wait.
 func (b *Broker) Publish(ctx context.Context, name string, msgs []brokers.Message) []error {
-	errs := make([]error, len(msgs))
-	fail := func(err error) []error {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+	return brokers.PublishWait(ctx, b, name, msgs)
+}
+
+// PublishAsync implements brokers.AsyncPublisher: the messages are
+// appended to their shards under the topic's lock, so one key's messages
+// keep slice order, and are confirmed at once (done runs on a goroutine of
+// its own). There is no window: it never blocks on consumers.
+func (b *Broker) PublishAsync(ctx context.Context, name string, msgs []brokers.Message, done func([]error)) {
+	p := b.calls.Start(ctx, Name, name, msgs, done)
+	if p == nil {
+		return
 	}
+	err := b.publish(ctx, name, msgs)
+	for i := range msgs {
+		p.SettleInCall(i, err)
+	}
+}
+
+// publish appends msgs to their shards, all or none.
+func (b *Broker) publish(ctx context.Context, name string, msgs []brokers.Message) error {
 	if len(msgs) == 0 {
-		return errs
+		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return fail(fmt.Errorf("none: publish to %s: %w", name, err))
+		return fmt.Errorf("none: publish to %s: %w", name, err)
 	}
 	t, err := lookup(name)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	now := time.Now()
 	touched := make([]bool, len(t.shards))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.deleted {
-		return fail(fmt.Errorf("none: publish to %s: topic was deleted", name))
+		return fmt.Errorf("none: publish to %s: topic was deleted", name)
 	}
 	for _, m := range msgs {
 		i := driverutil.Shard(m.Key, len(t.shards))
@@ -212,7 +225,7 @@ func (b *Broker) Publish(ctx context.Context, name string, msgs []brokers.Messag
 			t.shards[i].signal()
 		}
 	}
-	return errs
+	return nil
 }
 
 // DeadLetters implements brokers.DeadLetterReader: it returns what was
@@ -270,6 +283,7 @@ func (b *Broker) Close() error {
 	b.closed = true
 	subs := maps.Clone(b.subs)
 	b.mu.Unlock()
+	b.calls.Close(errors.New("broker is closed"), time.Second)
 	return driverutil.CloseAll(subs)
 }
 

@@ -33,6 +33,14 @@ func BenchmarkRaw1KiB(b *testing.B) {
 	brokertest.BenchMaxBatch(b, newBroker, brokertest.BenchOptions{Size: 1024}, 1, 100)
 }
 
+// BenchmarkRate1KiB publishes open loop at low rates with handler batches
+// of up to 500: a driver that waited to fill a batch, or whose fetch
+// lingered, would show it in the batch sizes and the latency from the
+// due time.
+func BenchmarkRate1KiB(b *testing.B) {
+	brokertest.BenchRate(b, newBroker, brokertest.BenchOptions{Size: 1024, MaxBatch: 500}, 200, 2000)
+}
+
 // BenchmarkDrain1KiB times consuming a preloaded backlog: the consumer
 // side alone, where MaxBatch shows.
 func BenchmarkDrain1KiB(b *testing.B) {

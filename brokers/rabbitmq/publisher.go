@@ -2,7 +2,6 @@ package rabbitmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -15,26 +14,128 @@ import (
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 )
 
-// publisher is one confirm-mode channel, used by one Publish call at a time.
-type publisher struct {
-	b    *Broker
-	mu   sync.Mutex
-	conn *amqp.Connection // ch's connection
-	ch   *amqp.Channel
-	ret  chan amqp.Return // basic.return of mandatory messages nobody could route
+// pubConn is the publishing connection as its confirm channels share it:
+// a confirm timeout on one channel closes the connection, and every
+// message it leaves unconfirmed fails naming the timeout (and the alarm).
+type pubConn struct {
+	conn *amqp.Connection
+	// timedOut is the block reason at the confirm timeout that closed
+	// conn ("" if it was not blocked); nil while no timeout fired.
+	timedOut atomic.Pointer[string]
 }
 
-// channel returns the publisher's confirm channel, reopening it after a
-// channel or connection error.
-func (p *publisher) channel() (*amqp.Channel, error) {
-	if p.ch != nil && !p.ch.IsClosed() {
-		return p.ch, nil
+// queuePub publishes to one shard queue on a confirm channel of its own,
+// so the queue's messages reach it in hand-over order whoever calls, with
+// at most window of them unconfirmed (a confirm window, like PerfTest's
+// --confirm). A collector goroutine per channel settles the confirms in
+// order.
+type queuePub struct {
+	b      *Broker
+	queue  string
+	window chan struct{} // a token per unconfirmed message
+
+	mu      sync.Mutex // one hand-over at a time: the order of the FIFO is the wire's
+	cur     *confirmChan
+	dropped bool // DeleteTopic or Close: no channel any more
+}
+
+// confirmChan is one confirm-mode channel of a queuePub and the messages
+// handed to it, oldest first, until each is settled.
+type confirmChan struct {
+	q   *queuePub
+	pc  *pubConn
+	ch  *amqp.Channel
+	ret chan amqp.Return // basic.return of mandatory messages nobody could route
+	// closed reports the channel's end; the collector goes on until what
+	// was handed to it is settled.
+	closed chan *amqp.Error
+
+	mu      sync.Mutex
+	pending []*entry
+	dead    bool          // no more hand-overs: the channel closed or failed a send
+	wake    chan struct{} // an entry was pushed or written (capacity 1)
+}
+
+// entry is one message on its way: pushed before it is written (so a
+// stuck write has a deadline too), written once Publish returned.
+type entry struct {
+	p        *driverutil.Pending
+	i        int
+	id       string
+	deadline time.Time
+	written  bool
+	dc       *amqp.DeferredConfirmation
+	err      error  // the write failed
+	returned string // why the broker returned it, "" if it did not
+}
+
+// publishers returns the topic's queue publishers, creating them on first
+// use.
+func (b *Broker) publishers(topic string) ([]*queuePub, error) {
+	b.mu.Lock()
+	qs, ok := b.pubs[topic]
+	b.mu.Unlock()
+	if ok {
+		return qs, nil
 	}
-	conn, err := p.b.connection()
+	n, err := b.shardCount(topic)
 	if err != nil {
 		return nil, err
 	}
-	ch, err := conn.Channel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if qs, ok := b.pubs[topic]; ok {
+		return qs, nil
+	}
+	qs = make([]*queuePub, n)
+	for i := range qs {
+		qs[i] = &queuePub{b: b, queue: queueName(topic, i), window: make(chan struct{}, b.window)}
+	}
+	b.pubs[topic] = qs
+	return qs, nil
+}
+
+// dropPublishers closes the topic's confirm channels (DeleteTopic).
+func (b *Broker) dropPublishers(topic string) {
+	b.mu.Lock()
+	qs := b.pubs[topic]
+	delete(b.pubs, topic)
+	b.mu.Unlock()
+	for _, q := range qs {
+		q.close()
+	}
+}
+
+// publishConn is the publishing connection with its timeout state.
+func (b *Broker) publishConn() (*pubConn, error) {
+	if _, err := b.connection(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pconn, nil
+}
+
+// channel returns the open confirm channel, opening one when there is
+// none or the last one is dead. q.mu is held.
+func (q *queuePub) channel() (*confirmChan, error) {
+	if cc := q.cur; cc != nil {
+		cc.mu.Lock()
+		dead := cc.dead
+		cc.mu.Unlock()
+		if !dead {
+			return cc, nil
+		}
+		q.cur = nil
+	}
+	if q.dropped {
+		return nil, fmt.Errorf("rabbitmq: publish to %s: the topic was deleted or the broker closed", q.queue)
+	}
+	pc, err := q.b.publishConn()
+	if err != nil {
+		return nil, err
+	}
+	ch, err := pc.conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: open publish channel: %w", err)
 	}
@@ -42,195 +143,237 @@ func (p *publisher) channel() (*amqp.Channel, error) {
 		ch.Close()
 		return nil, fmt.Errorf("rabbitmq: enable publisher confirms: %w", err)
 	}
-	// Buffered, and drained while waiting for confirms: the connection's
-	// reader delivers a return before the matching ack, so once the ack
-	// is seen the return is already in this channel.
-	p.ret = ch.NotifyReturn(make(chan amqp.Return, 256))
-	p.ch, p.conn = ch, conn
-	return ch, nil
+	cc := &confirmChan{q: q, pc: pc, ch: ch, wake: make(chan struct{}, 1)}
+	// Buffered, and read by the collector all along: the connection's
+	// reader blocks on a full return channel, and it delivers a return
+	// before the matching ack.
+	cc.ret = ch.NotifyReturn(make(chan amqp.Return, 256))
+	cc.closed = ch.NotifyClose(make(chan *amqp.Error, 1))
+	q.cur = cc
+	go cc.collect()
+	return cc, nil
 }
 
-func (p *publisher) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ch != nil {
-		_ = p.ch.Close()
-		p.ch = nil
+func (q *queuePub) close() {
+	q.mu.Lock()
+	cc := q.cur
+	q.cur, q.dropped = nil, true
+	q.mu.Unlock()
+	if cc != nil {
+		cc.retire()
+		go cc.ch.Close() //nolint:errcheck // a close handshake can hang on a blocked connection; ends with it at the latest
 	}
 }
 
-// abandon drops the channel without waiting for the broker: a channel
-// with unconfirmed messages must not carry the next batch (late confirms
-// would mix), and a close handshake can hang on a blocked connection.
-func (p *publisher) abandon() {
-	if ch := p.ch; ch != nil {
-		go ch.Close() //nolint:errcheck // ends when the connection does at the latest
-		p.ch = nil
+// send hands msgs[i] of p to the queue: it waits for a place in the
+// window, then writes the message on the queue's confirm channel. It
+// reports false when ctx ended first (p failed the message then).
+func (q *queuePub) send(ctx context.Context, p *driverutil.Pending, i int, m *brokers.Message) bool {
+	select {
+	case q.window <- struct{}{}:
+	case <-ctx.Done():
+		return false
 	}
-}
-
-// publish sends msgs on the publisher's channel and waits for their
-// confirms, at most the broker's confirm timeout. At the deadline it closes
-// the publishing connection (with a deadline of its own): that ends a send
-// stuck in a socket write, which is where a large batch waits while an
-// alarm blocks the connection, and every confirm wait with it.
-func (p *publisher) publish(ctx context.Context, topic string, shards int, msgs []brokers.Message, errs []error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ch, err := p.channel()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	cc, err := q.channel()
 	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return
+		p.SettleInCall(i, err)
+		<-q.window
+		return true
 	}
-	conn := p.conn
-	bctx, cancel := context.WithTimeout(ctx, p.b.confirmTimeout)
-	defer cancel()
-	var timedOut atomic.Pointer[string] // the block reason at the deadline ("" if not blocked)
-	expire := func() {
-		if ctx.Err() != nil {
-			return // the caller gave up: not a timeout
-		}
-		reason := p.b.blockedReason(conn)
-		timedOut.Store(&reason)
-		_ = conn.CloseDeadline(time.Now().Add(time.Second))
+	e := &entry{p: p, i: i, id: m.ID, deadline: time.Now().Add(q.b.confirmTimeout)}
+	cc.push(e)
+	h := amqp.Table{HeaderKey: m.Key, HeaderSent: strconv.FormatInt(time.Now().UnixNano(), 10)}
+	for k, v := range m.Headers {
+		h[k] = v
 	}
-	fired := make(chan struct{})
-	stop := context.AfterFunc(bctx, func() {
-		defer close(fired)
-		expire()
+	dc, err := cc.ch.PublishWithDeferredConfirm("", q.queue, true, false, amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		ContentType:  ContentType,
+		MessageId:    m.ID,
+		Headers:      h,
+		Body:         m.Body,
 	})
+	if err != nil {
+		err = fmt.Errorf("rabbitmq: publish %s to %s: %w", m.ID, q.queue, err)
+	}
+	cc.written(e, dc, err)
+	return true
+}
 
-	confirms, sent := p.send(bctx, ch, topic, shards, msgs, errs)
-	returned := p.await(bctx, topic, msgs, confirms, sent, errs)
-	if !stop() {
-		<-fired // the deadline (or the caller) ended the batch
-	} else if bctx.Err() != nil {
-		// The deadline passed and await saw it before the callback
-		// started (stop cancelled it): a timeout all the same.
-		expire()
+func (cc *confirmChan) push(e *entry) {
+	cc.mu.Lock()
+	cc.pending = append(cc.pending, e)
+	cc.mu.Unlock()
+	cc.signal()
+}
+
+// written records the outcome of e's write; a failed write retires the
+// channel (it may be gone), so the next message opens another.
+func (cc *confirmChan) written(e *entry, dc *amqp.DeferredConfirmation, err error) {
+	cc.mu.Lock()
+	e.written, e.dc, e.err = true, dc, err
+	if err != nil {
+		cc.dead = true
 	}
-	if r := timedOut.Load(); r != nil {
-		for i, dc := range confirms {
-			if dc == nil || !dc.Acked() {
-				errs[i] = p.timeoutError(msgs[i].ID, topic, *r)
-			}
-		}
-	}
-	for i, why := range returned {
-		errs[i] = fmt.Errorf("rabbitmq: publish %s to %s: unroutable, returned by the broker: %s", msgs[i].ID, topic, why)
-	}
-	if bctx.Err() != nil {
-		p.abandon()
-	}
-	var ae *amqp.Error
-	for _, e := range errs {
-		if errors.As(e, &ae) {
-			p.ch = nil
-			break
-		}
+	cc.mu.Unlock()
+	cc.signal()
+	if err != nil {
+		go cc.ch.Close() //nolint:errcheck // see queuePub.close
 	}
 }
 
-// send publishes msgs in order; a failure fails the rest of the batch.
-// It returns each message's confirm, and the indexes of the messages by
-// message id and queue, in publish order, for await to match basic.returns
-// to them: the channel carries one batch at a time, and a return carries
-// the message's properties and routing key but no delivery tag. (A header
-// of its own would match them too, but each header costs the broker about
-// 3% of its publish rate.)
-func (p *publisher) send(ctx context.Context, ch *amqp.Channel, topic string, shards int, msgs []brokers.Message, errs []error) ([]*amqp.DeferredConfirmation, map[returnKey][]int) {
-	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
-	sent := make(map[returnKey][]int, len(msgs))
-	for i, m := range msgs {
-		q := queueName(topic, driverutil.Shard(m.Key, shards))
-		h := amqp.Table{HeaderKey: m.Key, HeaderSent: strconv.FormatInt(time.Now().UnixNano(), 10)}
-		for k, v := range m.Headers {
-			h[k] = v
-		}
-		var err error
-		confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent,
-			ContentType:  ContentType,
-			MessageId:    m.ID,
-			Headers:      h,
-			Body:         m.Body,
-		})
-		if err != nil {
-			errs[i] = fmt.Errorf("rabbitmq: publish %s to %s: %w", m.ID, q, err)
-			// The channel may be gone: fail the rest rather than publish on.
-			for j := i + 1; j < len(msgs); j++ {
-				errs[j] = fmt.Errorf("rabbitmq: publish %s to %s: not sent after an earlier failure: %w", msgs[j].ID, topic, err)
-			}
-			break
-		}
-		k := returnKey{m.ID, q}
-		sent[k] = append(sent[k], i)
+func (cc *confirmChan) signal() {
+	select {
+	case cc.wake <- struct{}{}:
+	default:
 	}
-	return confirms, sent
 }
 
-// returnKey is what a basic.return tells of its message: the message id
-// and the queue it was routed to. Messages with equal keys are returned in
-// the order they were published.
-type returnKey struct{ id, queue string }
+// retire stops hand-overs to the channel.
+func (cc *confirmChan) retire() {
+	cc.mu.Lock()
+	cc.dead = true
+	cc.mu.Unlock()
+	cc.signal()
+}
 
-// await waits for each confirm (or ctx), collecting basic.returns of
-// unroutable messages by index.
-func (p *publisher) await(ctx context.Context, topic string, msgs []brokers.Message, confirms []*amqp.DeferredConfirmation, sent map[returnKey][]int, errs []error) map[int]string {
-	returned := map[int]string{}
-	note := func(r amqp.Return) {
-		k := returnKey{r.MessageId, r.RoutingKey}
-		if idx := sent[k]; len(idx) > 0 {
-			returned[idx[0]] = fmt.Sprintf("%d %s (queue %s missing?)", r.ReplyCode, r.ReplyText, r.RoutingKey)
-			sent[k] = idx[1:]
+// collect settles the channel's messages in hand-over order (confirms
+// come in publish order) until the channel is dead and nothing is left.
+// It reads basic.returns all along, and it enforces the confirm timeout of
+// the oldest message: past it, the publishing connection is closed.
+func (cc *confirmChan) collect() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	ret, closed := cc.ret, cc.closed
+	expiring := false // the connection is being closed: no timer any more
+	for {
+		cc.mu.Lock()
+		var head *entry
+		if len(cc.pending) > 0 {
+			head = cc.pending[0]
 		}
-	}
-	ret := p.ret
-	for i, dc := range confirms {
-		if dc == nil {
+		dead := cc.dead
+		var written bool
+		var dc *amqp.DeferredConfirmation
+		var werr error
+		if head != nil {
+			written, dc, werr = head.written, head.dc, head.err
+		}
+		cc.mu.Unlock()
+		if head == nil && dead {
+			return
+		}
+		if head != nil && written && werr != nil {
+			cc.settle(head, false)
 			continue
 		}
-		for waiting := true; waiting; {
-			select {
-			case <-dc.Done():
-				waiting = false
-			case r, ok := <-ret:
-				if !ok {
-					ret = nil // channel gone; dc.Done follows
-					continue
-				}
-				note(r)
-			case <-ctx.Done():
-				errs[i] = fmt.Errorf("rabbitmq: publish %s to %s: no confirm: %w", msgs[i].ID, topic, ctx.Err())
-				waiting = false
+		var confirmed <-chan struct{}
+		var expired <-chan time.Time
+		if head != nil {
+			if written {
+				confirmed = dc.Done()
+			}
+			if !expiring {
+				timer.Reset(time.Until(head.deadline))
+				expired = timer.C
 			}
 		}
-		if errs[i] == nil && !dc.Acked() {
-			errs[i] = fmt.Errorf("rabbitmq: publish %s to %s: broker nacked the message (or the channel closed before confirming)", msgs[i].ID, topic)
+		select {
+		case <-cc.wake:
+		case r, ok := <-ret:
+			if !ok {
+				ret = nil // the channel is gone; the confirms are closed too
+				continue
+			}
+			cc.noteReturn(r)
+		case _, ok := <-closed:
+			if !ok {
+				closed = nil
+			}
+			cc.retire()
+		case <-confirmed:
+			cc.drainReturns(ret)
+			cc.settle(head, dc.Acked())
+		case <-expired:
+			cc.expire()
+			expiring = true
 		}
 	}
-	for ret != nil { // drain what arrived with the last acks
+}
+
+// noteReturn marks the oldest unsettled message with r's id as returned.
+func (cc *confirmChan) noteReturn(r amqp.Return) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for _, e := range cc.pending {
+		if e.id == r.MessageId && e.returned == "" {
+			e.returned = fmt.Sprintf("%d %s (queue %s missing?)", r.ReplyCode, r.ReplyText, r.RoutingKey)
+			return
+		}
+	}
+}
+
+// drainReturns reads the returns already delivered: the connection's
+// reader delivers a message's return before its ack.
+func (cc *confirmChan) drainReturns(ret <-chan amqp.Return) {
+	for ret != nil {
 		select {
 		case r, ok := <-ret:
 			if !ok {
-				return returned
+				return
 			}
-			note(r)
+			cc.noteReturn(r)
 		default:
-			return returned
+			return
 		}
 	}
-	return returned
 }
 
-// timeoutError explains a batch that was not confirmed in time, naming the
-// resource alarm when the broker had blocked the connection.
-func (p *publisher) timeoutError(id, topic, blocked string) error {
+// settle pops the head e and settles it: confirmed, returned, nacked,
+// timed out or failed to write.
+func (cc *confirmChan) settle(e *entry, acked bool) {
+	cc.mu.Lock()
+	cc.pending[0] = nil
+	cc.pending = cc.pending[1:]
+	cc.mu.Unlock()
+	topic := cc.q.queue
+	var err error
+	switch {
+	case e.returned != "":
+		err = fmt.Errorf("rabbitmq: publish %s to %s: unroutable, returned by the broker: %s", e.id, topic, e.returned)
+	case e.err == nil && acked:
+	case cc.pc.timedOut.Load() != nil:
+		err = cc.q.b.timeoutError(e.id, topic, *cc.pc.timedOut.Load())
+	case e.err != nil:
+		err = e.err
+	default:
+		err = fmt.Errorf("rabbitmq: publish %s to %s: broker nacked the message (or the channel closed before confirming)", e.id, topic)
+	}
+	e.p.Settle(e.i, err)
+	<-cc.q.window
+}
+
+// expire ends the publishing connection after a confirm timeout (with a
+// deadline of its own): that ends a write stuck in the socket, which is
+// where messages wait while an alarm blocks the connection, and every
+// confirm wait with it. Its unconfirmed messages then fail naming the
+// timeout, and the alarm when the broker had blocked the connection.
+func (cc *confirmChan) expire() {
+	reason := cc.q.b.blockedReason(cc.pc.conn)
+	if cc.pc.timedOut.CompareAndSwap(nil, &reason) {
+		go cc.pc.conn.CloseDeadline(time.Now().Add(time.Second)) //nolint:errcheck // the connection is being given up
+	}
+	cc.retire()
+}
+
+// timeoutError explains a message that was not confirmed in time, naming
+// the resource alarm when the broker had blocked the connection.
+func (b *Broker) timeoutError(id, queue, blocked string) error {
 	if blocked != "" {
 		return fmt.Errorf("rabbitmq: publish %s to %s: %w: %s (memory or disk alarm), no confirm within %s: the broker accepts no message while the alarm lasts; free memory or disk on the broker, or raise vm_memory_high_watermark / disk_free_limit (`rabbitmq-diagnostics alarms` lists them)",
-			id, topic, ErrBlocked, blocked, p.b.confirmTimeout)
+			id, queue, ErrBlocked, blocked, b.confirmTimeout)
 	}
-	return fmt.Errorf("rabbitmq: publish %s to %s: no publisher confirm within %s (option %s): the broker is overloaded or unreachable", id, topic, p.b.confirmTimeout, OptConfirmTimeout)
+	return fmt.Errorf("rabbitmq: publish %s to %s: no publisher confirm within %s (option %s): the broker is overloaded or unreachable", id, queue, b.confirmTimeout, OptConfirmTimeout)
 }

@@ -7,11 +7,21 @@
 // exchange, at-least-once dead-lettering). Publishing goes through the
 // default exchange with the routing key of the shard queue; the driver
 // hashes the ordering key onto a shard (FNV-1a), so one key always lands in
-// one queue. Messages are persistent and mandatory, and Publish waits for
-// each publisher confirm, at most OptConfirmTimeout per call (a resource
-// alarm blocks publishing connections: the error then names it, see
-// ErrBlocked); a message the broker returns as unroutable is an error, not
-// a silent drop.
+// one queue. Messages are persistent and mandatory.
+//
+// Publishing: each shard queue has a confirm-mode channel of its own, so a
+// queue's messages reach it in hand-over order whichever goroutine calls.
+// PublishAsync writes each message on its queue's channel, blocking while
+// OptPublishWindow of that queue's messages are unconfirmed (a confirm
+// window, as PerfTest's --confirm); a collector goroutine per channel
+// settles the confirms as they come, in publish order, matches each
+// basic.return to its message (by message id, oldest first: the broker
+// sends a return before the message's ack), and enforces
+// OptConfirmTimeout on the oldest unconfirmed message: past it the
+// publishing connection is closed and its unconfirmed messages fail, naming
+// the resource alarm when the broker had blocked the connection (see
+// ErrBlocked). A message the broker returns as unroutable is an error, not
+// a silent drop. Publish is PublishAsync and a wait.
 //
 // Ordering: single-active-consumer means one consumer per queue at a time,
 // and the driver handles a queue's deliveries in order (one channel and one
@@ -85,20 +95,22 @@ const DLQSuffix = ".dlq"
 
 // Option keys accepted in brokers.Options.
 const (
-	// OptPublishChannels caps the confirm-mode channels Publish opens: each
-	// concurrent call takes a channel of its own, so a publisher's batch
-	// never waits behind another's confirms (like PerfTest's channel per
-	// producer); past the cap, calls wait for a free one (default 64).
-	OptPublishChannels = "publish-channels"
-	// OptConfirmTimeout bounds how long one Publish call waits for its
-	// batch to be sent and confirmed (Go duration, default 30s). Past it
-	// the unconfirmed messages fail, naming the resource alarm when the
-	// broker had blocked the connection.
+	// OptPublishWindow bounds the unconfirmed messages per shard queue:
+	// each queue has a confirm-mode channel of its own, and PublishAsync
+	// blocks while this many of the queue's messages wait for their
+	// confirms (a confirm window, as PerfTest's --confirm; default
+	// DefaultPublishWindow).
+	OptPublishWindow = "publish-window"
+	// OptConfirmTimeout bounds how long a message may take from its
+	// hand-over to its confirm (Go duration, default 30s). Past it the
+	// publishing connection is closed and its unconfirmed messages fail,
+	// naming the resource alarm when the broker had blocked the
+	// connection.
 	OptConfirmTimeout = "confirm-timeout"
 )
 
-// DefaultPublishChannels is OptPublishChannels' default.
-const DefaultPublishChannels = 64
+// DefaultPublishWindow is OptPublishWindow's default.
+const DefaultPublishWindow = 256
 
 // DefaultConfirmTimeout is OptConfirmTimeout's default.
 const DefaultConfirmTimeout = 30 * time.Second
@@ -120,21 +132,18 @@ func init() {
 
 // Broker is the RabbitMQ driver.
 type Broker struct {
-	url string
-	// pub holds every confirm channel opened (at most maxPub), idle the
-	// ones no Publish call holds; both under mu, idleCh signals a return.
-	pub    []*publisher
-	idle   []*publisher
-	maxPub int
-	idleCh chan struct{}
-
+	url            string
+	window         int
 	confirmTimeout time.Duration
+	calls          driverutil.Calls
 
 	mu     sync.Mutex
 	shards map[string]int
 	subs   map[*subscription]struct{}
 	closed bool
-	conn   *amqp.Connection // for publishing and topology; reopened when lost
+	conn   *amqp.Connection       // for publishing and topology; reopened when lost
+	pconn  *pubConn               // conn with its confirm-timeout state
+	pubs   map[string][]*queuePub // topic → a publisher per shard queue
 	// blocked is the reason the broker gave when it blocked conn
 	// (connection.blocked), "" while it is not blocked.
 	blocked string
@@ -142,7 +151,7 @@ type Broker struct {
 
 // New validates the options; connections are opened on first use.
 func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, error) {
-	if err := brokers.CheckOptions(Name, opts, OptPublishChannels, OptConfirmTimeout); err != nil {
+	if err := brokers.CheckOptions(Name, opts, OptPublishWindow, OptConfirmTimeout); err != nil {
 		return nil, err
 	}
 	confirmTimeout := DefaultConfirmTimeout
@@ -153,15 +162,15 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		}
 		confirmTimeout = d
 	}
-	n := DefaultPublishChannels
-	if v, ok := opts[OptPublishChannels]; ok {
+	n := DefaultPublishWindow
+	if v, ok := opts[OptPublishWindow]; ok {
 		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 64 {
-			return nil, fmt.Errorf("rabbitmq: option %s=%q: want 1…64", OptPublishChannels, v)
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			return nil, fmt.Errorf("rabbitmq: option %s=%q: want a positive number of messages", OptPublishWindow, v)
 		}
 	}
-	return &Broker{url: cfg.Get(SettingURL), confirmTimeout: confirmTimeout, shards: map[string]int{}, subs: map[*subscription]struct{}{},
-		maxPub: n, idleCh: make(chan struct{}, n)}, nil
+	return &Broker{url: cfg.Get(SettingURL), window: n, confirmTimeout: confirmTimeout, shards: map[string]int{},
+		subs: map[*subscription]struct{}{}, pubs: map[string][]*queuePub{}}, nil
 }
 
 // Name implements brokers.Broker.
@@ -203,7 +212,7 @@ func (b *Broker) connection() (*amqp.Connection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: connect: %w", err)
 	}
-	b.conn, b.blocked = conn, ""
+	b.conn, b.pconn, b.blocked = conn, &pubConn{conn: conn}, ""
 	b.watchBlocked(conn)
 	return conn, nil
 }
@@ -355,65 +364,37 @@ func (b *Broker) shardCount(topic string) (int, error) {
 	return n, nil
 }
 
-// Publish implements brokers.Broker: one of the confirm channels is taken
-// for the whole batch, so a batch's messages go out in order.
+// Publish implements brokers.Broker: PublishAsync and a wait.
 func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
-	}
-	n, err := b.shardCount(topic)
-	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	p, err := b.takePublisher(ctx)
-	if err != nil {
-		for i := range errs {
-			errs[i] = fmt.Errorf("rabbitmq: publish %s to %s: no free confirm channel (option %s=%d): %w", msgs[i].ID, topic, OptPublishChannels, b.maxPub, err)
-		}
-		return errs
-	}
-	defer b.returnPublisher(p)
-	p.publish(ctx, topic, n, msgs, errs)
-	return errs
+	return brokers.PublishWait(ctx, b, topic, msgs)
 }
 
-// takePublisher returns an idle confirm channel, a new one while fewer
-// than maxPub exist, or waits for one to be returned.
-func (b *Broker) takePublisher(ctx context.Context) (*publisher, error) {
-	for {
-		b.mu.Lock()
-		if k := len(b.idle); k > 0 {
-			p := b.idle[k-1]
-			b.idle = b.idle[:k-1]
-			b.mu.Unlock()
-			return p, nil
-		}
-		if len(b.pub) < b.maxPub {
-			p := &publisher{b: b}
-			b.pub = append(b.pub, p)
-			b.mu.Unlock()
-			return p, nil
-		}
-		b.mu.Unlock()
-		select {
-		case <-b.idleCh:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+// PublishAsync implements brokers.AsyncPublisher: each message is written
+// on its shard queue's confirm channel, blocking while OptPublishWindow of
+// that queue's messages are unconfirmed; the channel's collector settles
+// them (and runs done) as the confirms come, in order.
+func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
+	p := b.calls.Start(ctx, Name, topic, msgs, done)
+	if p == nil {
+		return
 	}
-}
-
-func (b *Broker) returnPublisher(p *publisher) {
-	b.mu.Lock()
-	b.idle = append(b.idle, p)
-	b.mu.Unlock()
-	select {
-	case b.idleCh <- struct{}{}:
-	default:
+	if ctx.Err() != nil {
+		return // the call fails every message with ctx's error
+	}
+	qs, err := b.publishers(topic)
+	if err != nil {
+		for i := range msgs {
+			p.SettleInCall(i, err)
+		}
+		return
+	}
+	for i := range msgs {
+		if ctx.Err() != nil {
+			return // the call failed what is not handed over yet
+		}
+		if !qs[driverutil.Shard(msgs[i].Key, len(qs))].send(ctx, p, i, &msgs[i]) {
+			return
+		}
 	}
 }
 
@@ -427,6 +408,8 @@ func (b *Broker) Close() error {
 	b.closed = true
 	subs := maps.Clone(b.subs)
 	conn := b.conn
+	pubs := b.pubs
+	b.pubs = map[string][]*queuePub{}
 	b.mu.Unlock()
 	errs := []error{driverutil.CloseAll(subs)}
 	// The connection first, with a deadline: a blocked connection (resource
@@ -436,12 +419,14 @@ func (b *Broker) Close() error {
 			errs = append(errs, fmt.Errorf("rabbitmq: close connection: %w", err))
 		}
 	}
-	b.mu.Lock()
-	pubs := b.pub
-	b.mu.Unlock()
-	for _, p := range pubs {
-		p.close()
+	for _, qs := range pubs {
+		for _, q := range qs {
+			q.close()
+		}
 	}
+	// Closing the connection failed what its channels held; wait for
+	// those dones.
+	b.calls.Close(errors.New("broker is closed"), 5*time.Second)
 	return errors.Join(errs...)
 }
 
@@ -507,6 +492,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 	b.mu.Lock()
 	delete(b.shards, topic)
 	b.mu.Unlock()
+	b.dropPublishers(topic)
 	names := []string{topic + DLQSuffix}
 	for i := 0; i < n; i++ {
 		names = append(names, queueName(topic, i))

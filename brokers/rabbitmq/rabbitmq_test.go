@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +19,16 @@ import (
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
-func newBroker(tb testing.TB) brokers.Broker {
+func newBroker(tb testing.TB) brokers.Broker { return newBrokerWith(tb, nil) }
+
+// newBrokerWindow is newBroker with a publish window of n messages.
+func newBrokerWindow(tb testing.TB, n int) brokers.Broker {
+	return newBrokerWith(tb, brokers.Options{rabbitmq.OptPublishWindow: strconv.Itoa(n)})
+}
+
+func newBrokerWith(tb testing.TB, opts brokers.Options) brokers.Broker {
 	cfg := testenv.Require(tb, testenv.RabbitMQ)
-	b, err := rabbitmq.New(context.Background(), cfg, nil)
+	b, err := rabbitmq.New(context.Background(), cfg, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -32,10 +40,20 @@ func newBroker(tb testing.TB) brokers.Broker {
 	return b
 }
 
-func TestConformance(t *testing.T) { brokertest.Run(t, newBroker) }
+func TestConformance(t *testing.T) {
+	brokertest.Run(t, newBroker, brokertest.WithWindow(newBrokerWindow))
+}
 
 func BenchmarkRaw1KiB(b *testing.B) {
 	brokertest.BenchMaxBatch(b, newBroker, brokertest.BenchOptions{Size: 1024}, 1, 100)
+}
+
+// BenchmarkRate1KiB publishes open loop at low rates with handler batches
+// of up to 500: a driver that waited to fill a batch, or whose fetch
+// lingered, would show it in the batch sizes and the latency from the
+// due time.
+func BenchmarkRate1KiB(b *testing.B) {
+	brokertest.BenchRate(b, newBroker, brokertest.BenchOptions{Size: 1024, MaxBatch: 500}, 200, 2000)
 }
 
 // BenchmarkDrain1KiB times consuming a preloaded backlog: the consumer

@@ -2,6 +2,7 @@ package rocketmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -55,6 +56,10 @@ type topicState struct {
 	// alone (under mu), until one succeeded (warm).
 	mu   sync.Mutex
 	warm atomic.Bool
+
+	smu     sync.Mutex
+	senders []*queueSender // one per write queue, started on first use
+	dropped bool           // DeleteTopic or Close: no senders any more
 }
 
 func (b *Broker) topic(topic string) *topicState {
@@ -88,102 +93,252 @@ func (b *Broker) publishQueues(ctx context.Context, topic string) ([]*primitive.
 	return mqs, nil
 }
 
-// Publish implements brokers.Broker. Each message goes to the queue its
-// key hashes to; the messages of one queue are sent in slice order as
-// batch sends (one request and one confirmation for up to maxBatchBytes
-// of messages), queues in parallel. A key's messages share a queue, so
-// they keep their order. A failed send fails its messages and every later
-// message of that queue, which is never sent: nothing overtakes a message
-// that did not go.
+// Publish implements brokers.Broker: PublishAsync and a wait.
 func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Message) []error {
-	errs := make([]error, len(msgs))
-	if len(msgs) == 0 {
-		return errs
+	return brokers.PublishWait(ctx, b, topic, msgs)
+}
+
+// PublishAsync implements brokers.AsyncPublisher. Each message goes to the
+// queue its key hashes to, into the buffer of that queue's sender, which
+// blocks while OptPublishWindow of the queue's messages are unconfirmed.
+// A sender has one request in flight: it sends everything buffered (up to
+// maxBatchBytes) as one batch send, waits for its confirmation, settles
+// those messages, then sends what came meanwhile. A key's messages share a
+// queue, so they keep slice and call order, and a send the broker refused
+// as busy is sent again before anything later of its queue. A failed send
+// fails its messages only.
+func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
+	p := b.calls.Start(ctx, Name, topic, msgs, done)
+	if p == nil {
+		return
 	}
-	fail := func(err error) []error {
-		for i := range errs {
-			errs[i] = err
+	if ctx.Err() != nil {
+		return // the call fails every message with ctx's error
+	}
+	qs, err := b.senders(ctx, topic)
+	if err != nil {
+		for i := range msgs {
+			p.SettleInCall(i, err)
 		}
-		return errs
+		return
+	}
+	for i := range msgs {
+		if ctx.Err() != nil {
+			return // the call failed what is not handed over yet
+		}
+		if !qs[driverutil.Shard(msgs[i].Key, len(qs))].enqueue(ctx, p, i, &msgs[i]) {
+			return
+		}
+	}
+}
+
+// senders returns the topic's queue senders, starting them on first use.
+func (b *Broker) senders(ctx context.Context, topic string) ([]*queueSender, error) {
+	ts := b.topic(topic)
+	ts.smu.Lock()
+	qs, dropped := ts.senders, ts.dropped
+	ts.smu.Unlock()
+	if qs != nil {
+		return qs, nil
+	}
+	if dropped {
+		return nil, fmt.Errorf("rocketmq: publish to %s: the topic was deleted or the broker closed", topic)
 	}
 	p, err := b.producer()
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	mqs, err := b.publishQueues(ctx, topic)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	byQueue := make([][]int, len(mqs))
-	for i, m := range msgs {
-		q := driverutil.Shard(m.Key, len(mqs))
-		byQueue[q] = append(byQueue[q], i)
+	b.mu.Lock() // Close waits for the senders started before it
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, errors.New("rocketmq: broker is closed")
 	}
-	if ts := b.topic(topic); !ts.warm.Load() {
-		for q, idx := range byQueue {
-			if len(idx) == 0 {
-				continue
-			}
-			ts.mu.Lock()
-			if !ts.warm.Load() {
-				if b.publishQueue(ctx, p, mqs[q], msgs, idx, errs) {
-					ts.warm.Store(true)
-				}
-				byQueue[q] = nil
-			}
-			ts.mu.Unlock()
-			break
-		}
+	ts.smu.Lock()
+	defer ts.smu.Unlock()
+	if ts.dropped {
+		return nil, fmt.Errorf("rocketmq: publish to %s: the topic was deleted", topic)
 	}
-	var wg sync.WaitGroup
-	for q, idx := range byQueue {
-		if len(idx) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b.publishQueue(ctx, p, mqs[q], msgs, idx, errs)
-		}()
+	if ts.senders != nil {
+		return ts.senders, nil
 	}
-	wg.Wait()
-	return errs
+	qs = make([]*queueSender, len(mqs))
+	for i, mq := range mqs {
+		qs[i] = &queueSender{b: b, ts: ts, p: p, mq: mq, window: make(chan struct{}, b.window),
+			wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		b.sending.Add(1)
+		go qs[i].run()
+	}
+	ts.senders = qs
+	return qs, nil
 }
 
-// publishQueue sends msgs[idx] (all bound for mq) in order, in batches,
-// and reports whether all went.
-func (b *Broker) publishQueue(ctx context.Context, p producerAPI, mq *primitive.MessageQueue, msgs []brokers.Message, idx []int, errs []error) bool {
-	for start := 0; start < len(idx); {
-		end, size := start, 0
-		for end < len(idx) && (end == start || size+len(msgs[idx[end]].Body)+batchOverhead <= maxBatchBytes) {
-			size += len(msgs[idx[end]].Body) + batchOverhead
-			end++
-		}
-		batch := make([]*primitive.Message, 0, end-start)
-		for _, i := range idx[start:end] {
-			m := b.message(mq.Topic, msgs[i], nil)
-			m.Queue = mq
-			if end-start > 1 {
-				// The client stamps a unique id only on single sends;
-				// consumers see it as the message's MsgId.
-				m.WithProperty(primitive.PropertyUniqueClientMessageIdKeyIndex, primitive.CreateUniqID())
-			}
-			batch = append(batch, m)
-		}
-		if err := b.sendBatch(ctx, p, batch); err != nil {
-			first := msgs[idx[start]].ID
-			for n, i := range idx[start:] {
-				if start+n < end {
-					errs[i] = fmt.Errorf("rocketmq: publish %s to %s: %w", msgs[i].ID, mq.Topic, err)
-				} else {
-					errs[i] = fmt.Errorf("rocketmq: publish %s to %s: not sent after the failed send of %s to its queue %d: %w", msgs[i].ID, mq.Topic, first, mq.QueueId, err)
-				}
-			}
-			return false
-		}
-		start = end
+// dropSenders stops the topic's senders: what they hold fails.
+func (ts *topicState) dropSenders() {
+	ts.smu.Lock()
+	qs := ts.senders
+	ts.senders, ts.dropped = nil, true
+	ts.smu.Unlock()
+	for _, q := range qs {
+		close(q.stop)
+	}
+}
+
+// queueSender sends one queue's messages in hand-over order, one request
+// at a time.
+type queueSender struct {
+	b      *Broker
+	ts     *topicState
+	p      producerAPI
+	mq     *primitive.MessageQueue
+	window chan struct{} // a token per message handed over and not settled
+	wake   chan struct{} // the buffer grew (capacity 1)
+	stop   chan struct{} // closed by dropSenders
+
+	mu      sync.Mutex
+	buf     []queued // handed over, not sent yet
+	stopped bool     // the buffer takes nothing more
+}
+
+// queued is a message in a sender's buffer: msgs[i] of call p.
+type queued struct {
+	p *driverutil.Pending
+	i int
+	m *brokers.Message
+}
+
+// enqueue hands m over to the sender once the window has room; false when
+// ctx ended first (p failed the message then).
+func (q *queueSender) enqueue(ctx context.Context, p *driverutil.Pending, i int, m *brokers.Message) bool {
+	select {
+	case q.window <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	case <-q.stop:
+		p.SettleInCall(i, fmt.Errorf("rocketmq: publish %s to %s: the topic was deleted or the broker closed", m.ID, q.mq.Topic))
+		return true
+	}
+	q.mu.Lock()
+	if q.stopped {
+		q.mu.Unlock()
+		p.SettleInCall(i, fmt.Errorf("rocketmq: publish %s to %s: the topic was deleted or the broker closed", m.ID, q.mq.Topic))
+		<-q.window
+		return true
+	}
+	q.buf = append(q.buf, queued{p, i, m})
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
 	}
 	return true
+}
+
+// run sends the buffer until stop; then it fails what is left.
+func (q *queueSender) run() {
+	defer q.b.sending.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-q.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var batch []queued
+	for {
+		q.mu.Lock()
+		batch = q.take(batch[:0])
+		q.mu.Unlock()
+		if len(batch) == 0 {
+			select {
+			case <-q.wake:
+				continue
+			case <-q.stop:
+				q.failRest()
+				return
+			}
+		}
+		q.send(ctx, batch)
+	}
+}
+
+// take moves the oldest buffered messages, up to maxBatchBytes (at least
+// one), from the buffer to batch, dropping those whose call has already
+// finished (its ctx ended: they failed). q.mu is held.
+func (q *queueSender) take(batch []queued) []queued {
+	size, n := 0, 0
+	for n < len(q.buf) {
+		e := q.buf[n]
+		w := len(e.m.Body) + batchOverhead
+		if len(batch) > 0 && size+w > maxBatchBytes {
+			break
+		}
+		n++
+		if e.p.Done() {
+			<-q.window
+			continue
+		}
+		size += w
+		batch = append(batch, e)
+	}
+	clear(q.buf[:n])
+	q.buf = q.buf[n:]
+	if len(q.buf) == 0 {
+		q.buf = q.buf[:0:0] // let the backing array go once drained
+	}
+	return batch
+}
+
+// send sends batch as one request and settles its messages.
+func (q *queueSender) send(ctx context.Context, batch []queued) {
+	msgs := make([]*primitive.Message, len(batch))
+	for k, e := range batch {
+		m := q.b.message(q.mq.Topic, *e.m, nil)
+		m.Queue = q.mq
+		if len(batch) > 1 {
+			// The client stamps a unique id only on single sends;
+			// consumers see it as the message's MsgId.
+			m.WithProperty(primitive.PropertyUniqueClientMessageIdKeyIndex, primitive.CreateUniqID())
+		}
+		msgs[k] = m
+	}
+	ts := q.ts
+	warm := ts.warm.Load()
+	if !warm {
+		ts.mu.Lock()
+	}
+	err := q.b.sendBatch(ctx, q.p, msgs)
+	if !warm {
+		if err == nil {
+			ts.warm.Store(true)
+		}
+		ts.mu.Unlock()
+	}
+	for _, e := range batch {
+		var eerr error
+		if err != nil {
+			eerr = fmt.Errorf("rocketmq: publish %s to %s queue %d: %w", e.m.ID, q.mq.Topic, q.mq.QueueId, err)
+		}
+		e.p.Settle(e.i, eerr)
+		<-q.window
+	}
+}
+
+// failRest fails what is still buffered after stop.
+func (q *queueSender) failRest() {
+	q.mu.Lock()
+	rest := q.buf
+	q.buf, q.stopped = nil, true
+	q.mu.Unlock()
+	for _, e := range rest {
+		e.p.Settle(e.i, fmt.Errorf("rocketmq: publish %s to %s: the topic was deleted or the broker closed", e.m.ID, q.mq.Topic))
+		<-q.window
+	}
 }
 
 // message builds the client's message for m.

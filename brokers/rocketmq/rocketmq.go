@@ -6,15 +6,20 @@
 //
 // Publishing: a message goes to the queue its ordering key hashes to
 // (FNV-1a over the topic's write queues, as the client's hash selector
-// computes), so a key always lands in one queue. Publish groups a call's
-// messages by queue and sends each queue's messages in slice order as
-// batch sends (one request and one confirmation per up to 1 MiB of
-// messages), queues in parallel: per-key order holds because a key's
-// messages share a queue and a queue's batches go one after another. A
-// failed batch fails its messages and every later one of that queue,
-// which is not sent. A send the broker refuses as busy (SYSTEM_BUSY: it
-// dropped the request from its send queue unprocessed) is sent again
-// after a pause, for up to the send timeout.
+// computes), so a key always lands in one queue. Each queue has a sender
+// goroutine with one request in flight: PublishAsync puts a message in
+// its queue's buffer (blocking while OptPublishWindow of the queue's
+// messages are unconfirmed), and the sender sends everything buffered as
+// one batch send (one request and one confirmation per up to 1 MiB of
+// messages), waits for the confirmation, then sends what came meanwhile;
+// queues go in parallel. Per-key order holds because a key's messages
+// share a queue and a queue's batches go one after another, never two at
+// once (the broker may store two requests in flight on one queue in
+// either order). A failed batch fails its messages only. A send the
+// broker refuses as busy (SYSTEM_BUSY: it dropped the request from its
+// send queue unprocessed) is sent again after a pause, for up to the send
+// timeout, before anything later of its queue. Publish is PublishAsync and
+// a wait.
 //
 // Why not the client's orderly push consumer (in short: it stalls for
 // seconds whenever queues move, and races): brokers/README.md, "RocketMQ:
@@ -80,6 +85,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,7 +125,16 @@ const (
 	OptLogLevel = "log-level"
 	// OptSendTimeout bounds one send (Go duration, default 10s).
 	OptSendTimeout = "send-timeout"
+	// OptPublishWindow bounds the messages per queue handed to
+	// PublishAsync and not yet confirmed: each queue's sender has one
+	// batch send in flight and buffers what comes meanwhile, and
+	// PublishAsync blocks while this many of the queue's messages are
+	// buffered or in flight (default DefaultPublishWindow).
+	OptPublishWindow = "publish-window"
 )
+
+// DefaultPublishWindow is OptPublishWindow's default.
+const DefaultPublishWindow = 256
 
 const rpcTimeout = 10 * time.Second
 
@@ -135,6 +150,9 @@ type Broker struct {
 	creds       primitive.Credentials
 	brokerAddrs []string // from options; else discovered in Setup
 	sendTimeout time.Duration
+	window      int
+	calls       driverutil.Calls
+	sending     sync.WaitGroup // the queue senders (publish.go)
 	instance    string
 	seq         atomic.Int64
 	topics      sync.Map // topic → *topicState, see publish.go
@@ -158,7 +176,7 @@ type producerAPI interface {
 // New validates options and quiets the client's logger; connections are
 // made on first use.
 func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, error) {
-	if err := brokers.CheckOptions(Name, opts, OptBrokerAddrs, OptLogLevel, OptSendTimeout); err != nil {
+	if err := brokers.CheckOptions(Name, opts, OptBrokerAddrs, OptLogLevel, OptSendTimeout, OptPublishWindow); err != nil {
 		return nil, err
 	}
 	if len(cfg.List(SettingNamesrv)) == 0 {
@@ -181,6 +199,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		namesrv:     cfg.List(SettingNamesrv),
 		creds:       primitive.Credentials{AccessKey: cfg.Get(SettingAccessKey), SecretKey: cfg.Get(SettingSecretKey)},
 		sendTimeout: 10 * time.Second,
+		window:      DefaultPublishWindow,
 		instance:    fmt.Sprintf("inboxbench-%d", time.Now().UnixNano()),
 		subs:        map[*subscription]struct{}{},
 	}
@@ -190,6 +209,13 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 			return nil, fmt.Errorf("rocketmq: option %s=%q: want a positive Go duration", OptSendTimeout, v)
 		}
 		b.sendTimeout = d
+	}
+	if v, ok := opts[OptPublishWindow]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("rocketmq: option %s=%q: want a positive number of messages", OptPublishWindow, v)
+		}
+		b.window = n
 	}
 	if v := opts[OptBrokerAddrs]; v != "" {
 		for _, a := range strings.Split(v, ",") {
@@ -384,7 +410,9 @@ func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 	if err != nil {
 		return err
 	}
-	b.topics.Delete(topic)
+	if v, ok := b.topics.LoadAndDelete(topic); ok {
+		v.(*topicState).dropSenders()
+	}
 	for _, t := range []string{topic, topic + DLQSuffix} {
 		for _, addr := range masters {
 			if err := a.DeleteTopic(ctx, admin.WithTopicDelete(t), admin.WithBrokerAddrDelete(addr), admin.WithNameSrvAddr(b.namesrv)); err != nil {
@@ -407,6 +435,14 @@ func (b *Broker) Close() error {
 	a := b.adm
 	b.mu.Unlock()
 	errs := []error{driverutil.CloseAll(subs)}
+	b.topics.Range(func(_, v any) bool {
+		v.(*topicState).dropSenders()
+		return true
+	})
+	if !driverutil.Bounded(15*time.Second, b.sending.Wait) {
+		errs = append(errs, errors.New("rocketmq: the queue senders did not stop within 15s"))
+	}
+	b.calls.Close(errors.New("broker is closed"), 5*time.Second)
 	b.prodOnce.Do(func() {}) // no producer may start after Close
 	if b.prod != nil && !driverutil.Bounded(15*time.Second, func() { _ = b.prod.Shutdown() }) {
 		errs = append(errs, errors.New("rocketmq: producer shutdown did not finish within 15s"))
