@@ -34,8 +34,9 @@ type queuePub struct {
 	queue  string
 	window chan struct{} // a token per unconfirmed message
 
-	mu  sync.Mutex // one hand-over at a time: the order of the FIFO is the wire's
-	cur *confirmChan
+	mu      sync.Mutex // one hand-over at a time: the order of the FIFO is the wire's
+	cur     *confirmChan
+	dropped bool // DeleteTopic or Close: no channel any more
 }
 
 // confirmChan is one confirm-mode channel of a queuePub and the messages
@@ -127,6 +128,9 @@ func (q *queuePub) channel() (*confirmChan, error) {
 		}
 		q.cur = nil
 	}
+	if q.dropped {
+		return nil, fmt.Errorf("rabbitmq: publish to %s: the topic was deleted or the broker closed", q.queue)
+	}
 	pc, err := q.b.publishConn()
 	if err != nil {
 		return nil, err
@@ -153,7 +157,7 @@ func (q *queuePub) channel() (*confirmChan, error) {
 func (q *queuePub) close() {
 	q.mu.Lock()
 	cc := q.cur
-	q.cur = nil
+	q.cur, q.dropped = nil, true
 	q.mu.Unlock()
 	if cc != nil {
 		cc.retire()

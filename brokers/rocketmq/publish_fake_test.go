@@ -56,9 +56,9 @@ func (f *fakeProducer) SendSync(ctx context.Context, msgs ...*primitive.Message)
 
 func (f *fakeProducer) Shutdown() error { return nil }
 
-// fakeBroker is a driver whose producer is f, publishing to topic "t" of
+// fakeProducerBroker is a driver whose producer is f, publishing to topic "t" of
 // two queues, with the given window per queue.
-func fakeBroker(t *testing.T, window int) (*Broker, *fakeProducer) {
+func fakeProducerBroker(t *testing.T, window int) (*Broker, *fakeProducer) {
 	b, err := New(context.Background(), config.Default(), brokers.Options{OptPublishWindow: strconv.Itoa(window)})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func (f *fakeProducer) next(t *testing.T) *fakeSend {
 // queues come out of order and each call's done comes when its own
 // messages are settled; a failed send fails only its messages.
 func TestQueueSenderWithLateOutOfOrderConfirms(t *testing.T) {
-	b, f := fakeBroker(t, 3)
+	b, f := fakeProducerBroker(t, 3)
 	k0, k1 := keyFor(0), keyFor(1)
 	msg := func(key string, i int) brokers.Message {
 		return brokers.Message{Key: key, ID: key + "-" + strconv.Itoa(i), Body: []byte("x")}
@@ -213,7 +213,7 @@ func TestQueueSenderWithLateOutOfOrderConfirms(t *testing.T) {
 
 // Close fails what the senders hold and returns after every done.
 func TestQueueSenderCloseFailsHeld(t *testing.T) {
-	b, f := fakeBroker(t, 8)
+	b, f := fakeProducerBroker(t, 8)
 	var dones atomic.Int32
 	var failed atomic.Int32
 	for i := range 5 {
