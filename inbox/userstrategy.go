@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,9 @@ import (
 // its statements, it never checks them again.
 type FileStrategy struct {
 	f *parsedFile
+	// label, when set, names the strategy instead of file:NAME@HASH
+	// (Labelled).
+	label string
 
 	mu       sync.Mutex
 	rendered map[tableKey]*fileSQL // by schema and account table
@@ -77,7 +81,33 @@ func ParseStrategyFile(path string, content []byte) (*FileStrategy, error) {
 // Name is "file:" + the file's base name + "@" + the first 8 hex digits of
 // the SHA-256 of its content, so a result always says which SQL produced
 // it.
-func (s *FileStrategy) Name() string { return "file:" + s.f.base + "@" + s.f.hash }
+func (s *FileStrategy) Name() string {
+	if s.label != "" {
+		return s.label
+	}
+	return "file:" + s.f.base + "@" + s.f.hash
+}
+
+// Label is the name a Labelled strategy was given, or "".
+func (s *FileStrategy) Label() string { return s.label }
+
+// labelPattern is what a label may be: short, lower case, and unlike any
+// file:NAME@HASH.
+var labelPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// Labelled is the same file under another name, label: two labels of one
+// run may name two files (an A/B comparison of old and new SQL in one
+// run) or the same file twice (an A/A check that the measurement tells
+// no difference). The label must not be a built-in strategy's name.
+func (s *FileStrategy) Labelled(label string) (*FileStrategy, error) {
+	if !labelPattern.MatchString(label) {
+		return nil, &FileError{Path: s.f.path, Msg: fmt.Sprintf("label %q: use 1 to 32 lower-case letters, digits, '-' or '_', starting with a letter (e.g. base, new)", label)}
+	}
+	if _, err := Lookup(label); err == nil || strings.HasPrefix(label, "broken-") {
+		return nil, &FileError{Path: s.f.path, Msg: fmt.Sprintf("label %q is a built-in strategy's name: choose another", label)}
+	}
+	return &FileStrategy{f: s.f, label: label, rendered: map[tableKey]*fileSQL{}, prepared: map[tableKey]bool{}, ddlRan: map[string]bool{}}, nil
+}
 
 // Description is the header's description, with the file's path.
 func (s *FileStrategy) Description() string {

@@ -31,33 +31,30 @@ func ParseThreshold(s string) (float64, error) {
 
 // CompareOptions tune Compare.
 type CompareOptions struct {
-	// MaxRegression is the largest tolerated worsening, as a fraction
-	// (0.10 = 10%).
+	// MaxRegression is the smallest change that counts, as a fraction
+	// (0.10 = 10%): a regression is a worsening beyond it that the
+	// rounds show to be real (p < Alpha).
 	MaxRegression float64
 	// AllowDifferentWorkloads compares runs whose workload specs differ.
 	AllowDifferentWorkloads bool
 }
 
-// Metric directions.
-const (
-	HigherIsBetter = iota
-	LowerIsBetter
-)
-
-// Delta is one metric of one cell in both runs.
+// Delta is one metric of one cell compared.
 type Delta struct {
-	Metric    string
-	Base, New float64
-	// Change is the relative change New/Base − 1 (NaN when it cannot be
-	// computed, e.g. no samples on one side).
-	Change float64
-	// Worse is the change in the bad direction (positive = worse),
-	// whatever the metric's direction.
-	Worse     float64
-	Regressed bool
-	Note      string // why a metric was not judged, or a floor applied
-	format    func(float64) string
+	Metric string
+	Change Change
+	// Gates says whether the metric decides the comparison: events/s
+	// always, latencies only in cells run at a rate (a saturated cell's
+	// latency is time spent queueing in its own backlog).
+	Gates bool
+	// Note says why a metric was not judged, or why a finding was set
+	// aside.
+	Note   string
+	format func(float64) string
 }
+
+// Judged reports whether the metric was compared at all.
+func (d Delta) Judged() bool { return d.Note == "" || d.Change.Base.N > 0 }
 
 // CellDiff is one broker × strategy present in both runs.
 type CellDiff struct {
@@ -70,16 +67,23 @@ type CellDiff struct {
 	// control the checker no longer catches.
 	VerdictRegressed bool
 	Regressed        bool
+	// Inconclusive: a gating metric the rounds could not decide.
+	Inconclusive bool
 }
 
-// Comparison is the result of comparing two runs.
+// Comparison is the result of comparing two runs (or two labels of one).
 type Comparison struct {
 	Base, New         *Run
+	BaseName, NewName string // what was compared: run ids, or labels of one run
 	Options           CompareOptions
 	WorkloadDiffs     []string // "key: base → new", empty when equal
 	Cells             []CellDiff
 	OnlyBase, OnlyNew []string // cells present in one run only, not compared
 	Regressions       []string // one line per regressed check
+	Inconclusive      []string // one line per gating metric the rounds could not decide
+	// Single: some compared cell had one round on a side, so its
+	// findings rest on the threshold alone.
+	Single bool
 }
 
 // Regressed reports whether any cell regressed beyond the threshold.
@@ -87,8 +91,8 @@ func (c *Comparison) Regressed() bool { return len(c.Regressions) > 0 }
 
 // lockShareFloor is the smallest absolute increase of the lock-wait share
 // (in share units, 0.01 = one percentage point) that can count as a
-// regression. A relative threshold alone would flag 0.1% → 0.2% as +100%,
-// which is sampling noise, not contention.
+// change. A relative threshold alone would call 0.1% → 0.2% +100%, which
+// is sampling noise, not contention.
 const lockShareFloor = 0.01
 
 // Compare matches cells by (broker, strategy) and computes per-metric
@@ -120,16 +124,7 @@ func Compare(base, next *Run, opt CompareOptions) (*Comparison, error) {
 			continue
 		}
 		seen[k] = true
-		d := compareCell(b, n, opt.MaxRegression)
-		for _, m := range d.Deltas {
-			if m.Regressed {
-				cmp.Regressions = append(cmp.Regressions, fmt.Sprintf("%s %s %s → %s (%s)", b.Name(), m.Metric, m.format(m.Base), m.format(m.New), FormatChange(m.Change)))
-			}
-		}
-		if d.VerdictRegressed {
-			cmp.Regressions = append(cmp.Regressions, fmt.Sprintf("%s verdict %s → %s", b.Name(), verdictOrNone(d.BaseVerdict), verdictOrNone(d.NewVerdict)))
-		}
-		cmp.Cells = append(cmp.Cells, d)
+		cmp.add(b, n)
 	}
 	for i := range next.Cells {
 		c := &next.Cells[i]
@@ -138,6 +133,85 @@ func Compare(base, next *Run, opt CompareOptions) (*Comparison, error) {
 		}
 	}
 	return cmp, nil
+}
+
+// CompareLabels compares, inside one run, the cells of strategy label
+// base with those of label next, broker by broker: an A/B of two strategy
+// files (or an A/A of one file under two labels) measured on the same
+// machine, interleaved round by round.
+func CompareLabels(run *Run, base, next string, opt CompareOptions) (*Comparison, error) {
+	cmp := &Comparison{Base: run, New: run, BaseName: run.RunID + " " + base, NewName: run.RunID + " " + next, Options: opt}
+	byBroker := map[string]*Cell{}
+	var have []string
+	for i := range run.Cells {
+		c := &run.Cells[i]
+		have = append(have, c.Strategy)
+		if c.Strategy == next {
+			byBroker[c.Broker] = c
+		}
+	}
+	found := false
+	for i := range run.Cells {
+		b := &run.Cells[i]
+		if b.Strategy != base {
+			continue
+		}
+		found = true
+		if n := byBroker[b.Broker]; n != nil {
+			cmp.add(b, n)
+			delete(byBroker, b.Broker)
+		} else {
+			cmp.OnlyBase = append(cmp.OnlyBase, b.Name())
+		}
+	}
+	for _, n := range byBroker {
+		cmp.OnlyNew = append(cmp.OnlyNew, n.Name())
+	}
+	if !found || len(cmp.Cells)+len(cmp.OnlyNew) == 0 {
+		return nil, fmt.Errorf("run %s has no cells of both %q and %q (its strategies: %s)", run.RunID, base, next, strings.Join(uniq(have), ", "))
+	}
+	return cmp, nil
+}
+
+func uniq(ss []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// add compares one cell pair and records what it found.
+func (cmp *Comparison) add(b, n *Cell) {
+	d := compareCell(b, n, cmp.Options.MaxRegression)
+	for _, m := range d.Deltas {
+		if !m.Gates {
+			continue
+		}
+		cmp.Single = cmp.Single || m.Change.Single
+		switch m.Change.Finding {
+		case Regression:
+			cmp.Regressions = append(cmp.Regressions, fmt.Sprintf("%s %s %s → %s (%s%s)", b.Name(), m.Metric,
+				m.format(m.Change.Base.Median), m.format(m.Change.New.Median), FormatChange(m.Change.Rel()), pText(m.Change)))
+		case Inconclusive:
+			cmp.Inconclusive = append(cmp.Inconclusive, fmt.Sprintf("%s %s: %s", b.Name(), m.Metric, m.Change.Why))
+		}
+	}
+	if d.VerdictRegressed {
+		cmp.Regressions = append(cmp.Regressions, fmt.Sprintf("%s verdict %s → %s", b.Name(), verdictOrNone(d.BaseVerdict), verdictOrNone(d.NewVerdict)))
+	}
+	cmp.Cells = append(cmp.Cells, d)
+}
+
+func pText(c Change) string {
+	if c.Single {
+		return ", single run"
+	}
+	return fmt.Sprintf(", p=%.3f n=%d+%d", c.P, c.Base.N, c.New.N)
 }
 
 // StrategyKey is the strategy as cells of different runs are matched
@@ -163,33 +237,33 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 	d := CellDiff{Broker: b.Broker, Strategy: b.Strategy, Broken: b.Broken || n.Broken,
 		BaseVerdict: cellVerdictWord(b), NewVerdict: cellVerdictWord(n)}
 	if n.Strategy != b.Strategy {
-		// A user strategy file whose SQL changed: the point of the gate.
+		// A user strategy file whose SQL changed (the point of the gate),
+		// or two labels of one run.
 		d.Strategy = b.Strategy + " → " + n.Strategy
 	}
-	lat := func(v float64) string { return FormatMicrosFloat(v) }
-	d.Deltas = append(d.Deltas,
-		delta("events/s", b.Throughput.EventsPerS, n.Throughput.EventsPerS, HigherIsBetter, limit, FormatRate,
-			b.Throughput.EventsPerS > 0 && n.Throughput.EventsPerS >= 0, "no throughput in base"),
-		delta("e2e p99", float64(b.Latency.E2E.P99), float64(n.Latency.E2E.P99), LowerIsBetter, limit, lat,
-			b.Latency.E2E.Count > 0 && n.Latency.E2E.Count > 0, "no e2e samples"),
-		delta("dedup p99", float64(b.Latency.Dedup.P99), float64(n.Latency.Dedup.P99), LowerIsBetter, limit, lat,
-			b.Latency.Dedup.Count > 0 && n.Latency.Dedup.Count > 0, "no duplicates delivered"),
-	)
-	ls := delta("lock-wait share", b.Contention.LockWaitShare, n.Contention.LockWaitShare, LowerIsBetter, limit, FormatShare,
-		b.Contention.Samples > 0 && n.Contention.Samples > 0, "contention not sampled")
-	if ls.Regressed && n.Contention.LockWaitShare-b.Contention.LockWaitShare < lockShareFloor {
-		ls.Regressed = false
-		ls.Note = "below 1 point: noise"
+	rated := b.Mode == ModeFixedRate && n.Mode == ModeFixedRate
+	lat := func(metric string, get func(*Latencies) Summary) Delta {
+		return metricDelta(metric, b, n, func(c *Cell) float64 { return float64(get(&c.Latency).P99) },
+			ChangeRule{Threshold: limit}, rated, FormatMicrosFloat,
+			get(&b.Latency).Count > 0 && get(&n.Latency).Count > 0, "no samples")
 	}
-	if b.Contention.Samples > 0 && n.Contention.Samples > 0 && b.Contention.LockWaitShare == 0 &&
-		n.Contention.LockWaitShare >= lockShareFloor && limit < math.Inf(1) {
-		// From no lock waits at all to a real share is a regression even
-		// though the relative change is infinite.
-		ls.Regressed = true
+	d.Deltas = append(d.Deltas,
+		metricDelta("events/s", b, n, func(c *Cell) float64 { return c.Throughput.EventsPerS },
+			ChangeRule{Threshold: limit, HigherIsBetter: true}, true, FormatRate, b.Throughput.EventsPerS > 0, "no throughput in base"),
+		lat("e2e p99", func(l *Latencies) Summary { return l.E2E }),
+		lat("dedup p99", func(l *Latencies) Summary { return l.Dedup }),
+	)
+	ls := metricDelta("lock-wait share", b, n, func(c *Cell) float64 { return c.Contention.LockWaitShare },
+		ChangeRule{Threshold: limit}, false, FormatShare, b.Contention.Samples > 0 && n.Contention.Samples > 0, "contention not sampled")
+	if (ls.Change.Finding == Regression || ls.Change.Finding == Improvement) && math.Abs(n.Contention.LockWaitShare-b.Contention.LockWaitShare) < lockShareFloor {
+		ls.Change.Finding, ls.Note = NoChange, "below 1 point: noise"
 	}
 	d.Deltas = append(d.Deltas, ls)
 	for _, m := range d.Deltas {
-		d.Regressed = d.Regressed || m.Regressed
+		if m.Gates {
+			d.Regressed = d.Regressed || m.Change.Finding == Regression
+			d.Inconclusive = d.Inconclusive || m.Change.Finding == Inconclusive
+		}
 	}
 	// A verdict may only get worse in one way per kind of strategy: a
 	// correct one that stops passing, or a negative control that stops
@@ -206,35 +280,29 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 	return d
 }
 
+// metricDelta compares one figure over both cells' rounds; gates says
+// whether it decides the comparison.
+func metricDelta(metric string, b, n *Cell, get func(*Cell) float64, rule ChangeRule, gates bool, format func(float64) string, ok bool, why string) Delta {
+	d := Delta{Metric: metric, Gates: gates, format: format}
+	if !ok {
+		d.Gates, d.Note = false, why
+		return d
+	}
+	d.Change = CompareRounds(b.RoundValues(get), n.RoundValues(get), rule)
+	if !gates {
+		d.Note = "not gated: queueing-dominated in a cell without a rate"
+		if metric == "lock-wait share" {
+			d.Note = "not gated"
+		}
+	}
+	return d
+}
+
 func cellVerdictWord(c *Cell) Verdict {
 	if c.Error != "" {
 		return VerdictError
 	}
 	return c.Invariants.Verdict
-}
-
-func delta(metric string, base, next float64, dir int, limit float64, format func(float64) string, ok bool, why string) Delta {
-	d := Delta{Metric: metric, Base: base, New: next, Change: math.NaN(), Worse: math.NaN(), format: format}
-	if !ok {
-		d.Note = why
-		return d
-	}
-	switch {
-	case base != 0:
-		d.Change = next/base - 1
-	case next == 0:
-		d.Change = 0
-	default:
-		d.Change = math.Inf(1)
-	}
-	d.Worse = d.Change
-	if dir == HigherIsBetter {
-		d.Worse = -d.Change
-	}
-	// A tiny epsilon keeps "exactly at the threshold" from flipping on
-	// floating-point rounding.
-	d.Regressed = !math.IsInf(d.Worse, 0) && d.Worse > limit+1e-9
-	return d
 }
 
 // workloadDiff compares two workload specs semantically (JSON values, not
@@ -288,17 +356,26 @@ func workloadDiff(a, b json.RawMessage) ([]string, error) {
 // verdict line.
 func (c *Comparison) WriteText(w io.Writer) error {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "base: %s\nnew:  %s\n", runLabel(c.Base), runLabel(c.New))
+	baseName, newName := c.BaseName, c.NewName
+	if baseName == "" {
+		baseName, newName = runLabel(c.Base), runLabel(c.New)
+	}
+	fmt.Fprintf(&b, "base: %s\nnew:  %s\n", baseName, newName)
 	if len(c.WorkloadDiffs) > 0 {
 		fmt.Fprintf(&b, "warning: different workloads, compared anyway as asked:\n")
 		for _, d := range c.WorkloadDiffs {
 			fmt.Fprintf(&b, "  %s\n", d)
 		}
 	}
-	fmt.Fprintf(&b, "a cell regresses when a metric worsens by more than %s (events/s down; p99s and lock-wait share up)\n\n", strconv.FormatFloat(c.Options.MaxRegression*100, 'f', -1, 64)+"%")
+	fmt.Fprintf(&b, "a change counts beyond %s, when the Mann-Whitney U test over the rounds gives p < %.2f; events/s gates every cell, latencies cells run at a rate\n",
+		strconv.FormatFloat(c.Options.MaxRegression*100, 'f', -1, 64)+"%", Alpha)
+	if c.Single {
+		fmt.Fprintf(&b, "single run: no noise estimate for cells of one round, their findings compare the figures with the threshold alone (bench run --rounds 5 measures the noise)\n")
+	}
+	b.WriteString("\n")
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "cell\tmetric\tbase\tnew\tchange\t\t")
+	fmt.Fprintln(tw, "cell\tmetric\tbase\tnew\tchange [interval]\ttest\tfinding\t")
 	for _, d := range c.Cells {
 		name := d.Broker + "/" + d.Strategy
 		if d.Broken {
@@ -309,26 +386,14 @@ func (c *Comparison) WriteText(w io.Writer) error {
 			if i == 0 {
 				label = name
 			}
-			mark := ""
-			switch {
-			case m.Regressed:
-				mark = "REGRESSED"
-			case m.Note != "":
-				mark = m.Note
-			case !math.IsNaN(m.Worse) && m.Worse < -c.Options.MaxRegression:
-				mark = "improved"
-			}
-			baseS, newS, ch := m.format(m.Base), m.format(m.New), FormatChange(m.Change)
-			if math.IsNaN(m.Change) {
-				baseS, newS, ch = dashIf(m.Base == 0, baseS), dashIf(m.New == 0, newS), "n/a"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", label, m.Metric, baseS, newS, ch, mark)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", label, m.Metric, side(m.Change.Base, m.format), side(m.Change.New, m.format),
+				changeText(m), testText(m), findingText(m))
 		}
 		mark := ""
 		if d.VerdictRegressed {
-			mark = "REGRESSED"
+			mark = "REGRESSION"
 		}
-		fmt.Fprintf(tw, "\tverdict\t%s\t%s\t\t%s\t\n", verdictOrNone(d.BaseVerdict), verdictOrNone(d.NewVerdict), mark)
+		fmt.Fprintf(tw, "\tverdict\t%s\t%s\t\t\t%s\t\n", verdictOrNone(d.BaseVerdict), verdictOrNone(d.NewVerdict), mark)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -348,6 +413,12 @@ func (c *Comparison) WriteText(w io.Writer) error {
 	if len(c.Cells) == 0 {
 		fmt.Fprintf(&b, "\nno cell is in both runs: nothing compared\n")
 	}
+	for _, line := range c.Inconclusive {
+		fmt.Fprintf(&b, "\ninconclusive: %s", line)
+	}
+	if len(c.Inconclusive) > 0 {
+		b.WriteString("\n")
+	}
 	b.WriteString("\n")
 	b.WriteString(c.Summary())
 	b.WriteString("\n")
@@ -355,12 +426,68 @@ func (c *Comparison) WriteText(w io.Writer) error {
 	return err
 }
 
+// side is one side's median with its spread.
+func side(e Estimate, format func(float64) string) string {
+	switch {
+	case e.N == 0:
+		return "—"
+	case e.N == 1:
+		return format(e.Median)
+	}
+	return fmt.Sprintf("%s ±%.0f%%", format(e.Median), 100*e.Spread())
+}
+
+func changeText(m Delta) string {
+	c := m.Change
+	if c.Base.N == 0 || c.New.N == 0 || c.Ratio == 0 {
+		return "n/a"
+	}
+	if c.Lo == 0 || c.Hi == 0 {
+		return FormatChange(c.Rel())
+	}
+	return fmt.Sprintf("%s [%s, %s]", FormatChange(c.Rel()), FormatChange(c.Lo-1), FormatChange(c.Hi-1))
+}
+
+func testText(m Delta) string {
+	c := m.Change
+	switch {
+	case c.Base.N == 0 || c.New.N == 0:
+		return ""
+	case c.Single:
+		return "single run"
+	}
+	return fmt.Sprintf("p=%.3f n=%d+%d", c.P, c.Base.N, c.New.N)
+}
+
+func findingText(m Delta) string {
+	if m.Note != "" && m.Change.Base.N == 0 {
+		return m.Note
+	}
+	f := string(m.Change.Finding)
+	switch m.Change.Finding {
+	case Regression:
+		f = "REGRESSION"
+	case Improvement:
+		f = "improvement"
+	}
+	if m.Change.Single {
+		f += " (single run: no noise estimate)"
+	}
+	if !m.Gates {
+		f += " — " + m.Note
+	}
+	return f
+}
+
 // Summary is the one-line verdict of the comparison.
 func (c *Comparison) Summary() string {
-	if c.Regressed() {
-		return fmt.Sprintf("REGRESSION: %d check(s) beyond the threshold: %s", len(c.Regressions), strings.Join(c.Regressions, "; "))
+	switch {
+	case c.Regressed():
+		return fmt.Sprintf("REGRESSION: %d check(s): %s", len(c.Regressions), strings.Join(c.Regressions, "; "))
+	case len(c.Inconclusive) > 0:
+		return fmt.Sprintf("INCONCLUSIVE: no regression shown, but %d gating metric(s) could not be decided in %d compared cell(s): more rounds would tell", len(c.Inconclusive), len(c.Cells))
 	}
-	return fmt.Sprintf("OK: no regression beyond the threshold in %d compared cell(s)", len(c.Cells))
+	return fmt.Sprintf("OK: no significant regression in %d compared cell(s)", len(c.Cells))
 }
 
 func dashIf(cond bool, s string) string {

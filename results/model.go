@@ -506,6 +506,13 @@ func (r *Run) VsNone(c *Cell) string {
 	if c.Baseline {
 		return "-"
 	}
+	if st := c.Stats; st != nil && st.VsBaseline != nil && st.VsBaseline.N > 1 {
+		e := st.VsBaseline
+		return fmt.Sprintf("%.0f%% [%.0f–%.0f]", 100*e.Median, 100*e.Lo, 100*e.Hi)
+	}
+	if c.Throughput.VsBaseline > 0 {
+		return fmt.Sprintf("%.0f%%", 100*c.Throughput.VsBaseline)
+	}
 	for i := range r.Cells {
 		b := &r.Cells[i]
 		if b.Baseline && b.Strategy == c.Strategy && b.Throughput.EventsPerS > 0 {
@@ -513,6 +520,41 @@ func (r *Run) VsNone(c *Cell) string {
 		}
 	}
 	return "-"
+}
+
+// RateText is events/s, with the spread of its median over the rounds
+// ("81,204 ±3%") when the cell has several.
+func (c *Cell) RateText() string {
+	if st := c.Stats; st != nil && st.EventsPerS.N > 1 {
+		return fmt.Sprintf("%s ±%.0f%%", FormatRate(c.Throughput.EventsPerS), 100*st.EventsPerS.Spread())
+	}
+	return FormatRate(c.Throughput.EventsPerS)
+}
+
+// SteadyText says whether a steady-state cell's window was steady: "" for
+// a cell run for its events, "steady", or "NOT STEADY" with why (or in
+// how many rounds).
+func (c *Cell) SteadyText() string {
+	switch {
+	case c.Stats != nil && c.Stats.NotSteady > 0:
+		return fmt.Sprintf("NOT STEADY in %d of %d rounds", c.Stats.NotSteady, len(c.Rounds))
+	case len(c.Rounds) > 0 && c.Rounds[0].Window != nil, c.Window != nil && c.Window.Steady:
+		return "steady"
+	case c.Window != nil:
+		return "NOT STEADY: " + c.Window.Why
+	}
+	return ""
+}
+
+// SteadyCells reports whether any cell of the run was measured at steady
+// state (its window recorded).
+func (r *Run) SteadyCells() bool {
+	for i := range r.Cells {
+		if r.Cells[i].Window != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // CellNotes are the cells' notes (a client calibration cited, faults

@@ -233,7 +233,6 @@ func (c *counters) setConsumerSide(s results.Counters) {
 	c.failed.Store(s.Failed)
 }
 
-
 // export merges this process's histograms and encodes them (HdrHistogram
 // V2 compressed, base64) for the coordinator; keys are "e2e", "apply",
 // "dedup" and "apply:RESULT".

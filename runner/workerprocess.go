@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -131,6 +132,11 @@ func (r *cellRow) lookup() (inbox.Strategy, error) {
 	s, err := inbox.ParseStrategyFile(r.path, r.file)
 	if err != nil {
 		return nil, err
+	}
+	if s.Name() != r.strategy && !strings.HasPrefix(r.strategy, "file:") {
+		// A labelled file (bench run --strategy-file LABEL=PATH): the
+		// content came from the run itself.
+		return s.Labelled(r.strategy)
 	}
 	if s.Name() != r.strategy {
 		return nil, fmt.Errorf("strategy file %s parsed as %s, the run has %s", r.path, s.Name(), r.strategy)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -64,33 +65,53 @@ A directory holding only conform.json is reported too (matrix only).`,
 	return cmd
 }
 
-// newCompareCmd compares two runs cell by cell; its exit code guards an
-// inbox SQL change in CI: 1 when any cell regressed beyond the threshold.
+// newCompareCmd compares two runs (or two labels of one run) cell by cell;
+// its exit code guards an inbox SQL change in CI: 1 when a cell regressed.
 func newCompareCmd(_ *config.Config) *cobra.Command {
-	var maxRegression string
-	var allowDifferent bool
+	var maxRegression, labels string
+	var allowDifferent, failInconclusive bool
 	cmd := &cobra.Command{
-		Use:   "compare BASE NEW",
-		Short: "Compare two runs cell by cell; exit 1 when one regressed beyond --max-regression",
-		Long: `Matches the cells of two runs by broker and strategy and prints, for each,
-the change in events/s (lower is worse), e2e p99 and dedup p99 (higher is
-worse), lock-wait share (higher is worse; an increase under one percentage
-point is treated as sampling noise) and the verdict (a correct strategy that
-stops passing, or a negative control no longer caught, is a regression).
+		Use:   "compare BASE NEW | compare RUN --labels A,B",
+		Short: "Compare two runs, or two strategy labels of one run: regression, improvement, no significant change or inconclusive",
+		Long: `Matches the cells of two runs by broker and strategy (or, with --labels A,B,
+the cells of strategy label A with those of label B in one run: an A/B of two
+strategy files measured interleaved on the same machine) and prints per metric
+the medians over the rounds with their spread, the change with its confidence
+interval, the Mann-Whitney U test's p and round counts, and a finding:
 
-BASE and NEW are run directories (or their result.json). Cells present in only
-one run are listed, not compared. Runs of different workloads are refused
-(exit 2) unless --allow-different-workloads: their figures measure different
-things.
+  regression             worse by more than --max-regression, and p < 0.05
+  improvement            better by more than --max-regression, and p < 0.05
+  no significant change  no difference the test can see and the medians within
+                         the threshold, or a real difference smaller than it
+  inconclusive           too few rounds to ever reach p < 0.05 (4 or more per
+                         side are needed), or medians further apart than the
+                         threshold with rounds spread too widely to tell; it
+                         says about how many rounds would
 
-Exit codes: 0 no regression, 1 at least one regression, 2 bad usage.
+events/s decides every cell; e2e and dedup p99 decide only cells run at a rate
+(publish_rate), because a saturated cell's latency is the time spent queueing
+in its own backlog; the lock-wait share is shown, never decides (an increase
+under one percentage point is sampling noise). A verdict that got worse (a
+correct strategy that stops passing, or a negative control no longer caught)
+is a regression. Runs of one round per cell still compare, labelled "single
+run: no noise estimate": the figures against the threshold alone.
 
-Absolute figures are noisy on shared machines: compare runs measured on the
-same machine, and prefer thresholds well above the run-to-run noise you see
-when comparing a run with itself.`,
+BASE and NEW are run directories (or their result.json). Cells present on one
+side only are listed, not compared. Runs of different workloads are refused
+(exit 2) unless --allow-different-workloads.
+
+Exit codes: 0 nothing regressed, 1 a regression (or, with
+--fail-on-inconclusive, an inconclusive gating metric), 2 bad usage.`,
+		Example: `  bench compare results/base results/change
+  bench run --brokers none --workload default --rounds 5 \
+      --strategy-file base=ci/inbox-main.sql --strategy-file new=ci/inbox.sql --run-id ab
+  bench compare results/ab --labels base,new --max-regression 5%`,
 		Args: func(c *cobra.Command, args []string) error {
-			if len(args) != 2 {
-				return usagef("compare needs BASE and NEW run directories, got %d arguments", len(args))
+			switch {
+			case labels != "" && len(args) != 1:
+				return usagef("compare --labels A,B needs one RUN directory, got %d arguments", len(args))
+			case labels == "" && len(args) != 2:
+				return usagef("compare needs BASE and NEW run directories (or one RUN with --labels A,B), got %d arguments", len(args))
 			}
 			return nil
 		},
@@ -99,31 +120,52 @@ when comparing a run with itself.`,
 			if err != nil {
 				return usagef("--max-regression: %v", err)
 			}
-			base, err := results.Read(args[0])
-			if err != nil {
-				return usagef("BASE %s: %v (pass a run directory written by 'bench run')", args[0], err)
-			}
-			next, err := results.Read(args[1])
-			if err != nil {
-				return usagef("NEW %s: %v (pass a run directory written by 'bench run')", args[1], err)
-			}
-			cmp, err := results.Compare(base, next, results.CompareOptions{MaxRegression: limit, AllowDifferentWorkloads: allowDifferent})
-			if errors.Is(err, results.ErrDifferentWorkloads) {
-				return usagef("%s and %s: %v; compare runs of the same workload, or pass --allow-different-workloads", args[0], args[1], err)
-			}
-			if err != nil {
-				return err
+			opt := results.CompareOptions{MaxRegression: limit, AllowDifferentWorkloads: allowDifferent}
+			var cmp *results.Comparison
+			if labels != "" {
+				a, b, ok := strings.Cut(labels, ",")
+				if !ok || a == "" || b == "" || a == b || strings.Contains(b, ",") {
+					return usagef("--labels %q: give two different strategy labels, e.g. base,new", labels)
+				}
+				run, err := results.Read(args[0])
+				if err != nil {
+					return usagef("RUN %s: %v (pass a run directory written by 'bench run')", args[0], err)
+				}
+				if cmp, err = results.CompareLabels(run, a, b, opt); err != nil {
+					return usagef("--labels %s: %v", labels, err)
+				}
+			} else {
+				base, err := results.Read(args[0])
+				if err != nil {
+					return usagef("BASE %s: %v (pass a run directory written by 'bench run')", args[0], err)
+				}
+				next, err := results.Read(args[1])
+				if err != nil {
+					return usagef("NEW %s: %v (pass a run directory written by 'bench run')", args[1], err)
+				}
+				cmp, err = results.Compare(base, next, opt)
+				if errors.Is(err, results.ErrDifferentWorkloads) {
+					return usagef("%s and %s: %v; compare runs of the same workload, or pass --allow-different-workloads", args[0], args[1], err)
+				}
+				if err != nil {
+					return err
+				}
 			}
 			if err := cmp.WriteText(c.OutOrStdout()); err != nil {
 				return err
 			}
-			if cmp.Regressed() {
+			switch {
+			case cmp.Regressed():
 				return failure{msg: fmt.Sprintf("%d regression(s) beyond %s", len(cmp.Regressions), maxRegression)}
+			case failInconclusive && len(cmp.Inconclusive) > 0:
+				return failure{msg: fmt.Sprintf("%d inconclusive metric(s) (--fail-on-inconclusive)", len(cmp.Inconclusive))}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&maxRegression, "max-regression", "10%", `largest tolerated worsening per metric, as a percentage ("10%" or "10")`)
+	cmd.Flags().StringVar(&maxRegression, "max-regression", "10%", `smallest change that counts per metric, as a percentage ("10%" or "10")`)
+	cmd.Flags().StringVar(&labels, "labels", "", "compare two strategy labels of one run (bench run --strategy-file LABEL=PATH): A,B")
+	cmd.Flags().BoolVar(&failInconclusive, "fail-on-inconclusive", false, "exit 1 also when a gating metric is inconclusive")
 	cmd.Flags().BoolVar(&allowDifferent, "allow-different-workloads", false, "compare runs whose workload specs differ (the differences are printed)")
 	return cmd
 }

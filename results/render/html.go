@@ -51,12 +51,16 @@ func HTML(w io.Writer, r *results.Report) error {
 // htmlView is everything the template shows, already formatted: the
 // template only lays it out.
 type htmlView struct {
-	Title      string
-	RunID      string
-	Banners    []banner
-	Facts      []string
-	HasRun     bool
-	Summary    []summaryRowView
+	Title   string
+	RunID   string
+	Banners []banner
+	Facts   []string
+	HasRun  bool
+	Summary []summaryRowView
+	// Steady: some cell was measured at steady state (a window column);
+	// RoundsNote says how rounds were summarised.
+	Steady     bool
+	RoundsNote string
 	Charts     *runCharts
 	Latency    []latencyRowView
 	ByResult   []latencyRowView
@@ -97,6 +101,8 @@ type summaryRowView struct {
 	Broker, Strategy                                          string
 	Broken                                                    bool
 	Rate, VsNone, Bound, CPU, P50, P99, P999, DedupP99, Share string
+	Window                                                    string
+	NotSteady                                                 bool
 	Verdict                                                   verdictView
 }
 
@@ -238,13 +244,15 @@ func (v *htmlView) fillRun(run *results.Run) error {
 		v.Saturated = SaturatedNote
 	}
 	v.Notes = results.CellNotes(run)
+	v.Steady, v.RoundsNote = run.SteadyCells(), roundsNote(run)
 	for i := range run.Cells {
 		c := &run.Cells[i]
 		l := &c.Latency
 		v.Summary = append(v.Summary, summaryRowView{Broker: c.Broker, Strategy: c.Strategy, Broken: c.Broken,
-			Rate: results.FormatRate(c.Throughput.EventsPerS), VsNone: run.VsNone(c), Bound: c.BoundText(), CPU: c.HostCPUText(), P50: latencyCell(l.E2E, l.E2E.P50), P99: latencyCell(l.E2E, l.E2E.P99),
+			Rate: c.RateText(), VsNone: run.VsNone(c), Bound: c.BoundText(), CPU: c.HostCPUText(), P50: latencyCell(l.E2E, l.E2E.P50), P99: latencyCell(l.E2E, l.E2E.P99),
 			P999: latencyCell(l.E2E, l.E2E.P999), DedupP99: latencyCell(l.Dedup, l.Dedup.P99),
-			Share: results.FormatShare(c.Contention.LockWaitShare), Verdict: cellVerdict(c)})
+			Share: results.FormatShare(c.Contention.LockWaitShare), Verdict: cellVerdict(c),
+			Window: c.SteadyText(), NotSteady: strings.HasPrefix(c.SteadyText(), "NOT")})
 		for j, k := range latencyKinds {
 			v.Latency = append(v.Latency, latencyRow(c.Name(), k.Name, k.Meaning, k.Get(l), j == 0))
 		}

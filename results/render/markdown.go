@@ -115,12 +115,22 @@ func (m *mdWriter) summary(run *results.Run) {
 	for i := range run.Cells {
 		c := &run.Cells[i]
 		l := c.Latency
-		rows = append(rows, []string{c.Broker, c.StrategyLabel(), results.FormatRate(c.Throughput.EventsPerS), run.VsNone(c), c.BoundText(), c.HostCPUText(),
+		row := []string{c.Broker, c.StrategyLabel(), c.RateText(), run.VsNone(c), c.BoundText(), c.HostCPUText(),
 			latencyCell(l.E2E, l.E2E.P50), latencyCell(l.E2E, l.E2E.P99), latencyCell(l.E2E, l.E2E.P999),
-			latencyCell(l.Dedup, l.Dedup.P99), results.FormatShare(c.Contention.LockWaitShare), c.VerdictText()})
+			latencyCell(l.Dedup, l.Dedup.P99), results.FormatShare(c.Contention.LockWaitShare), c.VerdictText()}
+		if run.SteadyCells() {
+			row = append(row, c.SteadyText())
+		}
+		rows = append(rows, row)
 	}
-	m.table([]string{"broker", "strategy", "events/s", "vs none", "bound by", "host CPU", "e2e p50", "e2e p99", "e2e p99.9", "dedup p99", "lock-wait share", "verdict"},
-		"llrrlrrrrrrl", rows)
+	head, align := []string{"broker", "strategy", "events/s", "vs none", "bound by", "host CPU", "e2e p50", "e2e p99", "e2e p99.9", "dedup p99", "lock-wait share", "verdict"}, "llrrlrrrrrrl"
+	if run.SteadyCells() {
+		head, align = append(head, "window"), align+"l"
+	}
+	m.table(head, align, rows)
+	if n := roundsNote(run); n != "" {
+		m.p("%s\n\n", n)
+	}
 	if run.Saturated() {
 		m.p("%s\n\n", SaturatedNote)
 	}

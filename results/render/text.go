@@ -17,15 +17,24 @@ import (
 // then each cell's error and anomalies with examples.
 func WriteSummary(w io.Writer, run *results.Run) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "BROKER\tSTRATEGY\tEVENTS/S\tvs none\tBOUND BY\tHOST CPU\tE2E P50\tE2E P99\tDEDUP P99\tLOCK WAIT\tVERDICT\t")
+	steady := run.SteadyCells()
+	head := "BROKER\tSTRATEGY\tEVENTS/S\tvs none\tBOUND BY\tHOST CPU\tE2E P50\tE2E P99\tDEDUP P99\tLOCK WAIT\tVERDICT\t"
+	if steady {
+		head += "WINDOW\t"
+	}
+	fmt.Fprintln(tw, head)
 	for i, c := range run.Cells {
-		verdict := c.Invariants.Verdict
+		verdict := string(c.Invariants.Verdict)
 		if c.Broken {
 			verdict += " (negative control: FAIL expected)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Broker, c.Strategy, results.FormatRate(c.Throughput.EventsPerS),
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", c.Broker, c.Strategy, c.RateText(),
 			run.VsNone(&run.Cells[i]), c.BoundText(), c.HostCPUText(), dashMicros(c.Latency.E2E.P50), dashMicros(c.Latency.E2E.P99),
 			dashMicros(c.Latency.Dedup.P99), results.FormatShare(c.Contention.LockWaitShare), verdict)
+		if steady {
+			line += c.SteadyText() + "\t"
+		}
+		fmt.Fprintln(tw, line)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -41,6 +50,9 @@ func WriteSummary(w io.Writer, run *results.Run) error {
 			return err
 		}
 	}
+	if n := roundsNote(run); n != "" {
+		fmt.Fprintf(w, "\n%s\n", n)
+	}
 	for _, c := range run.Cells {
 		if c.Error != "" {
 			fmt.Fprintf(w, "\n%s/%s: %s\n", c.Broker, c.Strategy, c.Error)
@@ -55,6 +67,22 @@ func WriteSummary(w io.Writer, run *results.Run) error {
 		}
 	}
 	return nil
+}
+
+// roundsNote says how the figures of a run of several rounds are
+// summarised; "" for one round.
+func roundsNote(run *results.Run) string {
+	if run.Rounds <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("Each cell was measured in %d rounds, interleaved (odd rounds in the listed order, even ones reversed): figures are the medians, ± the half-width of the median's confidence interval (%s), and vs none the median of the per-round ratios to the baseline with its interval.",
+		run.Rounds, confidenceText(run.Rounds))
+}
+
+// confidenceText is the level a median's interval has over n rounds.
+func confidenceText(n int) string {
+	e := results.EstimateOf(make([]float64, n))
+	return fmt.Sprintf("%.0f%%", 100*e.Confidence)
 }
 
 func dashMicros(v int64) string {
