@@ -1,0 +1,53 @@
+package results
+
+import (
+	"strings"
+	"testing"
+)
+
+func roundCell(r int, rate float64, verdict Verdict, steady bool) Cell {
+	return Cell{Broker: "kafka", Strategy: "tx", Round: r, Order: r, Schema: "s" + string(rune('0'+r)),
+		Throughput: Throughput{EventsPerS: rate, VsBaseline: rate / 1000, Series: []float64{rate}, Bound: BoundConsume},
+		Latency:    Latencies{E2E: Summary{Count: 10, P50: int64(rate), P99: int64(2 * rate)}},
+		Counters:   Counters{Published: 100, Effects: 100},
+		Invariants: Invariants{Verdict: verdict, Anomalies: map[string]int64{}, Examples: map[string][]string{}},
+		Window:     &Window{Steady: steady, Why: map[bool]string{false: "the rate still trends"}[steady]},
+		Notes:      []string{"every round", "round " + string(rune('0'+r))}}
+}
+
+func TestAggregateRounds(t *testing.T) {
+	rounds := []Cell{roundCell(1, 900, VerdictPass, true), roundCell(2, 1100, VerdictPass, true), roundCell(3, 1000, VerdictPass, false)}
+	rounds[1].Invariants.Anomalies["lost-effect"] = 2
+	rounds[1].Invariants.Examples["lost-effect"] = []string{"acct-1 v3"}
+	rounds[1].Invariants.Verdict = VerdictFail
+	c := Aggregate(rounds)
+	if c.Throughput.EventsPerS != 1000 || c.Stats == nil || c.Stats.EventsPerS.N != 3 || c.Stats.EventsPerS.Lo != 900 || c.Stats.EventsPerS.Hi != 1100 {
+		t.Fatalf("events/s %v, stats %+v: want the median 1000 over [900, 1100]", c.Throughput.EventsPerS, c.Stats)
+	}
+	if c.Throughput.VsBaseline != 1 || c.Stats.VsBaseline == nil || c.Stats.VsBaseline.Median != 1 {
+		t.Errorf("vs baseline %v %+v, want the median ratio 1", c.Throughput.VsBaseline, c.Stats.VsBaseline)
+	}
+	if c.Counters.Effects != 300 || c.Invariants.Verdict != VerdictFail || c.Invariants.Anomalies["lost-effect"] != 2 ||
+		!strings.HasPrefix(c.Invariants.Examples["lost-effect"][0], "round 2: ") {
+		t.Errorf("counters %+v, invariants %+v: want sums and the worst verdict", c.Counters, c.Invariants)
+	}
+	if c.Latency.E2E.P99 != 2000 || c.Latency.E2E.Count != 30 {
+		t.Errorf("e2e %+v: want the median p99 2000 and the summed count", c.Latency.E2E)
+	}
+	if c.Stats.NotSteady != 1 || c.SteadyText() != "NOT STEADY in 1 of 3 rounds" {
+		t.Errorf("not steady %d, %q", c.Stats.NotSteady, c.SteadyText())
+	}
+	if c.Round != 0 || len(c.Rounds) != 3 || c.Throughput.Series[0] != 1000 {
+		t.Errorf("round %d, %d rounds, series %v: want the median round's series", c.Round, len(c.Rounds), c.Throughput.Series)
+	}
+	if len(c.Notes) != 4 || c.Notes[0] != "every round" || c.Notes[1] != "round 1: round 1" {
+		t.Errorf("notes %q", c.Notes)
+	}
+	if got := c.RoundValues(func(r *Cell) float64 { return r.Throughput.EventsPerS }); len(got) != 3 || got[1] != 1100 {
+		t.Errorf("RoundValues %v", got)
+	}
+	one := roundCell(1, 500, VerdictPass, true)
+	if a := Aggregate([]Cell{one}); a.Stats != nil || a.Round != 1 {
+		t.Errorf("one round must come back as it is: %+v", a)
+	}
+}
