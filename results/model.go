@@ -219,7 +219,7 @@ type Cell struct {
 	// Rounds are the measurements of a cell measured more than once, each
 	// a cell of its own. The cell's own figures are then the rounds'
 	// medians (Aggregate), and Stats their confidence intervals.
-	Rounds []Cell      `json:"rounds,omitempty"`
+	Rounds []Cell     `json:"rounds,omitempty"`
 	Stats  *CellStats `json:"stats,omitempty"`
 }
 
@@ -297,8 +297,8 @@ type Latencies struct {
 	// its intended send time: the publisher's own queueing, which e2e
 	// includes (0 for a publisher that kept its schedule).
 	PublishLag Summary `json:"publish_lag,omitzero"`
-	Apply   Summary `json:"apply"`   // inbox transaction
-	Dedup   Summary `json:"dedup"`   // delivery → DUPLICATE decision → ack
+	Apply      Summary `json:"apply"` // inbox transaction
+	Dedup      Summary `json:"dedup"` // delivery → DUPLICATE decision → ack
 	// ApplyByResult splits apply latency by result kind.
 	ApplyByResult map[string]Summary `json:"apply_by_result,omitempty"`
 	// Spectrum is the e2e and dedup percentile spectrum for charts:

@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
