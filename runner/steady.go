@@ -50,15 +50,20 @@ func rateBetween(a, b sample) float64 {
 	return float64(b.effects-a.effects) / (b.at - a.at).Seconds()
 }
 
-// settled reports whether the rate of the last settleSpan is within
+// settled reports whether the rate of the last span is within
 // settleTolerance of the span before it (and of target, when the cell
 // publishes at a rate), once minWarmup has passed.
 func settled(ss []sample, minWarmup time.Duration, target float64) bool {
+	return settledOver(ss, minWarmup, target, settleSpan)
+}
+
+// settledOver is settled with spans of span.
+func settledOver(ss []sample, minWarmup time.Duration, target float64, span time.Duration) bool {
 	if len(ss) < 2 {
 		return false
 	}
 	now := ss[len(ss)-1]
-	if now.at < minWarmup || now.at < 2*settleSpan {
+	if now.at < minWarmup || now.at < 2*span {
 		return false
 	}
 	at := func(t time.Duration) sample {
@@ -70,7 +75,7 @@ func settled(ss []sample, minWarmup time.Duration, target float64) bool {
 		}
 		return ss[0]
 	}
-	mid, old := at(now.at-settleSpan), at(now.at-2*settleSpan)
+	mid, old := at(now.at-span), at(now.at-2*span)
 	recent, before := rateBetween(mid, now), rateBetween(old, mid)
 	if recent <= 0 || before <= 0 || math.Abs(recent/before-1) > settleTolerance {
 		return false
