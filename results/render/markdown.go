@@ -227,6 +227,7 @@ var latencyKinds = []struct {
 }{
 	{"e2e", "intended publish time → database commit", func(l *results.Latencies) results.Summary { return l.E2E }},
 	{"publish", "send → broker confirm", func(l *results.Latencies) results.Summary { return l.Publish }},
+	{"publish_lag", "intended send time → handed to the broker (the publisher's own lateness; at a rate)", func(l *results.Latencies) results.Summary { return l.PublishLag }},
 	{"apply", "inbox transaction", func(l *results.Latencies) results.Summary { return l.Apply }},
 	{"dedup", "delivery → DUPLICATE decision → ack", func(l *results.Latencies) results.Summary { return l.Dedup }},
 }
