@@ -102,14 +102,14 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 			i = j
 		}
 	}
-	mean, cv, trend := rateShape(rates)
+	mean, cv, trend, tstat := rateShape(rates)
 	w.RateCV, w.Trend = cv, trend
 	switch {
 	case last.at-first.at < asked-sampleEvery:
 		w.Why = fmt.Sprintf("window of %.1fs, shorter than the %.0fs asked", w.MeasuredS, w.AskedS)
 	case w.Events < minWindowEvents:
 		w.Why = fmt.Sprintf("only %d events took effect in the window: too few for a rate", w.Events)
-	case math.Abs(trend) > steadyTrend:
+	case math.Abs(trend) > steadyTrend && math.Abs(tstat) > trendT:
 		w.Why = fmt.Sprintf("the rate still trends: %+.0f%% over the window", 100*trend)
 	case target > 0 && mean < (1-settleTolerance)*target:
 		w.Why = fmt.Sprintf("falls behind its rate: %.0f of %.0f events/s took effect", mean, target)
@@ -119,13 +119,18 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 	return w
 }
 
-// rateShape is the mean of rates, their coefficient of variation, and the
-// change of their least-squares line from the first to the last point,
-// relative to the mean.
-func rateShape(rates []float64) (mean, cv, trend float64) {
+// trendT is the t statistic a window's slope must exceed to count as a
+// trend: a noisy but flat window (a busy machine) has a large fitted
+// change that its own scatter explains.
+const trendT = 2.5
+
+// rateShape is the mean of rates, their coefficient of variation, the
+// change of their least-squares line from the first to the last point
+// relative to the mean, and the slope's t statistic.
+func rateShape(rates []float64) (mean, cv, trend, tstat float64) {
 	n := float64(len(rates))
 	if n == 0 {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	var sum, sx, sxx, sxy float64
 	for i, r := range rates {
@@ -135,7 +140,7 @@ func rateShape(rates []float64) (mean, cv, trend float64) {
 	}
 	mean = sum / n
 	if mean == 0 || n < 2 {
-		return mean, 0, 0
+		return mean, 0, 0, 0
 	}
 	var ss float64
 	for _, r := range rates {
@@ -145,8 +150,21 @@ func rateShape(rates []float64) (mean, cv, trend float64) {
 	if den := n*sxx - sx*sx; den != 0 {
 		slope := (n*sxy - sx*sum) / den
 		trend = slope * (n - 1) / mean
+		// The slope's standard error from the residuals (n-2 degrees of
+		// freedom); a perfect line has none, and its t is infinite.
+		var res float64
+		xbar := sx / n
+		for i, r := range rates {
+			d := r - (mean + slope*(float64(i)-xbar))
+			res += d * d
+		}
+		tstat = math.Inf(1)
+		if n > 2 && res > 0 {
+			se := math.Sqrt(res/(n-2)) / math.Sqrt(sxx-n*xbar*xbar)
+			tstat = slope / se
+		}
 	}
-	return mean, cv, trend
+	return mean, cv, trend, tstat
 }
 
 // steadyClock drives a steady-state cell: it samples the effects, ends
