@@ -176,6 +176,7 @@ type steadyClock struct {
 	cons    consumers
 	start   time.Time
 	stopPub func()        // ends publishing
+	onWarm  func(time.Time) // called when the warm-up ends
 	done    chan struct{} // closed when the clock ends
 	window  results.Window
 	settled bool
@@ -223,6 +224,9 @@ func (k *steadyClock) run(ctx context.Context) {
 				k.t.effectsAtWarm.Store(s.effects)
 				k.t.warmEnd.Store(now.UnixNano())
 				k.cons.warm(ctx, now)
+				if k.onWarm != nil {
+					k.onWarm(now)
+				}
 				window = append(window, s)
 				continue
 			}
