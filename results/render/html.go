@@ -73,10 +73,14 @@ type htmlView struct {
 	Calib      *calibrationView
 	Durability *durabilityView
 	Rates      *rateView
-	Saturated  string
-	Notes      []string
-	Env        []kv
-	Workload   []results.KV
+	// Rounds are every round of a run of several (RoundRows).
+	Rounds       [][]string
+	RoundsHeader []string
+	RoundsIntro  string
+	Saturated    string
+	Notes        []string
+	Env          []kv
+	Workload     []results.KV
 }
 
 // banner is one headline verdict: the run's, and the conformance run's
@@ -240,6 +244,9 @@ func (v *htmlView) fillRun(run *results.Run) error {
 		return err
 	}
 	v.Rates = newRateView(run)
+	if v.Rounds = RoundRows(run); len(v.Rounds) > 0 {
+		v.RoundsHeader, v.RoundsIntro = RoundsHeader, roundsIntro
+	}
 	if run.Saturated() {
 		v.Saturated = SaturatedNote
 	}

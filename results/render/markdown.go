@@ -101,6 +101,7 @@ func (m *mdWriter) run(run *results.Run) {
 
 	m.summary(run)
 	m.rates(run)
+	m.rounds(run)
 	m.throughput(run)
 	m.latency(run)
 	m.counters(run)
@@ -140,6 +141,16 @@ func (m *mdWriter) summary(run *results.Run) {
 		}
 		m.p("\n")
 	}
+}
+
+// rounds writes every round of a run of several.
+func (m *mdWriter) rounds(run *results.Run) {
+	rows := RoundRows(run)
+	if len(rows) == 0 {
+		return
+	}
+	m.p("## Rounds\n\n%s\n\n", roundsIntro)
+	m.table(RoundsHeader, "lrrrrrrrlll", rows)
 }
 
 // rates writes the rate search of rate-search cells: the maximum
