@@ -175,9 +175,9 @@ type steadyClock struct {
 	t       *tally
 	cons    consumers
 	start   time.Time
-	stopPub func()        // ends publishing
+	stopPub func()          // ends publishing
 	onWarm  func(time.Time) // called when the warm-up ends
-	done    chan struct{} // closed when the clock ends
+	done    chan struct{}   // closed when the clock ends
 	window  results.Window
 	settled bool
 	warmup  time.Duration
