@@ -71,12 +71,15 @@ type htmlView struct {
 	Errors     []kv
 	Conform    *conformView
 	Calib      *calibrationView
-	Durability *durabilityView
-	Rates      *rateView
-	Saturated  string
-	Notes      []string
-	Env        []kv
-	Workload   []results.KV
+	// CalibLatency is the fixed-rate cells' latency beside a calibration
+	// at rates (nil without one).
+	CalibLatency *calibratedLatencyView
+	Durability   *durabilityView
+	Rates        *rateView
+	Saturated    string
+	Notes        []string
+	Env          []kv
+	Workload     []results.KV
 }
 
 // banner is one headline verdict: the run's, and the conformance run's
@@ -191,6 +194,9 @@ func newHTMLView(r *results.Report) (*htmlView, error) {
 			return nil, err
 		}
 		v.Env = envRows(r.Run.Env)
+		if r.RateCalibration != nil {
+			v.CalibLatency = newCalibratedLatencyView(r.Run, r.RateCalibration, r.RateCalibrationDir)
+		}
 	} else if r.Conform != nil {
 		v.RunID = r.Conform.RunID
 		v.Title = "inboxbench conformance: " + r.Conform.RunID
