@@ -116,7 +116,7 @@ func CalibrationRateNotes(c *results.Calibration) []string {
 }
 
 // CalibrationRateIntro describes the latency table.
-const CalibrationRateIntro = "Latency at a rate: each side publishes at the rate and on the shape for the duration into a fresh topic, a consumer reading live; publish is send → confirm (ack), e2e publish → consumer, lag the driver's delay from a message's due time to its send. Both sides over the whole run, as the vendor tools summarize it (the driver's consumer received a probe message first, PerfTest's figures start once all its clients run)."
+const CalibrationRateIntro = "Each side publishes at the rate and on the shape for the duration into a fresh topic, a consumer reading live; publish is send → confirm (ack), e2e publish → consumer, lag the driver's delay from a message's due time to its send. Both sides over the whole run, as the vendor tools summarize it (the driver's consumer received a probe message first, PerfTest's figures start once all its clients run)."
 
 func rateOrDash(v float64) string {
 	if v <= 0 {
@@ -255,6 +255,8 @@ func newCalibrationView(c *results.Calibration) *calibrationView {
 	}
 	if v.HasThroughput {
 		v.Header, v.Rows = CalibrationHeader, CalibrationRows(c)
+	} else {
+		v.Intro = fmt.Sprintf("Each broker's own perf tool and the Go driver on the same machine and the same shape: %s Calibration %s on %d cores.", shapeText(c.Shape), c.RunID, c.Cores)
 	}
 	if v.Rates {
 		v.RateIntro = CalibrationRateIntro + " " + CalibrationRoundsNote(c)
