@@ -357,6 +357,9 @@ func (c *calibration) auditAB(ctx context.Context, round int, st string, s *Samp
 // that did not pass is an error: its figures would not be the strategy's.
 func (c *calibration) none(ctx context.Context, spec workload.Spec, st string, events int, mode inbox.AuditMode) (results.Cell, *CPU, error) {
 	spec.Events, spec.Strategy = events, st
+	// The none side runs the events its pgbench twin ran, once: a
+	// workload's steady-state window and rounds are for bench run.
+	spec.Measure, spec.WarmupMax, spec.Rounds, spec.MaxBacklog = 0, 0, 0, 0
 	c.seq++
 	id := fmt.Sprintf("calibrate-%s-%d", time.Now().UTC().Format("150405"), c.seq)
 	progress := io.Discard

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -259,6 +260,7 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 		ls.Change.Finding, ls.Note = NoChange, "below 1 point: noise"
 	}
 	d.Deltas = append(d.Deltas, ls)
+	holm(d.Deltas)
 	for _, m := range d.Deltas {
 		if m.Gates {
 			d.Regressed = d.Regressed || m.Change.Finding == Regression
@@ -278,6 +280,33 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 	}
 	d.Regressed = d.Regressed || d.VerdictRegressed
 	return d
+}
+
+// holm applies Holm's correction to a cell's metrics: each is one more
+// test of the same pair of cells, so of four metrics compared at p < Alpha
+// one in five pairs of identical cells would show some "change" by chance.
+// The smallest p must be below Alpha/m, the next below Alpha/(m-1), and
+// so on; a finding whose p misses its bound is no significant change, and
+// says so.
+func holm(ds []Delta) {
+	var idx []int
+	for i, d := range ds {
+		if d.Change.Base.N > 1 && d.Change.New.N > 1 && d.Change.Ratio != 0 {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return ds[idx[a]].Change.P < ds[idx[b]].Change.P })
+	m := len(idx)
+	failed := false
+	for k, i := range idx {
+		c := &ds[i].Change
+		bound := Alpha / float64(m-k)
+		failed = failed || c.P >= bound
+		if failed && (c.Finding == Regression || c.Finding == Improvement) {
+			c.Why = fmt.Sprintf("p = %.3f, not below %.4f: Holm's correction over the cell's %d metrics compared", c.P, bound, m)
+			c.Finding = NoChange
+		}
+	}
 }
 
 // metricDelta compares one figure over both cells' rounds; gates says

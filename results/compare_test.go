@@ -332,3 +332,22 @@ func golden(t *testing.T, name, got string) {
 		t.Errorf("%s differs (go test ./results -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
 	}
 }
+
+func TestHolmOverACellsMetrics(t *testing.T) {
+	est := Estimate{N: 5, Median: 1}
+	mk := func(p float64, f Finding) Delta {
+		return Delta{Change: Change{Base: est, New: est, Ratio: 1.2, P: p, Finding: f}}
+	}
+	ds := []Delta{mk(0.008, Regression), mk(0.03, Regression), mk(0.5, NoChange), mk(0.02, Improvement)}
+	holm(ds)
+	// m = 4: 0.008 < 0.0125 holds; 0.02 is not below 0.05/3, so it and
+	// every larger p fall.
+	if ds[0].Change.Finding != Regression {
+		t.Errorf("smallest p: %s, want regression", ds[0].Change.Finding)
+	}
+	for _, i := range []int{1, 3} {
+		if ds[i].Change.Finding != NoChange || !strings.Contains(ds[i].Change.Why, "Holm") {
+			t.Errorf("metric %d: %s (%q), want no significant change by Holm", i, ds[i].Change.Finding, ds[i].Change.Why)
+		}
+	}
+}

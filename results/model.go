@@ -392,6 +392,11 @@ type RateSearch struct {
 	Steps     []RateStep   `json:"steps"`
 	// At are the steps at fixed fractions of the MSR (or absolute rates).
 	At []RateStep `json:"at,omitempty"`
+	// Confirmed: the MSR's step was sustainable at least twice and never
+	// more often not; Uncertain says why it is not confirmed, or where
+	// repeated steps disagreed.
+	Confirmed bool   `json:"confirmed,omitempty"`
+	Uncertain string `json:"uncertain,omitempty"`
 }
 
 // RateCriteria say when a step is sustainable.
@@ -411,7 +416,8 @@ type RateCriteria struct {
 
 // RateStep is one open-loop step.
 type RateStep struct {
-	// Phase is "ramp", "bisect" or "at".
+	// Phase is "ramp", "bisect", "confirm" (the bracket's sustainable end
+	// measured again) or "at".
 	Phase string `json:"phase"`
 	// Fraction of the MSR, for an "at" step with one.
 	Fraction float64 `json:"fraction,omitempty"`
@@ -419,8 +425,15 @@ type RateStep struct {
 	Achieved float64 `json:"achieved"`
 	// BacklogSlope is the backlog's growth in events/s over the step's
 	// measured window (least squares): ~0 when consumers keep up.
-	BacklogSlope  float64 `json:"backlog_slope"`
-	PublishLagMs  float64 `json:"publish_lag_ms"`
+	BacklogSlope float64 `json:"backlog_slope"`
+	// PublishLagMs is the p99 of how late messages of the window were
+	// handed to the broker (the publisher falling behind its schedule).
+	PublishLagMs float64 `json:"publish_lag_ms"`
+	// WarmupS is how long the step warmed up (until its effect rate
+	// settled at the step's rate, or its limit), WindowS the window it
+	// was judged on.
+	WarmupS       float64 `json:"warmup_s,omitempty"`
+	WindowS       float64 `json:"window_s,omitempty"`
 	E2E           Summary `json:"e2e"`
 	Dedup         Summary `json:"dedup"`
 	LockWaitShare float64 `json:"lock_wait_share"`

@@ -363,7 +363,8 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	clockCtx, stopClock := context.WithCancel(runCtx)
 	defer stopClock()
 	if steady {
-		clock = &steadyClock{spec: c.o.Spec, t: t, cons: cons, start: s.start, stopPub: sync.OnceFunc(func() { close(stopPub) }), done: make(chan struct{})}
+		clock = &steadyClock{spec: c.o.Spec, t: t, cons: cons, start: s.start, stopPub: sync.OnceFunc(func() { close(stopPub) }), done: make(chan struct{}),
+			onWarm: pub.noteLagsFrom} // the publish lag is the window's too
 		t.warmEnd.Store(math.MaxInt64) // nothing is measured until the rate settles
 		w.progress.phase = clock.phase
 		go clock.run(clockCtx)

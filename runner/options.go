@@ -92,7 +92,8 @@ type Measure struct {
 	// the run only counts, to measure what measuring costs.
 	Latency bool
 	// Audit installs the checker's audit log (the CLI's default), captured
-	// as AuditMode says (zero: inbox.AuditStatement).
+	// as AuditMode says (zero: auto, the WAL where the server allows it,
+	// else the statement trigger: inbox.ResolveAudit).
 	Audit     bool
 	AuditMode inbox.AuditMode
 }

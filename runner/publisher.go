@@ -58,6 +58,19 @@ type publisher struct {
 	maxLag atomic.Int64
 	lagMu  sync.Mutex
 	lag    *hdrhistogram.Histogram
+	// lagFrom, when set (unix ns), leaves out of lag the messages intended
+	// before it (a rate step's warm-up).
+	lagFrom atomic.Int64
+}
+
+// noteLagsFrom restarts the lag histogram: only messages intended from t
+// on are recorded.
+func (p *publisher) noteLagsFrom(t time.Time) {
+	p.lagMu.Lock()
+	p.lag.Reset()
+	p.maxLag.Store(0)
+	p.lagMu.Unlock()
+	p.lagFrom.Store(t.UnixNano())
 }
 
 // maxSend bounds the messages of one PublishAsync call.
@@ -178,7 +191,9 @@ func (p *publisher) hand(ctx context.Context, ch *chunk, part []int, rate float6
 		ev.IntendedAt = now
 		if rate > 0 {
 			ev.IntendedAt = intendedAt(ch.base + j)
-			lags = append(lags, now.Sub(ev.IntendedAt))
+			if ev.IntendedAt.UnixNano() >= p.lagFrom.Load() {
+				lags = append(lags, now.Sub(ev.IntendedAt))
+			}
 		}
 		body, err := p.spec.Encode(&ev)
 		if err != nil {

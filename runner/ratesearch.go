@@ -1,7 +1,10 @@
 package runner
 
 import (
+	"fmt"
 	"math"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/inboxbench/inboxbench/config"
@@ -48,8 +51,8 @@ type RateSearch struct {
 
 // DefaultRateSearch is what a rate search uses unless told otherwise.
 var DefaultRateSearch = RateSearch{Step: 8 * time.Second, Warmup: 2 * time.Second, MaxBacklogGrowth: 0.05,
-	MaxPublishLag: time.Second, MaxP99: time.Second, Precision: 0.05, StartRate: 500, MaxSteps: 14,
-	MaxTime: 4 * time.Minute, Fractions: []float64{0.5, 0.8, 0.95}}
+	MaxPublishLag: 100 * time.Millisecond, MaxP99: time.Second, Precision: 0.05, StartRate: 500, MaxSteps: 20,
+	MaxTime: 6 * time.Minute, Fractions: []float64{0.5, 0.8, 0.95}}
 
 // minRate is the slowest step the search tries.
 const minRate = 10
@@ -129,18 +132,45 @@ func (r RateSearch) judgeStep(st *results.RateStep) {
 	st.Sustainable = st.Limit == ""
 }
 
-// searcher picks the next step's rate from what the steps found.
+// searcher picks the next step's rate from what the steps found. A rate
+// may be measured more than once: its verdict is the majority of its
+// steps (a tie counts as not sustainable). Once the bracket is within
+// Precision, its sustainable end is measured again ("confirm") until it
+// was sustainable twice; a confirmation that fails moves the bracket
+// down, and the search goes on from there. So a lucky step cannot become
+// the MSR, and the MSR reported was sustainable when measured again.
 type searcher struct {
-	o      RateSearch
-	lo, hi float64       // highest sustainable, lowest unsustainable (0: none yet)
-	limit  results.Limit // the lowest unsustainable step's limit
-	steps  int
-	start  time.Time
-	// stopped says why the search ended before reaching Precision.
+	o        RateSearch
+	verdicts map[float64][]results.RateStep // by rate, in the order measured
+	lo, hi   float64                        // highest sustainable, lowest unsustainable above it (0: none yet)
+	limit    results.Limit                  // the hi rate's latest failed criterion
+	steps    int
+	start    time.Time
+	// stopped says why the search ended before it was done.
 	stopped results.Limit
 }
 
-func newSearcher(o RateSearch) *searcher { return &searcher{o: o, start: time.Now()} }
+func newSearcher(o RateSearch) *searcher {
+	return &searcher{o: o, start: time.Now(), verdicts: map[float64][]results.RateStep{}}
+}
+
+// tally counts a rate's sustainable and unsustainable steps.
+func (s *searcher) tally(rate float64) (yes, no int) {
+	for _, st := range s.verdicts[rate] {
+		if st.Sustainable {
+			yes++
+		} else {
+			no++
+		}
+	}
+	return yes, no
+}
+
+// sustainable is a rate's verdict: the majority of its steps.
+func (s *searcher) sustainable(rate float64) bool {
+	yes, no := s.tally(rate)
+	return yes > no
+}
 
 // next returns the next step's rate and phase, or ok false when done.
 func (s *searcher) next() (rate float64, phase string, ok bool) {
@@ -161,34 +191,69 @@ func (s *searcher) next() (rate float64, phase string, ok bool) {
 			return 0, "", false
 		}
 		return s.hi / 2, "ramp", true
-	case (s.hi-s.lo)/s.lo <= s.o.Precision:
-		return 0, "", false
+	case (s.hi-s.lo)/s.lo > s.o.Precision:
+		// The geometric mean halves the bracket on a log scale: the
+		// right middle for a range that may span a power of ten.
+		return math.Round(math.Sqrt(s.lo * s.hi)), "bisect", true
 	}
-	// The geometric mean halves the bracket on a log scale: the right
-	// middle for a range that may span a power of ten.
-	return math.Sqrt(s.lo * s.hi), "bisect", true
+	if yes, _ := s.tally(s.lo); yes < 2 {
+		return s.lo, "confirm", true
+	}
+	return 0, "", false
 }
 
-// record takes a judged step.
+// record takes a judged step and moves the bracket.
 func (s *searcher) record(st results.RateStep) {
 	s.steps++
-	switch {
-	case st.Sustainable && st.Rate > s.lo:
-		s.lo = st.Rate
-	case !st.Sustainable && (s.hi == 0 || st.Rate < s.hi):
-		s.hi, s.limit = st.Rate, st.Limit
+	s.verdicts[st.Rate] = append(s.verdicts[st.Rate], st)
+	s.lo, s.hi = 0, 0
+	for r := range s.verdicts {
+		if s.sustainable(r) && r > s.lo {
+			s.lo = r
+		}
+	}
+	for r, sts := range s.verdicts {
+		if !s.sustainable(r) && r > s.lo && (s.hi == 0 || r < s.hi) {
+			s.hi = r
+			for _, x := range sts {
+				if !x.Sustainable {
+					s.limit = x.Limit
+				}
+			}
+		}
 	}
 }
 
-// result is the search's outcome.
-func (s *searcher) result() (msr float64, limitedBy results.Limit) {
-	switch {
-	case s.stopped != "" && s.hi == 0:
-		return s.lo, s.stopped
-	case s.hi == 0:
-		return s.lo, results.LimitSteps
+// result is the search's outcome: the MSR, what limited it, and whether
+// it was confirmed (with why not).
+func (s *searcher) result() (msr float64, limitedBy results.Limit, confirmed bool, uncertain string) {
+	msr = s.lo
+	yes, no := s.tally(msr)
+	confirmed = msr > 0 && yes >= 2 && yes > no
+	var mixed []string
+	rates := make([]float64, 0, len(s.verdicts))
+	for r := range s.verdicts {
+		rates = append(rates, r)
 	}
-	return s.lo, s.limit
+	sort.Float64s(rates)
+	for _, r := range rates {
+		if y, n := s.tally(r); y > 0 && n > 0 {
+			mixed = append(mixed, fmt.Sprintf("%s/s sustainable %d of %d times", results.FormatRate(r), y, y+n))
+		}
+	}
+	switch {
+	case msr > 0 && !confirmed:
+		uncertain = fmt.Sprintf("the search stopped (%s) before %s/s was measured sustainable twice", s.stopped, results.FormatRate(msr))
+	case len(mixed) > 0:
+		uncertain = "repeated steps disagreed: " + strings.Join(mixed, "; ")
+	}
+	switch {
+	case s.hi == 0 && s.stopped != "":
+		return msr, s.stopped, confirmed, uncertain
+	case s.hi == 0:
+		return msr, results.LimitSteps, confirmed, uncertain
+	}
+	return msr, s.limit, confirmed, uncertain
 }
 
 // backlogSlope is the least-squares slope, in events/s, of the backlog

@@ -31,8 +31,8 @@ func TestSearcherConverges(t *testing.T) {
 		// The backlog may grow by MaxBacklogGrowth of the rate: the
 		// highest sustainable rate is capacity/(1-growth).
 		edge := capacity / (1 - o.MaxBacklogGrowth)
-		msr, limit := s.result()
-		if msr > edge || msr < edge/(1+o.Precision)-1 || limit != results.LimitBacklog {
+		msr, limit, confirmed, _ := s.result()
+		if msr > edge || msr < edge/(1+o.Precision)-1 || limit != results.LimitBacklog || !confirmed {
 			t.Errorf("capacity %.0f: MSR %.0f limited by %q after %d steps", capacity, msr, limit, s.steps)
 		}
 		if s.steps > o.MaxSteps {
@@ -54,8 +54,38 @@ func TestSearcherStopsAtItsBounds(t *testing.T) {
 		}
 		s.record(results.RateStep{Rate: rate, Achieved: rate, Sustainable: true})
 	}
-	if msr, limit := s.result(); msr != 2000 || limit != results.LimitSteps {
-		t.Fatalf("MSR %.0f limited by %q, want 2000 by steps", msr, limit)
+	msr, limit, confirmed, why := s.result()
+	if msr != 2000 || limit != results.LimitSteps || confirmed || why == "" {
+		t.Fatalf("MSR %.0f limited by %q (confirmed %v, %q), want 2000 by steps, unconfirmed", msr, limit, confirmed, why)
+	}
+}
+
+// TestSearcherConfirmsItsAnswer: a step that was sustainable by luck (a
+// noisy machine) does not become the MSR: the bracket's end is measured
+// again, and a failed confirmation moves the search below it.
+func TestSearcherConfirmsItsAnswer(t *testing.T) {
+	o := DefaultRateSearch.withDefaults()
+	o.MaxTime = time.Hour
+	const capacity = 10_000
+	lucky := map[float64]bool{}
+	s := newSearcher(o)
+	for {
+		rate, _, ok := s.next()
+		if !ok {
+			break
+		}
+		st := results.RateStep{Rate: rate, Achieved: rate}
+		// Above capacity by up to 15%, the first step at a rate passes.
+		if rate > capacity && (rate > capacity*1.15 || lucky[rate]) {
+			st.BacklogSlope = rate
+		}
+		lucky[rate] = true
+		o.judgeStep(&st)
+		s.record(st)
+	}
+	msr, _, confirmed, _ := s.result()
+	if msr > capacity || msr < capacity/(1+o.Precision)-1 || !confirmed {
+		t.Fatalf("MSR %.0f (confirmed %v) after %d steps: want at most the capacity %d, within precision", msr, confirmed, s.steps, capacity)
 	}
 }
 

@@ -54,7 +54,10 @@ func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 		rs.Steps = append(rs.Steps, st)
 		env.print(st)
 	}
-	rs.MSR, rs.LimitedBy = sr.result()
+	rs.MSR, rs.LimitedBy, rs.Confirmed, rs.Uncertain = sr.result()
+	if rs.Uncertain != "" {
+		ns.add("rate search: " + rs.Uncertain)
+	}
 	if s.err == nil {
 		rs.At, s.err = env.atRates(ctx, rs.MSR)
 	}
@@ -81,7 +84,7 @@ func (e *stepEnv) atRates(ctx context.Context, msr float64) ([]results.RateStep,
 	}
 	var out []results.RateStep
 	for _, p := range pts {
-		st, err := e.stepFor(ctx, "at", p.rate, e.o.Step*3/2)
+		st, err := e.stepFor(ctx, "at", p.rate, (e.o.Step-e.o.Warmup)*3/2)
 		st.Fraction = p.fraction
 		e.o.judgeStep(&st)
 		out = append(out, st)
@@ -94,35 +97,41 @@ func (e *stepEnv) atRates(ctx context.Context, msr float64) ([]results.RateStep,
 }
 
 func (e *stepEnv) step(ctx context.Context, phase string, rate float64) (results.RateStep, error) {
-	return e.stepFor(ctx, phase, rate, e.o.Step)
+	return e.stepFor(ctx, phase, rate, e.o.Step-e.o.Warmup)
 }
 
-// stepFor publishes a fresh segment of the workload at rate for dur,
-// measures it after its warm-up, waits until it is drained, and has it
-// judged.
-func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, dur time.Duration) (results.RateStep, error) {
+// stepFor publishes a fresh segment of the workload at rate, warms up
+// until the effect rate settles at it (at most twice the search's
+// warm-up), measures a window of the given length, then stops publishing,
+// waits until the segment is drained, and has it judged.
+func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, window time.Duration) (results.RateStep, error) {
 	i := e.steps
 	e.steps++
 	st := results.RateStep{Phase: phase, Rate: math.Round(rate)}
-	spec := e.segmentSpec(i, rate, dur)
-	plan := workload.GenerateSegment(spec, fmt.Sprintf("s%02d-", i))
-	f := planFeed(plan, max(1, spec.Publishers))
+	spec := e.segmentSpec(i, rate)
+	stream := workload.NewStreamSegment(spec, fmt.Sprintf("s%02d-", i))
+	defer stream.Close()
+	f := streamFeed(stream, max(1, spec.Publishers))
 	pub := newPublisher(e.b, e.c.topic(), f, spec, e.t, e.notes)
+	stop := make(chan struct{})
+	pub.stop = stop
 	start := time.Now()
-	warm := start.Add(e.o.Warmup)
-	e.t.warmEnd.Store(warm.UnixNano())
-	w := e.watch(ctx, start, warm)
+	e.t.warmEnd.Store(math.MaxInt64)
+	w := e.watch(ctx, start, pub, stop, rate, window)
 	err := pub.run(ctx, start)
-	end := time.Now()
-	m := w.stop()
-	plan, _ = f.published()
+	close(w.quit)
+	m := <-w.done
+	plan, _ := f.published()
 	if err != nil {
 		return st, errors.Join(err, e.judge.step(ctx, e.c, plan, false))
 	}
-	st.Achieved = m.published / end.Sub(warm).Seconds()
+	st.WarmupS, st.WindowS = m.warmup.Seconds(), m.window.Seconds()
+	if m.window > 0 {
+		st.Achieved = m.published / m.window.Seconds()
+	}
 	st.BacklogSlope = backlogSlope(m.ts, m.backlog)
-	st.PublishLagMs = float64(pub.maxLag.Load()) / float64(time.Millisecond)
-	drained, err := e.drain(ctx, max(30*time.Second, 3*dur))
+	st.PublishLagMs = float64(pub.lagSummary().P99) / 1000
+	drained, err := e.drain(ctx, max(30*time.Second, 3*(m.warmup+m.window)))
 	st.DrainS = drained.Seconds()
 	st.E2E, st.Dedup = e.t.meters.takeStep()
 	st.LockWaitShare = e.sampler.Totals().Share(m.totals)
@@ -196,67 +205,81 @@ func (j *stepJudge) checkpoint(ctx context.Context) error {
 	return err
 }
 
-// segmentSpec is the workload of step i: the cell's workload at rate, for
-// dur, with as many events as that takes and a seed of its own.
-func (e *stepEnv) segmentSpec(i int, rate float64, dur time.Duration) *workload.Spec {
+// segmentSpec is the workload of step i: the cell's workload at rate,
+// streamed in chunks of about two seconds' events, with a seed of its
+// own.
+func (e *stepEnv) segmentSpec(i int, rate float64) *workload.Spec {
 	spec := *e.c.o.Spec
 	spec.Seed += int64(i) + 1
-	spec.PublishRate, spec.Duration, spec.Warmup = rate, workload.Duration(dur), 0
-	spec.Events = int(math.Ceil(rate*dur.Seconds())) + 1
-	spec.Aggregates = min(spec.Aggregates, spec.Events)
+	spec.PublishRate, spec.Duration, spec.Warmup, spec.Measure = rate, 0, 0, 0
+	spec.Events = max(int(math.Ceil(2*rate)), spec.Aggregates)
 	spec.Faults.ConsumerRestarts = 0 // a restart mid-step would measure the restart
 	return &spec
 }
 
-// stepMeasure is what watching a step found after its warm-up.
+// stepMeasure is what watching a step found in its window.
 type stepMeasure struct {
-	ts, backlog []float64
-	published   float64 // messages published after the warm-up
-	totals      inbox.Totals
+	warmup, window time.Duration
+	ts, backlog    []float64
+	published      float64 // messages confirmed in the window
+	totals         inbox.Totals
 }
 
-// stepWatch samples the backlog every 100ms from the end of a step's
-// warm-up until stop.
+// stepWatch drives a step: it samples the effects every 100ms until the
+// rate settles at the step's (or the warm-up limit passes), then samples
+// the backlog over the window, and stops the publisher when the window is
+// up.
 type stepWatch struct {
+	quit chan struct{}
 	done chan stepMeasure
-	stop func() stepMeasure
 }
 
-func (e *stepEnv) watch(ctx context.Context, start, warm time.Time) *stepWatch {
-	stopped := make(chan struct{}, 1)
-	w := &stepWatch{done: make(chan stepMeasure, 1)}
-	w.stop = func() stepMeasure {
-		stopped <- struct{}{}
-		return <-w.done
-	}
+func (e *stepEnv) watch(ctx context.Context, start time.Time, pub *publisher, stop chan struct{}, rate float64, window time.Duration) *stepWatch {
+	w := &stepWatch{quit: make(chan struct{}), done: make(chan stepMeasure, 1)}
+	limit := 2 * e.o.Warmup
 	go func() {
 		var m stepMeasure
+		defer func() { w.done <- m }()
+		stopped := false
+		stopPub := func() {
+			if !stopped {
+				stopped = true
+				close(stop)
+			}
+		}
+		defer stopPub()
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
+		var warm []sample
 		var pub0 int64
-		warmed := false
+		var windowStart time.Time
 		for {
 			select {
-			case <-stopped:
-				m.published = float64(e.t.c.published.Load() - pub0)
-				if !warmed {
-					m.totals = e.sampler.Totals()
-				}
-				w.done <- m
+			case <-w.quit:
 				return
 			case <-ctx.Done():
-				w.done <- m
 				return
 			case now := <-tick.C:
-				if now.Before(warm) {
-					continue
-				}
-				if !warmed {
-					warmed, pub0, m.totals = true, e.t.c.published.Load(), e.sampler.Totals()
+				if windowStart.IsZero() {
+					warm = append(warm, sample{at: now.Sub(start), effects: e.t.c.effects.Load()})
+					if !settledOver(warm, e.o.Warmup/2, rate, time.Second) && now.Sub(start) < limit {
+						continue
+					}
+					windowStart, m.warmup = now, now.Sub(start)
+					pub0, m.totals = e.t.c.published.Load(), e.sampler.Totals()
+					e.t.warmEnd.Store(now.UnixNano())
+					pub.noteLagsFrom(now)
 					e.t.meters.takeStep() // what was decided during the warm-up is not the step's
+					continue
 				}
 				m.ts = append(m.ts, now.Sub(start).Seconds())
 				m.backlog = append(m.backlog, float64(e.t.c.published.Load()-e.t.handled.Load()))
+				if now.Sub(windowStart) >= window {
+					m.window = now.Sub(windowStart)
+					m.published = float64(e.t.c.published.Load() - pub0)
+					stopPub()
+					return
+				}
 			}
 		}
 	}()

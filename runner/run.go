@@ -106,6 +106,7 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 			run.Cells = append(run.Cells, results.Aggregate(rs))
 		}
 	}
+	noteAboveBaseline(run.Cells)
 	run.FinishedAt = time.Now().UTC()
 	citeCalibration(run, o.Output.Dir)
 	if o.Output.NoWrite {
@@ -116,6 +117,38 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		return run, dir, fmt.Errorf("write result: %w", err)
 	}
 	return run, dir, ctx.Err()
+}
+
+// noteAboveBaseline explains, on a rate-search cell whose maximum
+// sustainable rate came out above the database-only baseline's of the same
+// strategy, why: the baseline bounds what any broker can add to it, so
+// such a figure is noise within the searches' precision, or the baseline's
+// search stopped for a reason of its own.
+func noteAboveBaseline(cells []results.Cell) {
+	base := map[string]*results.Cell{}
+	for i := range cells {
+		if c := &cells[i]; c.Baseline && c.Rate != nil {
+			base[c.Strategy] = c
+		}
+	}
+	for i := range cells {
+		c := &cells[i]
+		b := base[c.Strategy]
+		if c.Baseline || c.Rate == nil || b == nil || c.Rate.MSR <= b.Rate.MSR || b.Rate.MSR == 0 {
+			continue
+		}
+		p := c.Rate.Criteria.Precision
+		why := fmt.Sprintf("within the two searches' precision (each bracket is ±%.0f%%): the broker adds nothing to the database's capacity, so read both as the same", 100*p)
+		if c.Rate.MSR > b.Rate.MSR*(1+p)*(1+p) {
+			why = fmt.Sprintf("beyond the searches' precision: the baseline's search was limited by %s", b.Rate.LimitedBy)
+			if b.Rate.Uncertain != "" {
+				why += " (" + b.Rate.Uncertain + ")"
+			}
+			why += "; the broker cannot add capacity to the database, so the baseline's figure is the one to doubt"
+		}
+		c.Notes = append(c.Notes, fmt.Sprintf("maximum sustainable rate %s/s above the baseline's %s/s: %s",
+			results.FormatRate(c.Rate.MSR), results.FormatRate(b.Rate.MSR), why))
+	}
 }
 
 // cellKey is one broker × strategy.

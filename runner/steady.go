@@ -50,15 +50,20 @@ func rateBetween(a, b sample) float64 {
 	return float64(b.effects-a.effects) / (b.at - a.at).Seconds()
 }
 
-// settled reports whether the rate of the last settleSpan is within
+// settled reports whether the rate of the last span is within
 // settleTolerance of the span before it (and of target, when the cell
 // publishes at a rate), once minWarmup has passed.
 func settled(ss []sample, minWarmup time.Duration, target float64) bool {
+	return settledOver(ss, minWarmup, target, settleSpan)
+}
+
+// settledOver is settled with spans of span.
+func settledOver(ss []sample, minWarmup time.Duration, target float64, span time.Duration) bool {
 	if len(ss) < 2 {
 		return false
 	}
 	now := ss[len(ss)-1]
-	if now.at < minWarmup || now.at < 2*settleSpan {
+	if now.at < minWarmup || now.at < 2*span {
 		return false
 	}
 	at := func(t time.Duration) sample {
@@ -70,7 +75,7 @@ func settled(ss []sample, minWarmup time.Duration, target float64) bool {
 		}
 		return ss[0]
 	}
-	mid, old := at(now.at-settleSpan), at(now.at-2*settleSpan)
+	mid, old := at(now.at-span), at(now.at-2*span)
 	recent, before := rateBetween(mid, now), rateBetween(old, mid)
 	if recent <= 0 || before <= 0 || math.Abs(recent/before-1) > settleTolerance {
 		return false
@@ -97,14 +102,14 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 			i = j
 		}
 	}
-	mean, cv, trend := rateShape(rates)
+	mean, cv, trend, tstat := rateShape(rates)
 	w.RateCV, w.Trend = cv, trend
 	switch {
 	case last.at-first.at < asked-sampleEvery:
 		w.Why = fmt.Sprintf("window of %.1fs, shorter than the %.0fs asked", w.MeasuredS, w.AskedS)
 	case w.Events < minWindowEvents:
 		w.Why = fmt.Sprintf("only %d events took effect in the window: too few for a rate", w.Events)
-	case math.Abs(trend) > steadyTrend:
+	case math.Abs(trend) > steadyTrend && math.Abs(tstat) > trendT:
 		w.Why = fmt.Sprintf("the rate still trends: %+.0f%% over the window", 100*trend)
 	case target > 0 && mean < (1-settleTolerance)*target:
 		w.Why = fmt.Sprintf("falls behind its rate: %.0f of %.0f events/s took effect", mean, target)
@@ -114,13 +119,18 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 	return w
 }
 
-// rateShape is the mean of rates, their coefficient of variation, and the
-// change of their least-squares line from the first to the last point,
-// relative to the mean.
-func rateShape(rates []float64) (mean, cv, trend float64) {
+// trendT is the t statistic a window's slope must exceed to count as a
+// trend: a noisy but flat window (a busy machine) has a large fitted
+// change that its own scatter explains.
+const trendT = 2.5
+
+// rateShape is the mean of rates, their coefficient of variation, the
+// change of their least-squares line from the first to the last point
+// relative to the mean, and the slope's t statistic.
+func rateShape(rates []float64) (mean, cv, trend, tstat float64) {
 	n := float64(len(rates))
 	if n == 0 {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	var sum, sx, sxx, sxy float64
 	for i, r := range rates {
@@ -130,7 +140,7 @@ func rateShape(rates []float64) (mean, cv, trend float64) {
 	}
 	mean = sum / n
 	if mean == 0 || n < 2 {
-		return mean, 0, 0
+		return mean, 0, 0, 0
 	}
 	var ss float64
 	for _, r := range rates {
@@ -140,8 +150,21 @@ func rateShape(rates []float64) (mean, cv, trend float64) {
 	if den := n*sxx - sx*sx; den != 0 {
 		slope := (n*sxy - sx*sum) / den
 		trend = slope * (n - 1) / mean
+		// The slope's standard error from the residuals (n-2 degrees of
+		// freedom); a perfect line has none, and its t is infinite.
+		var res float64
+		xbar := sx / n
+		for i, r := range rates {
+			d := r - (mean + slope*(float64(i)-xbar))
+			res += d * d
+		}
+		tstat = math.Inf(1)
+		if n > 2 && res > 0 {
+			se := math.Sqrt(res/(n-2)) / math.Sqrt(sxx-n*xbar*xbar)
+			tstat = slope / se
+		}
 	}
-	return mean, cv, trend
+	return mean, cv, trend, tstat
 }
 
 // steadyClock drives a steady-state cell: it samples the effects, ends
@@ -153,6 +176,7 @@ type steadyClock struct {
 	cons    consumers
 	start   time.Time
 	stopPub func()        // ends publishing
+	onWarm  func(time.Time) // called when the warm-up ends
 	done    chan struct{} // closed when the clock ends
 	window  results.Window
 	settled bool
@@ -200,6 +224,9 @@ func (k *steadyClock) run(ctx context.Context) {
 				k.t.effectsAtWarm.Store(s.effects)
 				k.t.warmEnd.Store(now.UnixNano())
 				k.cons.warm(ctx, now)
+				if k.onWarm != nil {
+					k.onWarm(now)
+				}
 				window = append(window, s)
 				continue
 			}

@@ -77,3 +77,21 @@ func TestJudgeWindow(t *testing.T) {
 		t.Errorf("no window: %+v", w)
 	}
 }
+
+// TestNoisyFlatWindowIsSteady: a window whose per-second rate scatters
+// (a busy machine) but does not move is steady; the same scatter on a
+// climb is not.
+func TestNoisyFlatWindowIsSteady(t *testing.T) {
+	wobble := []float64{1.25, 0.8, 1.1, 0.75, 1.3, 0.85, 1.2, 0.7, 1.15, 0.9, 1.0}
+	noisy := func(base, climb float64) []sample {
+		return samples(10*time.Second, func(at time.Duration) float64 {
+			return (base + climb*at.Seconds()) * wobble[int(at.Seconds())%len(wobble)]
+		})
+	}
+	if w := judgeWindow(noisy(20000, 0), 10*time.Second, 0); !w.Steady {
+		t.Errorf("noisy flat window: %+v, want steady", w)
+	}
+	if w := judgeWindow(noisy(10000, 2500), 10*time.Second, 0); w.Steady {
+		t.Errorf("noisy window climbing 2.5x: %+v, want not steady", w)
+	}
+}

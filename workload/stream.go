@@ -14,8 +14,13 @@ type Stream struct {
 }
 
 // NewStream starts generating s's stream; Close ends it.
-func NewStream(s *Spec) *Stream {
-	st := &Stream{g: newGenerator(s, ""), ahead: make(chan *Plan, 1), stop: make(chan struct{})}
+func NewStream(s *Spec) *Stream { return NewStreamSegment(s, "") }
+
+// NewStreamSegment is NewStream with aggregate ids starting with prefix
+// (GenerateSegment's): a rate search's steps each publish a stream of
+// their own through one topic and schema.
+func NewStreamSegment(s *Spec, prefix string) *Stream {
+	st := &Stream{g: newGenerator(s, prefix), ahead: make(chan *Plan, 1), stop: make(chan struct{})}
 	go func() {
 		defer close(st.ahead)
 		for {

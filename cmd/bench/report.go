@@ -80,6 +80,8 @@ the medians over the rounds with their spread, the change with its confidence
 interval, the Mann-Whitney U test's p and round counts, and a finding:
 
   regression             worse by more than --max-regression, and p < 0.05
+                         (Holm-corrected over the cell's metrics: the smallest p
+                         must be below 0.05/4, the next below 0.05/3, …)
   improvement            better by more than --max-regression, and p < 0.05
   no significant change  no difference the test can see and the medians within
                          the threshold, or a real difference smaller than it

@@ -76,6 +76,10 @@ type htmlView struct {
 	CalibLatency *calibratedLatencyView
 	Durability   *durabilityView
 	Rates        *rateView
+	// Rounds are every round of a run of several (RoundRows).
+	Rounds       [][]string
+	RoundsHeader []string
+	RoundsIntro  string
 	Saturated    string
 	Notes        []string
 	Env          []kv
@@ -246,6 +250,9 @@ func (v *htmlView) fillRun(run *results.Run) error {
 		return err
 	}
 	v.Rates = newRateView(run)
+	if v.Rounds = RoundRows(run); len(v.Rounds) > 0 {
+		v.RoundsHeader, v.RoundsIntro = RoundsHeader, roundsIntro
+	}
 	if run.Saturated() {
 		v.Saturated = SaturatedNote
 	}

@@ -107,6 +107,7 @@ func (m *mdWriter) run(run *results.Run) {
 
 	m.summary(run)
 	m.rates(run)
+	m.rounds(run)
 	m.throughput(run)
 	m.latency(run)
 	m.counters(run)
@@ -146,6 +147,16 @@ func (m *mdWriter) summary(run *results.Run) {
 		}
 		m.p("\n")
 	}
+}
+
+// rounds writes every round of a run of several.
+func (m *mdWriter) rounds(run *results.Run) {
+	rows := RoundRows(run)
+	if len(rows) == 0 {
+		return
+	}
+	m.p("## Rounds\n\n%s\n\n", roundsIntro)
+	m.table(RoundsHeader, "lrrrrrrrlll", rows)
 }
 
 // rates writes the rate search of rate-search cells: the maximum
@@ -233,6 +244,7 @@ var latencyKinds = []struct {
 }{
 	{"e2e", "intended publish time → database commit", func(l *results.Latencies) results.Summary { return l.E2E }},
 	{"publish", "send → broker confirm", func(l *results.Latencies) results.Summary { return l.Publish }},
+	{"publish_lag", "intended send time → handed to the broker (the publisher's own lateness; at a rate)", func(l *results.Latencies) results.Summary { return l.PublishLag }},
 	{"apply", "inbox transaction", func(l *results.Latencies) results.Summary { return l.Apply }},
 	{"dedup", "delivery → DUPLICATE decision → ack", func(l *results.Latencies) results.Summary { return l.Dedup }},
 }
