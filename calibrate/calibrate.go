@@ -1,19 +1,28 @@
 // Package calibrate measures each broker's Go driver against the broker
 // vendor's own perf tool on the same shape, one right after the other on
 // the same machine: Kafka's ProducerPerformance and ConsumerPerformance
-// (kafka-tools), RabbitMQ's PerfTest, RocketMQ's benchmark Producer and
-// Consumer (rocketmq-example). The tools come from Maven Central the way
-// the local stack fetches the brokers (compose.FetchJavaTool, cached under
-// <stack>/calibrate/<broker>); the driver side is brokers/brokerbench.
+// (kafka-tools), RabbitMQ's PerfTest, RocketMQ's benchmark BatchProducer,
+// Producer and Consumer (rocketmq-example). The tools come from Maven
+// Central the way the local stack fetches the brokers
+// (compose.FetchJavaTool, cached under <stack>/calibrate/<broker>); the
+// driver side is brokers/brokerbench.
 //
-// For each broker it measures, in this order: the vendor producer into a
-// fresh topic, the vendor consumer draining it, the driver publishing into
-// another fresh topic, the driver draining that. Both topics are created
-// by the driver's Setup, so shards, queue type and durability are the
-// same. Publish figures leave the first Warmup out (JVM JIT and client
+// For throughput it measures each broker, in this order: the vendor
+// producer into a fresh topic, the vendor consumer draining it (and a
+// second vendor publish row where the vendor has one: RocketMQ's
+// single-send Producer beside BatchProducer), the driver publishing into
+// another fresh topic, the driver draining that; with several rounds the
+// driver goes first in every second one. Both topics are created by the
+// driver's Setup, so shards, queue type and durability are the same.
+// Publish figures leave the first Warmup out (JVM JIT and client
 // start-up); consume figures are drains of a preloaded topic without the
 // consumer's start-up. The driver/vendor ratios say how much of the
-// broker's speed the Go client reaches.
+// broker's speed the Go client reaches; over rounds each comes with the
+// confidence interval of its median (results.EstimateOf).
+//
+// With Rates it measures latency instead (rate.go): each side publishes
+// at each rate with a consumer reading live, and reports send → confirm
+// and publish → consumer percentiles.
 package calibrate
 
 import (
@@ -22,6 +31,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"os/exec"
 	"regexp"
 	"runtime"
@@ -51,6 +61,7 @@ const (
 	KeyWarmup      = "calibrate.warmup"
 	KeyRounds      = "calibrate.rounds"
 	KeyMaxDrain    = "calibrate.max-drain"
+	KeyRates       = "calibrate.rates"
 )
 
 // Options are a calibration's shape and where it runs.
@@ -62,7 +73,11 @@ type Options struct {
 	Duration, Warmup, MaxDrain time.Duration
 	// Rounds measures both sides this many times, alternating which goes
 	// first; the figures are medians (results.CombineRounds).
-	Rounds   int
+	Rounds int
+	// Rates, when set, calibrate latency instead of throughput: both
+	// sides publish at each rate (messages per second) for Duration with
+	// a consumer reading live (rate.go).
+	Rates    []float64
 	Cfg      config.Config
 	Stack    *compose.Env // where the tools are fetched to and logs go
 	Progress io.Writer    // one line per step; nil for none
@@ -103,6 +118,11 @@ func (o *Options) Validate() error {
 		return config.Invalid(KeyRounds, o.Rounds, "at least 1")
 	case o.MaxDrain < time.Second:
 		return config.Invalid(KeyMaxDrain, o.MaxDrain, "at least 1s")
+	}
+	for _, r := range o.Rates {
+		if !(r > 0) || math.IsInf(r, 0) {
+			return config.Invalid(KeyRates, r, "each rate must be a positive number of messages per second")
+		}
 	}
 	for _, b := range o.Brokers {
 		v, err := vendorFor(b)
@@ -150,6 +170,7 @@ func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 	if o.Rounds > 1 {
 		shape.Rounds = o.Rounds
 	}
+	shape.Rates = o.Rates
 	shape.Confirms = "every message confirmed before it counts: Kafka acks=all, RabbitMQ publisher confirms, RocketMQ synchronous send"
 	cal := &results.Calibration{SchemaVersion: results.CalibrationSchemaVersion, RunID: o.RunID, StartedAt: time.Now().UTC(),
 		Shape: shape, Cores: runtime.NumCPU(), GoVersion: runtime.Version(), Java: javaVersion(ctx, java), GitCommit: gitCommit()}
@@ -180,6 +201,15 @@ func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibrat
 		return row
 	}
 	r.classpath = cp
+	if len(r.Rates) > 0 {
+		row.AtRate = r.atRates(ctx, name, v)
+		for _, rc := range row.AtRate {
+			if rc.Error != "" && row.Error == "" {
+				row.Error = fmt.Sprintf("at %s msgs/s: %s", results.FormatRate(rc.Rate), rc.Error)
+			}
+		}
+		return row
+	}
 	var rounds []results.BrokerCalibration
 	for i := range r.Rounds {
 		one := row // broker, server, tools, notes
@@ -199,6 +229,9 @@ func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibrat
 			}
 		}
 		one.Ratios()
+		if one.Vendor.SinglePublish != nil {
+			r.say("%-9s single-send vendor publish %s (driver ratio %s)", name, results.FormatRate(one.Vendor.SinglePublish.MsgsPerS), results.RatioText(one.SinglePublishRatio))
+		}
 		r.say("%-9s publish vendor %s driver %s (ratio %s); consume vendor %s driver %s (ratio %s)", name,
 			results.FormatRate(one.Vendor.Publish.MsgsPerS), results.FormatRate(one.Driver.Publish.MsgsPerS), results.RatioText(one.PublishRatio),
 			results.FormatRate(one.Vendor.Consume.MsgsPerS), results.FormatRate(one.Driver.Consume.MsgsPerS), results.RatioText(one.ConsumeRatio))
@@ -235,6 +268,27 @@ func (r *runner) vendorSide(ctx context.Context, name string, v vendor, side *re
 	side.Consume = v.consume(ctx, r, topic, messages)
 	if side.Consume.Error != "" {
 		return fmt.Errorf("vendor consume: %s", side.Consume.Error)
+	}
+	if sp, ok := v.(singlePublisher); ok {
+		return r.singleSide(ctx, name, sp, side)
+	}
+	return nil
+}
+
+// singleSide measures the vendor's second publish row into a topic of
+// its own, right after its main one.
+func (r *runner) singleSide(ctx context.Context, name string, sp singlePublisher, side *results.SideResult) error {
+	topic := uniqueTopic(name, "vendor-single")
+	_, cleanup, err := r.openTopic(ctx, name, topic)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	r.say("%-9s vendor publish, second row (single sends) for %s", name, r.Duration)
+	m := sp.singlePublish(ctx, r, topic)
+	side.SinglePublish = &m
+	if m.Error != "" {
+		return fmt.Errorf("vendor single-send publish: %s", m.Error)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,8 +68,86 @@ func shortCalibration(t *testing.T, broker string, duration time.Duration) {
 	if b.PublishRatio <= 0 || b.ConsumeRatio <= 0 {
 		t.Errorf("%s: ratios publish %.2f consume %.2f", broker, b.PublishRatio, b.ConsumeRatio)
 	}
+	if e := b.Estimates; e == nil || e.PublishRatio.N != 1 || e.PublishRatio.Median != b.PublishRatio {
+		t.Errorf("%s: estimates %+v, want one round's", broker, e)
+	}
+	if broker == testenv.RocketMQ {
+		sp := b.Vendor.SinglePublish
+		if sp == nil || sp.MsgsPerS <= 0 || sp.Error != "" || !strings.Contains(strings.Join(sp.Command, " "), "benchmark.Producer") {
+			t.Errorf("rocketmq: the single-send row %+v", sp)
+		}
+		if !strings.Contains(strings.Join(b.Vendor.Publish.Command, " "), "benchmark.BatchProducer") {
+			t.Errorf("rocketmq: the publish row is not BatchProducer's: %v", b.Vendor.Publish.Command)
+		}
+		if b.SinglePublishRatio <= 0 {
+			t.Errorf("rocketmq: single-send ratio %v", b.SinglePublishRatio)
+		}
+	}
 	t.Logf("%s: publish vendor %.0f driver %.0f (%.2f); consume vendor %.0f driver %.0f (%.2f)", broker,
 		b.Vendor.Publish.MsgsPerS, b.Driver.Publish.MsgsPerS, b.PublishRatio, b.Vendor.Consume.MsgsPerS, b.Driver.Consume.MsgsPerS, b.ConsumeRatio)
+}
+
+// A short latency calibration at a rate: both sides (the driver alone
+// for RocketMQ) publish at the rate with a consumer reading, and
+// calibrate.json holds their latencies as estimates of one round.
+func shortRateCalibration(t *testing.T, broker string, rate float64, duration time.Duration) {
+	cfg := testenv.Require(t, broker)
+	dir := testenv.StackDir(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	o := Options{Brokers: []string{broker}, Shape: DefaultShape(), Duration: duration, Warmup: time.Second, MaxDrain: 60 * time.Second,
+		Rates: []float64{rate}, Cfg: cfg, Stack: &compose.Env{Dir: dir, Cfg: cfg}, RunID: "test-rate-" + broker}
+	cal, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := cal.Write(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := os.ReadFile(path); err != nil {
+		t.Fatal(err)
+	} else if err := schema.Validate(schema.Calibrate, raw); err != nil {
+		t.Errorf("calibrate.json does not match results/schema/calibrate.schema.json:\n%v", err)
+	}
+	if !cal.HasRates() || cal.HasThroughput() {
+		t.Fatalf("a calibration at a rate has rates %v and throughput %v", cal.HasRates(), cal.HasThroughput())
+	}
+	b := cal.Brokers[0]
+	if b.Error != "" {
+		t.Fatalf("%s: %s", broker, b.Error)
+	}
+	rc := b.AtRate[0]
+	d := rc.Driver
+	if d.Achieved == nil || d.Achieved.Median < 0.9*rate || d.PublishP99 == nil || d.E2EP99 == nil || d.LagP99 == nil || len(d.Rounds) != 1 {
+		t.Errorf("%s driver at %v/s: %+v", broker, rate, d)
+	}
+	v := rc.Vendor
+	switch broker {
+	case testenv.RocketMQ:
+		if len(v.Rounds) != 0 || !strings.Contains(v.Absent, "no rate option") {
+			t.Errorf("rocketmq vendor at a rate: %+v", v)
+		}
+	case testenv.Kafka:
+		if v.Achieved == nil || v.PublishP50 == nil || v.PublishP99 == nil || v.E2EP99 != nil || !strings.Contains(v.Absent, "EndToEndLatency") {
+			t.Errorf("kafka vendor at a rate: %+v", v)
+		}
+	default:
+		if v.Achieved == nil || v.PublishP99 == nil || v.E2EP50 == nil || v.E2EP99 == nil {
+			t.Errorf("%s vendor at a rate: %+v", broker, v)
+		}
+	}
+	t.Logf("%s at %v/s: vendor %+v; driver %+v", broker, rate, v.Rounds, d.Rounds)
+}
+
+func TestCalibrateRateKafka(t *testing.T) {
+	shortRateCalibration(t, testenv.Kafka, 1000, 5*time.Second)
+}
+func TestCalibrateRateRabbitMQ(t *testing.T) {
+	shortRateCalibration(t, testenv.RabbitMQ, 1000, 5*time.Second)
+}
+func TestCalibrateRateRocketMQ(t *testing.T) {
+	shortRateCalibration(t, testenv.RocketMQ, 1000, 5*time.Second)
 }
 
 func TestCalibrateKafka(t *testing.T)    { shortCalibration(t, testenv.Kafka, 6*time.Second) }

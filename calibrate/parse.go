@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // Figure is one measured rate and how it was derived from the output.
@@ -96,6 +98,34 @@ func ParseProducerPerformance(out string, warmup time.Duration) (Figure, error) 
 	}
 	f.MsgsPerS = float64(n) / secs
 	return f, nil
+}
+
+// producerPerfSummaryRE matches ProducerPerformance's final summary, the
+// only line with percentiles (whole run, in ms): "N records sent, R
+// records/sec (M MB/sec), A ms avg latency, X ms max latency, P ms 50th,
+// P ms 95th, P ms 99th, P ms 99.9th."
+var producerPerfSummaryRE = regexp.MustCompile(`^(\d+) records sent, ([\d.]+) records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms max latency, (\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th`)
+
+// ParseProducerPerformanceAtRate reads a ProducerPerformance run at a
+// rate (--throughput) that ran to its --num-records: its summary's
+// records/sec and its send → ack p50 and p99 (ms, as µs). The summary
+// covers the whole run, the producer's start included; the tool prints
+// no percentiles per window.
+func ParseProducerPerformanceAtRate(out string) (results.RateFigures, error) {
+	for _, line := range lines(out) {
+		m := producerPerfSummaryRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		rate, _ := strconv.ParseFloat(m[2], 64)
+		p50, _ := strconv.ParseInt(m[3], 10, 64)
+		p99, _ := strconv.ParseInt(m[4], 10, 64)
+		// 0 ms is "under a millisecond": half of one, not nothing.
+		ms := func(v int64) int64 { return max(500, v*1000) }
+		return results.RateFigures{Achieved: rate, Messages: n, PublishP50: ms(p50), PublishP99: ms(p99)}, nil
+	}
+	return results.RateFigures{}, fmt.Errorf("ProducerPerformance: %w (want its final summary \"N records sent, … ms 50th, … ms 99th, …\": the run must reach --num-records)", ErrNoReport)
 }
 
 // --- Kafka ConsumerPerformance ---------------------------------------
@@ -224,6 +254,58 @@ func ParsePerfTestConsume(out string) (Figure, error) {
 	return drainFigure("PerfTest received msg/s, 1 s samples", counts)
 }
 
+// perfTestSummaryRE matches the latency lines of PerfTest's summary:
+// "id: X, consumer latency min/median/75th/95th/99th 173/510/828/9995/19993 µs"
+// (and "confirm latency …"), in µs unless run with --use-millis.
+var (
+	perfTestSummaryRE    = regexp.MustCompile(`^id: [^,]+, (consumer|confirm) latency min/median/75th/95th/99th (\d+)/(\d+)/\d+/\d+/(\d+) (µs|ms)`)
+	perfTestSendingAvgRE = regexp.MustCompile(`^id: [^,]+, sending rate avg: ([\d.]+) msg/s`)
+)
+
+// ParsePerfTestAtRate reads a PerfTest run with producers at --rate and
+// consumers: from its summary, the sending rate, the confirm latency
+// (send → confirm) and the consumer latency (the send time PerfTest
+// writes into each body → the consumer) p50 and p99. PerfTest's summary
+// covers the run from the moment all its producers and consumers
+// started, from a reservoir sample (Dropwizard's exponentially decaying
+// one); the messages are the per-second received rates summed.
+func ParsePerfTestAtRate(out string) (results.RateFigures, error) {
+	var f results.RateFigures
+	var latencies int
+	for _, line := range lines(out) {
+		if m := perfTestSendingAvgRE.FindStringSubmatch(line); m != nil {
+			f.Achieved, _ = strconv.ParseFloat(m[1], 64)
+			continue
+		}
+		m := perfTestSummaryRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		unit := int64(1)
+		if m[5] == "ms" {
+			unit = 1000
+		}
+		p50, _ := strconv.ParseInt(m[3], 10, 64)
+		p99, _ := strconv.ParseInt(m[4], 10, 64)
+		if m[1] == "confirm" {
+			f.PublishP50, f.PublishP99 = p50*unit, p99*unit
+		} else {
+			f.E2EP50, f.E2EP99 = p50*unit, p99*unit
+		}
+		latencies++
+	}
+	var prev, n float64
+	for _, s := range parsePerfTest(out) {
+		n += s.rates["received"] * (s.at - prev)
+		prev = s.at
+	}
+	f.Messages = int64(n + 0.5)
+	if latencies < 2 || f.Achieved == 0 {
+		return f, fmt.Errorf("PerfTest: %w (want its summary: \"sending rate avg\", \"consumer latency …\" and \"confirm latency …\"; run it with --confirm and consumers until it stops by --time)", ErrNoReport)
+	}
+	return f, nil
+}
+
 // --- RocketMQ benchmark Producer and Consumer -----------------------
 
 var (
@@ -260,6 +342,32 @@ func ParseRocketMQProducer(out string, warmup time.Duration) (Figure, error) {
 	f := Figure{MsgsPerS: tps[len(tps)-1], Series: tps, Messages: complete,
 		Method: "RocketMQ benchmark Producer Send TPS of its last report: sends over the last 9 s before it was stopped"}
 	if start := len(tps); float64(start) < warmup.Seconds() {
+		f.Method += fmt.Sprintf(" (that window starts %d s after launch, inside the %s warm-up: run longer)", start, warmup)
+	}
+	return f, nil
+}
+
+// rmqBatchRE matches BatchProducer's report line, which has the sends
+// (TPS) and the messages they carried (MPS) over the same 9 s window.
+var rmqBatchRE = regexp.MustCompile(`^Current Time: .*\| Send TPS: (\d+) \| Send MPS: (\d+) \|`)
+
+// ParseRocketMQBatchProducer reads the benchmark BatchProducer's report
+// lines (run with -ri 1000). The figure is the last line's Send MPS:
+// messages sent over the last 9 s before the tool was stopped.
+func ParseRocketMQBatchProducer(out string, warmup time.Duration) (Figure, error) {
+	var mps []float64
+	for _, line := range lines(out) {
+		if m := rmqBatchRE.FindStringSubmatch(line); m != nil {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			mps = append(mps, v)
+		}
+	}
+	if len(mps) == 0 {
+		return Figure{}, fmt.Errorf("RocketMQ benchmark BatchProducer: %w (want \"Current Time: … | Send TPS: N | Send MPS: M | …\" lines; they start 10 s after launch, with -ri 1000)", ErrNoReport)
+	}
+	f := Figure{MsgsPerS: mps[len(mps)-1], Series: mps,
+		Method: "RocketMQ benchmark BatchProducer Send MPS of its last report: messages sent over the last 9 s before it was stopped"}
+	if start := len(mps); float64(start) < warmup.Seconds() {
 		f.Method += fmt.Sprintf(" (that window starts %d s after launch, inside the %s warm-up: run longer)", start, warmup)
 	}
 	return f, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/results"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -34,6 +35,7 @@ func TestParsersGolden(t *testing.T) {
 		{"rocketmq-consumer.txt", ParseRocketMQConsumer},
 		{"rocketmq-producer-long.txt", func(s string) (Figure, error) { return ParseRocketMQProducer(s, warmup) }},
 		{"rocketmq-consumer-long.txt", ParseRocketMQConsumer},
+		{"rocketmq-batch-producer.txt", func(s string) (Figure, error) { return ParseRocketMQBatchProducer(s, warmup) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
@@ -76,6 +78,46 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
+// The parsers of the tools at a rate read their summaries' latencies
+// from recorded output (testdata/*-rate.txt, captured by `bench
+// calibrate --rate` on the local stack).
+func TestRateParsersGolden(t *testing.T) {
+	for _, tc := range []struct {
+		file  string
+		parse func(string) (results.RateFigures, error)
+	}{
+		{"kafka-producer-rate.txt", ParseProducerPerformanceAtRate},
+		{"rabbitmq-perftest-rate.txt", ParsePerfTestAtRate},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			in, err := os.ReadFile(filepath.Join("testdata", tc.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := tc.parse(string(in))
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if f.Achieved <= 0 || f.Messages <= 0 || f.PublishP50 <= 0 || f.PublishP99 < f.PublishP50 {
+				t.Errorf("figures %+v", f)
+			}
+			got, _ := json.MarshalIndent(f, "", "  ")
+			golden(t, strings.TrimSuffix(tc.file, ".txt")+".golden.json", append(got, '\n'))
+		})
+	}
+	// Kafka's summary is in whole milliseconds: 0 is under one, counted
+	// as half of one rather than as nothing.
+	f, err := ParseProducerPerformanceAtRate("100 records sent, 99.9 records/sec (0.10 MB/sec), 0.40 ms avg latency, 3.00 ms max latency, 0 ms 50th, 1 ms 95th, 2 ms 99th, 3 ms 99.9th.\n")
+	if err != nil || f.PublishP50 != 500 || f.PublishP99 != 2000 {
+		t.Errorf("sub-millisecond summary: %+v, %v", f, err)
+	}
+	// PerfTest run with --use-millis prints milliseconds.
+	f, err = ParsePerfTestAtRate("id: x, time 1.000 s, sent: 10 msg/s, received: 10 msg/s\nid: x, sending rate avg: 10 msg/s\nid: x, consumer latency min/median/75th/95th/99th 1/2/3/4/5 ms\nid: x, confirm latency min/median/75th/95th/99th 1/1/1/2/3 ms\n")
+	if err != nil || f.E2EP50 != 2000 || f.E2EP99 != 5000 || f.PublishP99 != 3000 || f.Messages != 10 {
+		t.Errorf("PerfTest in ms: %+v, %v", f, err)
+	}
+}
+
 func TestParsersRejectForeignOutput(t *testing.T) {
 	junk := "Exception in thread \"main\" java.lang.NoClassDefFoundError: org/apache/kafka/tools/X\n"
 	for name, err := range map[string]error{
@@ -85,6 +127,9 @@ func TestParsersRejectForeignOutput(t *testing.T) {
 		"PerfTest consume":    second(ParsePerfTestConsume(junk)),
 		"RocketMQ producer":   second(ParseRocketMQProducer(junk, time.Second)),
 		"RocketMQ consumer":   second(ParseRocketMQConsumer(junk)),
+		"RocketMQ batch":      second(ParseRocketMQBatchProducer(junk, time.Second)),
+		"ProducerPerf rate":   second(ParseProducerPerformanceAtRate(junk)),
+		"PerfTest rate":       second(ParsePerfTestAtRate(junk)),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error on output without a report line", name)

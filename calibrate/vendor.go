@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -57,6 +58,24 @@ type vendor interface {
 	// notes say where the vendor tool's shape differs from the driver's
 	// unavoidably; docs/calibration.md explains each.
 	notes(s results.Shape) []string
+	// atRate publishes into topic (created with the shape's shards) at
+	// rate messages per second for the shape's duration, its consumers
+	// reading live where the tool has them, and returns its latencies;
+	// errNoRate when the tool cannot publish at a rate.
+	atRate(ctx context.Context, r *runner, topic string, rate float64) (results.RateFigures, []string, error)
+	// rateInfo says where atRate's figures come from ("" when the tool
+	// cannot publish at a rate), which ones the tool has not (and why),
+	// and what the comparison rests on.
+	rateInfo() (method, absent string, notes []string)
+}
+
+// errNoRate: the vendor tool has no way to publish at a rate.
+var errNoRate = errors.New("the vendor tool cannot publish at a rate")
+
+// singlePublisher is a vendor with a second publish figure beside its
+// main one (RocketMQ: the single-send Producer beside BatchProducer).
+type singlePublisher interface {
+	singlePublish(ctx context.Context, r *runner, topic string) results.Measurement
 }
 
 // vendors are the perf tools by the name of the broker driver they are
@@ -315,7 +334,7 @@ func (rocketVendor) fetch() (string, []string) {
 }
 
 func (rocketVendor) tool() string {
-	return "org.apache.rocketmq:rocketmq-example:" + RocketMQExampleVersion + " benchmark.Producer / benchmark.Consumer"
+	return "org.apache.rocketmq:rocketmq-example:" + RocketMQExampleVersion + " benchmark.BatchProducer / benchmark.Consumer (and benchmark.Producer)"
 }
 
 // rocketJVM keeps the client's logs under the stack directory.
@@ -323,39 +342,66 @@ func (r *runner) rocketJVM() []string {
 	return []string{"-Drocketmq.client.logRoot=" + r.logDir, "-Drocketmq.client.logLevel=WARN"}
 }
 
-// rocketBacklogFactor: the benchmark Producer runs this many times the
-// shape's duration. Its Consumer reports only sliding 9 s windows one
-// second apart, from which the drain's seconds are reconstructed; a
-// backlog of one duration (~180k messages) drains in 3–4 s at the
-// consumer's speed, too few whole seconds for a rate, so the producer
-// leaves twice as much. Its figure is the last 9 s window either way.
-const rocketBacklogFactor = 2
+// rocketBatch is BatchProducer's batch and thread count for the shape:
+// one thread per queue, as the driver has one sender per queue with one
+// request in flight, and as many messages per batch send as the driver's
+// publishers have in flight per queue at most (Producers × Batch over
+// the queues), so both sides have the same requests and messages in
+// flight.
+func rocketBatch(s results.Shape) (threads, batch int) {
+	return s.Shards, max(1, (s.Producers*s.Batch+s.Shards-1)/s.Shards)
+}
 
-// publish: the benchmark Producer with Producers threads, each sending one
-// message at a time synchronously (SendSync), no key (the default queue
-// selector spreads messages round robin), reporting every second, stopped
-// once it has sent for rocketBacklogFactor × the shape's duration.
+// publish: the benchmark BatchProducer (the main publish row: the driver
+// sends batches too), rocketBatch's threads each sending one batch at a
+// time synchronously to a queue in turn, no key, reporting every second,
+// stopped once it has sent for the shape's duration.
 func (rocketVendor) publish(ctx context.Context, r *runner, topic string) results.Measurement {
-	s := r.Shape
-	cmd := r.javaCmd("org.apache.rocketmq.example.benchmark.Producer",
-		"-n", strings.Join(r.Cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-w", strconv.Itoa(s.Producers),
-		"-s", strconv.Itoa(s.MessageSize), "-k", "false", "-ri", "1000")
+	threads, batch := rocketBatch(r.Shape)
+	cmd := r.javaCmd("org.apache.rocketmq.example.benchmark.BatchProducer",
+		"-n", strings.Join(r.Cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-w", strconv.Itoa(threads),
+		"-b", strconv.Itoa(batch), "-s", strconv.Itoa(r.Shape.MessageSize), "-k", "false", "-ri", "1000")
 	cmd = append(cmd[:1], append(r.rocketJVM(), cmd[1:]...)...)
+	out, err := r.runRocketProducer(ctx, "rocketmq-batch-producer", cmd)
+	if err != nil {
+		return measured(cmd, Figure{}, err)
+	}
+	f, err := ParseRocketMQBatchProducer(out, r.Warmup)
+	return measured(cmd, f, err)
+}
+
+// singlePublish: the benchmark Producer, the second publish row: Producers
+// threads, each sending one message at a time synchronously (SendSync),
+// no key (the default queue selector spreads messages round robin), for
+// the shape's duration.
+func (rocketVendor) singlePublish(ctx context.Context, r *runner, topic string) results.Measurement {
+	cmd := r.javaCmd("org.apache.rocketmq.example.benchmark.Producer",
+		"-n", strings.Join(r.Cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-w", strconv.Itoa(r.Shape.Producers),
+		"-s", strconv.Itoa(r.Shape.MessageSize), "-k", "false", "-ri", "1000")
+	cmd = append(cmd[:1], append(r.rocketJVM(), cmd[1:]...)...)
+	out, err := r.runRocketProducer(ctx, "rocketmq-producer", cmd)
+	m := measured(cmd, Figure{}, err)
+	if err == nil {
+		f, perr := ParseRocketMQProducer(out, r.Warmup)
+		m = measured(cmd, f, perr)
+	}
+	m.Tool = "org.apache.rocketmq:rocketmq-example:" + RocketMQExampleVersion + " benchmark.Producer (single synchronous sends)"
+	return m
+}
+
+// runRocketProducer runs one of the benchmark producers until its report
+// lines cover the shape's duration: line k covers seconds k … k+9 after
+// launch.
+func (r *runner) runRocketProducer(ctx context.Context, name string, cmd []string) (string, error) {
 	lines := 0
-	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rocketmq-producer", args: cmd[1:],
-		timeout: rocketBacklogFactor*r.Duration + toolSlack + 10*time.Second,
+	return runTool(ctx, r.java, r.logDir, toolRun{name: name, args: cmd[1:],
+		timeout: r.Duration + toolSlack + 10*time.Second,
 		until: func(line string) bool {
 			if rmqSendRE.MatchString(line) {
 				lines++
 			}
-			// Line k covers seconds k … k+9 after launch.
-			return float64(lines+rmqWindow) >= rocketBacklogFactor*r.Duration.Seconds()
+			return float64(lines+rmqWindow) >= r.Duration.Seconds()
 		}})
-	if err != nil {
-		return measured(cmd, Figure{}, err)
-	}
-	f, err := ParseRocketMQProducer(out, r.Warmup)
-	return measured(cmd, f, err)
 }
 
 // consume: the benchmark Consumer (a concurrent push consumer with
@@ -392,14 +438,16 @@ func (kafkaVendor) notes(results.Shape) []string {
 }
 
 func (rabbitVendor) notes(s results.Shape) []string {
-	return []string{fmt.Sprintf("PerfTest keeps a sliding window of %d unconfirmed messages per channel, one channel per queue (%d in flight at most); the driver's publishers each send a batch on a confirm channel of their own and wait for all its confirms before the next (%d in flight at most, fewer on average)", s.Batch, s.Batch*s.Shards, s.Batch*s.Producers),
+	return []string{fmt.Sprintf("PerfTest keeps a sliding window of %d unconfirmed messages per channel, one channel per queue (%d in flight at most); the driver's publishers each send a batch of %d and wait for all its confirms before the next (%d in flight at most, fewer on average), over one confirm channel per queue that all publishers share", s.Batch, s.Batch*s.Shards, s.Batch, s.Batch*s.Producers),
 		"PerfTest's messages carry the driver's properties and headers (content type, message id, key, send time) as constants (--message-properties); without them it publishes about a fifth more messages per second"}
 }
 
 func (rocketVendor) notes(s results.Shape) []string {
+	threads, batch := rocketBatch(s)
 	return []string{
-		fmt.Sprintf("benchmark Producer: %d threads, each one synchronous send at a time, no key (round robin over queues); the driver's publishers send each Publish call's messages of one queue (the key's hash queue) as one synchronous batch send, so a key's order holds", s.Producers),
-		fmt.Sprintf("the benchmark Producer runs %d× the duration, so its Consumer's drain lasts long enough to be resolved from its 1 s sliding-window reports; its figure is its last 9 s window", rocketBacklogFactor),
+		fmt.Sprintf("benchmark BatchProducer (the publish row): %d threads, each one synchronous batch send of %d messages at a time to a queue in turn, no key, one body for all; the driver's publishers hand their messages to one sender per queue (the key's hash queue), which sends what is buffered as one batch send, one request in flight per queue, so a key's order holds: both sides have %d requests and up to %d messages in flight", threads, batch, threads, threads*batch),
+		fmt.Sprintf("benchmark Producer (the single-send row): %d threads, each one synchronous send of one message at a time, no key (round robin over queues)", s.Producers),
+		"each benchmark producer's figure is its last 9 s report window (it first reports 10 s after launch)",
 		"benchmark Consumer is a concurrent push consumer; the driver's is orderly (a broker lock per queue, one batch of a queue at a time)"}
 }
 

@@ -177,7 +177,7 @@ func (c *calibration) inboxSize(ctx context.Context, round int, cmp, st string) 
 		c.record(Sample{Round: round, Compare: cmp, Strategy: st, Subject: a.Throughput.EventsPerS, Reference: b.Throughput.EventsPerS,
 			Audit: a.Audit, HostCPUBusy: (a.Throughput.HostCPUBusy + b.Throughput.HostCPUBusy) / 2,
 			SubjectP99: a.Latency.E2E.P99, ReferenceP99: b.Latency.E2E.P99, SubjectApplyP99: a.Latency.Apply.P99, ReferenceApplyP99: b.Latency.Apply.P99,
-			SubjectCPU: cpus[sub], ReferenceCPU: cpus[ref]})
+			SubjectCPU: cpus[sub], ReferenceCPU: cpus[ref], SubjectFirst: slices.Index(kinds, sub) < slices.Index(kinds, ref)})
 	}
 	if slices.Contains(c.o.Compare, ComparePrefill) {
 		pair(ComparePrefill, "prefilled", "empty")
@@ -189,9 +189,14 @@ func (c *calibration) inboxSize(ctx context.Context, round int, cmp, st string) 
 }
 
 // versusTwins measures the pgbench and pgx comparisons: the twin's
-// references asked for (pgbench, the pgx loop), then one none cell, with
+// references asked for (pgbench, the pgx loop) and one none cell, with
 // the same audit; each reference gets its sample against that cell. When
 // both are asked for they run at pgbench's turn and pgx's is skipped.
+// The order alternates from round to round and keeps each comparison's
+// two sides next to each other: pgbench, none, pgx in odd rounds, pgx,
+// none, pgbench in even ones (one reference: it, then none; then the
+// reverse), so that neither side of a comparison always runs first and
+// none does not always run last.
 func (c *calibration) versusTwins(ctx context.Context, round int, cmp, st string) error {
 	both := slices.Contains(c.o.Compare, ComparePGBench) && slices.Contains(c.o.Compare, ComparePGX)
 	if both && cmp == ComparePGX {
@@ -210,23 +215,45 @@ func (c *calibration) versusTwins(ctx context.Context, round int, cmp, st string
 		cpu *CPU
 	}
 	got := map[string]side{}
-	for _, ref := range refs {
-		eps, cpu, err := c.twin(ctx, ref, st, mode)
-		if err != nil {
-			return fmt.Errorf("round %d, %s, %s: %w", round, ref, st, err)
+	var cell results.Cell
+	var cellCPU *CPU
+	for _, s := range twinOrder(round, refs) {
+		if s == none.Name {
+			var err error
+			if cell, cellCPU, err = c.none(ctx, c.emptyInbox(), st, c.rep.Events[st], mode); err != nil {
+				return fmt.Errorf("round %d, %s, %s: %w", round, cmp, st, err)
+			}
+			continue
 		}
-		got[ref] = side{eps, cpu}
-	}
-	cell, cpu, err := c.none(ctx, c.emptyInbox(), st, c.rep.Events[st], mode)
-	if err != nil {
-		return fmt.Errorf("round %d, %s, %s: %w", round, cmp, st, err)
+		eps, cpu, err := c.twin(ctx, s, st, mode)
+		if err != nil {
+			return fmt.Errorf("round %d, %s, %s: %w", round, s, st, err)
+		}
+		got[s] = side{eps, cpu}
 	}
 	for _, ref := range refs {
 		c.record(Sample{Round: round, Compare: ref, Strategy: st, Subject: cell.Throughput.EventsPerS, Reference: got[ref].eps,
 			Audit: cell.Audit, HostCPUBusy: cell.Throughput.HostCPUBusy, SubjectP99: cell.Latency.E2E.P99, SubjectApplyP99: cell.Latency.Apply.P99,
-			SubjectCPU: cpu, ReferenceCPU: got[ref].cpu})
+			SubjectCPU: cellCPU, ReferenceCPU: got[ref].cpu, SubjectFirst: noneFirst(round, refs, ref)})
 	}
 	return nil
+}
+
+// twinOrder is the order of a twin round's sides: the references with
+// the none cell (none.Name) after the first of them, reversed in even
+// rounds.
+func twinOrder(round int, refs []string) []string {
+	order := append([]string{refs[0], none.Name}, refs[1:]...)
+	if round%2 == 0 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
+// noneFirst says whether the none cell ran before ref in the round.
+func noneFirst(round int, refs []string, ref string) bool {
+	order := twinOrder(round, refs)
+	return slices.Index(order, none.Name) < slices.Index(order, ref)
 }
 
 // twin runs one reference of the twin comparisons (pgbench or the pgx
@@ -303,8 +330,10 @@ func (c *calibration) auditAB(ctx context.Context, round int, st string, s *Samp
 		on = inbox.AuditStatement
 	}
 	modes := []inbox.AuditMode{on, inbox.AuditOff}
+	s.SubjectFirst = true
 	if round%2 == 0 {
 		modes = []inbox.AuditMode{inbox.AuditOff, on}
+		s.SubjectFirst = false
 	}
 	for _, m := range modes {
 		cell, cpu, err := c.none(ctx, c.emptyInbox(), st, c.rep.Events[st], m)

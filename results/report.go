@@ -21,6 +21,12 @@ type Report struct {
 	Conform *Conformance // nil when there is no conform.json
 	// Calibration is calibrate.json (`bench calibrate`), nil when absent.
 	Calibration *Calibration
+	// RateCalibration is the newest calibration at rates (`bench
+	// calibrate --rate`) in the directory that holds the run directory,
+	// found in RateCalibrationDir: the reports show it beside the
+	// latencies of the run's fixed-rate cells. Nil when there is none.
+	RateCalibration    *Calibration
+	RateCalibrationDir string
 }
 
 // Load reads a run directory. It needs at least one of result.json and
@@ -42,6 +48,9 @@ func Load(dir string) (*Report, error) {
 	}
 	if rep.Calibration, err = ReadCalibration(filepath.Join(dir, CalibrationFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
+	}
+	if rep.Run != nil {
+		rep.RateCalibration, rep.RateCalibrationDir = LatestRateCalibration(filepath.Dir(filepath.Clean(dir)))
 	}
 	if rep.Run == nil && rep.Conform == nil && rep.Calibration == nil {
 		return nil, fmt.Errorf("%s holds neither result.json nor %s nor %s: run 'bench run --out %s', 'bench conform' or 'bench calibrate' first", dir, ConformFile, CalibrationFile, filepath.Dir(dir))
@@ -231,6 +240,16 @@ func FlattenJSON(raw json.RawMessage) ([]KV, error) {
 		return nil, fmt.Errorf("workload JSON: %w", err)
 	}
 	return out, nil
+}
+
+// PublishRate is the workload's publish_rate (events/s; 0 when the run
+// published as fast as it could or searched for its rate).
+func (r *Run) PublishRate() float64 {
+	var w struct {
+		Rate float64 `json:"publish_rate"`
+	}
+	_ = json.Unmarshal(r.Workload, &w)
+	return w.Rate
 }
 
 // WorkloadName is the name field of the run's workload spec, if any.

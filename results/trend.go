@@ -273,3 +273,55 @@ func ShortHash(h string) string {
 	}
 	return h
 }
+
+// TrendChange is a change point of one figure of a cell's trend.
+type TrendChange struct {
+	// Point is the index in CellTrend.Points of the first run after the
+	// change.
+	Point int `json:"point"`
+	ChangePoint
+}
+
+// ChangePoints finds where one figure of the cell changed for good
+// across its runs (ChangePoints: binary segmentation with the U test),
+// each series on its own, since only like runs compare. get returns a
+// cell's (or a round's) value and whether it measured the figure; a cell
+// with rounds contributes every round's value, a cell without one value.
+// A change that rests on a series' newest run alone is Suspect.
+func (ct *CellTrend) ChangePoints(get func(*Cell) (float64, bool), rule ChangeRule) []TrendChange {
+	var out []TrendChange
+	for s := range ct.Series {
+		var idx []int
+		var values [][]float64
+		for i := range ct.Points {
+			if p := &ct.Points[i]; p.Series == s {
+				idx = append(idx, i)
+				values = append(values, CellValues(p.Cell, get))
+			}
+		}
+		for _, cp := range ChangePoints(values, rule) {
+			out = append(out, TrendChange{Point: idx[cp.Index], ChangePoint: cp})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Point < out[j].Point })
+	return out
+}
+
+// CellValues are a cell's values of a figure: one per round that
+// measured it, or the cell's own when it has no rounds (none when it did
+// not measure it).
+func CellValues(c *Cell, get func(*Cell) (float64, bool)) []float64 {
+	if len(c.Rounds) == 0 {
+		if v, ok := get(c); ok {
+			return []float64{v}
+		}
+		return nil
+	}
+	var out []float64
+	for i := range c.Rounds {
+		if v, ok := get(&c.Rounds[i]); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}

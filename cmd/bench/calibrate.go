@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,11 +15,13 @@ import (
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/results/render"
 )
 
 func newCalibrateCmd(cfg *config.Config) *cobra.Command {
 	var (
 		brokerList, out, runID     string
+		rateList                   string
 		duration, warmup, maxDrain time.Duration
 		rounds                     int
 	)
@@ -38,12 +41,24 @@ confirmed (acks=all, publisher confirms, synchronous send); the first
 --warmup is left out of the figure. Consume: each side drains what it
 published, as a new group; the consumer's start-up is left out.
 
-Results go to OUT/RUN_ID/calibrate.json; 'bench report OUT/RUN_ID' renders it.
-The machine is shared by the broker, the tool and the driver: run it on a quiet
-machine and repeat, the ratios are steadier than the rates.`,
+With --rate R (or a list R1,R2): latency instead of throughput. Each side
+publishes at the rate for --duration into a fresh topic with a consumer reading
+live, and the table gives, per broker and rate, vendor and driver send→confirm
+and publish→consume p50/p99 (RabbitMQ: PerfTest --rate with its confirm and
+consumer latency; Kafka: ProducerPerformance --throughput, end to end against
+the driver's raw consume since no Kafka tool measures it at a rate; RocketMQ:
+its benchmark producers have no rate, so the driver side alone).
+
+Results go to OUT/RUN_ID/calibrate.json; 'bench report OUT/RUN_ID' renders it,
+and 'bench report' of a run under OUT shows the newest calibration at rates
+beside the latencies of its fixed-rate cells. With --rounds, every figure is
+the median with its confidence interval. The machine is shared by the broker,
+the tool and the driver: run it on a quiet machine and repeat, the ratios are
+steadier than the rates.`,
 		Example: `  bench calibrate
   bench calibrate --brokers kafka --duration 30s
-  bench calibrate --rounds 3 --duration 10s      # medians of 3 interleaved rounds
+  bench calibrate --rounds 3 --duration 10s      # medians of 3 interleaved rounds, with intervals
+  bench calibrate --rate 4000 --rounds 3         # latency: vendor vs driver p50/p99 at 4,000 msgs/s
   bench calibrate --size 512 --shards 4 --producers 4 --consumers 4`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -55,10 +70,14 @@ machine and repeat, the ratios are steadier than the rates.`,
 			if err != nil {
 				return err
 			}
+			rates, err := parseRates(rateList)
+			if err != nil {
+				return err
+			}
 			if runID == "" {
 				runID = "calibrate-" + time.Now().UTC().Format("20060102-150405")
 			}
-			o := calibrate.Options{Brokers: bs, Shape: shape, Duration: duration, Warmup: warmup, MaxDrain: maxDrain, Rounds: rounds,
+			o := calibrate.Options{Brokers: bs, Shape: shape, Duration: duration, Warmup: warmup, MaxDrain: maxDrain, Rounds: rounds, Rates: rates,
 				Cfg: *cfg, Stack: &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, Progress: os.Stderr, RunID: runID}
 			if err := o.Validate(); err != nil {
 				return usageError{err}
@@ -104,8 +123,9 @@ machine and repeat, the ratios are steadier than the rates.`,
 	f.IntVar(&shape.MaxBatch, "max-batch", shape.MaxBatch, "driver handler batch: 1 acks each delivery like the vendor consumers; more shows what batch delivery gains (not the vendor's shape)")
 	f.DurationVar(&duration, "duration", 20*time.Second, "how long each side publishes")
 	f.DurationVar(&warmup, "warmup", 5*time.Second, "start of each publish left out of the figure (JVM and client warm-up)")
-	f.IntVar(&rounds, "rounds", 1, "measure both sides this many times, alternating which goes first, and report medians with the ratios' range (rates on a shared machine move by tens of percent from one run to the next)")
+	f.IntVar(&rounds, "rounds", 1, "measure both sides this many times, alternating which goes first, and report medians with their confidence intervals (rates on a shared machine move by tens of percent from one run to the next)")
 	f.DurationVar(&maxDrain, "max-drain", 60*time.Second, "longest a drain may take; a slower drain is cut and its figure covers what arrived")
+	f.StringVar(&rateList, "rate", "", "calibrate latency at these rates instead of throughput: messages per second, comma-separated (e.g. 4000 or 1000,4000)")
 	return cmd
 }
 
@@ -119,23 +139,47 @@ func vendorTools() string {
 	return b.String()
 }
 
-// printCalibration prints one row per broker: vendor and driver publish
-// and consume rates and the ratios.
+// printCalibration prints the throughput table (a row per broker, the
+// ratios with their intervals) and the latency table of a calibration at
+// rates, as the report does.
 func printCalibration(cal *results.Calibration) {
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "BROKER\tVENDOR PUBLISH/S\tDRIVER PUBLISH/S\tRATIO\tVENDOR CONSUME/S\tDRIVER CONSUME/S\tRATIO\t")
-	for _, b := range cal.Brokers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b.Broker,
-			results.FormatRate(b.Vendor.Publish.MsgsPerS), results.FormatRate(b.Driver.Publish.MsgsPerS), b.RatioText(true),
-			results.FormatRate(b.Vendor.Consume.MsgsPerS), results.FormatRate(b.Driver.Consume.MsgsPerS), b.RatioText(false))
+	table := func(header []string, rows [][]string) {
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.ToUpper(strings.Join(header, "\t"))+"\t")
+		for _, r := range rows {
+			fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
+		}
+		tw.Flush()
 	}
-	tw.Flush()
-	if cal.Shape.Rounds > 1 {
-		fmt.Printf("\nmedians of %d rounds; in brackets the range of the rounds' ratios\n", cal.Shape.Rounds)
+	if cal.HasThroughput() {
+		table(render.CalibrationHeader, render.CalibrationRows(cal))
 	}
+	if cal.HasRates() {
+		if cal.HasThroughput() {
+			fmt.Println()
+		}
+		table(render.CalibrationRateHeader, render.CalibrationRateRows(cal))
+		for _, n := range render.CalibrationRateNotes(cal) {
+			fmt.Printf("  %s\n", n)
+		}
+	}
+	fmt.Printf("\n%s\n", render.CalibrationRoundsNote(cal))
 	for _, b := range cal.Brokers {
 		if b.Error != "" {
 			fmt.Printf("\n%s: %s\n", b.Broker, b.Error)
 		}
 	}
+}
+
+// parseRates reads --rate: positive numbers, comma-separated.
+func parseRates(list string) ([]float64, error) {
+	var out []float64
+	for _, p := range splitList(list) {
+		r, err := strconv.ParseFloat(p, 64)
+		if err != nil || !(r > 0) {
+			return nil, usagef("--rate %q: want messages per second, comma-separated positive numbers (e.g. 4000 or 1000,4000)", p)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }

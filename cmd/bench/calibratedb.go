@@ -39,10 +39,15 @@ pgx asked together share one none cell per round; prefill and prune
 need a workload that sets it (workloads/inbox-10m.yaml). With both, each
 round measures three cells: empty, prefilled, prefilled with retention.
 
-Each cell's event count is sized from a short pilot cell to last about the
-workload's warm-up plus --duration. Prints each measurement as it is taken
-(events/s, and the CPU per event of each side when PostgreSQL runs on this
-host), then the median ratio with its range; exit 1 if a goal is not met.`
+Every comparison alternates which side runs first from round to round, its
+two sides next to each other in time. Each cell's event count is sized from a
+short pilot cell to last about the workload's warm-up plus --duration. Prints
+each measurement as it is taken (events/s, and the CPU per event of each side
+when PostgreSQL runs on this host), then each median ratio with its confidence
+interval (with fewer than 6 rounds the rounds' range, at the level printed) and
+each goal as met (the interval's lower bound reaches it), not met (its upper
+bound stays below) or undecided; one round is judged by its value. Exit 1 if a
+goal is not met.`
 
 // calibrateDBFlags are the flags of 'bench calibrate-db'.
 type calibrateDBFlags struct {

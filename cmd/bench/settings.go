@@ -48,6 +48,7 @@ var optionFlags = map[string]string{
 	calibrate.KeyWarmup:              "warmup",
 	calibrate.KeyRounds:              "rounds",
 	calibrate.KeyMaxDrain:            "max-drain",
+	calibrate.KeyRates:               "rate",
 	dbcalib.KeyStrategies:            "strategies",
 	dbcalib.KeyCompare:               "compare",
 	dbcalib.KeyRounds:                "rounds",

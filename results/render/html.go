@@ -71,8 +71,11 @@ type htmlView struct {
 	Errors     []kv
 	Conform    *conformView
 	Calib      *calibrationView
-	Durability *durabilityView
-	Rates      *rateView
+	// CalibLatency is the fixed-rate cells' latency beside a calibration
+	// at rates (nil without one).
+	CalibLatency *calibratedLatencyView
+	Durability   *durabilityView
+	Rates        *rateView
 	// Rounds are every round of a run of several (RoundRows).
 	Rounds       [][]string
 	RoundsHeader []string
@@ -195,6 +198,9 @@ func newHTMLView(r *results.Report) (*htmlView, error) {
 			return nil, err
 		}
 		v.Env = envRows(r.Run.Env)
+		if r.RateCalibration != nil {
+			v.CalibLatency = newCalibratedLatencyView(r.Run, r.RateCalibration, r.RateCalibrationDir)
+		}
 	} else if r.Conform != nil {
 		v.RunID = r.Conform.RunID
 		v.Title = "inboxbench conformance: " + r.Conform.RunID

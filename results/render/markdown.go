@@ -17,7 +17,7 @@ import (
 // deterministic (map keys sorted, no clock reads) so it can be golden-tested.
 func Markdown(out io.Writer, r *results.Report) error {
 	w := bufio.NewWriter(out)
-	md := &mdWriter{w: w}
+	md := &mdWriter{w: w, rateCal: r.RateCalibration, rateCalDir: r.RateCalibrationDir}
 	switch {
 	case r.Run != nil:
 		md.run(r.Run)
@@ -44,7 +44,13 @@ func Markdown(out io.Writer, r *results.Report) error {
 	return w.Flush()
 }
 
-type mdWriter struct{ w *bufio.Writer }
+type mdWriter struct {
+	w *bufio.Writer
+	// rateCal is the calibration at rates shown beside the latencies of
+	// fixed-rate cells (Report.RateCalibration), found in rateCalDir.
+	rateCal    *results.Calibration
+	rateCalDir string
+}
 
 func (m *mdWriter) p(format string, a ...any) { fmt.Fprintf(m.w, format, a...) }
 
@@ -277,6 +283,7 @@ func (m *mdWriter) latency(run *results.Run) {
 		m.p("### Apply latency by result\n\n")
 		m.table([]string{"cell", "result", "count", "p50", "p90", "p99", "p99.9", "max"}, "llrrrrrr", rows)
 	}
+	m.calibratedLatency(run)
 }
 
 // counterColumns are the counters in the order the article discusses

@@ -253,6 +253,7 @@ func cellAnchor(name string) string { return "cell-" + safeName(strings.ReplaceA
 // trendView is one trend page.
 type trendView struct {
 	Title     string
+	Threshold string // the change a change point must exceed
 	Facts     []string
 	Intro     string
 	Cells     []trendCellView
@@ -265,6 +266,17 @@ type trendCellView struct {
 	Charts       []*chart
 	Series       []trendSeriesView
 	Points       []trendPointView
+	// Changes are the change points of every metric, oldest first; a
+	// flat history has none.
+	Changes []trendChangeView
+}
+
+// trendChangeView is one change point: the metric, the first run after
+// it, and the change with its evidence.
+type trendChangeView struct {
+	Metric, RunID, Href, Date, Text string
+	Suspect                         bool
+	point                           int
 }
 
 type trendSeriesView struct {
@@ -278,10 +290,12 @@ type trendPointView struct {
 	RunID, Href, Date, Commit, Series string
 	Rate, E2E, Dedup, Share           string
 	Verdict                           verdictView
+	// Change names the metrics with a change point at this run.
+	Change string
 }
 
 func newTrendView(t *trendPage) (*trendView, error) {
-	v := &trendView{Title: "Trend: workload " + t.Workload, IndexHref: "../index.html",
+	v := &trendView{Title: "Trend: workload " + t.Workload, IndexHref: "../index.html", Threshold: fmt.Sprintf("%.0f%%", 100*TrendThreshold),
 		Facts: []string{plural(len(t.Runs), "run"), plural(len(t.Cells), "recurring cell"),
 			"from " + longTime(t.site[t.Runs[0]]), "to " + longTime(t.site[t.Runs[len(t.Runs)-1]])}}
 	if len(t.Single) > 0 {
@@ -298,17 +312,40 @@ func newTrendView(t *trendPage) (*trendView, error) {
 			cv.Charts = append(cv.Charts, c)
 		}
 		cv.Series = seriesViews(ct, t.site)
-		for _, p := range ct.Points {
+		changed := map[int][]string{}
+		for _, m := range trendMetrics {
+			for _, c := range m.changes(ct) {
+				r := t.site[ct.Points[c.Point].Run]
+				cv.Changes = append(cv.Changes, trendChangeView{Metric: m.Title, RunID: r.ID, Href: "../" + runHref(r), Date: longTime(r),
+					Text: changeText(c), Suspect: c.Suspect, point: c.Point})
+				name := m.Title
+				if c.Suspect {
+					name += " (suspect)"
+				}
+				changed[c.Point] = append(changed[c.Point], name)
+			}
+		}
+		sort.SliceStable(cv.Changes, func(i, j int) bool { return cv.Changes[i].point < cv.Changes[j].point })
+		for i, p := range ct.Points {
 			l := &p.Cell.Latency
 			r := t.site[p.Run]
 			cv.Points = append(cv.Points, trendPointView{RunID: r.ID, Href: "../" + runHref(r), Date: longTime(r),
 				Commit: shortCommit(p.Run.Env.GitCommit), Series: fmt.Sprintf("[%d]", p.Series+1),
-				Rate: results.FormatRate(p.Cell.Throughput.EventsPerS), E2E: latencyCell(l.E2E, l.E2E.P99), Dedup: latencyCell(l.Dedup, l.Dedup.P99),
-				Share: results.FormatShare(p.Cell.Contention.LockWaitShare), Verdict: cellVerdict(p.Cell)})
+				Rate: trendRate(p.Cell), E2E: latencyCell(l.E2E, l.E2E.P99), Dedup: latencyCell(l.Dedup, l.Dedup.P99),
+				Share: results.FormatShare(p.Cell.Contention.LockWaitShare), Verdict: cellVerdict(p.Cell), Change: strings.Join(changed[i], ", ")})
 		}
 		v.Cells = append(v.Cells, cv)
 	}
 	return v, nil
+}
+
+// trendRate is a point's events/s with its interval over the run's
+// rounds ("81,204 [79,010–83,500]").
+func trendRate(c *results.Cell) string {
+	if st := c.Stats; st != nil && st.EventsPerS.N > 1 {
+		return results.IntervalText(st.EventsPerS, results.FormatRate)
+	}
+	return results.FormatRate(c.Throughput.EventsPerS)
 }
 
 func seriesViews(ct *results.CellTrend, site map[*results.Run]*siteRun) []trendSeriesView {

@@ -20,6 +20,12 @@ type trendMetric struct {
 	Get    func(*results.Cell) (float64, bool)
 	Format func(float64) string
 	Tick   func(float64) string
+	// Stat is the figure's median over a cell's rounds with its interval,
+	// in Get's unit (CellStats; a cell of one round has none).
+	Stat func(*results.CellStats) results.Estimate
+	// HigherIsBetter: events/s; lower is better for latencies and the
+	// lock-wait share. It says which way a change point goes.
+	HigherIsBetter bool
 	// Missing explains a chart with no point at all.
 	Missing string
 }
@@ -29,23 +35,60 @@ var trendMetrics = []trendMetric{
 		Get: func(c *results.Cell) (float64, bool) {
 			return c.Throughput.EventsPerS, c.Error == "" && c.Throughput.EventsPerS > 0
 		},
-		Format: results.FormatRate, Tick: axisNumber, Missing: "No throughput recorded (the cells did not complete)."},
+		Stat:   func(s *results.CellStats) results.Estimate { return s.EventsPerS },
+		Format: results.FormatRate, Tick: axisNumber, HigherIsBetter: true, Missing: "No throughput recorded (the cells did not complete)."},
 	{ID: "e2e-p99", Title: "End-to-end p99", Axis: "e2e p99",
 		Get:    func(c *results.Cell) (float64, bool) { return float64(c.Latency.E2E.P99), c.Latency.E2E.Count > 0 },
+		Stat:   func(s *results.CellStats) results.Estimate { return s.E2EP99 },
 		Format: results.FormatMicrosFloat, Tick: results.FormatMicrosFloat, Missing: "No end-to-end latency recorded."},
 	{ID: "dedup-p99", Title: "Dedup p99", Axis: "dedup p99",
 		Get:    func(c *results.Cell) (float64, bool) { return float64(c.Latency.Dedup.P99), c.Latency.Dedup.Count > 0 },
+		Stat:   func(s *results.CellStats) results.Estimate { return s.DedupP99 },
 		Format: results.FormatMicrosFloat, Tick: results.FormatMicrosFloat, Missing: "No duplicate was delivered in these runs, so there is no dedup latency to plot (the workload injects no duplicates)."},
 	{ID: "lock-share", Title: "Lock-wait share", Axis: "lock-wait share",
 		Get: func(c *results.Cell) (float64, bool) {
 			return 100 * c.Contention.LockWaitShare, c.Contention.Samples > 0
 		},
+		Stat: func(s *results.CellStats) results.Estimate {
+			e := s.LockWaitShare
+			e.Median, e.Lo, e.Hi = 100*e.Median, 100*e.Lo, 100*e.Hi
+			return e
+		},
 		Format: func(v float64) string { return results.FormatShare(v / 100) }, Tick: func(v float64) string { return axisNumber(v) + "%" },
 		Missing: "No lock sampling recorded (measurement was off)."},
 }
 
+// TrendThreshold is the smallest relative change a trend marks as a
+// change point: bench compare's default --max-regression.
+const TrendThreshold = 0.10
+
+// changes are the metric's change points over the cell's runs.
+func (m trendMetric) changes(ct *results.CellTrend) []results.TrendChange {
+	return ct.ChangePoints(m.Get, results.ChangeRule{Threshold: TrendThreshold, HigherIsBetter: m.HigherIsBetter})
+}
+
+// changeText is a change point in words: "-23.1% [-30.2%, -15.0%], p=0.002
+// n=9+9", suspect ones saying so.
+func changeText(c results.TrendChange) string {
+	ch := c.Change
+	t := fmt.Sprintf("%+.1f%%", 100*ch.Rel())
+	if ch.Lo > 0 && ch.Hi > 0 {
+		t += fmt.Sprintf(" [%+.1f%%, %+.1f%%]", 100*(ch.Lo-1), 100*(ch.Hi-1))
+	}
+	p := fmt.Sprintf("p=%.3f", ch.P)
+	if ch.P < 0.001 {
+		p = "p<0.001"
+	}
+	t += fmt.Sprintf(", %s n=%d+%d, %s", p, ch.Base.N, ch.New.N, ch.Finding)
+	if c.Suspect {
+		t += "; suspect: it rests on the newest run alone, a later run confirms or clears it"
+	}
+	return t
+}
+
 // trendChart draws one metric of one cell over its runs: one line per
-// series, each point a link to its run's report.
+// series, each point a link to its run's report with its interval over
+// the run's rounds as a whisker, and a marker where a change point is.
 func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*results.Run]*siteRun) (*chart, error) {
 	n := len(ct.Points)
 	values := make([][]float64, len(ct.Series))
@@ -54,7 +97,12 @@ func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*resul
 	}
 	links := make([][]pointLink, len(ct.Series))
 	labels := timeLabels(ct.Points, site)
-	drawn := false
+	changeAt := map[int]results.TrendChange{}
+	for _, c := range m.changes(ct) {
+		changeAt[c.Point] = c
+	}
+	drawn, intervals := false, false
+	top := 0.0
 	for i, p := range ct.Points {
 		v, ok := m.Get(p.Cell)
 		if !ok {
@@ -63,8 +111,22 @@ func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*resul
 		drawn = true
 		values[p.Series][i] = v
 		r := site[p.Run]
-		links[p.Series] = append(links[p.Series], pointLink{Href: "../" + runHref(r),
-			Title: fmt.Sprintf("%s · %s · %s: %s", r.ID, longTime(r), m.Title, m.Format(v))})
+		l := pointLink{Href: "../" + runHref(r), Value: v,
+			Title: fmt.Sprintf("%s · %s · %s: %s", r.ID, longTime(r), m.Title, m.Format(v))}
+		if st := p.Cell.Stats; st != nil {
+			if e := m.Stat(st); e.N > 1 && e.Hi > 0 {
+				l.Lo, l.Hi, l.Interval = e.Lo, e.Hi, true
+				l.Title += fmt.Sprintf(" [%s–%s, %.0f%%, %d rounds]", m.Format(e.Lo), m.Format(e.Hi), 100*e.Confidence, e.N)
+				intervals = true
+				top = max(top, e.Hi)
+			}
+		}
+		if c, ok := changeAt[i]; ok {
+			l.Change = &c
+			l.Title += " · change point: " + changeText(c)
+		}
+		top = max(top, v)
+		links[p.Series] = append(links[p.Series], l)
 	}
 	if !drawn {
 		return &chart{ID: id, Title: m.Title, Caption: m.Missing}, nil
@@ -81,6 +143,11 @@ func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*resul
 	opt.XAxis.Title = "run start (UTC)"
 	opt.YAxis[0].Title = m.Axis
 	opt.YAxis[0].Min = charts.Ptr(0.0)
+	if intervals {
+		// The axis must reach the highest whisker, not only the medians.
+		axisMax, labels := niceAxis(top)
+		opt.YAxis[0].Max, opt.YAxis[0].LabelCount = charts.Ptr(axisMax), labels
+	}
 	opt.YAxis[0].ValueFormatter = m.Tick
 	opt.Symbol.Shape = charts.SymbolCircle
 	opt.Symbol.Size = 4
@@ -93,8 +160,35 @@ func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*resul
 	if svg, err = linkPoints(svg, links); err != nil {
 		return nil, fmt.Errorf("trend chart %s: %w", id, err)
 	}
-	return &chart{ID: id, Title: m.Title, SVG: svg,
-		Caption: "One point per run (open the run's report by clicking it); a new line starts where the workload or the environment changed."}, nil
+	caption := "One point per run (open the run's report by clicking it); a new line starts where the workload or the environment changed."
+	if intervals {
+		caption += " A point of a run with rounds is their median, its whisker the median's confidence interval."
+	}
+	if len(changeAt) > 0 {
+		caption += fmt.Sprintf(" A red marker is a change point (beyond %.0f%%, U test over the rounds); \"suspect\" rests on the newest run alone.", 100*TrendThreshold)
+	}
+	return &chart{ID: id, Title: m.Title, SVG: svg, Caption: caption}, nil
+}
+
+// niceAxis is an axis from 0 that reaches v with a little room: its
+// maximum, a multiple of a round step (1, 2, 2.5 or 5 times a power of
+// ten) with 4 to 8 steps, and the number of labels (steps + 1).
+func niceAxis(v float64) (float64, int) {
+	if v <= 0 {
+		return 1, 2
+	}
+	v *= 1.05
+	raw := v / 5
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := 10 * p
+	for _, f := range []float64{1, 2, 2.5, 5} {
+		if f*p >= raw {
+			step = f * p
+			break
+		}
+	}
+	n := int(math.Ceil(v/step - 1e-9))
+	return float64(n) * step, n + 1
 }
 
 // seriesLabel names a series in a chart legend: the cell when it has one
@@ -149,8 +243,14 @@ func longTime(r *siteRun) string {
 	return "no start time"
 }
 
-// pointLink is what one drawn point links to.
-type pointLink struct{ Href, Title string }
+// pointLink is what one drawn point links to, with its value, its
+// interval (when Interval) and the change point it starts (nil if none).
+type pointLink struct {
+	Href, Title   string
+	Value, Lo, Hi float64
+	Interval      bool
+	Change        *results.TrendChange
+}
 
 var (
 	// circleRe finds the point symbols (filled with the background; a
@@ -162,10 +262,12 @@ var (
 )
 
 // linkPoints wraps each data point the chart library drew (circles, in
-// series order, nulls skipped) in a link to its run, with a tooltip, and
+// series order, nulls skipped) in a link to its run, with a tooltip;
 // draws a dashed vertical marker with the series number where each later
-// series begins. The library knows nothing of links; the test
-// TestTrendChartLinksEveryPoint keeps this in step with how it draws.
+// series begins, a whisker over each point with an interval, and a red
+// marker where a change point is. The library knows nothing of links or
+// intervals; the test TestTrendChartLinksEveryPoint keeps this in step
+// with how it draws.
 func linkPoints(svg string, links [][]pointLink) (string, error) {
 	var flat []pointLink
 	starts := map[int]int{} // index in flat of a later series' first point → series index
@@ -180,23 +282,55 @@ func linkPoints(svg string, links [][]pointLink) (string, error) {
 		return "", fmt.Errorf("the chart drew %d points for %d values: cannot link them to their runs", len(circles), len(flat))
 	}
 	top, bottom := plotExtent(svg)
+	// Pixels per unit, from the highest point: the y axis starts at 0 on
+	// the x axis line.
+	scale, highest := 0.0, 0.0
+	for i, m := range circles {
+		if v := flat[i].Value; v > highest {
+			cy, _ := strconv.ParseFloat(svg[m[4]:m[5]], 64)
+			if s := (bottom - cy) / v; s > 0 {
+				scale, highest = s, v
+			}
+		}
+	}
+	y := func(v float64) float64 { return bottom - v*scale }
 	var b strings.Builder
-	var markers []string
+	var markers, whiskers []string
 	last := 0
 	for i, m := range circles {
 		b.WriteString(svg[last:m[0]])
 		l := flat[i]
 		fmt.Fprintf(&b, `<a href="%s"><title>%s</title>%s</a>`, html.EscapeString(l.Href), html.EscapeString(l.Title), svg[m[0]:m[1]])
 		last = m[1]
+		x := svg[m[2]:m[3]]
+		if l.Interval && scale > 0 {
+			lo, hi := y(l.Lo), y(l.Hi)
+			xf, _ := strconv.ParseFloat(x, 64)
+			whiskers = append(whiskers, fmt.Sprintf(`<path d="M %s %.1f L %s %.1f M %.1f %.1f L %.1f %.1f M %.1f %.1f L %.1f %.1f" style="stroke-width:1.5;stroke:rgb(70,70,70);fill:none"/>`,
+				x, lo, x, hi, xf-4, lo, xf+4, lo, xf-4, hi, xf+4, hi))
+		}
 		if s, ok := starts[i]; ok {
-			x := svg[m[2]:m[3]]
 			markers = append(markers, fmt.Sprintf(`<g class="series-break"><path d="M %s %.0f L %s %.0f" style="stroke-width:1.5;stroke:rgb(90,90,90);stroke-dasharray:5,4;fill:none"/>`+
 				`<text x="%s" y="%.0f" text-anchor="middle" style="font-size:12px;font-weight:bold;fill:rgb(60,60,60)">[%d]</text></g>`,
 				x, top, x, bottom, x, top-4, s+1))
 		}
+		if c := l.Change; c != nil {
+			label := fmt.Sprintf("%+.0f%%", 100*c.Change.Rel())
+			if c.Suspect {
+				label += " suspect"
+			}
+			markers = append(markers, fmt.Sprintf(`<g class="change-point"><path d="M %s %.0f L %s %.0f" style="stroke-width:2;stroke:rgb(200,40,40);stroke-dasharray:2,3;fill:none"/>`+
+				`<text x="%s" y="%.0f" text-anchor="middle" style="font-size:12px;font-weight:bold;fill:rgb(200,40,40)">%s</text></g>`,
+				x, top, x, bottom, x, top+14, html.EscapeString(label)))
+		}
 	}
 	b.WriteString(svg[last:])
 	out := b.String()
+	if len(whiskers) > 0 {
+		// Under the points, over the lines: before the first link.
+		at := strings.Index(out, "<a href=")
+		out = out[:at] + `<g class="intervals">` + strings.Join(whiskers, "") + "</g>" + out[at:]
+	}
 	if len(markers) > 0 {
 		// Drawn last, so the marker lies over the lines.
 		end := strings.LastIndex(out, "</svg>")
