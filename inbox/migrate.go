@@ -311,7 +311,7 @@ func Clear(ctx context.Context, db DB, schema string, keepInbox, audited bool) e
 		return err
 	}
 	q := pgx.Identifier{schema}.Sanitize()
-	tables := q + ".account, " + q + ".parked, " + q + ".idempotency"
+	tables := q + ".account, " + q + ".parked, " + q + ".idempotency, " + q + ".external_op, " + q + ".outbox"
 	if !keepInbox {
 		tables += ", " + q + ".inbox"
 	}
