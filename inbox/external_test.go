@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,7 +80,23 @@ func (e *extEnv) flush(t *testing.T, s Strategy) {
 	}
 }
 
-var extCorrect = []string{"ext-key", "ext-lease", "ext-outbox"}
+// extFile is the example strategy file with an external step.
+const extFile = "external-key.sql"
+
+var extCorrect = []string{"ext-key", "ext-lease", "ext-outbox", extFile}
+
+// extStrategy is a built-in strategy, or the example file.
+func extStrategy(t *testing.T, name string) Strategy {
+	t.Helper()
+	if name != extFile {
+		return mustStrategy(t, name)
+	}
+	s, err := LoadStrategyFile(filepath.Join(examplesDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // A clean run, a redelivery and a stale event: one payment per applied
 // increment, none for a duplicate or a stale event, none for a snapshot.
@@ -87,7 +104,7 @@ func TestExternalStrategiesPayOnce(t *testing.T) {
 	for _, name := range extCorrect {
 		t.Run(name, func(t *testing.T) {
 			e := newExtEnv(t, nil)
-			s := mustStrategy(t, name)
+			s := extStrategy(t, name)
 			if !CallsExternal(s) {
 				t.Fatalf("%s does not declare its external step", name)
 			}
@@ -113,11 +130,11 @@ func TestExternalStrategiesPayOnce(t *testing.T) {
 // pay once (the retry carries the same key); a new key per attempt pays
 // twice.
 func TestExternalTimeoutAfterApply(t *testing.T) {
-	for name, effects := range map[string]int64{"ext-key": 1, "ext-lease": 1, "ext-outbox": 1, "broken-ext-new-key": 2, "broken-ext-after-commit": 2} {
+	for name, effects := range map[string]int64{"ext-key": 1, "ext-lease": 1, "ext-outbox": 1, extFile: 1, "broken-ext-new-key": 2, "broken-ext-after-commit": 2} {
 		t.Run(name, func(t *testing.T) {
 			e := newExtEnv(t, nil)
 			e.fault.Store(true)
-			s := mustStrategy(t, name)
+			s := extStrategy(t, name)
 			expect(t, apply(t, e.in, s, "c", ev("e1", "a", 1, 10)), Applied)
 			e.flush(t, s)
 			wantAccount(t, e.in, "a", 10, 1)
@@ -139,6 +156,7 @@ func TestExternalDiesBeforeCommit(t *testing.T) {
 		balance          int64
 	}{
 		{name: "ext-key", effects: 1, replays: 1, balance: 10},
+		{name: extFile, effects: 1, replays: 1, balance: 10},
 		{name: "ext-lease", effects: 1, queries: 1, balance: 10},
 		{name: "broken-ext-new-key", effects: 2, balance: 10},
 		// Exists means succeeded: acked as a duplicate, never finished.
@@ -147,7 +165,7 @@ func TestExternalDiesBeforeCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newExtEnv(t, nil)
 			e.crash.Store(true)
-			s := mustStrategy(t, tc.name)
+			s := extStrategy(t, tc.name)
 			o, _ := e.in.Apply(ctxT(t), s, "c", ev("e1", "a", 1, 10))
 			if !errors.Is(o.Err, errDied) {
 				t.Fatalf("first delivery: %v %v: want the handler's death", o.Result, o.Err)
@@ -194,13 +212,13 @@ func TestOutboxRelayDiesBeforeCommit(t *testing.T) {
 // it is back; calling after the commit without a key gives up, and the
 // payment is lost.
 func TestExternalUnavailable(t *testing.T) {
-	for name, effects := range map[string]int64{"ext-key": 1, "ext-lease": 1, "ext-outbox": 1, "broken-ext-after-commit": 0} {
+	for name, effects := range map[string]int64{"ext-key": 1, "ext-lease": 1, "ext-outbox": 1, extFile: 1, "broken-ext-after-commit": 0} {
 		t.Run(name, func(t *testing.T) {
 			e := newExtEnv(t, nil)
 			if err := e.client.SetUnavailable(context.Background(), 400*time.Millisecond); err != nil {
 				t.Fatal(err)
 			}
-			s := mustStrategy(t, name)
+			s := extStrategy(t, name)
 			expect(t, apply(t, e.in, s, "c", ev("e1", "a", 1, 10)), Applied)
 			e.flush(t, s)
 			if tl := e.tally(t); tl.Effects != effects || tl.Refused == 0 {
