@@ -1,6 +1,8 @@
 -- inboxbench inbox core, version 3: the durable state of effects beyond
 -- the database (the ext-* strategies, inbox/external.go). Both tables are
--- the harness's, read by the checker (ReadSnapshot) as well.
+-- the harness's, read by the checker (ReadSnapshot) as well. CREATE … IF
+-- NOT EXISTS: a schema whose migration records were rewound
+-- (TestMigrateFromVersion1) upgrades in place.
 
 -- One row per (consumer, event) whose external call is in flight or done
 -- (ext-lease): PROCESSING while a delivery holds its lease, DONE once the
@@ -8,7 +10,7 @@
 -- operation was taken over too often and waits for a person. Unlike an
 -- inbox row, a row here does not mean the event took effect: only DONE
 -- does.
-CREATE TABLE @schema@.external_op (
+CREATE TABLE IF NOT EXISTS @schema@.external_op (
     consumer          text        NOT NULL,
     source            text        NOT NULL,
     event_id          text        NOT NULL,
@@ -26,7 +28,7 @@ CREATE TABLE @schema@.external_op (
 -- The transactional outbox (ext-outbox): the request is written in the
 -- inbox transaction, and a relay sends it with its key, at least once,
 -- then marks it sent.
-CREATE TABLE @schema@.outbox (
+CREATE TABLE IF NOT EXISTS @schema@.outbox (
     id           bigserial   PRIMARY KEY,
     consumer     text        NOT NULL,
     source       text        NOT NULL,
@@ -40,4 +42,4 @@ CREATE TABLE @schema@.outbox (
     attempts     int         NOT NULL DEFAULT 0,
     payment      text
 );
-CREATE INDEX outbox_pending_idx ON @schema@.outbox (id) WHERE sent_at IS NULL;
+CREATE INDEX IF NOT EXISTS outbox_pending_idx ON @schema@.outbox (id) WHERE sent_at IS NULL;
