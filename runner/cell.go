@@ -118,6 +118,7 @@ func (c *cell) run(ctx context.Context, res *results.Cell) error {
 		return err
 	}
 	defer su.close(ctx)
+	defer c.ext.stopRelay() // a cell that ended early never flushed it
 	s := c.consume(ctx, su, t, ns)
 	if !s.started {
 		// Nothing was consumed, nor published: there is nothing to judge.

@@ -220,16 +220,22 @@ func (x *cellExternal) flush(ctx context.Context, in *inbox.Inbox) error {
 	if x == nil || x.relay == nil {
 		return nil
 	}
-	if x.stop != nil {
-		x.stop()
-		<-x.done
-	}
+	x.stopRelay()
 	fctx, cancel := context.WithTimeout(context.WithValue(ctx, relayKey{}, true), 2*time.Minute)
 	defer cancel()
 	if err := x.relay.FlushRelay(fctx, in); err != nil {
 		return fmt.Errorf("outbox relay: %w", err)
 	}
 	return nil
+}
+
+// stopRelay stops the relay started beside the consumers, if it runs.
+func (x *cellExternal) stopRelay() {
+	if x != nil && x.stop != nil {
+		x.stop()
+		<-x.done
+		x.stop = nil
+	}
 }
 
 // unavailable is the fault plan's outage of the service, as a mid-stream
