@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -74,6 +75,11 @@ type Scenario struct {
 	// for the scenario to apply; others get N/A with the strategy's
 	// reason.
 	Requires []string
+	// External marks a scenario of effects beyond the database: it runs
+	// the strategies that call the external service (inbox.CallsExternal)
+	// and judges the service's call log; the others run every other
+	// scenario. A strategy is run only in the scenarios of its kind.
+	External bool
 	Run      func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome
 }
 
@@ -91,22 +97,36 @@ func register(s *Scenario) {
 // Scenarios lists every scenario in the order they run.
 func Scenarios() []*Scenario { return registry }
 
-// Select returns the named scenarios (all when names is empty).
+// Select returns the named scenarios (all when names is empty), in the
+// order given, each once; a name may be a pattern ("external-*", as
+// path.Match reads it) that matches one or more.
 func Select(names []string) ([]*Scenario, error) {
 	if len(names) == 0 {
 		return registry, nil
 	}
 	var out []*Scenario
 	for _, n := range names {
-		i := slices.IndexFunc(registry, func(s *Scenario) bool { return s.Name == n })
-		if i < 0 {
+		n = strings.TrimSpace(n)
+		var found []*Scenario
+		for _, s := range registry {
+			if ok, err := path.Match(n, s.Name); err != nil {
+				return nil, fmt.Errorf("scenario pattern %q: %v", n, err)
+			} else if ok {
+				found = append(found, s)
+			}
+		}
+		if len(found) == 0 {
 			var all []string
 			for _, s := range registry {
 				all = append(all, s.Name)
 			}
 			return nil, fmt.Errorf("unknown scenario %q: choose from %s (bench conform --list explains each)", n, strings.Join(all, ", "))
 		}
-		out = append(out, registry[i])
+		for _, s := range found {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
 	}
 	return out, nil
 }
@@ -144,6 +164,9 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 					// since no scenario declares it.
 					if st.Broken() && !slices.Contains(sc.Catches, st.Name()) && isRegistered(st) {
 						continue
+					}
+					if inbox.CallsExternal(st) != sc.External {
+						continue // a scenario of the other kind: nothing of it to judge
 					}
 					if ctx.Err() != nil {
 						return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/runner"
 )
 
 func strategies(t *testing.T, names ...string) []inbox.Strategy {
@@ -79,6 +81,66 @@ func TestEveryNegativeControlIsCaught(t *testing.T) {
 	sum := results.Summarize(rows)
 	if sum.BrokenTotal != len(sts)-1 || sum.MutationScore != 1 {
 		t.Fatalf("mutation score %d/%d, survivors %v: every negative control must be caught", sum.BrokenCaught, sum.BrokenTotal, sum.Survivors)
+	}
+}
+
+// TestExternalScenarios: the external patterns, built in and as a
+// strategy file, pass every external-* scenario on the database-only
+// baseline, and each negative control fails with the anomaly that names
+// its bug.
+func TestExternalScenarios(t *testing.T) {
+	sts := strategies(t, "ext-key", "ext-lease", "ext-outbox", "broken-ext-new-key", "broken-ext-exists", "broken-ext-after-commit")
+	sts = append(sts, files(t, "examples/strategies/external-key.sql")...)
+	rows, _ := run(t, []string{"none"}, []string{"external-*"}, sts)
+	bug := map[string][]string{
+		"broken-ext-new-key":      {runner.ExternalDuplicate},
+		"broken-ext-exists":       {runner.ProcessingStuck},
+		"broken-ext-after-commit": {runner.ExternalDuplicate, runner.ExternalLost},
+	}
+	ran := map[string]int{}
+	for _, r := range rows {
+		if r.Verdict == results.VerdictNA {
+			continue
+		}
+		ran[r.Strategy]++
+		names, broken := bug[r.Strategy]
+		if !broken {
+			continue
+		}
+		if !slices.ContainsFunc(names, func(n string) bool { return r.Anomalies[n] > 0 }) {
+			t.Errorf("%s/%s: %s %v: want it to fail with %v", r.Scenario, r.Strategy, r.Verdict, r.Anomalies, names)
+		}
+	}
+	for _, st := range sts {
+		if ran[st.Name()] == 0 {
+			t.Errorf("%s ran in no external scenario", st.Name())
+		}
+	}
+	sum := results.Summarize(rows)
+	if sum.BrokenTotal != 3 || sum.MutationScore != 1 {
+		t.Fatalf("mutation score %d/%d, survivors %v", sum.BrokenCaught, sum.BrokenTotal, sum.Survivors)
+	}
+}
+
+// TestExternalScenariosAreApart: a database-only strategy runs in no
+// external scenario, an external one in no database scenario.
+func TestExternalScenariosAreApart(t *testing.T) {
+	scs, err := Select([]string{"external-*", "duplicate"})
+	if err != nil || len(scs) != 6 || scs[5].Name != "duplicate" {
+		t.Fatalf("Select(external-*, duplicate) = %d scenarios, %v", len(scs), err)
+	}
+	for _, sc := range scs[:5] {
+		if !sc.External {
+			t.Errorf("%s is not marked External", sc.Name)
+		}
+	}
+	if _, err := Select([]string{"nothing-*"}); err == nil {
+		t.Fatal("a pattern that matches nothing was accepted")
+	}
+	rows := Run(context.Background(), Options{Env: Env{Cfg: testenv.Require(t, testenv.Postgres)}, Scenarios: scs[:1], Brokers: []string{"none"},
+		Strategies: strategies(t, "tx")})
+	if len(rows) != 0 {
+		t.Fatalf("tx ran in %s: %+v", scs[0].Name, rows)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxbench/inboxbench/external"
 )
 
 // The checker judges a cell from what the inbox's tables hold afterwards:
@@ -190,6 +192,14 @@ type Snapshot struct {
 	// Transitions is empty without it.
 	Audited     bool
 	Transitions []Transition
+	// Unfinished are the consumer's external operations left in flight,
+	// by event key, each with what became of it: a PROCESSING or STUCK
+	// operation (ext-lease), an outbox row never sent (ext-outbox).
+	Unfinished map[string]string
+	// External is the external service's call log of the cell; the runner
+	// attaches it for a strategy that calls the service (nil: the checker
+	// judges the database alone).
+	External *external.Log
 }
 
 // ReadSnapshot reads the accounts, the consumer's inbox and parked keys
@@ -210,6 +220,9 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 	}
 	if err := each(ctx, db, "SELECT source, event_id FROM "+s+".parked WHERE consumer = $1", rowScan{[]any{&src, &id},
 		func() { snap.Parked[src+" "+id] = true }}, consumer); err != nil {
+		return nil, err
+	}
+	if err := readUnfinished(ctx, db, s, consumer, snap); err != nil {
 		return nil, err
 	}
 	if !audited {
@@ -241,6 +254,24 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 		return nil, fmt.Errorf("%w (was the audit trigger installed?)", err)
 	}
 	return snap, nil
+}
+
+// readUnfinished fills snap.Unfinished from the external strategies'
+// tables (migration 0003).
+func readUnfinished(ctx context.Context, db DB, s, consumer string, snap *Snapshot) error {
+	snap.Unfinished = map[string]string{}
+	var src, id, state string
+	var takeovers int
+	if err := each(ctx, db, "SELECT source, event_id, state, attempts FROM "+s+".external_op WHERE consumer = $1 AND state <> 'DONE'",
+		rowScan{[]any{&src, &id, &state, &takeovers}, func() {
+			snap.Unfinished[src+" "+id] = fmt.Sprintf("left %s after %d attempt(s)", state, takeovers)
+		}}, consumer); err != nil {
+		return err
+	}
+	return each(ctx, db, "SELECT source, event_id, attempts FROM "+s+".outbox WHERE consumer = $1 AND sent_at IS NULL",
+		rowScan{[]any{&src, &id, &takeovers}, func() {
+			snap.Unfinished[src+" "+id] = fmt.Sprintf("outbox row never sent (%d attempt(s) recorded)", takeovers)
+		}}, consumer)
 }
 
 // ParkedCount counts the consumer's parked events in schema.

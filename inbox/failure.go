@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxbench/inboxbench/external"
 )
 
 // Failure says why an event was not decided, in the terms a user acts on:
@@ -15,7 +17,9 @@ import (
 type Failure struct {
 	// Kind is the PostgreSQL condition name (division_by_zero,
 	// serialization_failure …), or invalid_event, beyond_retention,
-	// connection, canceled, internal.
+	// connection, canceled, internal, or for an external call
+	// external_refused, external_no_answer, external_in_progress (may
+	// heal), external_key_conflict, external_stuck, external_missing.
 	Kind     string
 	SQLState string
 	Message  string
@@ -43,6 +47,18 @@ func Describe(err error) Failure {
 		f.SQLState, f.Message = pe.Code, pe.Message
 		f.Kind = conditionName(pe.Code)
 		f.Retryable = retryableState(pe.Code)
+	case errors.Is(err, external.ErrKeyConflict):
+		f.Kind, f.Retryable = "external_key_conflict", false
+	case errors.Is(err, external.ErrRefused):
+		f.Kind = "external_refused"
+	case errors.Is(err, external.ErrUnknownOutcome):
+		f.Kind = "external_no_answer"
+	case errors.Is(err, ErrInProgress):
+		f.Kind = "external_in_progress"
+	case errors.Is(err, ErrStuck):
+		f.Kind, f.Retryable = "external_stuck", false
+	case errors.Is(err, ErrNoExternal):
+		f.Kind, f.Retryable = "external_missing", false
 	case errors.Is(err, ErrInvalidEvent):
 		f.Kind, f.Retryable = "invalid_event", false
 	case errors.Is(err, ErrUnknownResult):

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/envelope"
+	"github.com/inboxbench/inboxbench/external"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -57,6 +58,23 @@ type Options struct {
 	// keeps its already-committed inbox row). Tests use it to reproduce the
 	// article's split experiment and to widen race windows.
 	BeforeEffect func(ctx context.Context, consumer string, ev *envelope.Event) error
+
+	// External is the service beyond the database that the external
+	// strategies (ext-*, broken-ext-*, strategy files with an external
+	// step) call; without it they fail every event they would call for.
+	External external.API
+	// AfterCall, when set, runs after an external call answered and
+	// before the transaction that records its outcome commits, in every
+	// external strategy and the outbox relay. A non-nil error is the
+	// handler dying there (the runner's crash fault): the strategy returns
+	// it at once and cleans nothing up, as a dead process would not.
+	AfterCall func(ctx context.Context, consumer string, ev *envelope.Event) error
+	// Lease is how long ext-lease's PROCESSING claim keeps other
+	// deliveries of the event away (default 5s); LeaseTakeovers bounds how
+	// often an expired lease is taken over before the operation is marked
+	// STUCK and reported instead (default 20).
+	Lease          time.Duration
+	LeaseTakeovers int
 }
 
 // DefaultOptions returns the defaults.
@@ -72,6 +90,8 @@ func DefaultOptions() Options {
 		RetryBackoff:        10 * time.Millisecond,
 		MaxBackoff:          time.Second,
 		BatchSize:           500,
+		Lease:               5 * time.Second,
+		LeaseTakeovers:      20,
 	}
 }
 
@@ -106,6 +126,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BatchSize <= 0 {
 		o.BatchSize = d.BatchSize
+	}
+	if o.Lease <= 0 {
+		o.Lease = d.Lease
+	}
+	if o.LeaseTakeovers <= 0 {
+		o.LeaseTakeovers = d.LeaseTakeovers
 	}
 	return o
 }

@@ -303,15 +303,16 @@ func Retire(ctx context.Context, db DB, schema string) error {
 
 // Clear empties the tables a cell writes, between parts of a cell judged
 // one at a time (a rate search's steps), so that every part starts from
-// the same tables: accounts, parked events, idempotency keys, the audit
-// log when there is one (audited; its sentinel row stays) and, unless
+// the same tables: accounts, parked events, idempotency keys, the
+// external operations and the outbox, the audit log when there is one
+// (audited; its sentinel row stays) and, unless
 // keepInbox (the inbox holds prefilled history), the inbox.
 func Clear(ctx context.Context, db DB, schema string, keepInbox, audited bool) error {
 	if err := ValidateSchema(schema); err != nil {
 		return err
 	}
 	q := pgx.Identifier{schema}.Sanitize()
-	tables := q + ".account, " + q + ".parked, " + q + ".idempotency"
+	tables := q + ".account, " + q + ".parked, " + q + ".idempotency, " + q + ".external_op, " + q + ".outbox"
 	if !keepInbox {
 		tables += ", " + q + ".inbox"
 	}

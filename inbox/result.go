@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxbench/inboxbench/external"
 )
 
 // Result is the decision for one event under one consumer.
@@ -135,6 +137,10 @@ func classify(ctx context.Context, err error) error {
 	}
 	if ctx.Err() != nil {
 		return err
+	}
+	if external.Retryable(err) {
+		// Refused, or no answer: sent again, with the same key.
+		return &retryableError{err}
 	}
 	code := pgCode(err)
 	switch {

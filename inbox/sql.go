@@ -38,6 +38,11 @@ type sqlText struct {
 	// SQL (userpark.go).
 	parkLock, accountVersion, parkedFirst string
 	parkLockMany, parkedAmong             string
+	// The external strategies' operation state and outbox (external.go).
+	opClaim, opRead, opTakeOver, opStuck string
+	opRelease, opDone                    string
+	outboxInsert, outboxClaim            string
+	outboxSent, outboxPending            string
 }
 
 func buildSQL(schema, account string) sqlText {
@@ -50,6 +55,7 @@ func buildSQL(schema, account string) sqlText {
 	t.batch(s)
 	t.broken(s)
 	t.maintenance(s)
+	t.external(s)
 	return t
 }
 

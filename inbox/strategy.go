@@ -85,6 +85,9 @@ func DrainParkedWith(ctx context.Context, s Strategy, in *Inbox, consumer string
 	return in.DrainParked(ctx, consumer)
 }
 
+// GroupExternal names the correct external strategies in Resolve.
+const GroupExternal = "external"
+
 // DefaultStrategy is the article's transaction.
 const DefaultStrategy = "tx"
 
@@ -184,7 +187,9 @@ func Lookup(name string) (Strategy, error) {
 
 // Resolve turns a comma-separated list into strategies, in the order given,
 // without repeats. "all", "correct" and "*" expand to the correct
-// strategies only; a negative control must be named in full.
+// database-only strategies, "external" to the correct ones that call the
+// external service (they need its settings and judge its call log); a
+// negative control must be named in full.
 func Resolve(spec string) ([]Strategy, error) {
 	var out []Strategy
 	seen := map[string]bool{}
@@ -199,9 +204,9 @@ func Resolve(spec string) ([]Strategy, error) {
 		switch {
 		case part == "":
 			continue
-		case part == "all" || part == "correct" || part == "*":
+		case part == "all" || part == "correct" || part == "*" || part == GroupExternal:
 			for _, s := range Strategies() {
-				if !s.Broken() {
+				if !s.Broken() && CallsExternal(s) == (part == GroupExternal) {
 					add(s)
 				}
 			}
@@ -216,7 +221,7 @@ func Resolve(spec string) ([]Strategy, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("inbox: no strategy in %q: accepted values are all, %s", spec, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("inbox: no strategy in %q: accepted values are all, external, %s", spec, strings.Join(Names(), ", "))
 	}
 	return out, nil
 }
@@ -226,6 +231,7 @@ func init() {
 		txStrategy{}, cteStrategy{}, batchStrategy{}, pipelineStrategy{},
 		brokenSplit{}, brokenCheckThenInsert{}, brokenGlobalKey{}, brokenAggregateKey{}, brokenNoVersion{}, brokenAckBeforeCommit{},
 		brokenTTLDedup{},
+		extKey{}, extLease{}, extOutbox{}, brokenExtNewKey{}, brokenExtExists{}, brokenExtAfterCommit{},
 	} {
 		Register(s)
 	}

@@ -43,7 +43,7 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%s has no description", s.Name())
 		}
 	}
-	want := "tx cte batch pipeline broken-ack-before-commit broken-aggregate-key broken-check-then-insert broken-global-key broken-no-version broken-split broken-ttl-dedup"
+	want := "tx cte batch pipeline ext-key ext-lease ext-outbox broken-ack-before-commit broken-aggregate-key broken-check-then-insert broken-ext-after-commit broken-ext-exists broken-ext-new-key broken-global-key broken-no-version broken-split broken-ttl-dedup"
 	if strings.Join(names, " ") != want {
 		t.Fatalf("Strategies() = %v, want %s", names, want)
 	}
@@ -59,6 +59,9 @@ func TestRegistry(t *testing.T) {
 		if strings.Join(gn, ",") != "tx,cte,batch,pipeline" {
 			t.Fatalf("Resolve(%q) = %v: wildcards must expand to the correct strategies only", spec, gn)
 		}
+	}
+	if got, err := Resolve("external"); err != nil || len(got) != 3 || got[0].Name() != "ext-key" || !CallsExternal(got[2]) {
+		t.Fatalf("Resolve(external) = %v, %v: want the three correct external strategies", got, err)
 	}
 	got, err := Resolve("broken-split,tx,broken-split")
 	if err != nil || len(got) != 2 || got[0].Name() != "broken-split" {

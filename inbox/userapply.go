@@ -49,7 +49,10 @@ func (s *FileStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer strin
 	} else {
 		outs, _ = perEvent(events, func(ev *envelope.Event) Outcome { return r.event(ctx, ev) })
 	}
-	if in.opt.Parking() {
+	// A file with an external step does not park, as the built-in
+	// external strategies do not: a drained event would take effect
+	// without its call.
+	if in.opt.Parking() && s.f.header.external == "" {
 		r.parkAndDrain(ctx, events, outs, swept)
 	}
 	return outs, joinOutcomeErrors(outs)
@@ -337,6 +340,9 @@ func (r *fileRun) rows(ctx context.Context, ev *envelope.Event) Outcome {
 			}
 			res, commit, err := r.decideEffect(ctx, tx, ev)
 			o.Result = res
+			if err == nil && commit && r.s.f.header.external != "" {
+				err = r.callExternal(ctx, tx, ev)
+			}
 			return o, commit, err
 		})
 		return err
@@ -346,6 +352,63 @@ func (r *fileRun) rows(ctx context.Context, ev *envelope.Event) Outcome {
 	}
 	out.Attempts = attempts
 	return out
+}
+
+// callExternal is the file's external step, in the event's transaction
+// after @effect applied: its @external statement says what to send (no
+// row: nothing), the harness sends it, and the transaction commits only
+// after the service answered. A failed call rolls the event back and it
+// is tried again, with the key the statement gives again.
+func (r *fileRun) callExternal(ctx context.Context, tx pgx.Tx, ev *envelope.Event) error {
+	st := r.sql[secExternal][0]
+	rows, err := tx.Query(ctx, st.sql, eventArgs(st, r.consumer, ev)...)
+	if err != nil {
+		return r.s.stmtErr(st, err)
+	}
+	var key *string
+	var amount int64
+	n := 0
+	for rows.Next() {
+		if n++; n == 1 {
+			vals, err := rows.Values()
+			if err != nil {
+				rows.Close()
+				return r.s.stmtErr(st, err)
+			}
+			for i, fd := range rows.FieldDescriptions() {
+				switch fd.Name {
+				case "request_key":
+					if k, ok := vals[i].(string); ok {
+						key = &k
+					}
+				case "amount":
+					if a, ok := vals[i].(int64); ok {
+						amount = a
+					} else if a, ok := vals[i].(int32); ok {
+						amount = int64(a)
+					}
+				}
+			}
+		}
+	}
+	rows.Close()
+	switch {
+	case rows.Err() != nil:
+		return r.s.stmtErr(st, rows.Err())
+	case n == 0:
+		return nil
+	case n > 1:
+		return r.s.stmtErr(st, fmt.Errorf("the @external statement returned %d rows: want at most one (the request to send)", n))
+	}
+	req := ExternalRequest("", ev)
+	if key != nil {
+		req.Key = *key
+	}
+	req.Amount = amount
+	if _, err := r.in.pay(ctx, req); err != nil {
+		return err
+	}
+	return r.in.afterCall(ctx, r.consumer, ev)
 }
 
 // split reproduces the article's split commit for negative controls: the

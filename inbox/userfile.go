@@ -31,7 +31,7 @@ var ErrStrategyFile = errors.New("bad strategy file")
 type FileError struct {
 	Path      string
 	Line, Col int    // 0 when the error is about the whole file
-	Section   string // "ddl", "apply", "claim", "effect", "batch", "prune"; "" for the header
+	Section   string // "ddl", "apply", "claim", "effect", "batch", "prune", "external"; "" for the header
 	Index     int    // 1-based statement number within Section; 0 for the section
 	Param     string // the parameter, without its colon
 	Msg       string
@@ -103,12 +103,13 @@ const (
 	secEffect
 	secBatch
 	secPrune
+	secExternal
 	numSections
 )
 
 // sectionNames are the sections' names (the "-- @name" markers), in the
 // order they are checked and prepared.
-var sectionNames = [numSections]string{"ddl", "apply", "claim", "effect", "batch", "prune"}
+var sectionNames = [numSections]string{"ddl", "apply", "claim", "effect", "batch", "prune", "external"}
 
 func (s sectionID) String() string { return sectionNames[s] }
 
@@ -273,7 +274,37 @@ func (f *parsedFile) checkShape() error {
 			return f.header.errAt(f, "transaction", "split is the article's split-commit bug: only a negative control (broken: true) may use it")
 		}
 	}
+	if err := f.checkExternal(); err != nil {
+		return err
+	}
 	return f.checkParams()
+}
+
+// ExternalBeforeCommit is the header "external: before-commit": the file
+// has an external step, run in the event's transaction after @effect
+// applied and before the commit (the ext-key pattern).
+const ExternalBeforeCommit = "before-commit"
+
+// checkExternal checks the header's external step against the sections:
+// the header and an @external section of one statement go together, with
+// outcome: rows in one transaction.
+func (f *parsedFile) checkExternal() error {
+	h := f.header
+	n := len(f.sections[secExternal])
+	bad := func(msg string) error { return &FileError{Path: f.path, Section: secExternal.String(), Msg: msg} }
+	switch {
+	case h.external == "" && f.marked[secExternal]:
+		return bad("@external needs the header line 'external: " + ExternalBeforeCommit + "', which says when the harness calls the external service")
+	case h.external == "":
+		return nil
+	case h.outcome != OutcomeRows:
+		return h.errAt(f, "external", "needs outcome: rows: the harness calls the service after @effect changed one row, before the commit")
+	case h.transaction != TxOne:
+		return h.errAt(f, "external", "needs transaction: one: the call happens inside the event's transaction")
+	case n != 1:
+		return bad(fmt.Sprintf("external: %s needs exactly one @external statement (it returns at most one row: request_key and amount), found %d", ExternalBeforeCommit, n))
+	}
+	return nil
 }
 
 // checkOutcome infers the outcome mode from the sections when the header

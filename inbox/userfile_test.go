@@ -95,6 +95,14 @@ func TestStrategyFileBadInput(t *testing.T) {
 			[]string{"stmt-syntax.sql:4:", "@apply statement 1", "syntax error", "42601"}},
 		{"stmt-column.sql", goodClaim + "-- @effect\nUPDATE {{schema}}.account SET balance = balance + :amount WHERE id = :aggregate_id AND versoin = :version - 1\n", false,
 			[]string{"stmt-column.sql:5:88", "@effect statement 1", "versoin", "42703"}},
+		{"external-no-header.sql", goodClaim + "-- @effect\nSELECT 1\n-- @external\nSELECT '' AS request_key, 1 AS amount\n", true,
+			[]string{"external-no-header.sql", "@external", "external: before-commit"}},
+		{"external-no-section.sql", "-- external: before-commit\n" + goodClaim + "-- @effect\nSELECT 1\n", true,
+			[]string{"external-no-section.sql", "exactly one @external statement"}},
+		{"external-result.sql", "-- external: before-commit\n-- @apply\nSELECT 'APPLIED' AS result\n-- @external\nSELECT '' AS request_key, 1 AS amount\n", true,
+			[]string{"external-result.sql:1:1", "header external", "outcome: rows"}},
+		{"external-columns.sql", "-- external: before-commit\n" + goodClaim + "-- @effect\nUPDATE {{account}} SET balance = balance + :amount WHERE id = :aggregate_id AND version = :version - 1\n-- @external\nSELECT :event_id AS key\n", false,
+			[]string{"external-columns.sql:8:1", "@external statement 1", "missing request_key column", "columns key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := badFile(t, tc.name, tc.content)

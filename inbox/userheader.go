@@ -18,6 +18,8 @@ type fileHeader struct {
 	transaction     string
 	broken          bool
 	idempotencyKeys bool
+	// external is ExternalBeforeCommit for a file with an external step.
+	external string
 	// at is the byte offset of each setting's line, by key: errors found
 	// later point at it.
 	at map[string]int
@@ -47,6 +49,9 @@ var headerSettings = []headerSetting{
 	// Scope: what the file implements; scenarios testing something it
 	// does not declare are not applicable to it.
 	{key: FeatureIdempotencyKeys, values: trueFalse, set: func(h *fileHeader, v string) { h.idempotencyKeys = v == "true" }},
+	// external: the file calls the external service (its @external
+	// statement says with what key).
+	{key: "external", values: []string{ExternalBeforeCommit}, set: func(h *fileHeader, v string) { h.external = v }},
 }
 
 var headerLine = regexp.MustCompile(`^--\s*([a-z_-]+)\s*:\s*(.*?)\s*$`)

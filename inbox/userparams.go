@@ -16,7 +16,7 @@ import (
 type fileParam struct {
 	name string
 	doc  string
-	// event binds it for one event (@apply, @claim, @effect).
+	// event binds it for one event (@apply, @claim, @effect, @external).
 	event func(consumer string, ev *envelope.Event) any
 	// batch binds it for a batch (@batch): an array over the events in
 	// delivery order, or one value for the whole batch.
@@ -76,7 +76,7 @@ func eventParam[T any](name, doc string, of func(*envelope.Event) T) *fileParam 
 // allowedIn reports whether the parameter may be used in section s.
 func (p *fileParam) allowedIn(s sectionID) bool {
 	switch s {
-	case secApply, secClaim, secEffect:
+	case secApply, secClaim, secEffect, secExternal:
 		return p.event != nil
 	case secBatch:
 		return p.batch != nil

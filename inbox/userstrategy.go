@@ -133,6 +133,15 @@ func (s *FileStrategy) Hash() string { return s.f.hash }
 // Outcome is OutcomeResult, OutcomeRows or OutcomeBatch.
 func (s *FileStrategy) Outcome() string { return s.f.header.outcome }
 
+// ExternalStep implements Externals: a file with the header "external:
+// before-commit" calls the external service in the event's transaction.
+func (s *FileStrategy) ExternalStep() string {
+	if s.f.header.external == "" {
+		return ""
+	}
+	return "in the transaction, before the commit, key = its @external statement's request_key"
+}
+
 // PrefersBatches implements Batching: a file with a @batch section is
 // handed batches, as the built-in batch strategy is.
 func (s *FileStrategy) PrefersBatches() bool { return s.f.header.outcome == OutcomeBatch }
@@ -286,6 +295,8 @@ func (s *FileStrategy) checkLast(st *renderedStmt, sd *pgconn.StatementDescripti
 		return s.checkColumns(st, sd, "result")
 	case secBatch:
 		return s.checkColumns(st, sd, "ordinal", "result")
+	case secExternal:
+		return s.checkColumns(st, sd, "request_key", "amount")
 	}
 	return nil
 }
@@ -313,6 +324,12 @@ func (s *FileStrategy) checkColumns(st *renderedStmt, sd *pgconn.StatementDescri
 	for _, w := range want {
 		oid, ok := types[w]
 		switch {
+		case !ok && st.section == secExternal:
+			return ferr("missing %s column (it returns %s): the @external statement returns at most one row, with columns request_key (text: the idempotency key the call carries, '' for none) and amount (bigint: the payment); no row, no call", w, got)
+		case w == "request_key" && !textOIDs[oid]:
+			return ferr("the request_key column has type OID %d: it must be text", oid)
+		case w == "amount" && !intOIDs[oid]:
+			return ferr("the amount column has type OID %d: it must be an integer (bigint)", oid)
 		case !ok && st.section == secBatch:
 			return ferr("missing %s column (it returns %s): the last @batch statement must return one row per event with columns ordinal (its position, 1..n) and result (APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED)", w, got)
 		case !ok:

@@ -221,6 +221,35 @@ type Cell struct {
 	// medians (Aggregate), and Stats their confidence intervals.
 	Rounds []Cell     `json:"rounds,omitempty"`
 	Stats  *CellStats `json:"stats,omitempty"`
+	// External is what the external service saw of a cell whose strategy
+	// calls it (absent otherwise): its delay, and its call log counted by
+	// outcome, apart from the deliveries, executions and database effects
+	// in Counters.
+	External *External `json:"external,omitempty"`
+}
+
+// External is a cell's external service: its settings and its calls, as
+// its call log records them.
+type External struct {
+	// DelayMs is the service's time per call; TimeoutMs how long a caller
+	// waited for an answer before giving up.
+	DelayMs   float64 `json:"delay_ms"`
+	TimeoutMs float64 `json:"timeout_ms"`
+	// Calls counts the payment requests the service received; Effects
+	// those it applied (a new payment): the external effects, one per
+	// event that took effect when the strategy is right.
+	Calls   int64 `json:"calls"`
+	Effects int64 `json:"effects"`
+	// Replays are repeats of a key answered with its stored result;
+	// Conflicts keys reused with another request, refused; Refused calls
+	// refused while the service was unavailable; TimedOut calls applied
+	// whose answer was held until the caller gave up (the fault); Queries
+	// result queries by key.
+	Replays   int64 `json:"replays"`
+	Conflicts int64 `json:"conflicts"`
+	Refused   int64 `json:"refused"`
+	TimedOut  int64 `json:"timed_out"`
+	Queries   int64 `json:"queries"`
 }
 
 // Window is how a steady-state cell was measured: it warmed up until its
@@ -304,6 +333,12 @@ type Latencies struct {
 	// Spectrum is the e2e and dedup percentile spectrum for charts:
 	// percentile → microseconds.
 	Spectrum map[string][]Point `json:"spectrum,omitempty"`
+	// ExternalCall is the round trip of each answered external call as
+	// its caller saw it; ExternalE2E is from the intended publish time to
+	// the external call's answer (for the outbox, after its relay): e2e
+	// of the effect beyond the database.
+	ExternalCall Summary `json:"external_call,omitzero"`
+	ExternalE2E  Summary `json:"external_e2e,omitzero"`
 }
 
 // Summary of one latency histogram, in microseconds.

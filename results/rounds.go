@@ -39,6 +39,7 @@ func Aggregate(rounds []Cell) Cell {
 		r := &rounds[i]
 		c.DurationS += r.DurationS
 		c.Counters = AddCounters(c.Counters, r.Counters)
+		c.External = addExternal(c.External, r.External, i == 0)
 		c.Failures = append(c.Failures, r.Failures...)
 		if r.Error != "" {
 			errs = append(errs, fmt.Sprintf("round %d: %s", r.Round, r.Error))
@@ -48,6 +49,22 @@ func Aggregate(rounds []Cell) Cell {
 	c.Invariants = mergeInvariants(rounds)
 	c.Notes = mergeNotes(rounds)
 	return c
+}
+
+// addExternal sums the rounds' external calls (the settings are the
+// same in every round); first starts the sum.
+func addExternal(sum, r *External, first bool) *External {
+	switch {
+	case r == nil:
+		return sum
+	case first || sum == nil:
+		c := *r
+		return &c
+	}
+	s := *sum
+	s.Calls, s.Effects, s.Replays, s.Conflicts = s.Calls+r.Calls, s.Effects+r.Effects, s.Replays+r.Replays, s.Conflicts+r.Conflicts
+	s.Refused, s.TimedOut, s.Queries = s.Refused+r.Refused, s.TimedOut+r.TimedOut, s.Queries+r.Queries
+	return &s
 }
 
 // medianRound is the index of the round whose events/s is the median (the
@@ -124,7 +141,8 @@ func medianLatencies(rounds []Cell, spectrum map[string][]Point) Latencies {
 	}
 	l := Latencies{E2E: sum(func(l *Latencies) Summary { return l.E2E }), Publish: sum(func(l *Latencies) Summary { return l.Publish }),
 		PublishLag: sum(func(l *Latencies) Summary { return l.PublishLag }), Apply: sum(func(l *Latencies) Summary { return l.Apply }),
-		Dedup: sum(func(l *Latencies) Summary { return l.Dedup }), Spectrum: spectrum}
+		Dedup: sum(func(l *Latencies) Summary { return l.Dedup }), Spectrum: spectrum,
+		ExternalCall: sum(func(l *Latencies) Summary { return l.ExternalCall }), ExternalE2E: sum(func(l *Latencies) Summary { return l.ExternalE2E })}
 	kinds := map[string]bool{}
 	for _, r := range rounds {
 		for k := range r.Latency.ApplyByResult {

@@ -39,6 +39,10 @@ type cell struct {
 	// mean (once per broker and run); durability is its answer.
 	askDurability bool
 	durability    map[string]string
+	// ext is the cell's external service, when its strategy calls one
+	// (external.go); extFigures what it saw.
+	ext        *cellExternal
+	extFigures *results.External
 }
 
 var unsafeIdent = regexp.MustCompile(`[^a-z0-9_]+`)
@@ -104,12 +108,17 @@ func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strat
 // sustainable rate), judges what the database holds and fills res.
 func (c *cell) run(ctx context.Context, res *results.Cell) error {
 	ns := &notes{}
+	t := newTally(c.o.Measure.Latency, c.o.Limits.Retry, len(c.plan.Publishes)+len(c.o.Stream.Poison))
+	var err error
+	if c.ext, err = c.setUpExternal(ctx, t); err != nil {
+		return err
+	}
 	su, err := c.setUp(ctx, res, ns)
 	if err != nil {
 		return err
 	}
 	defer su.close(ctx)
-	t := newTally(c.o.Measure.Latency, c.o.Limits.Retry, len(c.plan.Publishes)+len(c.o.Stream.Poison))
+	defer c.ext.stopRelay() // a cell that ended early never flushed it
 	s := c.consume(ctx, su, t, ns)
 	if !s.started {
 		// Nothing was consumed, nor published: there is nothing to judge.
@@ -147,7 +156,7 @@ func (su *setup) close(ctx context.Context) {
 // driver what its confirms mean when the cell should. res records the
 // audit mode and whether the broker is the baseline.
 func (c *cell) setUp(ctx context.Context, res *results.Cell, ns *notes) (*setup, error) {
-	pool, in, err := openInbox(ctx, c.o, c.id, c.strategy, true, ns)
+	pool, in, err := openInbox(ctx, c.o, c.id, c.strategy, true, ns, c.ext.inboxOptions)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +196,9 @@ func (c *cell) setUp(ctx context.Context, res *results.Cell, ns *notes) (*setup,
 // or searches the cell's maximum sustainable rate, with the contention
 // sampler and the workload's inbox retention running beside it.
 func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) streamed {
-	h := newHandler(su.in, c.strategy, c.consumer, c.o.Spec, t, &inProcess{})
+	hk := &inProcess{}
+	h := newHandler(su.in, c.strategy, c.consumer, c.o.Spec, t, hk)
+	c.ext.setHooks(hk)
 	cons := c.consumers(su.b, h, ns)
 	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
 	if err != nil {
@@ -202,6 +213,7 @@ func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) stre
 		}
 	}
 	stopPrune := c.pruneDuring(ctx, su.pool, ns)
+	c.ext.startRelay(ctx, su.in, c.o.Spec.Consumers)
 	var s streamed
 	if c.o.Search != nil {
 		keep := c.o.Spec.InboxPrefill > 0
@@ -235,6 +247,9 @@ func (c *cell) judge(ctx context.Context, su *setup, t *tally, s streamed) (resu
 		c.o.Console.Log.Warn("final drain", "err", err)
 	}
 	t.countAll(outs)
+	if err := c.ext.flush(ctx, su.in); err != nil {
+		return results.Invariants{}, 0, err
+	}
 	if err := su.audit.finish(ctx); err != nil {
 		return results.Invariants{}, 0, err
 	}
@@ -242,7 +257,7 @@ func (c *cell) judge(ctx context.Context, su *setup, t *tally, s streamed) (resu
 	var effects int64
 	if s.judged != nil {
 		inv, effects = s.judged.inv, s.judged.effects
-	} else if inv, effects, err = Check(ctx, su.pool, c.id, c.consumer, s.plan, c.o.Measure.Audit); err != nil {
+	} else if inv, effects, c.extFigures, err = c.check(ctx, su, c.ext, s.plan); err != nil {
 		return results.Invariants{}, 0, err
 	}
 	// The cell's tables are final: autovacuum on them would run during
@@ -261,6 +276,7 @@ func (c *cell) judge(ctx context.Context, su *setup, t *tally, s streamed) (resu
 func (c *cell) fillResult(res *results.Cell, t *tally, s streamed, inv results.Invariants, effects int64, ns *notes) error {
 	res.Invariants = inv
 	fill(res, t, s, c.o.Spec.PublishRate)
+	res.External = c.extFigures
 	res.Failures = t.failures()
 	res.Mode, res.Rate = c.mode(), s.rate
 	if s.rate != nil {
@@ -351,7 +367,7 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 		return streamed{err: errors.Join(err, cons.stop(ctx))}
 	}
 	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
-	acts := newActions(c.o.Stream.Actions, info, c.o.Spec.Faults.ConsumerRestarts, f.total(), f.total()+int64(len(pub.poison)), cons, t, ns)
+	acts := newActions(c.actions(), info, c.o.Spec.Faults.ConsumerRestarts, f.total(), f.total()+int64(len(pub.poison)), cons, t, ns)
 	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.Limits.Stall, b.Capabilities().RedeliveryDelay+10*time.Second),
 		acts: acts, cons: cons, notes: ns,
 		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}
@@ -422,7 +438,7 @@ func (c *cell) feed() (*feed, func()) {
 // openInbox connects a cell's pool (named for the contention sampler) and
 // returns its inbox; with setup it first migrates the schema and prepares
 // a user strategy (a worker joins a cell the coordinator set up).
-func openInbox(ctx context.Context, o *Options, schema string, st inbox.Strategy, setup bool, ns *notes) (*pgxpool.Pool, *inbox.Inbox, error) {
+func openInbox(ctx context.Context, o *Options, schema string, st inbox.Strategy, setup bool, ns *notes, opts ...func(*inbox.Options)) (*pgxpool.Pool, *inbox.Inbox, error) {
 	pcfg, err := pgxpool.ParseConfig(o.Cfg.PGURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("postgres URL: %w", err)
@@ -434,6 +450,9 @@ func openInbox(ctx context.Context, o *Options, schema string, st inbox.Strategy
 	iopt.Schema = schema
 	iopt.DisableParking = !o.Spec.ParkingOn()
 	iopt.BatchSize = o.Spec.BatchSize
+	for _, f := range opts {
+		f(&iopt)
+	}
 	inbox.ConfigurePool(pcfg, iopt)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -102,7 +103,9 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 		h.record(ids, verdicts)
 		return verdicts
 	case len(evs) > 0:
-		h.apply(ctx, ds, evs, idx, ids, verdicts, received)
+		// The crash fault between an external call and its commit
+		// (extCaller.afterCall) ends the batch like a dead consumer.
+		crash = h.apply(ctx, ds, evs, idx, ids, verdicts, received) || crash
 	}
 	if crash {
 		h.hooks.crash(ctx) // a worker process: a real kill -9, no return
@@ -117,8 +120,9 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 }
 
 // apply runs the strategy on the decoded events (racing the storm's extra
-// appliers) and fills their verdicts.
-func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*envelope.Event, idx []int, ids []string, verdicts []brokers.Verdict, received time.Time) {
+// appliers) and fills their verdicts; died reports the handler dying
+// between an external call and its commit (the verdicts are then Crash).
+func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*envelope.Event, idx []int, ids []string, verdicts []brokers.Verdict, received time.Time) (died bool) {
 	h.t.c.executions.Add(int64(len(evs)))
 	release, wait := h.storms(ctx, evs)
 	release()
@@ -131,6 +135,8 @@ func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*enve
 		id := ids[idx[j]]
 		v := h.account(m, evs[j], out, received, now)
 		switch {
+		case errors.Is(out.Err, errDiedAfterCall):
+			died = true
 		case out.Err != nil:
 			v = h.failed(ctx, id, evs[j], inbox.Describe(out.Err))
 		case out.Result == inbox.Gap:
@@ -140,6 +146,7 @@ func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*enve
 		}
 		verdicts[idx[j]] = v
 	}
+	return died
 }
 
 // failed asks the error policy what to answer for an event that was not

@@ -23,12 +23,21 @@ const (
 	EffectWithoutInbox = "effect-without-inbox" // a business change with no dedup row
 	ParkedStuck        = "parked-stuck"         // held for a predecessor past the end of the run
 	ConflictAccepted   = "conflict-accepted"    // idempotency key reused with another payload and accepted
+	// The external side (judgeexternal.go), from the external service's
+	// call log.
+	ExternalDuplicate     = "external-duplicate"      // an event's request applied more than once at the service
+	ExternalLost          = "external-lost"           // an event took effect in the database, and the service applied no request for it
+	ExternalWithoutEffect = "external-without-effect" // a request applied for an event that never took effect in the database
+	ProcessingStuck       = "processing-stuck"        // an external operation left in flight: PROCESSING, STUCK, or an outbox row never sent
+	KeyConflictAccepted   = "key-conflict-accepted"   // the service applied, or answered with a stored result, a different request under one key
 )
 
 // AnomalyNames lists every anomaly in report order (DedupMiss comes from
-// the deliveries' decisions, decisions.go; the others from the tables).
+// the deliveries' decisions, decisions.go; the others from the tables and
+// the external service's call log).
 var AnomalyNames = []string{LostEffect, DuplicateEffect, VersionGap, StaleApplied, InboxWithoutEffect,
-	EffectWithoutInbox, ParkedStuck, ConflictAccepted, DedupMiss}
+	EffectWithoutInbox, ParkedStuck, ConflictAccepted, DedupMiss,
+	ExternalDuplicate, ExternalLost, ExternalWithoutEffect, ProcessingStuck, KeyConflictAccepted}
 
 // maxExamples bounds the concrete examples kept per anomaly.
 const maxExamples = 5
@@ -58,6 +67,10 @@ func Judge(plan *workload.Plan, snap *inbox.Snapshot, consumer string) (results.
 	effects := j.events()
 	j.mustNotApply()
 	j.finalState()
+	j.unfinished()
+	if snap.External != nil {
+		j.external(snap.External)
+	}
 	j.inv.Verdict = results.VerdictPass
 	for _, n := range j.inv.Anomalies {
 		if n > 0 {

@@ -170,7 +170,8 @@ func TestJudge(t *testing.T) {
 // checker can name.
 func TestJudgeNamesEveryAnomaly(t *testing.T) {
 	covered := []string{LostEffect, DuplicateEffect, VersionGap, StaleApplied, InboxWithoutEffect, EffectWithoutInbox, ParkedStuck, ConflictAccepted,
-		DedupMiss} // TestDecisionsCatchDedupMisses
+		DedupMiss,                                                                                    // TestDecisionsCatchDedupMisses
+		ExternalDuplicate, ExternalLost, ExternalWithoutEffect, ProcessingStuck, KeyConflictAccepted} // TestJudgeExternal
 	for _, n := range AnomalyNames {
 		if !slices.Contains(covered, n) {
 			t.Errorf("anomaly %s has no Judge test", n)

@@ -89,10 +89,30 @@ type meters struct {
 	// finished (under pubMu too).
 	lag   *hdrhistogram.Histogram
 	pubMu sync.Mutex
+	// extCall and extE2E are the external calls' round trips and their
+	// end-to-end latency (intended publish → answer), from every caller
+	// of the process: the consumers and the outbox relay.
+	extMu           sync.Mutex
+	extCall, extE2E *hdrhistogram.Histogram
 }
 
 func newMeters(enabled bool) *meters {
-	return &meters{enabled: enabled, publish: newHist(), lag: newHist()}
+	return &meters{enabled: enabled, publish: newHist(), lag: newHist(), extCall: newHist(), extE2E: newHist()}
+}
+
+// recordExternal records an answered external call that took d, made for
+// an event meant to be published at intended; what was sent during the
+// warm-up (before warmEnd, unix nanos) is not measured.
+func (ms *meters) recordExternal(d time.Duration, intended time.Time, warmEnd int64) {
+	if !ms.enabled || time.Now().UnixNano() < warmEnd {
+		return
+	}
+	ms.extMu.Lock()
+	defer ms.extMu.Unlock()
+	ms.extCall.RecordValue(micros(d))
+	if !intended.IsZero() {
+		ms.extE2E.RecordValue(micros(time.Since(intended)))
+	}
 }
 
 func (ms *meters) get(shard string) *meter {
@@ -171,6 +191,9 @@ func (ms *meters) latencies() results.Latencies {
 	for k, h := range by {
 		l.ApplyByResult[k] = summary(h)
 	}
+	ms.extMu.Lock()
+	l.ExternalCall, l.ExternalE2E = summary(ms.extCall), summary(ms.extE2E)
+	ms.extMu.Unlock()
 	return l
 }
 
@@ -235,7 +258,7 @@ func (c *counters) setConsumerSide(s results.Counters) {
 
 // export merges this process's histograms and encodes them (HdrHistogram
 // V2 compressed, base64) for the coordinator; keys are "e2e", "apply",
-// "dedup" and "apply:RESULT".
+// "dedup", "apply:RESULT", "external_call" and "external_e2e".
 func (ms *meters) export() map[string]string {
 	all := map[string]*hdrhistogram.Histogram{}
 	merge := func(k string, h *hdrhistogram.Histogram) {
@@ -259,6 +282,10 @@ func (ms *meters) export() map[string]string {
 		}
 		return true
 	})
+	ms.extMu.Lock()
+	merge("external_call", ms.extCall)
+	merge("external_e2e", ms.extE2E)
+	ms.extMu.Unlock()
 	out := map[string]string{}
 	for k, h := range all {
 		if b, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase); err == nil {
@@ -288,6 +315,14 @@ func (ms *meters) absorb(worker string, enc map[string]string) error {
 			m.dedup.Merge(h)
 		case strings.HasPrefix(k, "apply:"):
 			m.byKind[strings.TrimPrefix(k, "apply:")] = h
+		case k == "external_call" || k == "external_e2e":
+			ms.extMu.Lock()
+			if k == "external_call" {
+				ms.extCall.Merge(h)
+			} else {
+				ms.extE2E.Merge(h)
+			}
+			ms.extMu.Unlock()
 		}
 	}
 	ms.m.Store("worker "+worker, m)

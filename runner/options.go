@@ -65,7 +65,10 @@ type Options struct {
 	Search  *RateSearch  // when set: each cell's maximum sustainable rate instead of one stream (ratesearch.go)
 	Workers Workers      // the consumers as `bench worker` processes instead of goroutines (fleet.go)
 	Inbox   inbox.Layout // the plain or the time-partitioned inbox
-	Console Console      // live progress and logs
+	// External is the service beyond the database that external
+	// strategies call (external.go).
+	External ExternalService
+	Console  Console // live progress and logs
 }
 
 // Output is where a run's result goes and what it records of where the
@@ -187,6 +190,9 @@ func (o *Options) Validate() error {
 			return err
 		}
 	}
+	if err := o.validateExternal(); err != nil {
+		return err
+	}
 	if o.Inbox.Partitioned && o.Inbox.Interval != 0 {
 		if err := inbox.ValidatePartitionInterval(o.Inbox.Interval); err != nil {
 			return &config.SettingError{Key: KeyPartitionInterval, Err: err}
@@ -221,6 +227,27 @@ func (o *Options) Validate() error {
 		o.Workers.JoinTimeout = 2 * time.Minute
 	}
 	o.Console.quiet()
+	return nil
+}
+
+// validateExternal refuses what the external strategies cannot run: they
+// do not park (a version-ahead event is retried by redelivery, which a
+// reordered stream would wedge), do not take client idempotency keys, and
+// a rate search does not judge their calls.
+func (o *Options) validateExternal() error {
+	for _, n := range cellStrategies(*o) {
+		st, err := lookupStrategy(*o, n)
+		if err != nil || !inbox.CallsExternal(st) {
+			continue
+		}
+		f := o.Spec.Faults
+		switch {
+		case o.Search != nil:
+			return config.Invalid(KeySearch, nil, "%s calls an external service, and the rate search does not judge external calls: run it without the rate search", n)
+		case f.OutOfOrder > 0 || f.IdempotencyConflicts > 0:
+			return fmt.Errorf("runner: strategy %s calls an external service and neither parks version-ahead events nor takes client idempotency keys: workload %s must not set faults.out_of_order or faults.idempotency_conflicts", n, o.Spec.Name)
+		}
+	}
 	return nil
 }
 

@@ -37,6 +37,15 @@ func TestOptionsValidate(t *testing.T) {
 		}, KeySearch + ": the rate search runs its steps with in-process consumers, no backlog and no mid-stream faults: unset " + KeyWorkersLocal},
 		{"fraction above 1", func(o *Options) { o.Search = &RateSearch{Fractions: []float64{1.5}} }, KeySearchFractions + " 1.5"},
 		{"partitioned with the default interval", func(o *Options) { o.Inbox = inbox.Layout{Partitioned: true} }, ""},
+		{"an external strategy", func(o *Options) { o.Strategies = []string{"tx", "ext-lease"} }, ""},
+		{"an external strategy on a reordered stream", func(o *Options) {
+			s := *o.Spec
+			s.Faults.OutOfOrder = 0.1
+			o.Spec, o.Strategies = &s, []string{"ext-key"}
+		}, "strategy ext-key calls an external service and neither parks"},
+		{"an external strategy in a rate search", func(o *Options) {
+			o.Search, o.Strategies = &RateSearch{}, []string{"ext-outbox"}
+		}, KeySearch + ": ext-outbox calls an external service, and the rate search does not judge external calls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok()

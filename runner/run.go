@@ -44,6 +44,11 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 	if err := claim(ctx, &o); err != nil {
 		return nil, "", err
 	}
+	stopExternal, err := startExternal(ctx, &o)
+	if err != nil {
+		return nil, "", err
+	}
+	defer stopExternal()
 	var fl *fleet
 	if o.Workers.any() {
 		spec := *o.Spec

@@ -88,6 +88,7 @@ type cellRow struct {
 	spec                                        workload.Spec
 	measure                                     bool
 	retry                                       RetryBound
+	externalURL                                 string // the external service, for a strategy that calls it
 }
 
 // nextCell finds the run's first open cell this worker has not consumed
@@ -105,7 +106,7 @@ func nextCell(ctx context.Context, ctl *pgxpool.Pool, runID string, done map[str
 		return nil, "", 0, fmt.Errorf("postgres: read run %s: %w", runID, err)
 	}
 	rows, err := ctl.Query(ctx, `SELECT cell_id, broker, strategy, coalesce(strategy_path, ''), strategy_file, consumer, topic, spec, measure,
-			retry_attempts, retry_for_ms
+			retry_attempts, retry_for_ms, coalesce(external_url, '')
 		FROM inboxbench_runs.cell WHERE run_id = $1 AND state = 'open' ORDER BY seq`, runID)
 	if err != nil {
 		return nil, state, silent, err
@@ -114,7 +115,7 @@ func nextCell(ctx context.Context, ctl *pgxpool.Pool, runID string, done map[str
 	for rows.Next() {
 		var r cellRow
 		var forMS int64
-		if err := rows.Scan(&r.id, &r.broker, &r.strategy, &r.path, &r.file, &r.consumer, &r.topic, &r.spec, &r.measure, &r.retry.Attempts, &forMS); err != nil {
+		if err := rows.Scan(&r.id, &r.broker, &r.strategy, &r.path, &r.file, &r.consumer, &r.topic, &r.spec, &r.measure, &r.retry.Attempts, &forMS, &r.externalURL); err != nil {
 			return nil, state, silent, err
 		}
 		r.retry.For = time.Duration(forMS) * time.Millisecond
@@ -157,7 +158,17 @@ func workCell(ctx context.Context, base Options, ctl *pgxpool.Pool, wid string, 
 	t := newTally(row.measure, row.retry, 0) // its share of the stream is not known ahead
 	ns := &notes{}
 	m := &member{ctl: ctl, id: wid, cellID: row.id, t: t, notes: ns}
-	pool, in, err := openInbox(ctx, &o, row.id, st, false, ns)
+	var ext []func(*inbox.Options)
+	if inbox.CallsExternal(st) {
+		if row.externalURL == "" {
+			return m.fail(ctx, fmt.Errorf("%s calls an external service and the cell names none", st.Name()))
+		}
+		caller := newExtCaller(row.externalURL, row.id, o.Spec, t)
+		defer caller.client.Close()
+		caller.setHooks(m)
+		ext = append(ext, caller.options)
+	}
+	pool, in, err := openInbox(ctx, &o, row.id, st, false, ns, ext...)
 	if err != nil {
 		return m.fail(ctx, err)
 	}

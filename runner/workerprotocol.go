@@ -22,7 +22,8 @@ import (
 //
 //   - run: one row per run, with the coordinator's heartbeat;
 //   - cell: the cell being consumed (broker, strategy, schema, consumer,
-//     topic, resolved workload), open → closing → closed;
+//     topic, resolved workload, the external service's URL for a strategy
+//     that calls it), open → closing → closed;
 //   - worker: one row per worker process and cell, with its counters every
 //     quarter second and its histograms when it leaves (or dies on purpose);
 //   - answered: the messages each worker answered for good (ack or
@@ -65,6 +66,7 @@ CREATE TABLE IF NOT EXISTS inboxbench_runs.cell (
 );
 ALTER TABLE inboxbench_runs.cell ADD COLUMN IF NOT EXISTS retry_attempts int NOT NULL DEFAULT 0;
 ALTER TABLE inboxbench_runs.cell ADD COLUMN IF NOT EXISTS retry_for_ms bigint NOT NULL DEFAULT 0;
+ALTER TABLE inboxbench_runs.cell ADD COLUMN IF NOT EXISTS external_url text;
 CREATE TABLE IF NOT EXISTS inboxbench_runs.worker (
     cell_id   text NOT NULL REFERENCES inboxbench_runs.cell ON DELETE CASCADE,
     worker_id text NOT NULL,

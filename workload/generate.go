@@ -307,6 +307,20 @@ func (s *Spec) CrashAfterCommit(e *envelope.Event) bool {
 	return e.Attempt == 0 && s.Faults.CrashAfterCommit > 0 && chance(s.Seed, "crash", e.Key(), s.Faults.CrashAfterCommit)
 }
 
+// ExternalTimeoutFault reports whether the external call made for the
+// event with this key ("source id") is to time out after the service
+// applied it (the service fires it once per event).
+func (s *Spec) ExternalTimeoutFault(key string) bool {
+	return s.Faults.ExternalTimeout > 0 && chance(s.Seed, "external-timeout", key, s.Faults.ExternalTimeout)
+}
+
+// CrashAfterCall reports whether the handler must die between the
+// external call of the event with this key and the commit that records
+// it (the caller makes it happen once per event).
+func (s *Spec) CrashAfterCall(key string) bool {
+	return s.Faults.CrashAfterCall > 0 && chance(s.Seed, "crash-after-call", key, s.Faults.CrashAfterCall)
+}
+
 // Storm reports whether this event is delivered to StormConsumers
 // consumers at once.
 func (s *Spec) Storm(e *envelope.Event) bool {

@@ -76,7 +76,8 @@ type Spec struct {
 	Consumers int `yaml:"consumers" json:"consumers"`
 	// Shards is the partition / queue count (per-key order holds per shard).
 	Shards int `yaml:"shards" json:"shards"`
-	// Strategy is the default inbox strategy when --strategies is not given.
+	// Strategy is the default inbox strategy, or a comma-separated list of
+	// them as --strategies takes, when --strategies is not given.
 	Strategy  string `yaml:"strategy" json:"strategy"`
 	BatchSize int    `yaml:"batch_size" json:"batch_size"`
 	// Parking holds version-ahead events until their predecessor commits.
@@ -93,6 +94,44 @@ type Spec struct {
 	// cleaning up costs the stream it runs beside.
 	InboxPruneEvery Duration `yaml:"inbox_prune_every" json:"inbox_prune_every,omitempty"`
 	InboxPruneKeep  Duration `yaml:"inbox_prune_keep" json:"inbox_prune_keep,omitempty"`
+	// External is the external service that the external strategies
+	// call (ext-*: a payment per applied increment), and how they call it.
+	External External `yaml:"external" json:"external,omitzero"`
+}
+
+// External sets the external service and its callers.
+type External struct {
+	// Delay is the service's time per call, spent before it answers:
+	// what a slow provider does to throughput and lock waits.
+	Delay Duration `yaml:"delay" json:"delay,omitempty"`
+	// Timeout is how long a caller waits for an answer before it gives
+	// up, not knowing whether the call was applied (default 1s).
+	Timeout Duration `yaml:"timeout" json:"timeout,omitempty"`
+	// Lease is how long ext-lease's PROCESSING claim keeps other
+	// deliveries away (default 5s).
+	Lease Duration `yaml:"lease" json:"lease,omitempty"`
+}
+
+// Bounds of the external settings.
+const (
+	MaxExternalDelay   = 10 * time.Second
+	MaxExternalTimeout = time.Minute
+)
+
+// ExternalTimeoutOrDefault is External.Timeout, or its default.
+func (s *Spec) ExternalTimeoutOrDefault() time.Duration {
+	if s.External.Timeout > 0 {
+		return s.External.Timeout.D()
+	}
+	return time.Second
+}
+
+// ExternalLeaseOrDefault is External.Lease, or its default.
+func (s *Spec) ExternalLeaseOrDefault() time.Duration {
+	if s.External.Lease > 0 {
+		return s.External.Lease.D()
+	}
+	return 5 * time.Second
 }
 
 // MaxInboxPrefill bounds inbox_prefill: about 20 GB of inbox per cell.
@@ -142,6 +181,19 @@ type Faults struct {
 	// (must not take effect again) and a different request reusing the key
 	// (must be rejected as CONFLICT).
 	IdempotencyConflicts float64 `yaml:"idempotency_conflicts" json:"idempotency_conflicts"`
+	// The external service's faults (for strategies that call it).
+	// ExternalTimeout: the service applies the external call of this
+	// share of events and holds its answer until the caller gives up, so
+	// the call times out after it was applied (once per event).
+	ExternalTimeout float64 `yaml:"external_timeout" json:"external_timeout,omitempty"`
+	// CrashAfterCall: the handler dies between this share of events'
+	// external call and the database commit that records it (once per
+	// event; in a worker process a real kill -9). The crash between the
+	// commit and the ack is CrashAfterCommit.
+	CrashAfterCall float64 `yaml:"crash_after_call" json:"crash_after_call,omitempty"`
+	// ExternalUnavailable: the service refuses every call for this long,
+	// once, when a third of the stream has been answered.
+	ExternalUnavailable Duration `yaml:"external_unavailable" json:"external_unavailable,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s", "2m" in YAML and JSON.
@@ -278,8 +330,8 @@ func cleanYAMLError(err error) string {
 func fieldNames() []string {
 	return []string{"name", "seed", "aggregates", "events", "duration", "warmup", "measure", "warmup_max", "max_backlog", "rounds", "amount{distribution,min,max}",
 		"key_skew{kind,s,hot_share}", "snapshot_ratio", "message_size", "publish_rate", "consumers", "shards",
-		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts}",
-		"inbox_prefill", "inbox_prefill_age", "inbox_prune_every", "inbox_prune_keep"}
+		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts,external_timeout,crash_after_call,external_unavailable}",
+		"inbox_prefill", "inbox_prefill_age", "inbox_prune_every", "inbox_prune_keep", "external{delay,timeout,lease}"}
 }
 
 // Bounds a workload file is checked against. Each keeps a run inside what
@@ -338,7 +390,8 @@ func (s *Spec) floatFields() []floatField {
 		{"key_skew.s", s.Skew.S, false}, {"key_skew.hot_share", s.Skew.HotShare, false},
 		{"faults.duplicate_republish", f.DuplicateRepublish, true}, {"faults.crash_after_commit", f.CrashAfterCommit, true},
 		{"faults.out_of_order", f.OutOfOrder, true}, {"faults.concurrent_duplicates", f.ConcurrentDuplicates, true},
-		{"faults.publisher_retry", f.PublisherRetry, true}, {"faults.idempotency_conflicts", f.IdempotencyConflicts, true}}
+		{"faults.publisher_retry", f.PublisherRetry, true}, {"faults.idempotency_conflicts", f.IdempotencyConflicts, true},
+		{"faults.external_timeout", f.ExternalTimeout, true}, {"faults.crash_after_call", f.CrashAfterCall, true}}
 }
 
 // validateFloats rejects NaN and infinities everywhere (a NaN compares
@@ -456,7 +509,28 @@ func (s *Spec) validateFaults() error {
 	case f.OutOfOrder > 0 && !s.ParkingOn():
 		return fmt.Errorf("faults.out_of_order: %v with parking off: gaps would be rejected and retried by redelivery; turn parking on or set out_of_order to 0", f.OutOfOrder)
 	}
+	if err := s.validateExternal(); err != nil {
+		return err
+	}
 	return s.validateInbox()
+}
+
+// validateExternal checks the external service's settings and faults.
+func (s *Spec) validateExternal() error {
+	x, f := s.External, s.Faults
+	switch {
+	case x.Delay < 0 || x.Delay.D() > MaxExternalDelay:
+		return fmt.Errorf("external.delay: %s: use 0 to %s", x.Delay.D(), MaxExternalDelay)
+	case x.Timeout < 0 || (x.Timeout > 0 && x.Timeout.D() < 10*time.Millisecond) || x.Timeout.D() > MaxExternalTimeout:
+		return fmt.Errorf("external.timeout: %s: use 10ms to %s, or leave it out (1s)", x.Timeout.D(), MaxExternalTimeout)
+	case x.Delay > 0 && x.Delay.D() >= s.ExternalTimeoutOrDefault():
+		return fmt.Errorf("external.delay: %s is not below external.timeout (%s): every call would time out", x.Delay.D(), s.ExternalTimeoutOrDefault())
+	case x.Lease < 0 || (x.Lease > 0 && x.Lease.D() <= s.ExternalTimeoutOrDefault()) || x.Lease.D() > time.Hour:
+		return fmt.Errorf("external.lease: %s: use more than external.timeout (%s), at most 1h, or leave it out (5s): a lease shorter than a call lets a second delivery take over a call still in flight", x.Lease.D(), s.ExternalTimeoutOrDefault())
+	case f.ExternalUnavailable < 0 || f.ExternalUnavailable.D() > 10*time.Minute:
+		return fmt.Errorf("faults.external_unavailable: %s: use 0 to 10m", f.ExternalUnavailable.D())
+	}
+	return nil
 }
 
 // validateInbox checks the prefill and the retention run during a cell.

@@ -167,6 +167,27 @@ func TestPerEventFaultsArePure(t *testing.T) {
 	if s.CrashAfterCommit(&retry) {
 		t.Fatal("a republished copy must not crash again: the fault is on the first delivery")
 	}
+	// The external faults: a pure function of the event, each its own.
+	s.Faults.ExternalTimeout, s.Faults.CrashAfterCall = 0.2, 0.2
+	var timeouts, calls, both int
+	for _, e := range p.Events {
+		to, cr := s.ExternalTimeoutFault(e.Key()), s.CrashAfterCall(e.Key())
+		if to != s.ExternalTimeoutFault(e.Key()) || cr != s.CrashAfterCall(e.Key()) {
+			t.Fatal("an external fault decision is not a function of the event")
+		}
+		timeouts, calls = timeouts+b2i(to), calls+b2i(cr)
+		both += b2i(to && cr)
+	}
+	if n := len(p.Events); timeouts < n/7 || timeouts > n/4 || calls < n/7 || calls > n/4 || both > n/16 {
+		t.Fatalf("external faults of %d events: %d timeouts, %d crashes, %d both: want about a fifth each, independent", n, timeouts, calls, both)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func TestEncodePadsToMessageSize(t *testing.T) {
@@ -278,6 +299,13 @@ func TestParseRejectsOutOfBounds(t *testing.T) {
 		"ratio above one":     {"faults: {crash_after_commit: 1.01}\n", "faults.crash_after_commit: 1.01 is not a ratio"},
 		"negative publish":    {"publish_rate: -1\n", "publish_rate: -1: use 0"},
 		"events beyond bound": {"events: 50000001\n", "events: 50000001: at most 50000000"},
+		"external delay":      {"external: {delay: 11s, timeout: 1m}\n", "external.delay: 11s: use 0 to 10s"},
+		"delay over timeout":  {"external: {delay: 50ms, timeout: 50ms}\n", "external.delay: 50ms is not below external.timeout (50ms)"},
+		"timeout too short":   {"external: {timeout: 1ms}\n", "external.timeout: 1ms: use 10ms to 1m0s"},
+		"lease below timeout": {"external: {timeout: 2s, lease: 1s}\n", "external.lease: 1s: use more than external.timeout (2s)"},
+		"external timeouts":   {"faults: {external_timeout: 2}\n", "faults.external_timeout: 2 is not a ratio"},
+		"crash after call":    {"faults: {crash_after_call: -0.1}\n", "faults.crash_after_call: -0.1 is not a ratio"},
+		"unavailable forever": {"faults: {external_unavailable: 11m}\n", "faults.external_unavailable: 11m0s: use 0 to 10m"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.in))
@@ -297,6 +325,7 @@ func TestParseAcceptsBounds(t *testing.T) {
 		"faults: {concurrent_duplicates: 0.1, storm_consumers: 32, consumer_restarts: 1000}\n",
 		"publish_rate: 0.001\nevents: 10000\n",
 		"key_skew: {kind: zipf, s: 1e300}\n",
+		"external: {delay: 10s, timeout: 1m, lease: 1h}\nfaults: {external_timeout: 1, crash_after_call: 1, external_unavailable: 10m}\n",
 	} {
 		if _, err := Parse([]byte(in)); err != nil {
 			t.Errorf("Parse(%q): %v", in, err)

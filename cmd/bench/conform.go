@@ -28,10 +28,14 @@ func newConformCmd(cfg *config.Config) *cobra.Command {
 concurrent, order) and the faults that happen in production (lost acks,
 republishes, rebalances, reordering, duplicate storms, a hot aggregate,
 snapshots, idempotency conflicts, retention shorter than the replay window,
-killed database connections, poison messages, a broker restart) — on every
-broker × strategy, and compares each outcome with the expectation declared
-in code: every correct strategy passes every scenario; every negative
-control (broken-*) is caught by the scenarios that target it.
+killed database connections, poison messages, a broker restart) and the
+faults of an external call (external-*: timeouts after the service applied
+the call, a handler dying between the call and the commit, the service
+unavailable) — on every broker × strategy, and compares each outcome with
+the expectation declared in code: every correct strategy passes every
+scenario of its kind (the external strategies the external-* scenarios,
+the database-only ones the others); every negative control (broken-*) is
+caught by the scenarios that target it.
 
 Prints the matrix, the article's lines, and the mutation score (negative
 controls caught / run); writes OUT/RUN_ID/conform.json for 'bench report'.
@@ -39,7 +43,8 @@ Exit 1 if any cell is not as expected — a negative control that passes is a
 failure of the suite.`,
 		Example: `  bench conform --list
   bench conform --brokers rabbitmq --scenarios duplicate --strategies tx
-  bench conform --brokers kafka,rocketmq --scenarios order,reorder`,
+  bench conform --brokers kafka,rocketmq --scenarios order,reorder
+  bench conform --brokers none,kafka --scenarios 'external-*'`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if fl.list {
@@ -50,8 +55,8 @@ failure of the suite.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&fl.brokers, "brokers", "rabbitmq,kafka,rocketmq", "comma-separated brokers (none and kafka-embedded work too)")
-	f.StringVar(&fl.scenarios, "scenarios", "", "comma-separated scenarios (default: all; see --list)")
-	f.StringVar(&fl.strategies, "strategies", "all,broken", "comma-separated strategies; 'all' = every correct one, 'broken' = every negative control")
+	f.StringVar(&fl.scenarios, "scenarios", "", "comma-separated scenarios or patterns such as 'external-*' (default: all; see --list)")
+	f.StringVar(&fl.strategies, "strategies", "all,external,broken", "comma-separated strategies; 'all' = every correct database-only one, 'external' = every correct one that calls the external service, 'broken' = every negative control")
 	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&fl.runID, "run-id", "", "name of the run directory (default: UTC timestamp + -conform)")
 	f.BoolVar(&fl.list, "list", false, "list the scenarios with what each proves, and exit")

@@ -104,7 +104,7 @@ flags or these environment variables:
 		}
 		return nil
 	}
-	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newConformCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg), newPublishCmd(cfg), newWorkerCmd(cfg), newCalibrateCmd(cfg), newCalibrateDBCmd(cfg))
+	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newConformCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg), newPublishCmd(cfg), newWorkerCmd(cfg), newCalibrateCmd(cfg), newCalibrateDBCmd(cfg), newExternalCmd(cfg))
 	for _, c := range root.Commands() {
 		groupOnly(c)
 	}

@@ -122,6 +122,8 @@ type runFlags struct {
 	partitioned, replace                      bool
 	cpuProfile                                string
 	partitionInterval                         time.Duration
+	externalURL                               string
+	externalDelay                             time.Duration
 }
 
 // register binds the flags of 'bench run' to fl.
@@ -156,6 +158,8 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&fl.backlog, "backlog", false, "publish each cell's whole stream before its consumers start, and measure the drain")
 	f.BoolVar(&fl.partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
 	f.DurationVar(&fl.partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
+	f.StringVar(&fl.externalURL, "external-url", "", "the external service that external strategies call, started with 'bench external serve' (default: one in this process on a loopback port, which workers on other machines cannot reach)")
+	f.DurationVar(&fl.externalDelay, "external-delay", -1, "the external service's time per call, instead of the workload's external.delay")
 }
 
 // options turns the flags into runner options; what they name is read
@@ -163,13 +167,14 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 // runner.Options.Validate.
 func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace, Rounds: fl.rounds,
-		Output:  runner.Output{Dir: fl.out, Args: os.Args},
-		Measure: runner.Measure{Latency: !fl.noMeasure, Audit: !fl.noAudit},
-		Limits:  runner.Limits{Stall: fl.stall, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},
-		Stream:  runner.Stream{Backlog: fl.backlog},
-		Workers: runner.Workers{Local: fl.workers, Remote: fl.remoteWorkers, JoinTimeout: fl.join},
-		Inbox:   inbox.Layout{Partitioned: fl.partitioned, Interval: fl.partitionInterval},
-		Console: runner.Console{Progress: os.Stderr, TTY: term.IsTerminal(int(os.Stderr.Fd()))}}
+		Output:   runner.Output{Dir: fl.out, Args: os.Args},
+		Measure:  runner.Measure{Latency: !fl.noMeasure, Audit: !fl.noAudit},
+		Limits:   runner.Limits{Stall: fl.stall, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},
+		Stream:   runner.Stream{Backlog: fl.backlog},
+		Workers:  runner.Workers{Local: fl.workers, Remote: fl.remoteWorkers, JoinTimeout: fl.join},
+		Inbox:    inbox.Layout{Partitioned: fl.partitioned, Interval: fl.partitionInterval},
+		External: runner.ExternalService{URL: fl.externalURL},
+		Console:  runner.Console{Progress: os.Stderr, TTY: term.IsTerminal(int(os.Stderr.Fd()))}}
 	mode, err := inbox.ParseAuditMode(fl.audit)
 	if err != nil {
 		return o, usagef("--audit: %v", err)
@@ -180,6 +185,12 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 	}
 	if o.Spec, err = workload.Load(fl.workload); err != nil {
 		return o, usageError{err}
+	}
+	if fl.externalDelay >= 0 {
+		o.Spec.External.Delay = workload.Duration(fl.externalDelay)
+		if err := o.Spec.Validate(); err != nil {
+			return o, usagef("--external-delay %s: %v", fl.externalDelay, err)
+		}
 	}
 	if o.Brokers, err = parseBrokers(fl.brokers); err != nil {
 		return o, err
@@ -198,8 +209,14 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 		}
 	case len(o.Extra) == 0:
 		// Only the files when files are given, unless --strategies adds
-		// built-ins beside them; else the workload's strategy.
-		o.Strategies = []string{o.Spec.Strategy}
+		// built-ins beside them; else the workload's strategies.
+		ss, err := inbox.Resolve(o.Spec.Strategy)
+		if err != nil {
+			return o, usagef("workload %s: strategy %q: %v", o.Spec.Name, o.Spec.Strategy, err)
+		}
+		for _, s := range ss {
+			o.Strategies = append(o.Strategies, s.Name())
+		}
 	}
 	if fl.findMax || len(fl.search.Rates) > 0 {
 		o.Search = &fl.search

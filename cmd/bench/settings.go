@@ -36,6 +36,7 @@ var optionFlags = map[string]string{
 	runner.KeyWorkersLocal:           "workers",
 	runner.KeyWorkersRemote:          "remote-workers",
 	runner.KeyPartitionInterval:      "partition-interval",
+	runner.KeyExternalURL:            "external-url",
 	calibrate.KeyBrokers:             "brokers",
 	calibrate.KeyMessageSize:         "size",
 	calibrate.KeyShards:              "shards",

@@ -111,6 +111,7 @@ func (m *mdWriter) run(run *results.Run) {
 	m.throughput(run)
 	m.latency(run)
 	m.counters(run)
+	m.external(run)
 	m.contention(run)
 	m.anomalies(run)
 }

@@ -50,6 +50,17 @@ func WriteSummary(w io.Writer, run *results.Run) error {
 			return err
 		}
 	}
+	if rows := ExternalRows(run); len(rows) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, strings.ToUpper(strings.Join(ExternalHeader, "\t"))+"\t")
+		for _, r := range rows {
+			fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	if n := roundsNote(run); n != "" {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}
