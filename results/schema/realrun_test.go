@@ -19,7 +19,8 @@ import (
 
 // TestRunOutputValidates runs `bench run`'s code path (runner.Run, which
 // writes result.json) on the database-only baseline with duplicates,
-// crashes and a negative control, so the file carries dedup latency,
+// crashes, reordered versions and a negative control (whose split
+// commit shows on the gaps the reordering makes), so the file carries dedup latency,
 // anomalies with examples and notes, and validates what it wrote.
 func TestRunOutputValidates(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres)
@@ -34,6 +35,7 @@ shards: 2
 faults:
   duplicate_republish: 0.1
   crash_after_commit: 0.02
+  out_of_order: 0.05
 `))
 	if err != nil {
 		t.Fatal(err)
