@@ -74,11 +74,9 @@ func TestPublisherDoesNotWaitForConfirms(t *testing.T) {
 	f := planFeed(plan, spec.Publishers)
 	p := newPublisher(nil, "t", f, spec, tl, &notes{})
 	p.b, p.sender = b, b
-	start := time.Now()
-	if err := p.run(context.Background(), start); err != nil {
+	if err := p.run(context.Background(), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	elapsed := time.Since(start)
 	got, complete := f.published()
 	if !complete || len(got.Events) != len(plan.Events) {
 		t.Fatalf("published %d of %d events (complete %v)", len(got.Events), len(plan.Events), complete)
@@ -96,10 +94,6 @@ func TestPublisherDoesNotWaitForConfirms(t *testing.T) {
 	}
 	if b.most < 2 {
 		t.Errorf("at most %d call in flight: the publisher waited for confirms", b.most)
-	}
-	// 2,000 messages at 4,000/s: half a second, not the confirms' sum.
-	if want := time.Duration(float64(len(plan.Publishes)) / spec.PublishRate * float64(time.Second)); elapsed > want+time.Second {
-		t.Errorf("took %s for a %s schedule", elapsed, want)
 	}
 	if lag := p.lagSummary(); lag.Count != int64(len(plan.Publishes)) {
 		t.Errorf("publish lag recorded for %d messages, want %d", lag.Count, len(plan.Publishes))
