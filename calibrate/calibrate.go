@@ -300,7 +300,7 @@ func serverVersion(ctx context.Context, e *compose.Env, broker string) string {
 	if service == "" {
 		return ""
 	}
-	svcs, err := compose.Select([]string{service})
+	svcs, err := compose.Select(e.Variant, []string{service})
 	if err != nil {
 		return ""
 	}

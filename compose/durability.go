@@ -135,7 +135,7 @@ func needsRestart(e *Env, s Service) (from string, restart bool) {
 func StackDurability(e *Env) string {
 	seen := map[string][]string{}
 	var order []string
-	for _, s := range Services() {
+	for _, s := range Services(e.Variant) {
 		p := RecordedDurability(e, s)
 		if p == "" {
 			if _, err := os.Stat(durabilityFile(e, s)); errors.Is(err, fs.ErrNotExist) {

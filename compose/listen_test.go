@@ -103,7 +103,7 @@ func TestListenersFindsExposedSockets(t *testing.T) {
 func TestStackListensOnLoopbackOnly(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ)
 	e := &Env{Dir: testenv.StackDir(t, cfg), Cfg: cfg}
-	for _, r := range Status(context.Background(), e, Services()) {
+	for _, r := range Status(context.Background(), e, Services(VariantPlain)) {
 		if r.ListenErr != nil {
 			t.Errorf("%s: %v", r.Service, r.ListenErr)
 			continue

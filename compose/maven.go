@@ -131,7 +131,7 @@ func (r mavenRuntime) install(ctx context.Context, e *Env, dir string) error {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, "mvn", "-B", "-q",
-		"-Dmaven.repo.local="+e.Path("m2"),
+		"-Dmaven.repo.local="+e.SharedPath("m2"),
 		"-f", pomPath,
 		"dependency:copy-dependencies",
 		"-DincludeScope=runtime",

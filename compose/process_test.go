@@ -123,7 +123,7 @@ func TestKillStopsItsOwnService(t *testing.T) {
 // must be, so no pid file is trusted blindly.
 func TestStackProcsAreIdentified(t *testing.T) {
 	e := &Env{Dir: t.TempDir()}
-	for _, s := range Services() {
+	for _, s := range Services(VariantPlain) {
 		for _, p := range s.Procs(e) {
 			if len(p.Match) == 0 || !strings.HasPrefix(p.Home, e.Dir+"/") {
 				t.Errorf("%s: process %s has Match %q and Home %q: both are needed to recognise it", s.Name(), p.Name, p.Match, p.Home)

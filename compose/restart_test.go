@@ -32,7 +32,7 @@ func TestStackRestartsBackToBack(t *testing.T) {
 	}
 	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ)
 	e := &Env{Dir: testenv.StackDir(t, cfg), Cfg: cfg, Out: testWriter{t}}
-	svcs := Services()
+	svcs := Services(VariantPlain)
 	profiles := map[string]string{}
 	for _, s := range svcs {
 		if !startedHere(e, s) {

@@ -19,7 +19,10 @@ import (
 // address, so `status` works against a compose stack too).
 type Env struct {
 	Dir string // absolute stack directory, e.g. /repo/.stack
-	Cfg config.Config
+	// Variant is the stack this Env is about: VariantPlain, or a variant
+	// whose state lives in Dir/<variant> (see variant.go).
+	Variant string
+	Cfg     config.Config
 	Out io.Writer // progress lines for the user
 	// Durability is the profile `up` starts services with (stock, fsync,
 	// os; see durability.go): "" keeps the one each service was started
@@ -27,8 +30,15 @@ type Env struct {
 	Durability string
 }
 
-// Path joins elements under the stack directory.
+// Path joins elements under the directory of the Env's stack (the stack
+// directory itself for the plain stack, Dir/<variant> for a variant).
 func (e *Env) Path(elem ...string) string {
+	return filepath.Join(append([]string{variantDir(e.Dir, e.Variant)}, elem...)...)
+}
+
+// SharedPath joins elements under the stack directory itself, for what
+// every variant shares (the Maven cache, the apt log).
+func (e *Env) SharedPath(elem ...string) string {
 	return filepath.Join(append([]string{e.Dir}, elem...)...)
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -35,62 +34,6 @@ type Package struct {
 // Packager is implemented by services that need OS packages.
 type Packager interface {
 	Packages() []Package
-}
-
-// registry holds the stack's services by display order; each service's
-// file registers itself, so the stack is the set of files in this package.
-var registry = map[int]Service{}
-
-func register(order int, s Service) {
-	if _, dup := registry[order]; dup {
-		panic(fmt.Sprintf("compose: two services registered at position %d", order))
-	}
-	registry[order] = s
-}
-
-// Services returns the services of the local stack in display order.
-func Services() []Service {
-	keys := make([]int, 0, len(registry))
-	for k := range registry {
-		keys = append(keys, k)
-	}
-	sort.Ints(keys)
-	out := make([]Service, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, registry[k])
-	}
-	return out
-}
-
-// Select returns the named services; an empty list selects all of them.
-func Select(names []string) ([]Service, error) {
-	all := Services()
-	if len(names) == 0 {
-		return all, nil
-	}
-	var out []Service
-	for _, n := range names {
-		found := false
-		for _, s := range all {
-			if s.Name() == n {
-				out = append(out, s)
-				found = true
-			}
-		}
-		if !found {
-			return nil, usageErrorf("unknown service %q: choose from %s", n, strings.Join(Names(), ", "))
-		}
-	}
-	return out, nil
-}
-
-// Names lists the service names.
-func Names() []string {
-	var out []string
-	for _, s := range Services() {
-		out = append(out, s.Name())
-	}
-	return out
 }
 
 // readyTimeout bounds how long `up` waits for one service.
@@ -128,8 +71,8 @@ func EnsurePackages(ctx context.Context, e *Env, svcs []Service) error {
 	if _, err := exec.LookPath("apt-get"); err != nil || os.Geteuid() != 0 {
 		return usageErrorf("missing packages %s: run\n  sudo apt-get update && sudo %s\nthen run the command again", strings.Join(missing, ", "), cmdline)
 	}
-	fmt.Fprintf(e.Out, "installing %s with apt-get (log: %s)\n", strings.Join(missing, ", "), e.Path("apt.log"))
-	log := e.Path("apt.log")
+	fmt.Fprintf(e.Out, "installing %s with apt-get (log: %s)\n", strings.Join(missing, ", "), e.SharedPath("apt.log"))
+	log := e.SharedPath("apt.log")
 	if err := RunLogged(ctx, log, exec.CommandContext(ctx, "apt-get", "update", "-q")); err != nil {
 		return err
 	}
@@ -161,7 +104,7 @@ func denyServiceStarts() (func(), error) {
 // parallel, and waits for protocol-level readiness of each. A healthy
 // service is reused, so Up is idempotent.
 func Up(ctx context.Context, e *Env, svcs []Service) error {
-	if err := os.MkdirAll(e.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(e.Path(), 0o755); err != nil {
 		return err
 	}
 	if err := EnsurePackages(ctx, e, svcs); err != nil {
@@ -206,7 +149,7 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 			return serviceError(e, s, usageErrorf("runs with durability %q, %q asked for, but this stack did not start it (no live pid file): change its settings yourself", from, e.Durability))
 		}
 		say("durability %s → %s: restarting", from, e.Durability)
-		if err := Down(ctx, &Env{Dir: e.Dir, Cfg: e.Cfg, Out: io.Discard}, []Service{s}, false); err != nil {
+		if err := Down(ctx, &Env{Dir: e.Dir, Variant: e.Variant, Cfg: e.Cfg, Out: io.Discard}, []Service{s}, false); err != nil {
 			return serviceError(e, s, err)
 		}
 	}

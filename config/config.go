@@ -123,6 +123,9 @@ type Config struct {
 	// vals holds the registered settings by key; shared by copies, so
 	// changes go through With.
 	vals map[string]string
+	// given marks the keys the user set, by environment variable or flag
+	// (WithDefaults leaves them alone); shared by copies like vals.
+	given map[string]bool
 }
 
 // Default returns the local-stack configuration.
@@ -192,6 +195,30 @@ func lookup(key string) Setting {
 	return Setting{}
 }
 
+// Given reports whether the user set key, by environment variable or flag.
+func (c Config) Given(key string) bool { return c.given[key] }
+
+// WithDefaults returns a copy of c in which every key of values that the
+// user did not set takes the value given here: what a local stack other
+// than the plain one (compose's variants) supplies for its endpoints,
+// under whatever the user set explicitly.
+func (c Config) WithDefaults(values map[string]string) Config {
+	n := c
+	for k, v := range values {
+		if !c.given[k] {
+			n = n.With(k, v)
+		}
+	}
+	return n
+}
+
+func (c *Config) markGiven(key string) {
+	if c.given == nil {
+		c.given = map[string]bool{}
+	}
+	c.given[key] = true
+}
+
 // FromEnv returns the defaults overridden by INBOXBENCH_* variables.
 func FromEnv() (Config, error) {
 	c := Default()
@@ -201,6 +228,7 @@ func FromEnv() (Config, error) {
 				return c, fmt.Errorf("%s is set but empty: give at least one host:port, or unset it to use the local stack", s.Env)
 			}
 			c = c.With(s.Key, v)
+			c.markGiven(s.Key)
 		}
 	}
 	return c, c.Validate()
@@ -215,7 +243,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	for _, s := range Settings() {
 		usage := s.Usage + " (env " + s.Env + ")"
 		if f := c.field(s.Key); f != nil {
-			fs.StringVar(f, s.Flag, *f, usage)
+			fs.Var(&fieldFlag{c: c, key: s.Key, p: f}, s.Flag, usage)
 			continue
 		}
 		v := &flagValue{c: c, s: s}
@@ -225,6 +253,21 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 			fl.NoOptDefVal = "true"
 		}
 	}
+}
+
+// fieldFlag is a pflag.Value writing into one of Config's own fields.
+type fieldFlag struct {
+	c   *Config
+	key string
+	p   *string
+}
+
+func (f *fieldFlag) String() string { return *f.p }
+func (f *fieldFlag) Type() string   { return "string" }
+func (f *fieldFlag) Set(x string) error {
+	*f.p = x
+	f.c.markGiven(f.key)
+	return nil
 }
 
 // flagValue is a pflag.Value writing into a Config's registered settings.
@@ -247,6 +290,7 @@ func (v *flagValue) Set(x string) error {
 		}
 	}
 	v.c.vals[v.s.Key] = x
+	v.c.markGiven(v.s.Key)
 	return nil
 }
 

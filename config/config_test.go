@@ -96,3 +96,28 @@ func TestRedactArgs(t *testing.T) {
 		t.Errorf("redacted too much or the wrong thing: %s", out)
 	}
 }
+
+// TestWithDefaultsKeepsWhatTheUserGave: a value set by environment
+// variable or flag survives WithDefaults; the others take its values.
+func TestWithDefaultsKeepsWhatTheUserGave(t *testing.T) {
+	t.Setenv("INBOXBENCH_TEST_PASSWORD", "from-env")
+	c, err := FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--pg-url", "postgres://flag/x"}); err != nil {
+		t.Fatal(err)
+	}
+	got := c.WithDefaults(map[string]string{testSecret: "variant", testSeeds: "v:1", "postgres.url": "postgres://variant/x", testTLS: "true"})
+	if got.Get(testSecret) != "from-env" || got.PGURL != "postgres://flag/x" {
+		t.Errorf("WithDefaults replaced what the user gave: password %q, pg %q", got.Get(testSecret), got.PGURL)
+	}
+	if got.Get(testSeeds) != "v:1" || !got.Bool(testTLS) {
+		t.Errorf("WithDefaults left the defaults: seeds %q tls %v", got.Get(testSeeds), got.Bool(testTLS))
+	}
+	if !got.Given(testSecret) || got.Given(testSeeds) {
+		t.Errorf("Given: password %v (set by env), seeds %v (not set)", got.Given(testSecret), got.Given(testSeeds))
+	}
+}

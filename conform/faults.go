@@ -253,11 +253,15 @@ func restartBroker(e *Env) func(ctx context.Context, c runner.CellInfo) error {
 		if service == "" {
 			return fmt.Errorf("%s runs as no stack service: nothing to restart", c.Broker)
 		}
-		svcs, err := compose.Select([]string{service})
+		variant, err := compose.VariantOf(e.Cfg)
 		if err != nil {
 			return err
 		}
-		env := &compose.Env{Dir: e.StackDir, Cfg: e.Cfg, Out: io.Discard}
+		env := &compose.Env{Dir: e.StackDir, Variant: variant, Cfg: e.Cfg, Out: io.Discard}
+		svcs, err := compose.Select(variant, []string{service})
+		if err != nil {
+			return err
+		}
 		if _, ours := svcs[0].Procs(env)[0].PID(); !ours {
 			return fmt.Errorf("%s is not run by this stack (%s): restart it yourself or skip broker-restart", c.Broker, e.StackDir)
 		}

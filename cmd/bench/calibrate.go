@@ -66,7 +66,7 @@ steadier than the rates.`,
 			if err != nil {
 				return err
 			}
-			dir, err := compose.AbsDir(cfg.StackDir)
+			stack, err := compose.NewEnv(*cfg, os.Stderr)
 			if err != nil {
 				return err
 			}
@@ -78,7 +78,7 @@ steadier than the rates.`,
 				runID = "calibrate-" + time.Now().UTC().Format("20060102-150405")
 			}
 			o := calibrate.Options{Brokers: bs, Shape: shape, Duration: duration, Warmup: warmup, MaxDrain: maxDrain, Rounds: rounds, Rates: rates,
-				Cfg: *cfg, Stack: &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, Progress: os.Stderr, RunID: runID}
+				Cfg: *cfg, Stack: stack, Progress: os.Stderr, RunID: runID}
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}

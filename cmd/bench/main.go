@@ -102,6 +102,16 @@ flags or these environment variables:
 		if err := cfg.Validate(); err != nil {
 			return usageError{err}
 		}
+		// --topology/--secure: the endpoints of that local stack, under
+		// what the user set. `bench stack` starts the variant (and says
+		// what is wrong with the choice), so it needs none of them yet.
+		applied, err := compose.ApplyVariant(*cfg)
+		if err != nil && !under(c, "stack") {
+			return usageError{err}
+		}
+		if err == nil {
+			*cfg = applied
+		}
 		return nil
 	}
 	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newConformCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg), newPublishCmd(cfg), newWorkerCmd(cfg), newCalibrateCmd(cfg), newCalibrateDBCmd(cfg), newExternalCmd(cfg))
@@ -109,6 +119,17 @@ flags or these environment variables:
 		groupOnly(c)
 	}
 	return root
+}
+
+// under reports whether c is the top-level command name or one of its
+// subcommands.
+func under(c *cobra.Command, name string) bool {
+	for ; c != nil && c.HasParent(); c = c.Parent() {
+		if c.Name() == name && !c.Parent().HasParent() {
+			return true
+		}
+	}
+	return false
 }
 
 // groupOnly makes a command that only groups subcommands print its help

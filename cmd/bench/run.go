@@ -270,8 +270,11 @@ func parseBrokers(list string) ([]string, error) {
 // published, so a stopped broker is a clear error naming it, and returns
 // their versions for the result's env.
 func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[string]string, error) {
-	dir, _ := compose.AbsDir(cfg.StackDir)
-	return checkReachable(ctx, &compose.Env{Dir: dir, Cfg: *cfg, Out: os.Stderr}, append([]string{"postgres"}, brokerServices(bs)...))
+	e, err := compose.NewEnv(*cfg, os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	return checkReachable(ctx, e, append([]string{"postgres"}, brokerServices(bs)...))
 }
 
 // brokerServices are the stack services the brokers run as, each once:
@@ -293,7 +296,7 @@ func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[st
 	if len(names) == 0 {
 		return map[string]string{}, nil // compose.Select would select every service
 	}
-	svcs, err := compose.Select(names)
+	svcs, err := compose.Select(e.Variant, names)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +312,7 @@ func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[st
 		versions[r.Service] = r.Version
 	}
 	if len(bad) > 0 {
-		return nil, fmt.Errorf("not reachable:\n  %s\nstart the local stack with 'bench stack up' or point the flags/INBOXBENCH_* variables at your servers", strings.Join(bad, "\n  "))
+		return nil, fmt.Errorf("not reachable:\n  %s\nstart the local stack with 'bench stack up%s' or point the flags/INBOXBENCH_* variables at your servers", strings.Join(bad, "\n  "), compose.VariantFlag(e.Variant))
 	}
 	return versions, nil
 }
@@ -331,11 +334,14 @@ func verdictError(run *results.Run) error {
 // serverDurability reads what a PostgreSQL commit means and the local
 // stack's durability profile, for the result's environment.
 func serverDurability(ctx context.Context, cfg *config.Config) *results.Durability {
-	dir, _ := compose.AbsDir(cfg.StackDir)
 	var env results.Env
+	e, err := compose.NewEnv(*cfg, nil)
+	if err != nil {
+		return nil
+	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	compose.FillDurability(dctx, &compose.Env{Dir: dir, Cfg: *cfg}, &env)
+	compose.FillDurability(dctx, e, &env)
 	return env.Durability
 }
 

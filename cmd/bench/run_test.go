@@ -17,7 +17,7 @@ func TestBrokerServicesComeFromTheDrivers(t *testing.T) {
 		t.Errorf("brokerServices = %v, want %v", got, want)
 	}
 	for _, s := range brokerServices(brokers.Names()) {
-		if _, err := compose.Select([]string{s}); err != nil {
+		if _, err := compose.Select(compose.VariantPlain, []string{s}); err != nil {
 			t.Errorf("a driver runs as service %q, which the stack does not have: %v", s, err)
 		}
 	}

@@ -29,7 +29,14 @@ otherwise the command prints what to install and exits 2. Users with Docker
 can run compose/docker-compose.yml instead: it publishes the same ports, so
 every other command works against either.
 
-SERVICE arguments restrict a command to some services (default: all).`,
+SERVICE arguments restrict a command to some services (default: all).
+
+Beside this plain stack, variants run on their own loopback ports and
+directories (<stack-dir>/<variant>), so both can run at once; the global
+flag that selects one also points every other command's endpoints at it
+(a setting given by flag or INBOXBENCH_* variable still wins):
+  --topology replicated   several nodes per service, for failover
+  --secure                TLS and authentication on every service`,
 	}
 	r := stackResolver{cfg}
 	cmd.AddCommand(newStackUpCmd(r), newStackDownCmd(r), newStackStatusCmd(r), newStackLogsCmd(r))
@@ -40,15 +47,15 @@ SERVICE arguments restrict a command to some services (default: all).`,
 type stackResolver struct{ cfg *config.Config }
 
 func (r stackResolver) resolve(args []string) (*compose.Env, []compose.Service, error) {
-	svcs, err := compose.Select(args)
+	e, err := compose.NewEnv(*r.cfg, os.Stdout)
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
-	dir, err := compose.AbsDir(r.cfg.StackDir)
+	svcs, err := compose.Select(e.Variant, args)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, usageError{err}
 	}
-	return &compose.Env{Dir: dir, Cfg: *r.cfg, Out: os.Stdout}, svcs, nil
+	return e, svcs, nil
 }
 
 func newStackUpCmd(r stackResolver) *cobra.Command {
@@ -73,7 +80,7 @@ names the service, the command it ran and the log file to read.
           queues always fsync
 Without the flag each service keeps the profile it was started with. A
 running service whose settings differ under the new profile is restarted.`,
-		ValidArgs: compose.Names(),
+		ValidArgs: compose.Names(compose.VariantPlain),
 		RunE: func(c *cobra.Command, args []string) error {
 			e, svcs, err := r.resolve(args)
 			if err != nil {
