@@ -23,7 +23,7 @@ type Env struct {
 	// whose state lives in Dir/<variant> (see variant.go).
 	Variant string
 	Cfg     config.Config
-	Out io.Writer // progress lines for the user
+	Out     io.Writer // progress lines for the user
 	// Durability is the profile `up` starts services with (stock, fsync,
 	// os; see durability.go): "" keeps the one each service was started
 	// with. A running service with another profile is restarted.
