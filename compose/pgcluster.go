@@ -127,7 +127,9 @@ func (*PostgresCluster) Ports(*Env) []Port {
 }
 
 // durabilitySettings: the os profile sets synchronous_commit=off.
-func (*PostgresCluster) durabilitySettings(profile string) string { return pgSynchronousCommit(profile) }
+func (*PostgresCluster) durabilitySettings(profile string) string {
+	return pgSynchronousCommit(profile)
+}
 
 // Nodes implements Cluster.
 func (c *PostgresCluster) Nodes(e *Env) []Node {

@@ -206,4 +206,3 @@ func (p *progressLine) clear() {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
 }
-
