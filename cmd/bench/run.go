@@ -19,6 +19,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/failover"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/results/render"
@@ -221,6 +222,9 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 	if fl.findMax || len(fl.search.Rates) > 0 {
 		o.Search = &fl.search
 	}
+	if err := failoverPlan(&o, cfg); err != nil {
+		return o, err
+	}
 	if fl.workers > 0 {
 		if o.Workers.Cmd, err = workerCommand(); err != nil {
 			return o, err
@@ -230,6 +234,30 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 		o.RunID = runner.NewRunID()
 	}
 	return o, nil
+}
+
+// failoverPlan lets the runner inject the workload's failover faults into
+// the stack the endpoints point at, after checking that every fault can
+// hit a replicated service for every broker of the run.
+func failoverPlan(o *runner.Options, cfg *config.Config) error {
+	faults := o.Spec.Faults.Failover
+	if len(faults) == 0 {
+		return nil
+	}
+	dir, err := compose.AbsDir(cfg.StackDir)
+	if err != nil {
+		return err
+	}
+	stack := failover.Stack{Cfg: *cfg, Dir: dir}
+	for _, b := range o.Brokers {
+		for i, f := range faults {
+			if err := stack.Check(f.Target, b); err != nil {
+				return usagef("workload %s: faults.failover[%d] (%s) with broker %s: %v", o.Spec.Name, i, f.Name(), b, err)
+			}
+		}
+	}
+	o.Stream.Failover = stack.Injector()
+	return nil
 }
 
 func startCPUProfile(path string) (stop func(), err error) {
