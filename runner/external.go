@@ -1,10 +1,10 @@
 package runner
 
 import (
-	"sort"
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
