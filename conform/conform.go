@@ -53,8 +53,9 @@ type Outcome struct {
 	Err   error
 	// Faults are the faults the scenario's cell injected, with their
 	// outage; Control names the weak setting it ran under.
-	Faults  []results.Fault
-	Control string
+	Faults   []results.Fault
+	Timeline *results.Timeline
+	Control  string
 	// crashes counts the crash faults that fired (processes killed in
 	// worker mode).
 	crashes int64
@@ -258,7 +259,7 @@ func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.S
 	}()
 	out := sc.Run(ctx, e, broker, st)
 	row.Verdict, row.Anomalies, row.Examples, row.Line, row.Notes = out.Verdict, out.Anomalies, out.Examples, out.Line, out.Notes
-	row.Faults, row.Control = out.Faults, out.Control
+	row.Faults, row.Timeline, row.Control = out.Faults, out.Timeline, out.Control
 	if out.Err != nil {
 		row.Verdict = results.VerdictError
 		row.Error = out.Err.Error()

@@ -149,8 +149,9 @@ func what(cl compose.Cluster, resource string) string {
 }
 
 // killLeader: kill -9 of the leader, the harness's failover where the
-// cluster has none of its own, the node kept down for down, then started
-// again and counted back in.
+// cluster has none of its own (after the cluster's failure-detection
+// time, as a detector would notice), the node kept down for down, then
+// started again and counted back in.
 func killLeader(ctx context.Context, env *compose.Env, cl compose.Cluster, resource string, down time.Duration, hit func(string)) error {
 	victim, of, err := leader(ctx, env, cl, resource)
 	if err != nil {
@@ -160,7 +161,7 @@ func killLeader(ctx context.Context, env *compose.Env, cl compose.Cluster, resou
 		return err
 	}
 	hit(fmt.Sprintf("kill -9 of %s, the leader of %s", victim.Name, of))
-	if err := promote(ctx, env, cl, victim, hit); err != nil {
+	if err := promote(ctx, env, cl, victim, 0, hit); err != nil {
 		return err
 	}
 	if err := sleep(ctx, down); err != nil {
@@ -187,7 +188,7 @@ func pauseLeader(ctx context.Context, env *compose.Env, cl compose.Cluster, reso
 		if err := sleep(ctx, min(failureTimeout(cl), pause)); err != nil {
 			return errors.Join(err, victim.Signal(syscall.SIGCONT))
 		}
-		if err := promote(ctx, env, cl, victim, hit); err != nil {
+		if err := promote(ctx, env, cl, victim, time.Since(start), hit); err != nil {
 			return errors.Join(err, victim.Signal(syscall.SIGCONT))
 		}
 	}
@@ -215,11 +216,15 @@ func rollingRestart(ctx context.Context, env *compose.Env, cl compose.Cluster, r
 			}
 		}
 	}
-	for _, n := range nodes {
+	for i, n := range nodes {
+		if i == 0 {
+			hit(fmt.Sprintf("rolling restart of %s, in this order: %s", cl.Name(), nodeNames(nodes)))
+		}
+		start := time.Now()
 		if err := stop(ctx, env, cl, n); err != nil {
 			return fmt.Errorf("stop %s: %w", n.Name, err)
 		}
-		hit(fmt.Sprintf("%s stopped (rolling restart of %s: %s)", n.Name, cl.Name(), nodeNames(nodes)))
+		hit(fmt.Sprintf("%s stopped in %s", n.Name, time.Since(start).Round(100*time.Millisecond)))
 		if err := restart(ctx, env, cl, n, hit); err != nil {
 			return err
 		}
@@ -255,7 +260,7 @@ func killAfterLag(ctx context.Context, env *compose.Env, cl compose.Cluster, res
 		return err
 	}
 	hit("the followers resume")
-	if err := promote(ctx, env, cl, victim, hit); err != nil {
+	if err := promote(ctx, env, cl, victim, 0, hit); err != nil {
 		return err
 	}
 	if err := sleep(ctx, down); err != nil {
@@ -291,11 +296,15 @@ func detach(ctx context.Context, env *compose.Env, cl compose.Cluster, leader co
 }
 
 // promote runs the harness's failover of a cluster that has none of its
-// own (compose.Promoter).
-func promote(ctx context.Context, env *compose.Env, cl compose.Cluster, lost compose.Node, hit func(string)) error {
+// own (compose.Promoter), once its failure detection would have noticed
+// the node gone (after waited of it has passed already).
+func promote(ctx context.Context, env *compose.Env, cl compose.Cluster, lost compose.Node, waited time.Duration, hit func(string)) error {
 	p, ok := cl.(compose.Promoter)
 	if !ok {
 		return nil
+	}
+	if err := sleep(ctx, failureTimeout(cl)-waited); err != nil {
+		return err
 	}
 	n, err := p.Failover(ctx, env, lost)
 	if err != nil {

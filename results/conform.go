@@ -56,8 +56,10 @@ type ConformRow struct {
 	MustShow string `json:"must_show,omitempty"`
 	Control  string `json:"control,omitempty"`
 	// Faults are the faults the scenario injected, each with its outage
-	// (the failover scenarios).
-	Faults []Fault `json:"faults,omitempty"`
+	// (the failover scenarios), and Timeline the per-second series of its
+	// stream they were measured on.
+	Faults   []Fault   `json:"faults,omitempty"`
+	Timeline *Timeline `json:"timeline,omitempty"`
 }
 
 // AsExpected reports whether the row's verdict matches its expectation.

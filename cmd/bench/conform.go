@@ -137,6 +137,7 @@ func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
 		return err
 	}
 	_ = render.WriteMatrix(os.Stdout, rows)
+	_ = render.WriteConformFaults(os.Stdout, rows)
 	sum := results.Summarize(rows)
 	fmt.Printf("\n%d of %d cells as expected; mutation score %d/%d", sum.AsExpected, sum.Rows, sum.BrokenCaught, sum.BrokenTotal)
 	if sum.BrokenTotal > 0 {
