@@ -181,18 +181,23 @@ func (k *KafkaCluster) writeConfig(e *Env, n kafkaClusterNode) error {
 	return os.MkdirAll(filepath.Join(dir, "logs"), 0o755)
 }
 
-// Start starts every node that is not running (a node that died is
-// started alone; the others keep running).
+// Start starts every node that is not running, side by side (a node that
+// died is started alone; the others keep running).
 func (k *KafkaCluster) Start(ctx context.Context, e *Env) error {
-	for _, n := range kafkaClusterNodes {
+	var wg sync.WaitGroup
+	errs := make([]error, len(kafkaClusterNodes))
+	for i, n := range kafkaClusterNodes {
 		if k.proc(e, n).Running() {
 			continue
 		}
-		if err := k.startNode(ctx, e, n); err != nil {
-			return err
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = k.startNode(ctx, e, n)
+		}()
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // startNode writes a node's configuration, formats its storage once and
