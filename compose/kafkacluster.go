@@ -187,6 +187,7 @@ func (k *KafkaCluster) Start(ctx context.Context, e *Env) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(kafkaClusterNodes))
 	for i, n := range kafkaClusterNodes {
+		k.Nodes(e)[i].ContinueIfStopped()
 		if k.proc(e, n).Running() {
 			continue
 		}
@@ -433,6 +434,7 @@ func (k *KafkaCluster) StartNode(ctx context.Context, e *Env, name string) error
 	if err != nil {
 		return err
 	}
+	node.ContinueIfStopped()
 	if !node.Proc.Running() {
 		if err := k.startNode(ctx, e, n); err != nil {
 			return err

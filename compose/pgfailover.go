@@ -247,6 +247,7 @@ func (c *PostgresCluster) StartNode(ctx context.Context, e *Env, name string) er
 	if err != nil {
 		return err
 	}
+	c.nodeOf(e, n).ContinueIfStopped()
 	if err := c.prepare(e, n, cred); err != nil {
 		return err
 	}

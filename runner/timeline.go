@@ -159,7 +159,7 @@ func (l *faultLog) results(start time.Time, tl *timeline) []results.Fault {
 			f.Error = r.err.Error()
 		}
 		if tl != nil && len(tl.counts.Published) > 0 {
-			end := float64(len(tl.effects))
+			end := float64(len(tl.counts.Published))
 			if i+1 < len(l.faults) {
 				end = l.faults[i+1].hit.Sub(start).Seconds()
 			}
