@@ -132,14 +132,15 @@ func preRate(series []float64, atS float64) float64 {
 // rate is at least half of pre: the outage lasts from atS to its start.
 // A fault that did not slow the stream still costs the rest of the second
 // it hit in (the first whole second after it is back). Not recovered
-// (nil, false) when no such second follows; a stream with no rate before
-// the fault has nothing to lose (0, true).
+// (nil, false) when no such second follows before the series' last
+// active second; a stream with no rate before the fault, or none after
+// it (publishing had ended), has nothing to lose (0, true).
 func recovery(series []float64, pre, atS float64) (*float64, bool) {
-	if pre <= 0 {
-		zero := 0.0
+	zero := 0.0
+	if pre <= 0 || active(series) <= int(math.Ceil(atS)) {
 		return &zero, true
 	}
-	for i := int(math.Ceil(atS)); i < len(series); i++ {
+	for i := int(math.Ceil(atS)); i < active(series); i++ {
 		if series[i] >= pre/2 {
 			d := float64(i) - atS
 			return &d, true
@@ -149,7 +150,9 @@ func recovery(series []float64, pre, atS float64) (*float64, bool) {
 }
 
 // degraded counts the seconds below half of pre from the one atS falls in
-// to the later of the recovery and actionEndS, within endS.
+// to the later of the recovery and actionEndS, within endS and the
+// series' active span (after publishing ended, nothing is published, and
+// that is no outage).
 func degraded(series []float64, pre, atS, actionEndS float64, outage *float64, endS float64) int {
 	to := actionEndS
 	if outage != nil {
@@ -157,12 +160,23 @@ func degraded(series []float64, pre, atS, actionEndS float64, outage *float64, e
 	} else {
 		to = endS // not recovered: every second left
 	}
-	to = min(to, endS)
+	to = min(to, endS, float64(active(series)))
 	n := 0
 	for i := max(0, int(math.Floor(atS))); i < len(series) && float64(i) < to; i++ {
 		if series[i] < pre/2 {
 			n++
 		}
+	}
+	return n
+}
+
+// active is the length of the series up to its last nonzero second: the
+// seconds after it are the stream's end (everything published, or
+// everything consumed), not an outage.
+func active(series []float64) int {
+	n := len(series)
+	for n > 0 && series[n-1] == 0 {
+		n--
 	}
 	return n
 }

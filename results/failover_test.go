@@ -50,8 +50,9 @@ func TestComputeOutage(t *testing.T) {
 	}
 }
 
-// TestOutageNotRecovered: a rate that never comes back before the series
-// ends has no outage figure, and says so.
+// TestOutageNotRecovered: a rate that never comes back before the series'
+// last active second has no outage figure, and says so; the zeros after
+// it are the stream's end, not degraded seconds.
 func TestOutageNotRecovered(t *testing.T) {
 	pub := ints(0, 50, 50, 50, 50, 10, 0, 0)
 	o := ComputeOutage(Timeline{Published: pub, Effects: ints(0, 50, 50, 50, 50, 50, 50, 50)}, 4.2, 5, 8)
@@ -61,8 +62,13 @@ func TestOutageNotRecovered(t *testing.T) {
 	if !o.ConsumeRecovered || !same(*o.ConsumeOutageS, 0.8) {
 		t.Errorf("consumption never slowed: outage %v, want the rest of the second it hit in (0.8 s)", *o.ConsumeOutageS)
 	}
-	if o.PublishDegradedS != 3 || o.ConsumeDegradedS != 0 {
-		t.Errorf("degraded %d and %d seconds; want 5-7 not recovered (3) and none", o.PublishDegradedS, o.ConsumeDegradedS)
+	if o.PublishDegradedS != 1 || o.ConsumeDegradedS != 0 {
+		t.Errorf("degraded %d and %d seconds; want second 5 (1) and none", o.PublishDegradedS, o.ConsumeDegradedS)
+	}
+	// A fault after the publisher's last second costs publishing nothing.
+	end := ComputeOutage(Timeline{Published: ints(0, 50, 50, 50, 0, 0), Effects: ints(0, 50, 50, 50, 50, 50)}, 4.5, 9, 6)
+	if !end.PublishRecovered || *end.PublishOutageS != 0 || end.PublishDegradedS != 0 {
+		t.Errorf("a fault after publishing ended: %+v", end)
 	}
 }
 
