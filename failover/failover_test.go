@@ -136,11 +136,12 @@ func consumeAll(ctx context.Context, t *testing.T, seeds []string, topic string,
 	for len(seen) < want {
 		fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		fs := c.PollFetches(fctx)
+		timedOut := fctx.Err() != nil
 		cancel()
-		if fctx.Err() != nil {
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
+		if timedOut {
 			break
 		}
-		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
 	}
 	return len(seen)
 }
