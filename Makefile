@@ -82,9 +82,11 @@ test: fmt-check vet test-deps stack-up
 # back to the plain stack's tests; a node that does not answer fails the
 # tests by name.
 test-replicated: build
-	$(BENCH) stack up --topology replicated kafka postgres
 	@status=0; \
-	$(GO) test -count=1 -timeout 20m -p 1 -run '$(REPLICATED_TESTS)' $(REPLICATED_PKGS) || status=$$?; \
+	$(BENCH) stack up --topology replicated kafka postgres || status=$$?; \
+	if [ $$status = 0 ]; then \
+	  $(GO) test -count=1 -timeout 20m -p 1 -run '$(REPLICATED_TESTS)' $(REPLICATED_PKGS) || status=$$?; \
+	fi; \
 	$(BENCH) stack down --topology replicated || status=$$?; \
 	exit $$status
 

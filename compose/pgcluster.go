@@ -153,7 +153,9 @@ func (c *PostgresCluster) nodeOf(e *Env, n pgClusterNode) Node {
 	return Node{Name: n.name, Addr: "127.0.0.1:" + strconv.Itoa(n.port), Proc: c.proc(e, n)}
 }
 
-// Ready asks the node accepting writes for its version.
+// Ready asks the node accepting writes for its version, and requires
+// every other node streaming from it: a cluster with its standby down is
+// not ready (up then starts the node that is missing).
 func (*PostgresCluster) Ready(ctx context.Context, e *Env) (string, error) {
 	conn, err := pgx.Connect(ctx, pgClusterURL)
 	if err != nil {
@@ -161,9 +163,12 @@ func (*PostgresCluster) Ready(ctx context.Context, e *Env) (string, error) {
 	}
 	defer conn.Close(context.Background())
 	var v string
-	var port int
-	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version'), inet_server_port()").Scan(&v, &port); err != nil {
+	var port, streaming int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version'), inet_server_port(), (SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming')").Scan(&v, &port, &streaming); err != nil {
 		return "", err
+	}
+	if streaming < len(pgClusterNodes)-1 {
+		return "", fmt.Errorf("the primary on %d has %d of %d standbys streaming", port, streaming, len(pgClusterNodes)-1)
 	}
 	return fmt.Sprintf("PostgreSQL %s, primary on %d", v, port), nil
 }
@@ -245,7 +250,16 @@ func (c *PostgresCluster) Start(ctx context.Context, e *Env) error {
 			return err
 		}
 	}
-	if err := (&Postgres{}).provision(ctx, filepath.Join(c.dir(e, primary), "run"), primary.port, c.proc(e, primary)); err != nil {
+	// The primary may still name a synchronous standby that is not
+	// running (stopped with the stack): every commit, provisioning's
+	// first, would wait for it forever. Name only the running ones until
+	// the others joined.
+	if err := c.setSync(ctx, e, primary); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := (&Postgres{}).provision(pctx, filepath.Join(c.dir(e, primary), "run"), primary.port, c.proc(e, primary)); err != nil {
 		return err
 	}
 	for _, n := range pgClusterNodes {
