@@ -13,11 +13,11 @@ import (
 	"github.com/inboxbench/inboxbench/runner"
 )
 
-// TestFailoverScenariosNeedTheReplicatedStack: on the single-node stack
+// TestFailoverScenariosNAOnTheSingleNodeStack: on the single-node stack
 // every failover scenario is N/A with the reason (never ERROR, never left
 // out), and a broker that runs as no service has nothing to fail over.
 // Nothing runs, so no server is needed.
-func TestFailoverScenariosNeedTheReplicatedStack(t *testing.T) {
+func TestFailoverScenariosNAOnTheSingleNodeStack(t *testing.T) {
 	scs, err := Select([]string{"leader-kill", "pg-leader-kill", "leader-kill-weak"})
 	if err != nil {
 		t.Fatal(err)

@@ -22,10 +22,10 @@ import (
 	_ "github.com/inboxbench/inboxbench/brokers/all"
 )
 
-// TestCheckNeedsTheReplicatedStack: on the single-node stack a fault has
+// TestCheckRefusesTheSingleNodeStack: on the single-node stack a fault has
 // nothing to fail over to, and says what to run instead; a broker that
 // runs as no service has no node at all. No server is needed.
-func TestCheckNeedsTheReplicatedStack(t *testing.T) {
+func TestCheckRefusesTheSingleNodeStack(t *testing.T) {
 	s := Stack{Cfg: config.Default(), Dir: t.TempDir()}
 	err := s.Check(workload.TargetBroker, "kafka")
 	if !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), "--topology replicated") {
