@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxbench/inboxbench/config"
 )
 
 // Postgres runs a PostgreSQL cluster from Debian's package, initialised in
@@ -41,7 +43,7 @@ func (*Postgres) Name() string { return "postgres" }
 func (*Postgres) Addr(e *Env) string {
 	c, err := pgx.ParseConfig(e.Cfg.PGURL)
 	if err != nil {
-		return e.Cfg.PGURL
+		return config.Redact(e.Cfg.PGURL)
 	}
 	return fmt.Sprintf("%s:%d", c.Host, c.Port)
 }

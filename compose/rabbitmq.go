@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -46,15 +45,10 @@ func init() { register(2, &RabbitMQ{}) }
 func (*RabbitMQ) Name() string { return "rabbitmq" }
 
 func (*RabbitMQ) Addr(e *Env) string {
-	raw := e.Cfg.Get(rabbitmqbroker.SettingURL)
-	u, err := url.Parse(raw)
-	if err != nil {
-		return config.Redact(raw)
+	if a := rabbitmqbroker.Addr(e.Cfg.Get(rabbitmqbroker.SettingURL)); a != "" {
+		return a
 	}
-	if u.Port() == "" {
-		return net.JoinHostPort(u.Hostname(), "5672")
-	}
-	return u.Host
+	return "(" + rabbitmqbroker.SettingURL + " is not a valid AMQP URL)"
 }
 
 func (*RabbitMQ) Packages() []Package {
@@ -181,7 +175,11 @@ func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	conn, err := amqp.DialConfig(e.Cfg.Get(rabbitmqbroker.SettingURL), amqp.Config{Dial: amqp.DefaultDial(d)})
+	raw := e.Cfg.Get(rabbitmqbroker.SettingURL)
+	if _, err := rabbitmqbroker.ParseURL(raw); err != nil {
+		return "", config.Invalid(rabbitmqbroker.SettingURL, nil, "%v", err)
+	}
+	conn, err := amqp.DialConfig(raw, amqp.Config{Dial: amqp.DefaultDial(d)})
 	if err != nil {
 		return "", err
 	}

@@ -231,7 +231,9 @@ func FromEnv() (Config, error) {
 			c.markGiven(s.Key)
 		}
 	}
-	return c, c.Validate()
+	// Only each value on its own: the rules (Validate) wait for the flags
+	// and for the values a stack variant supplies.
+	return c, c.ValidateValues()
 }
 
 // BindFlags registers one flag per setting on fs, defaulting to the current
@@ -304,9 +306,25 @@ func (v *flagValue) Type() string {
 	return "string"
 }
 
-// Validate checks values that can be checked without a network; the error
-// is a *SettingError naming the setting's key.
+// Validate checks what can be checked without a network: each value on
+// its own, then the registered rules over settings together. The error is
+// a *SettingError naming the setting's key.
 func (c *Config) Validate() error {
+	if err := c.ValidateValues(); err != nil {
+		return err
+	}
+	for _, r := range allRules() {
+		if err := r(*c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateValues checks each value on its own, without the rules: what
+// can be told before the flags and a stack variant's values complete the
+// configuration.
+func (c *Config) ValidateValues() error {
 	for _, s := range Settings() {
 		v := c.Get(s.Key)
 		var err error
@@ -317,11 +335,7 @@ func (c *Config) Validate() error {
 			err = s.Check(v)
 		}
 		if err != nil {
-			shown := v
-			if s.Secret {
-				shown = "***"
-			}
-			return &SettingError{Key: s.Key, Value: shown, Err: fmt.Errorf("%v (%s)", err, s.Usage)}
+			return &SettingError{Key: s.Key, Value: Shown(v, s.Secret), Err: fmt.Errorf("%v (%s)", err, s.Usage)}
 		}
 	}
 	return nil

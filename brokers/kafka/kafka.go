@@ -192,7 +192,7 @@ func ClientOpts(cfg config.Config) ([]kgo.Opt, error) {
 		return nil, config.Invalid(SettingBrokers, nil, "no seed brokers configured")
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(seeds...)}
-	if cfg.Bool(SettingTLS) || caFile != "" {
+	if tlsOn(cfg) {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if caFile != "" {
 			pem, err := os.ReadFile(caFile)

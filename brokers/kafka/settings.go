@@ -35,3 +35,32 @@ func checkSASL(v string) error {
 	}
 	return fmt.Errorf("not supported: use plain, scram-sha-256 or scram-sha-512")
 }
+
+func init() { config.RegisterRule(saslRule) }
+
+// tlsOn reports whether the client connects with TLS: kafka.tls, or a CA
+// file, which implies it.
+func tlsOn(c config.Config) bool { return c.Bool(SettingTLS) || c.Get(SettingCAFile) != "" }
+
+// saslRule refuses SASL settings that would never be used or cannot
+// work (a user or password without a mechanism, a mechanism without
+// them), and PLAIN, which sends the password as it is, without TLS to a
+// host other than this one unless the user allowed it.
+func saslRule(c config.Config) error {
+	mech := strings.ToLower(c.Get(SettingSASL))
+	user, pass := c.Get(SettingUser), c.Get(SettingPassword)
+	switch {
+	case mech == "" && user != "":
+		return config.Invalid(SettingUser, user, "is never sent: %s is empty; set it to plain, scram-sha-256 or scram-sha-512 (or leave the user out)", SettingSASL)
+	case mech == "" && pass != "":
+		return config.Invalid(SettingPassword, nil, "is never sent: %s is empty; set it to plain, scram-sha-256 or scram-sha-512 (or leave the password out)", SettingSASL)
+	case mech != "" && user == "":
+		return config.Invalid(SettingUser, nil, "is empty: SASL %s (%s) needs a user", mech, SettingSASL)
+	case mech != "" && pass == "":
+		return config.Invalid(SettingPassword, nil, "is empty: SASL %s (%s) needs a password", mech, SettingSASL)
+	case mech == "plain" && !tlsOn(c) && !c.PlaintextPasswordAllowed(c.List(SettingBrokers)):
+		return config.Invalid(SettingSASL, mech, "sends the password in clear without TLS to %s: turn on %s (or use scram-sha-256 or scram-sha-512), or allow it with %s",
+			strings.Join(c.List(SettingBrokers), ","), SettingTLS, config.SettingAllowPlaintextPasswords)
+	}
+	return nil
+}

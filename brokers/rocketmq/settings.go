@@ -15,3 +15,19 @@ var (
 	SettingSecretKey = config.Register(config.Setting{Key: "rocketmq.secret-key", Flag: "rocketmq-secret-key", Env: "INBOXBENCH_ROCKETMQ_SECRET_KEY",
 		Usage: "RocketMQ ACL secret key", Secret: true})
 )
+
+func init() { config.RegisterRule(keyPairRule) }
+
+// keyPairRule refuses half an ACL key pair: without the secret the
+// library does not sign at all while the driver's own consumer would sign
+// with an empty key, and a secret without its access key signs nothing.
+func keyPairRule(c config.Config) error {
+	ak, sk := c.Get(SettingAccessKey), c.Get(SettingSecretKey)
+	switch {
+	case ak != "" && sk == "":
+		return config.Invalid(SettingSecretKey, nil, "is empty while %s is set: give both keys, or neither", SettingAccessKey)
+	case ak == "" && sk != "":
+		return config.Invalid(SettingAccessKey, nil, "is empty while %s is set: give both keys, or neither", SettingSecretKey)
+	}
+	return nil
+}

@@ -99,7 +99,7 @@ flags or these environment variables:
 		return usagef("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if err := cfg.Validate(); err != nil {
+		if err := cfg.ValidateValues(); err != nil {
 			return usageError{err}
 		}
 		// --topology/--secure: the endpoints of that local stack, under
@@ -111,6 +111,11 @@ flags or these environment variables:
 		}
 		if err == nil {
 			*cfg = applied
+		}
+		// The settings together (a user without a SASL mechanism, half a
+		// key pair, a password in clear), once the variant completed them.
+		if err := cfg.Validate(); err != nil {
+			return usageError{err}
 		}
 		return nil
 	}
