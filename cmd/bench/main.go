@@ -55,7 +55,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(stderr, "bench:", describe(err))
+	// cfg holds the variant's endpoints by now: every secret of the run
+	// is masked, in whatever form a library's error quotes it.
+	fmt.Fprintln(stderr, "bench:", cfg.RedactSecrets(describe(err)))
 	var u usageError
 	var se *config.SettingError
 	var f failure
