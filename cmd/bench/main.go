@@ -99,9 +99,6 @@ flags or these environment variables:
 		return usagef("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if err := cfg.Validate(); err != nil {
-			return usageError{err}
-		}
 		// --topology/--secure: the endpoints of that local stack, under
 		// what the user set. `bench stack` starts the variant (and says
 		// what is wrong with the choice), so it needs none of them yet.
@@ -111,6 +108,12 @@ flags or these environment variables:
 		}
 		if err == nil {
 			*cfg = applied
+		}
+		// After the variant: settings are checked together as the
+		// command will use them (a CA file the secure stack names must
+		// exist, a key pair must be whole).
+		if err := cfg.Validate(); err != nil {
+			return usageError{err}
 		}
 		return nil
 	}
