@@ -19,8 +19,6 @@ import (
 
 	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	"github.com/inboxbench/inboxbench/config"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // RabbitMQ runs a node from Debian's rabbitmq-server package as its own
@@ -181,7 +179,7 @@ func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	conn, err := amqp.DialConfig(e.Cfg.Get(rabbitmqbroker.SettingURL), amqp.Config{Dial: amqp.DefaultDial(d)})
+	conn, err := rabbitmqbroker.Dial(e.Cfg, "inboxbench-stack-status", d)
 	if err != nil {
 		return "", err
 	}
