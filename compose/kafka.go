@@ -227,7 +227,7 @@ func (k *Kafka) Ready(ctx context.Context, e *Env) (string, error) {
 	adm := kadm.NewClient(cl)
 	md, err := adm.BrokerMetadata(ctx)
 	if err != nil {
-		return "", fmt.Errorf("kafka metadata from %s: %w", k.Addr(e), err)
+		return "", fmt.Errorf("kafka metadata from %s: %w", k.Addr(e), kafkabroker.Explain(e.Cfg, err))
 	}
 	if len(md.Brokers) == 0 {
 		return "", fmt.Errorf("kafka at %s: metadata lists no broker", k.Addr(e))

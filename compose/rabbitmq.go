@@ -17,9 +17,6 @@ import (
 	"time"
 
 	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
-	"github.com/inboxbench/inboxbench/config"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // RabbitMQ runs a node from Debian's rabbitmq-server package as its own
@@ -175,11 +172,7 @@ func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	raw := e.Cfg.Get(rabbitmqbroker.SettingURL)
-	if _, err := rabbitmqbroker.ParseURL(raw); err != nil {
-		return "", config.Invalid(rabbitmqbroker.SettingURL, nil, "%v", err)
-	}
-	conn, err := amqp.DialConfig(raw, amqp.Config{Dial: amqp.DefaultDial(d)})
+	conn, err := rabbitmqbroker.Dial(e.Cfg, "inboxbench-stack-status", d)
 	if err != nil {
 		return "", err
 	}

@@ -289,9 +289,13 @@ func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if len(e.Cfg.List(rocketmqbroker.SettingNamesrv)) == 0 {
 		return "", config.Invalid(rocketmqbroker.SettingNamesrv, nil, "no name server configured")
 	}
+	rm, err := rocketmqbroker.NewRemoting(e.Cfg)
+	if err != nil {
+		return "", err
+	}
 	var errs []error
 	for _, ns := range e.Cfg.List(rocketmqbroker.SettingNamesrv) {
-		ci, err := rocketmqbroker.ClusterInfo(ctx, ns)
+		ci, err := rm.ClusterInfo(ctx, ns)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -306,7 +310,7 @@ func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
 		// still proves it is up.
 		answered := false
 		for _, a := range addrs {
-			v, err := rocketmqbroker.BrokerVersion(ctx, a)
+			v, err := rm.BrokerVersion(ctx, a)
 			if err == nil && v != "" {
 				return "RocketMQ " + v, nil
 			}

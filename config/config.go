@@ -64,7 +64,20 @@ type Setting struct {
 var (
 	registryMu sync.RWMutex
 	registry   = map[string]Setting{}
+	checks     []func(Config) error
 )
+
+// RegisterCheck adds a check of several settings together, which a
+// setting's own Check cannot see: half of a key pair, a user without the
+// mechanism that would send it. The package that owns the settings
+// registers it, next to them; Validate runs every check after each
+// setting's own, and a check's error should be a *SettingError naming
+// the setting to change.
+func RegisterCheck(check func(Config) error) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	checks = append(checks, check)
+}
 
 // Register adds a driver setting and returns its key. It panics on a
 // duplicate key, flag or variable, as a programming error found at start-up.
@@ -231,9 +244,10 @@ func FromEnv() (Config, error) {
 			c.markGiven(s.Key)
 		}
 	}
-	// Only each value on its own: the rules (Validate) wait for the flags
-	// and for the values a stack variant supplies.
-	return c, c.ValidateValues()
+	// Each setting on its own: the checks of settings together run in
+	// Validate, once a command has taken what a variant of the local
+	// stack supplies (a user's half of a key pair may be completed there).
+	return c, c.validateEach()
 }
 
 // BindFlags registers one flag per setting on fs, defaulting to the current
@@ -306,25 +320,27 @@ func (v *flagValue) Type() string {
 	return "string"
 }
 
-// Validate checks what can be checked without a network: each value on
-// its own, then the registered rules over settings together. The error is
-// a *SettingError naming the setting's key.
+// Validate checks values that can be checked without a network (a file a
+// setting names is read): each setting's own Check, then the checks of
+// settings together (RegisterCheck). The error is a *SettingError naming
+// the setting's key.
 func (c *Config) Validate() error {
-	if err := c.ValidateValues(); err != nil {
+	if err := c.validateEach(); err != nil {
 		return err
 	}
-	for _, r := range allRules() {
-		if err := r(*c); err != nil {
+	registryMu.RLock()
+	cs := append([]func(Config) error(nil), checks...)
+	registryMu.RUnlock()
+	for _, check := range cs {
+		if err := check(*c); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// ValidateValues checks each value on its own, without the rules: what
-// can be told before the flags and a stack variant's values complete the
-// configuration.
-func (c *Config) ValidateValues() error {
+// validateEach runs each setting's own Check.
+func (c *Config) validateEach() error {
 	for _, s := range Settings() {
 		v := c.Get(s.Key)
 		var err error

@@ -185,11 +185,11 @@ func TestSecretsAndRedactSecrets(t *testing.T) {
 	}
 }
 
-// TestRulesRunInValidateNotFromEnv: a registered rule refuses a
+// TestChecksRunInValidateNotFromEnv: a registered check refuses a
 // combination in Validate; FromEnv checks single values only, since flags
 // and a stack variant may complete the combination.
-func TestRulesRunInValidateNotFromEnv(t *testing.T) {
-	RegisterRule(func(c Config) error {
+func TestChecksRunInValidateNotFromEnv(t *testing.T) {
+	RegisterCheck(func(c Config) error {
 		if c.Get(testSecret) == "needs-tls" && !c.Bool(testTLS) {
 			return Invalid(testSecret, nil, "needs %s", testTLS)
 		}
@@ -198,11 +198,11 @@ func TestRulesRunInValidateNotFromEnv(t *testing.T) {
 	t.Setenv("INBOXBENCH_TEST_PASSWORD", "needs-tls")
 	c, err := FromEnv()
 	if err != nil {
-		t.Fatalf("FromEnv ran the rules: %v", err)
+		t.Fatalf("FromEnv ran the checks: %v", err)
 	}
 	var se *SettingError
 	if err := c.Validate(); !errors.As(err, &se) || se.Key != testSecret {
-		t.Fatalf("Validate: %v, want the rule's error naming %s", err, testSecret)
+		t.Fatalf("Validate: %v, want the check's error naming %s", err, testSecret)
 	}
 	c = c.With(testTLS, "true")
 	if err := c.Validate(); err != nil {

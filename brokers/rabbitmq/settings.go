@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"strconv"
@@ -10,17 +11,63 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/internal/tlsfiles"
 )
 
 // DefaultURL is the local stack's RabbitMQ: vhost, user and port 55672 are
 // contracts of `bench stack` and compose/docker-compose.yml.
 const DefaultURL = "amqp://inboxbench:inboxbench@127.0.0.1:55672/inboxbench"
 
-// SettingURL is the driver's one setting (flag, INBOXBENCH_* variable).
-var SettingURL = config.Register(config.Setting{Key: "rabbitmq.url", Flag: "rabbitmq-url", Env: "INBOXBENCH_RABBITMQ_URL",
-	Default: DefaultURL, Usage: "RabbitMQ AMQP URL (amqp:// or amqps://, with vhost and credentials)", Check: checkURL})
+// The driver's settings (flags, INBOXBENCH_* variables). TLS is the URL's
+// scheme, amqps://; the files below are its CA, client certificate and
+// key (amqp091's own cacertfile, certfile and keyfile URL parameters are
+// used only when none of them is set).
+var (
+	SettingURL = config.Register(config.Setting{Key: "rabbitmq.url", Flag: "rabbitmq-url", Env: "INBOXBENCH_RABBITMQ_URL",
+		Default: DefaultURL, Usage: "RabbitMQ AMQP URL (amqp:// or amqps:// for TLS, with vhost and credentials)", Check: checkURL})
+	SettingCAFile = config.Register(config.Setting{Key: "rabbitmq.ca-file", Flag: "rabbitmq-ca-file", Env: "INBOXBENCH_RABBITMQ_CA_FILE",
+		Usage: "PEM file of CA certificates for RabbitMQ TLS (amqps://; default: system roots)"})
+	SettingCertFile = config.Register(config.Setting{Key: "rabbitmq.cert-file", Flag: "rabbitmq-cert-file", Env: "INBOXBENCH_RABBITMQ_CERT_FILE",
+		Usage: "PEM client certificate for RabbitMQ TLS (with rabbitmq.key-file), for nodes that verify their peers"})
+	SettingKeyFile = config.Register(config.Setting{Key: "rabbitmq.key-file", Flag: "rabbitmq-key-file", Env: "INBOXBENCH_RABBITMQ_KEY_FILE",
+		Usage: "PEM private key of the RabbitMQ client certificate"})
+	SettingServerName = config.Register(config.Setting{Key: "rabbitmq.server-name", Flag: "rabbitmq-server-name", Env: "INBOXBENCH_RABBITMQ_SERVER_NAME",
+		Usage: "name the RabbitMQ node's certificate must hold (default: the URL's host)"})
+	SettingSASL = config.Register(config.Setting{Key: "rabbitmq.sasl", Flag: "rabbitmq-sasl", Env: "INBOXBENCH_RABBITMQ_SASL",
+		Usage: "RabbitMQ SASL mechanism: plain (the URL's user and password; default) or external (the client certificate's identity)", Check: checkSASL})
+)
 
-func init() { config.RegisterRule(plaintextRule) }
+// SASL mechanisms.
+const (
+	SASLPlain    = "plain"
+	SASLExternal = "external"
+)
+
+// tlsKeys are the driver's TLS settings.
+var tlsKeys = tlsfiles.Keys{CA: SettingCAFile, Cert: SettingCertFile, Key: SettingKeyFile, ServerName: SettingServerName, Addr: SettingURL}
+
+func init() {
+	config.RegisterCheck(checkTogether)
+	config.RegisterCheck(plaintextRule)
+}
+
+// checkTogether refuses TLS files with a plaintext URL (they would be
+// ignored) and EXTERNAL without a client certificate to take the identity
+// from, then checks the files.
+func checkTogether(c config.Config) error {
+	amqps := strings.HasPrefix(c.Get(SettingURL), "amqps://")
+	if !amqps && tlsKeys.Given(c) {
+		for _, k := range []string{SettingCAFile, SettingCertFile, SettingKeyFile, SettingServerName} {
+			if c.Get(k) != "" {
+				return config.Invalid(k, nil, "set, but %s is amqp:// (plaintext), so it would be ignored: use an amqps:// URL for TLS, or unset it", SettingURL)
+			}
+		}
+	}
+	if strings.EqualFold(c.Get(SettingSASL), SASLExternal) && (!amqps || c.Get(SettingCertFile) == "") {
+		return config.Invalid(SettingSASL, SASLExternal, "takes the identity from the client certificate: use an amqps:// URL and set %s and %s", SettingCertFile, SettingKeyFile)
+	}
+	return tlsfiles.Check(c, tlsKeys)
+}
 
 func checkURL(v string) error {
 	_, err := ParseURL(v)
@@ -94,8 +141,11 @@ func plaintextRule(c config.Config) error {
 	if _, has := pu.User.Password(); !has {
 		return nil
 	}
+	if strings.EqualFold(c.Get(SettingSASL), SASLExternal) {
+		return nil // the certificate's identity, no password
+	}
 	for _, m := range u.AuthMechanism {
-		if strings.EqualFold(m, "external") {
+		if strings.EqualFold(m, SASLExternal) {
 			return nil
 		}
 	}
@@ -104,4 +154,12 @@ func plaintextRule(c config.Config) error {
 		return nil
 	}
 	return config.Invalid(SettingURL, nil, "an amqp:// URL sends its password in clear (AMQP PLAIN without TLS) to %s: use amqps://, or allow it with %s", addr, config.SettingAllowPlaintextPasswords)
+}
+
+func checkSASL(v string) error {
+	switch strings.ToLower(v) {
+	case SASLPlain, SASLExternal:
+		return nil
+	}
+	return fmt.Errorf("not supported: use %s or %s", SASLPlain, SASLExternal)
 }

@@ -105,7 +105,7 @@ func (b *Broker) subscribe(ctx context.Context, topic, group string, opts broker
 		workers:   map[queue]*worker{},
 		releasing: map[queue]chan struct{}{},
 	}
-	s.gc = newGroupClient(group, s.clientID, b.creds, s.rebalanceSoon)
+	s.gc = newGroupClient(b.rm, group, s.clientID, s.rebalanceSoon)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// Register now, so a broker that cannot be reached fails Subscribe
 	// (bounded by ctx) instead of a consumer that never consumes.
@@ -257,7 +257,7 @@ func (s *subscription) routeFor(ctx context.Context) (*topicRoute, error) {
 	if r != nil && time.Since(at) < routeEvery {
 		return r, nil
 	}
-	r, err := fetchRoute(ctx, s.b.namesrv, s.topic)
+	r, err := s.b.rm.fetchRoute(ctx, s.b.namesrv, s.topic)
 	if err != nil {
 		return nil, err
 	}

@@ -55,9 +55,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	// cfg holds the variant's endpoints by now: every secret of the run
-	// is masked, in whatever form a library's error quotes it.
-	fmt.Fprintln(stderr, "bench:", cfg.RedactSecrets(describe(err)))
+	fmt.Fprintln(stderr, "bench:", describe(err))
 	var u usageError
 	var se *config.SettingError
 	var f failure
@@ -101,9 +99,6 @@ flags or these environment variables:
 		return usagef("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if err := cfg.ValidateValues(); err != nil {
-			return usageError{err}
-		}
 		// --topology/--secure: the endpoints of that local stack, under
 		// what the user set. `bench stack` starts the variant (and says
 		// what is wrong with the choice), so it needs none of them yet.
@@ -114,8 +109,9 @@ flags or these environment variables:
 		if err == nil {
 			*cfg = applied
 		}
-		// The settings together (a user without a SASL mechanism, half a
-		// key pair, a password in clear), once the variant completed them.
+		// After the variant: settings are checked together as the
+		// command will use them (a CA file the secure stack names must
+		// exist, a key pair must be whole).
 		if err := cfg.Validate(); err != nil {
 			return usageError{err}
 		}

@@ -4,34 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 )
-
-// A Rule checks settings together: a combination that validates setting
-// by setting and then does nothing, or does something unsafe (a user
-// without a SASL mechanism, half a key pair, a password sent in clear).
-// Drivers register theirs beside their settings; Validate runs every rule
-// after every single value has passed, and a rule's error is a
-// *SettingError naming the setting to change.
-type Rule func(c Config) error
-
-var (
-	rulesMu sync.RWMutex
-	rules   []Rule
-)
-
-// RegisterRule adds a rule that Validate runs.
-func RegisterRule(r Rule) {
-	rulesMu.Lock()
-	defer rulesMu.Unlock()
-	rules = append(rules, r)
-}
-
-func allRules() []Rule {
-	rulesMu.RLock()
-	defer rulesMu.RUnlock()
-	return append([]Rule(nil), rules...)
-}
 
 // SettingAllowPlaintextPasswords lets a driver send a password in clear
 // (SASL PLAIN, AMQP PLAIN) over a connection without TLS to a host other
