@@ -112,10 +112,12 @@ func (r *runner) newSecret() string {
 
 // kafkaClientProps is what Kafka's tools need beyond bootstrap.servers to
 // reach the cluster in cfg, as a properties file: the security protocol,
-// the SASL mechanism with its JAAS login, the CA as a PEM trust store
-// (Kafka reads PEM since 2.7). "" when the cluster needs nothing.
-func kafkaClientProps(cfg config.Config) string {
-	tlsOn := cfg.Bool(kafkadriver.SettingTLS) || cfg.Get(kafkadriver.SettingCAFile) != ""
+// the SASL mechanism with its JAAS login, the CA as a PEM trust store and
+// the client certificate as a PEM key store (Kafka reads PEM since 2.7).
+// keystore is the key store file (keyStore writes it); "" when the
+// cluster needs nothing.
+func kafkaClientProps(cfg config.Config, keystore string) string {
+	tlsOn := kafkadriver.UsesTLS(cfg)
 	mech := strings.ToUpper(cfg.Get(kafkadriver.SettingSASL))
 	if !tlsOn && mech == "" {
 		return ""
@@ -133,6 +135,9 @@ func kafkaClientProps(cfg config.Config) string {
 	if ca := cfg.Get(kafkadriver.SettingCAFile); ca != "" {
 		props = append(props, [2]string{"ssl.truststore.type", "PEM"}, [2]string{"ssl.truststore.location", ca})
 	}
+	if keystore != "" {
+		props = append(props, [2]string{"ssl.keystore.type", "PEM"}, [2]string{"ssl.keystore.location", keystore})
+	}
 	var b strings.Builder
 	b.WriteString("# written by inboxbench calibrate for Kafka's tools; removed after the run\n")
 	for _, p := range props {
@@ -141,7 +146,7 @@ func kafkaClientProps(cfg config.Config) string {
 	return b.String()
 }
 
-// jaasQuote quotes a JAAS option value: in double quotes, '\' and '"'
+// jaasQuote quotes a JAAS option value: in double quotes, '\\' and '"'
 // escaped.
 func jaasQuote(s string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
@@ -156,7 +161,15 @@ func propertiesEscape(s string) string {
 // --consumer.config) with the client properties file, nil when the
 // cluster needs none.
 func (r *runner) kafkaConfigArgs(flag string) ([]string, error) {
-	props := kafkaClientProps(r.Cfg)
+	keystore := ""
+	if cert, key := r.Cfg.Get(kafkadriver.SettingCertFile), r.Cfg.Get(kafkadriver.SettingKeyFile); cert != "" {
+		pemKey, err := r.pemKeyStore("kafka-key.pem", cert, key)
+		if err != nil {
+			return nil, config.Invalid(kafkadriver.SettingCertFile, cert, "%v", err)
+		}
+		keystore = pemKey
+	}
+	props := kafkaClientProps(r.Cfg, keystore)
 	if props == "" {
 		return nil, nil
 	}
@@ -165,6 +178,25 @@ func (r *runner) kafkaConfigArgs(flag string) ([]string, error) {
 		return nil, err
 	}
 	return []string{flag, p}, nil
+}
+
+// pemKeyStore writes the client certificate and key as one PEM file that
+// Java tools read: the key as unencrypted PKCS#8 first, then the
+// certificate chain.
+func (r *runner) pemKeyStore(name, certFile, keyFile string) (string, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return "", err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(pair.PrivateKey)
+	if err != nil {
+		return "", err
+	}
+	out := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	for _, c := range pair.Certificate {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c})...)
+	}
+	return r.writePrivate(name, out)
 }
 
 // --- RabbitMQ ----------------------------------------------------------
@@ -197,17 +229,24 @@ func (r *runner) perfTest() (jvm, flags, env []string, err error) {
 	}
 	pu.RawQuery = q.Encode()
 	env = []string{"RABBITMQ_PERF_TEST_ENV_PREFIX=" + perfTestEnvPrefix, perfTestEnvPrefix + "_URI=" + pu.String()}
+	if strings.EqualFold(r.Cfg.Get(rabbitdriver.SettingSASL), rabbitdriver.SASLExternal) {
+		flags = append(flags, "--sasl-external")
+	}
 	if u.Scheme != "amqps" {
-		return nil, nil, env, nil
+		return nil, flags, env, nil
 	}
 	// The JVM's default context, made from the stores below (or the JVM's
-	// own CA certificates when the URL names no CA): without it PerfTest
+	// own CA certificates when no CA file is set): without it PerfTest
 	// trusts every server certificate.
-	flags = []string{"--use-default-ssl-context"}
-	if u.CACertFile != "" {
-		certs, err := readCerts(u.CACertFile)
+	flags = append(flags, "--use-default-ssl-context")
+	caFile, certFile, keyFile, serverName := rabbitdriver.TLSFiles(r.Cfg)
+	if serverName != "" {
+		flags = append(flags, "--server-name-indication", serverName)
+	}
+	if caFile != "" {
+		certs, err := readCerts(caFile)
 		if err != nil {
-			return nil, nil, nil, config.Invalid(rabbitdriver.SettingURL, nil, "cacertfile %s: %v", u.CACertFile, err)
+			return nil, nil, nil, config.Invalid(rabbitdriver.SettingCAFile, caFile, "%v", err)
 		}
 		pw := r.newSecret()
 		der, err := pkcs12.Modern.EncodeTrustStore(certs, pw)
@@ -220,16 +259,16 @@ func (r *runner) perfTest() (jvm, flags, env []string, err error) {
 		}
 		jvm = append(jvm, "-Djavax.net.ssl.trustStore="+p, "-Djavax.net.ssl.trustStoreType=PKCS12", "-Djavax.net.ssl.trustStorePassword="+pw)
 	}
-	if u.CertFile != "" || u.KeyFile != "" {
-		pair, err := tls.LoadX509KeyPair(u.CertFile, u.KeyFile)
+	if certFile != "" || keyFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, nil, nil, config.Invalid(rabbitdriver.SettingURL, nil, "certfile %s and keyfile %s: %v", u.CertFile, u.KeyFile, err)
+			return nil, nil, nil, config.Invalid(rabbitdriver.SettingCertFile, certFile, "with key %s: %v", keyFile, err)
 		}
 		var chain []*x509.Certificate
 		for _, d := range pair.Certificate {
 			c, err := x509.ParseCertificate(d)
 			if err != nil {
-				return nil, nil, nil, config.Invalid(rabbitdriver.SettingURL, nil, "certfile %s: %v", u.CertFile, err)
+				return nil, nil, nil, config.Invalid(rabbitdriver.SettingCertFile, certFile, "%v", err)
 			}
 			chain = append(chain, c)
 		}
@@ -285,4 +324,40 @@ func rocketACL(cfg config.Config) []string {
 		return nil
 	}
 	return []string{"-a", "true", "-ak", ak, "-sk", sk}
+}
+
+// rocketTLS is the JVM options of the RocketMQ client's TLS
+// (TlsSystemConfig) for the driver's TLS settings: TLS on, the server's
+// certificate verified (the client's test mode, its default, trusts any),
+// against the CA file (else the JVM's CA certificates), the client
+// certificate and its key as PKCS#8 PEM; a configuration file of our own,
+// so that /etc/rocketmq/tls.properties changes nothing. Nil without TLS.
+func (r *runner) rocketTLS() ([]string, error) {
+	if !rocketdriver.UsesTLS(r.Cfg) {
+		return nil, nil
+	}
+	conf, err := r.writePrivate("rocketmq-tls.properties", []byte("# TLS of RocketMQ's benchmark classes: the -D options of the command line\n"))
+	if err != nil {
+		return nil, err
+	}
+	jvm := []string{"-Dtls.enable=true", "-Dtls.test.mode.enable=false", "-Dtls.client.authServer=true", "-Dtls.config.file=" + conf}
+	if ca := r.Cfg.Get(rocketdriver.SettingCAFile); ca != "" {
+		jvm = append(jvm, "-Dtls.client.trustCertPath="+ca)
+	}
+	if cert, key := r.Cfg.Get(rocketdriver.SettingCertFile), r.Cfg.Get(rocketdriver.SettingKeyFile); cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, config.Invalid(rocketdriver.SettingCertFile, cert, "with key %s: %v", key, err)
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(pair.PrivateKey)
+		if err != nil {
+			return nil, err
+		}
+		k, err := r.writePrivate("rocketmq-client-key.pem", pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+		if err != nil {
+			return nil, err
+		}
+		jvm = append(jvm, "-Dtls.client.certPath="+cert, "-Dtls.client.keyPath="+k)
+	}
+	return jvm, nil
 }

@@ -71,9 +71,11 @@ func secureRunner(t *testing.T) (*runner, *x509.Certificate) {
 	q := url.Values{"cacertfile": {caFile}, "certfile": {certFile}, "keyfile": {keyFile}}
 	rabbit := "amqps://suite:" + url.QueryEscape(rabbitPassword) + "@127.0.0.1:57671/inboxbench?" + q.Encode()
 	cfg := config.Default().With(kafkadriver.SettingBrokers, "127.0.0.1:57092").With(kafkadriver.SettingTLS, "true").
-		With(kafkadriver.SettingCAFile, caFile).With(kafkadriver.SettingSASL, "scram-sha-512").With(kafkadriver.SettingUser, "suite").
+		With(kafkadriver.SettingCAFile, caFile).With(kafkadriver.SettingCertFile, certFile).With(kafkadriver.SettingKeyFile, keyFile).
+		With(kafkadriver.SettingSASL, "scram-sha-512").With(kafkadriver.SettingUser, "suite").
 		With(kafkadriver.SettingPassword, kafkaPassword).With(rabbitdriver.SettingURL, rabbit).
-		With(rocketdriver.SettingAccessKey, "suite").With(rocketdriver.SettingSecretKey, rocketSecret)
+		With(rocketdriver.SettingAccessKey, "suite").With(rocketdriver.SettingSecretKey, rocketSecret).
+		With(rocketdriver.SettingCAFile, caFile).With(rocketdriver.SettingCertFile, certFile).With(rocketdriver.SettingKeyFile, keyFile)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -137,13 +139,23 @@ func TestKafkaToolsGetTheClusterSettingsInAFile(t *testing.T) {
 		props := privateFile(t, cmd[i+1])
 		for _, want := range []string{"security.protocol=SASL_SSL\n", "sasl.mechanism=SCRAM-SHA-512\n",
 			`sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="suite" password="Kafka-Pw-1\\"\\\\ x";` + "\n",
-			"ssl.truststore.type=PEM\n", "ssl.truststore.location=" + r.Cfg.Get(kafkadriver.SettingCAFile) + "\n"} {
+			"ssl.truststore.type=PEM\n", "ssl.truststore.location=" + r.Cfg.Get(kafkadriver.SettingCAFile) + "\n", "ssl.keystore.type=PEM\n"} {
 			if !strings.Contains(props, want) {
 				t.Errorf("the client properties lack %q:\n%s", want, props)
 			}
 		}
+		// The client certificate as Kafka reads a PEM key store: the key
+		// (unencrypted PKCS#8), then the chain.
+		_, ks, _ := strings.Cut(props, "ssl.keystore.location=")
+		ks, _, _ = strings.Cut(ks, "\n")
+		if text := privateFile(t, ks); !strings.HasPrefix(text, "-----BEGIN PRIVATE KEY-----") || !strings.Contains(text, "-----BEGIN CERTIFICATE-----") {
+			t.Errorf("the key store %s:\n%s", ks, text)
+		}
 	}
-	if got := kafkaClientProps(config.Default()); got != "" {
+	if err := (kafkaVendor{}).check(r.Cfg.With(kafkadriver.SettingServerName, "kafka.example")); err == nil {
+		t.Error("a server name Kafka's tools cannot be given is accepted")
+	}
+	if got := kafkaClientProps(config.Default(), ""); got != "" {
 		t.Errorf("the plain cluster gets client properties:\n%s", got)
 	}
 }
@@ -204,9 +216,26 @@ func TestPerfTestVerifiesTheServerAndGetsItsURIFromTheEnvironment(t *testing.T) 
 // arguments only; runTool keeps those off the command line).
 func TestRocketMQToolsSignWithTheKeyPair(t *testing.T) {
 	r, _ := secureRunner(t)
-	cmd := r.rocketCmd("Consumer", "-t", "x")
+	cmd, err := r.rocketCmd("Consumer", "-t", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if i := slices.Index(cmd, "-a"); i < 0 || strings.Join(cmd[i:], " ") != "-a true -ak suite -sk "+rocketSecret {
 		t.Errorf("the benchmark consumer does not sign: %q", cmd)
+	}
+	// TLS: on, the server verified against the CA (the client's test
+	// mode, its default, trusts any certificate), the client's key as
+	// PKCS#8.
+	for _, want := range []string{"-Dtls.enable=true", "-Dtls.test.mode.enable=false", "-Dtls.client.authServer=true",
+		"-Dtls.client.trustCertPath=" + r.Cfg.Get(rocketdriver.SettingCAFile), "-Dtls.client.certPath=" + r.Cfg.Get(rocketdriver.SettingCertFile)} {
+		if !slices.Contains(cmd, want) {
+			t.Errorf("the benchmark consumer lacks %s: %q", want, cmd)
+		}
+	}
+	for _, a := range cmd {
+		if k, ok := strings.CutPrefix(a, "-Dtls.client.keyPath="); ok && !strings.HasPrefix(privateFile(t, k), "-----BEGIN PRIVATE KEY-----") {
+			t.Errorf("the client key %s is not PKCS#8", k)
+		}
 	}
 	if got := rocketACL(config.Default()); got != nil {
 		t.Errorf("ACL options without a key pair: %q", got)
@@ -235,8 +264,11 @@ exit 3
 	}
 	t.Setenv("OUT", dir)
 	t.Setenv("KPW", kafkaPassword)
-	cmd := r.rocketCmd("Producer", "-t", "x", "-p", `a "b\c`)
-	_, err := r.runTool(context.Background(), toolRun{name: "rocketmq-producer", args: cmd[1:], timeout: time.Minute,
+	cmd, err := r.rocketCmd("Producer", "-t", "x", "-p", `a "b\c`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.runTool(context.Background(), toolRun{name: "rocketmq-producer", args: cmd[1:], timeout: time.Minute,
 		env: []string{"INBOXBENCH_PERFTEST_URI=" + "amqps://suite:" + url.QueryEscape(rabbitPassword) + "@h/v"}})
 	if err == nil {
 		t.Fatal("the tool exited 3: want an error")
@@ -283,4 +315,36 @@ func grepLine(s, sub string) string {
 		}
 	}
 	return "(missing)"
+}
+
+// TestPerfTestTakesTheDriversTLSSettings: with the rabbitmq TLS settings
+// (which win over amqp091's URL parameters, as in the driver), PerfTest
+// gets their CA and client certificate, the server name (SNI), and
+// EXTERNAL when the driver logs in with the certificate.
+func TestPerfTestTakesTheDriversTLSSettings(t *testing.T) {
+	r, urlCA := secureRunner(t)
+	caFile, certFile, keyFile, ca := pemFiles(t, t.TempDir())
+	r.Cfg = r.Cfg.With(rabbitdriver.SettingURL, "amqps://suite:"+url.QueryEscape(rabbitPassword)+"@127.0.0.1:57671/inboxbench").
+		With(rabbitdriver.SettingCAFile, caFile).With(rabbitdriver.SettingCertFile, certFile).With(rabbitdriver.SettingKeyFile, keyFile).
+		With(rabbitdriver.SettingServerName, "localhost").With(rabbitdriver.SettingSASL, "external")
+	if err := r.Cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cmd, _, err := r.perfTestCmd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.Index(cmd, "--server-name-indication"); i < 0 || cmd[i+1] != "localhost" || !slices.Contains(cmd, "--sasl-external") {
+		t.Errorf("PerfTest lacks the server name or EXTERNAL: %q", cmd)
+	}
+	props := map[string]string{}
+	for _, a := range cmd {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(a, "-D"), "="); ok && strings.HasPrefix(a, "-Djavax.net.ssl.") {
+			props[k] = v
+		}
+	}
+	trust, err := pkcs12.DecodeTrustStore([]byte(privateFile(t, props["javax.net.ssl.trustStore"])), props["javax.net.ssl.trustStorePassword"])
+	if err != nil || len(trust) != 1 || !trust[0].Equal(ca) || trust[0].Equal(urlCA) {
+		t.Errorf("the trust store holds %d certificates (%v): want the rabbitmq.ca-file one", len(trust), err)
+	}
 }

@@ -366,12 +366,16 @@ func (rocketVendor) tool() string {
 }
 
 // rocketCmd is one of the benchmark classes with args, its client's logs
-// under the stack directory, and the ACL options of the configured key
-// pair.
-func (r *runner) rocketCmd(main string, args ...string) []string {
+// under the stack directory, the client's TLS options and the ACL
+// options of the configured key pair.
+func (r *runner) rocketCmd(main string, args ...string) ([]string, error) {
+	tlsOpts, err := r.rocketTLS()
+	if err != nil {
+		return nil, err
+	}
 	cmd := r.javaCmd("org.apache.rocketmq.example.benchmark."+main, append(args, rocketACL(r.Cfg)...)...)
-	jvm := []string{"-Drocketmq.client.logRoot=" + r.logDir, "-Drocketmq.client.logLevel=WARN"}
-	return append(cmd[:1], append(jvm, cmd[1:]...)...)
+	jvm := append([]string{"-Drocketmq.client.logRoot=" + r.logDir, "-Drocketmq.client.logLevel=WARN"}, tlsOpts...)
+	return append(cmd[:1], append(jvm, cmd[1:]...)...), nil
 }
 
 // rocketBatch is BatchProducer's batch and thread count for the shape:
@@ -390,9 +394,12 @@ func rocketBatch(s results.Shape) (threads, batch int) {
 // stopped once it has sent for the shape's duration.
 func (rocketVendor) publish(ctx context.Context, r *runner, topic string) results.Measurement {
 	threads, batch := rocketBatch(r.Shape)
-	cmd := r.rocketCmd("BatchProducer",
+	cmd, err := r.rocketCmd("BatchProducer",
 		"-n", strings.Join(r.Cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-w", strconv.Itoa(threads),
 		"-b", strconv.Itoa(batch), "-s", strconv.Itoa(r.Shape.MessageSize), "-k", "false", "-ri", "1000")
+	if err != nil {
+		return r.measured(nil, Figure{}, err)
+	}
 	out, err := r.runRocketProducer(ctx, "rocketmq-batch-producer", cmd)
 	if err != nil {
 		return r.measured(cmd, Figure{}, err)
@@ -406,10 +413,13 @@ func (rocketVendor) publish(ctx context.Context, r *runner, topic string) result
 // no key (the default queue selector spreads messages round robin), for
 // the shape's duration.
 func (rocketVendor) singlePublish(ctx context.Context, r *runner, topic string) results.Measurement {
-	cmd := r.rocketCmd("Producer",
+	cmd, err := r.rocketCmd("Producer",
 		"-n", strings.Join(r.Cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-w", strconv.Itoa(r.Shape.Producers),
 		"-s", strconv.Itoa(r.Shape.MessageSize), "-k", "false", "-ri", "1000")
-	out, err := r.runRocketProducer(ctx, "rocketmq-producer", cmd)
+	out := ""
+	if err == nil {
+		out, err = r.runRocketProducer(ctx, "rocketmq-producer", cmd)
+	}
 	m := r.measured(cmd, Figure{}, err)
 	if err == nil {
 		f, perr := ParseRocketMQProducer(out, r.Warmup)
@@ -439,9 +449,12 @@ func (r *runner) runRocketProducer(ctx context.Context, name string, cmd []strin
 // offset 0 of a topic still in its page cache) until its sliding TPS
 // window fell back to 0 after the drain.
 func (rocketVendor) consume(ctx context.Context, r *runner, topic string, _ int64) results.Measurement {
-	cmd := r.rocketCmd("Consumer",
+	cmd, err := r.rocketCmd("Consumer",
 		"-n", strings.Join(r.Cfg.List(rocketdriver.SettingNamesrv), ";"), "-t", topic, "-g", topic+"_vendor_g",
 		"-w", strconv.Itoa(r.Shape.Consumers), "-ri", "1000")
+	if err != nil {
+		return r.measured(nil, Figure{}, err)
+	}
 	seen := false
 	out, err := r.runTool(ctx, toolRun{name: "rocketmq-consumer", args: cmd[1:],
 		timeout: r.MaxDrain + toolSlack + 10*time.Second,
@@ -481,9 +494,15 @@ func (rocketVendor) notes(s results.Shape) []string {
 }
 
 // check: Kafka's tools get what the cluster needs in a client
-// properties file (kafkaClientProps), so every setting of the driver has
-// its counterpart there.
-func (kafkaVendor) check(config.Config) error { return nil }
+// properties file (kafkaClientProps), every setting of the driver but
+// the server name: the Java client checks the brokers' certificates
+// against the host it dials and has no setting for another name.
+func (kafkaVendor) check(cfg config.Config) error {
+	if n := cfg.Get(kafkadriver.SettingServerName); n != "" {
+		return config.Invalid(kafkadriver.SettingServerName, n, "Kafka's tools check the brokers' certificates against the host they dial and take no other name: give %s by the names in the certificates and leave this unset to calibrate", kafkadriver.SettingBrokers)
+	}
+	return nil
+}
 
 func (rabbitVendor) check(config.Config) error { return nil }
 func (rocketVendor) check(config.Config) error { return nil }

@@ -46,6 +46,10 @@ func init() {
 // useTLS reports whether cfg asks for TLS: kafka.tls, or any TLS file.
 func useTLS(cfg config.Config) bool { return cfg.Bool(SettingTLS) || tlsKeys.Given(cfg) }
 
+// UsesTLS reports whether the driver connects with TLS, for a program
+// that gives Kafka's own tools the same settings (calibrate).
+func UsesTLS(cfg config.Config) bool { return useTLS(cfg) }
+
 func checkSASL(v string) error {
 	switch strings.ToLower(v) {
 	case "plain", "scram-sha-256", "scram-sha-512":

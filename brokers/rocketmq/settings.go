@@ -40,6 +40,10 @@ func init() {
 // useTLS reports whether cfg asks for TLS: rocketmq.tls, or any TLS file.
 func useTLS(cfg config.Config) bool { return cfg.Bool(SettingTLS) || tlsKeys.Given(cfg) }
 
+// UsesTLS reports whether the driver connects with TLS, for a program
+// that gives RocketMQ's own tools the same settings (calibrate).
+func UsesTLS(cfg config.Config) bool { return useTLS(cfg) }
+
 // keyPairRule refuses half an ACL key pair: without the secret the
 // library does not sign at all while the driver's own consumer would sign
 // with an empty key, and a secret without its access key signs nothing.
