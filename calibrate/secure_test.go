@@ -152,9 +152,6 @@ func TestKafkaToolsGetTheClusterSettingsInAFile(t *testing.T) {
 			t.Errorf("the key store %s:\n%s", ks, text)
 		}
 	}
-	if err := (kafkaVendor{}).check(r.Cfg.With(kafkadriver.SettingServerName, "kafka.example")); err == nil {
-		t.Error("a server name Kafka's tools cannot be given is accepted")
-	}
 	if got := kafkaClientProps(config.Default(), ""); got != "" {
 		t.Errorf("the plain cluster gets client properties:\n%s", got)
 	}
