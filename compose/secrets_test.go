@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -39,5 +40,16 @@ func TestStatusNeverShowsAPassword(t *testing.T) {
 		if r.Healthy || strings.Contains(text, "Secret") || strings.Contains(text, "%zz") {
 			t.Errorf("%s: healthy %v, shown %q", r.Service, r.Healthy, text)
 		}
+	}
+}
+
+// TestCommandLineMasksCredentials: what the stack logs of a command it
+// ran (RunLogged, a process's start) holds no password, in the forms its
+// setup commands take them.
+func TestCommandLineMasksCredentials(t *testing.T) {
+	cmd := exec.Command("java", "kafka.tools.StorageTool", "format", "--add-scram", "SCRAM-SHA-512=[name=admin,password=Pw-Secret-1]",
+		"--url", "postgres://u:Pw-Secret-2@127.0.0.1:1/db")
+	if got := CommandLine(cmd); strings.Contains(got, "Secret") || !strings.Contains(got, "name=admin") {
+		t.Errorf("CommandLine = %s", got)
 	}
 }
