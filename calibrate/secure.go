@@ -17,6 +17,7 @@ import (
 	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
 	rabbitdriver "github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	rocketdriver "github.com/inboxbench/inboxbench/brokers/rocketmq"
+	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 )
 
@@ -63,20 +64,15 @@ func (r *runner) writePrivate(name string, data []byte) (string, error) {
 	return p, nil
 }
 
-// argfile writes args for the java launcher's @file (JDK 9+): one
-// argument a line, each quoted, so spaces, quotes and backslashes in it
-// survive.
+// argfile writes args as the java launcher's argument file
+// (compose.WriteJavaArgFile) into the private directory.
 func (r *runner) argfile(name string, args []string) (string, error) {
-	return r.writePrivate(name+".args", []byte(argfileText(args)))
-}
-
-func argfileText(args []string) string {
-	var b strings.Builder
-	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`)
-	for _, a := range args {
-		b.WriteString(`"` + esc.Replace(a) + `"` + "\n")
+	d, err := r.private()
+	if err != nil {
+		return "", err
 	}
-	return b.String()
+	p := filepath.Join(d, name+".args")
+	return p, compose.WriteJavaArgFile(p, args)
 }
 
 // redact masks every secret of the configuration, and those the runner

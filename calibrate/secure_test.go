@@ -23,6 +23,7 @@ import (
 	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
 	rabbitdriver "github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	rocketdriver "github.com/inboxbench/inboxbench/brokers/rocketmq"
+	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 )
 
@@ -296,7 +297,7 @@ exit 3
 	}
 	tricky := `a "b\c #d $e @f %g'h` + "\t" + `i`
 	args := filepath.Join(dir, "args")
-	if err := os.WriteFile(args, []byte(argfileText([]string{"-Dinboxbench.x=" + tricky, "-XshowSettings:properties", "-version"})), 0o600); err != nil {
+	if err := os.WriteFile(args, []byte(compose.JavaArgFileText([]string{"-Dinboxbench.x=" + tricky, "-XshowSettings:properties", "-version"})), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(java, "@"+args).CombinedOutput()
