@@ -30,11 +30,11 @@ var (
 )
 
 // tlsKeys are the driver's TLS settings.
-var tlsKeys = tlsfiles.Keys{CA: SettingCAFile, Cert: SettingCertFile, Key: SettingKeyFile, ServerName: SettingServerName, Addr: SettingNamesrv}
+var tlsKeys = tlsfiles.Keys{CA: SettingCAFile, Cert: SettingCertFile, Key: SettingKeyFile, ServerName: SettingServerName, Addr: SettingNamesrv, Switch: SettingTLS}
 
 func init() {
 	config.RegisterCheck(func(c config.Config) error { return tlsfiles.Check(c, tlsKeys) })
 }
 
 // useTLS reports whether cfg asks for TLS: rocketmq.tls, or any TLS file.
-func useTLS(cfg config.Config) bool { return cfg.Bool(SettingTLS) || tlsKeys.Given(cfg) }
+func useTLS(cfg config.Config) bool { return tlsKeys.On(cfg) }
