@@ -121,3 +121,30 @@ func TestWithDefaultsKeepsWhatTheUserGave(t *testing.T) {
 		t.Errorf("Given: password %v (set by env), seeds %v (not set)", got.Given(testSecret), got.Given(testSeeds))
 	}
 }
+
+// TestChecksOfSettingsTogether: a registered check of several settings
+// runs in Validate, after each setting's own, and not in FromEnv (a
+// variant of the local stack may complete the pair first).
+func TestChecksOfSettingsTogether(t *testing.T) {
+	pairA := Register(Setting{Key: "test.pair-a", Flag: "test-pair-a", Env: "INBOXBENCH_TEST_PAIR_A", Usage: "a"})
+	pairB := Register(Setting{Key: "test.pair-b", Flag: "test-pair-b", Env: "INBOXBENCH_TEST_PAIR_B", Usage: "b"})
+	RegisterCheck(func(c Config) error {
+		if (c.Get(pairA) == "") != (c.Get(pairB) == "") {
+			return Invalid(pairB, nil, "comes with %s", pairA)
+		}
+		return nil
+	})
+	t.Setenv("INBOXBENCH_TEST_PAIR_A", "x")
+	c, err := FromEnv()
+	if err != nil {
+		t.Fatalf("FromEnv ran the check of settings together: %v", err)
+	}
+	var se *SettingError
+	if err := c.Validate(); !errors.As(err, &se) || se.Key != pairB {
+		t.Fatalf("Validate: %v, want a setting error naming %s", err, pairB)
+	}
+	whole := c.With(pairB, "y")
+	if err := whole.Validate(); err != nil {
+		t.Fatalf("Validate of the whole pair: %v", err)
+	}
+}
