@@ -2,6 +2,7 @@ package compose
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -11,10 +12,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inboxbench/inboxbench/config"
 )
@@ -62,7 +65,7 @@ func (p *Postgres) Procs(e *Env) []Proc {
 func (p *Postgres) Logs(e *Env) []string { return []string{e.Path("pg", "postgres.log")} }
 
 // Ports implements Porter.
-func (*Postgres) Ports(e *Env) []Port { return []Port{{Port: pgListenPort(e), What: "SQL"}} }
+func (*Postgres) Ports(e *Env) []Port { return []Port{{Port: pgListenPort(e, pgPort), What: "SQL"}} }
 
 // DataDirs are removed by `bench stack down --wipe`.
 func (p *Postgres) DataDirs(e *Env) []string { return []string{e.Path("pg")} }
@@ -143,6 +146,27 @@ func pgSynchronousCommit(profile string) string {
 }
 
 func (p *Postgres) Start(ctx context.Context, e *Env) error {
+	return p.start(ctx, e, pgInstance{
+		port:     pgListenPort(e, pgPort),
+		password: pgPassword,
+		tcp: "host   all  all  127.0.0.1/32  scram-sha-256\n" +
+			"host   all  all  ::1/128       scram-sha-256\n",
+	})
+}
+
+// pgInstance is what differs between the stacks' servers (the plain one
+// above, the secure variant's in secure_postgres.go).
+type pgInstance struct {
+	port     int
+	password string   // the application role's
+	tcp      string   // the TCP lines of pg_hba.conf
+	args     []string // more server settings (-c name=value)
+	// prepare runs before the server starts, on the service's directory
+	// (it is then given to the server's user): e.g. to place its TLS files.
+	prepare func(dir string) error
+}
+
+func (p *Postgres) start(ctx context.Context, e *Env, inst pgInstance) error {
 	cred, err := pgOwner()
 	if err != nil {
 		return err
@@ -158,8 +182,13 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	if err := removeIfExists(filepath.Join(dir, "superuser.pw")); err != nil {
 		return err
 	}
-	if err := writePGAuth(dir, cred); err != nil {
+	if err := writePGAuth(dir, cred, inst.tcp); err != nil {
 		return fmt.Errorf("postgres: %w", err)
+	}
+	if inst.prepare != nil {
+		if err := inst.prepare(dir); err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
 	}
 	// The server user must be able to reach its directory through the
 	// checkout's parents; fail with a clear message rather than a cryptic
@@ -192,11 +221,11 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	// decoded from the WAL after a cell instead of written by triggers
 	// inside it (inbox/auditwal.go); it costs the full new image of an
 	// updated row in the WAL instead of its changed part.
-	cmd := asOwner(exec.Command(server, "-D", data,
-		"-c", "synchronous_commit="+pgSynchronousCommit(startProfile(e, p)),
-		"-p", strconv.Itoa(pgListenPort(e)), "-k", sock, "-c", "listen_addresses=127.0.0.1",
-		"-c", "hba_file="+filepath.Join(dir, "pg_hba.conf"),
-		"-c", "ident_file="+filepath.Join(dir, "pg_ident.conf"),
+	cmd := asOwner(exec.Command(server, append([]string{"-D", data,
+		"-c", "synchronous_commit=" + pgSynchronousCommit(startProfile(e, p)),
+		"-p", strconv.Itoa(inst.port), "-k", sock, "-c", "listen_addresses=127.0.0.1",
+		"-c", "hba_file=" + filepath.Join(dir, "pg_hba.conf"),
+		"-c", "ident_file=" + filepath.Join(dir, "pg_ident.conf"),
 		"-c", "shared_preload_libraries=pg_stat_statements",
 		"-c", "pg_stat_statements.track=all",
 		"-c", "track_io_timing=on",
@@ -204,12 +233,12 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 		"-c", "shared_buffers=256MB",
 		"-c", "wal_level=logical",
 		"-c", "unix_socket_permissions=0770",
-	), cred)
+	}, inst.args...)...), cred)
 	proc := p.Procs(e)[0]
 	if err := StartDetached(proc, cmd); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	return p.provision(ctx, e, sock, proc)
+	return p.provision(ctx, sock, proc, inst)
 }
 
 // writePGAuth writes the cluster's authentication rules, rewritten on
@@ -218,8 +247,8 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 // own user), checked by the kernel (peer); that is how the stack sets up
 // roles and extensions. Every role connects over loopback TCP with a
 // password (scram-sha-256): the application role's is in its documented
-// URL.
-func writePGAuth(dir string, cred *syscall.Credential) error {
+// URL. tcp are the rules for TCP connections.
+func writePGAuth(dir string, cred *syscall.Credential, tcp string) error {
 	osUsers := map[string]bool{}
 	if u, err := user.Current(); err == nil {
 		osUsers[u.Username] = true
@@ -234,9 +263,7 @@ func writePGAuth(dir string, cred *syscall.Credential) error {
 		ident += fmt.Sprintf("stack  %s  %s\n", u, pgSuperuser)
 	}
 	hba := "# written by bench stack up\n" +
-		"local  all  " + pgSuperuser + "  peer  map=stack\n" +
-		"host   all  all  127.0.0.1/32  scram-sha-256\n" +
-		"host   all  all  ::1/128       scram-sha-256\n"
+		"local  all  " + pgSuperuser + "  peer  map=stack\n" + tcp
 	if err := os.WriteFile(filepath.Join(dir, "pg_ident.conf"), []byte(ident), 0o600); err != nil {
 		return err
 	}
@@ -253,21 +280,21 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 // pgListenPort is the port the native server listens on: the configured
-// URL's port when it points at loopback, else the default.
-func pgListenPort(e *Env) int {
+// URL's port when it points at loopback, else def.
+func pgListenPort(e *Env, def int) int {
 	c, err := pgx.ParseConfig(e.Cfg.PGURL)
 	if err == nil && c.Port != 0 {
 		if ip := net.ParseIP(c.Host); ip != nil && ip.IsLoopback() {
 			return int(c.Port)
 		}
 	}
-	return pgPort
+	return def
 }
 
 // provision creates the application role and database once the server
 // accepts connections on its socket.
-func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc) error {
-	port := pgListenPort(e)
+func (p *Postgres) provision(ctx context.Context, sock string, proc Proc, inst pgInstance) error {
+	port := inst.port
 	dsn := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable", sock, port, pgSuperuser)
 	var conn *pgx.Conn
 	deadline := time.Now().Add(60 * time.Second)
@@ -293,7 +320,10 @@ func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc
 		  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%[1]s') THEN
 		    CREATE ROLE %[1]s LOGIN PASSWORD '%[2]s' NOSUPERUSER NOCREATEROLE;
 		  END IF;
-		END $$`, pgAppRole, pgPassword),
+		END $$`, pgAppRole, inst.password),
+		// The role's password as this stack knows it (a role of an
+		// earlier start keeps it otherwise).
+		fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'", pgAppRole, inst.password),
 		"GRANT pg_monitor TO " + pgAppRole,
 		// A password older stacks set; the superuser logs in by peer only.
 		"ALTER ROLE " + pgSuperuser + " PASSWORD NULL",
@@ -333,7 +363,7 @@ func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc
 func (*Postgres) Ready(ctx context.Context, e *Env) (string, error) {
 	conn, err := pgx.Connect(ctx, e.Cfg.PGURL)
 	if err != nil {
-		return "", err
+		return "", ExplainPostgres(e.Cfg.PGURL, err)
 	}
 	defer conn.Close(context.Background())
 	var v string
@@ -352,3 +382,50 @@ func (p *Postgres) Stop(ctx context.Context, e *Env) error {
 	}
 	return proc.Kill(ctx, 30*time.Second)
 }
+
+// ExplainPostgres turns what pgx returns when the server refuses the
+// connection settings of pgURL (TLS, password, pg_hba.conf rules,
+// privileges) into an error naming postgres.url and what to change in
+// it, keeping the server's words; any other error comes back unchanged.
+func ExplainPostgres(pgURL string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *config.SettingError
+	if errors.As(err, &se) {
+		return err
+	}
+	user := "?"
+	if c, perr := pgx.ParseConfig(pgURL); perr == nil {
+		user = c.User
+	}
+	var (
+		pe       *pgconn.PgError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+	)
+	msg := err.Error()
+	switch {
+	case errors.As(err, &pe) && pe.Code == "28P01":
+		return config.Invalid(pgURLKey, nil, "the server refused the password of user %q (%v): check the password in the URL", user, err)
+	case errors.As(err, &pe) && pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):
+		return config.Invalid(pgURLKey, nil, "the server accepts this login only over TLS (%v): set sslmode=verify-full and sslrootcert=<its CA file> in the URL", err)
+	case errors.As(err, &pe) && pe.Code == "28000":
+		return config.Invalid(pgURLKey, nil, "the server's pg_hba.conf has no rule for this login (%v): log in as a user, database and encryption it allows", err)
+	case errors.As(err, &pe) && pe.Code == "42501":
+		return config.Invalid(pgURLKey, nil, "user %q lacks a privilege (%v): the suite creates its own schemas in the URL's database, so grant it CREATE there", user, err)
+	case errors.As(err, &unknown):
+		return config.Invalid(pgURLKey, nil, "the server's certificate is not signed by the CA in sslrootcert (%v): set sslrootcert in the URL to the CA file of the server", err)
+	case errors.As(err, &hostname):
+		return config.Invalid(pgURLKey, nil, "the server's certificate does not name the URL's host (%v): connect by a name the certificate holds (sslmode=verify-full checks it)", err)
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return config.Invalid(pgURLKey, nil, "the server's certificate has expired (%v): the server must renew it", err)
+	case strings.Contains(msg, "server refused TLS connection"):
+		return config.Invalid(pgURLKey, nil, "the server does not speak TLS (%v): use sslmode=disable for a plaintext server, or connect to its TLS port", err)
+	}
+	return err
+}
+
+// pgURLKey is the configuration key of the PostgreSQL URL.
+const pgURLKey = "postgres.url"

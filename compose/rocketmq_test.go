@@ -17,7 +17,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/inboxbench/inboxbench/config"
-	"github.com/inboxbench/inboxbench/internal/testenv"
+	testenv "github.com/inboxbench/inboxbench/internal/testenv/core"
 )
 
 // TestRocketMQStackLibConsumer is an integration smoke test of the running

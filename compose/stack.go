@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/inboxbench/inboxbench/config"
 )
 
 // ErrUsage marks errors the user fixes by running something or changing
@@ -273,6 +275,10 @@ type StatusRow struct {
 	Service, Version, Address string
 	Healthy                   bool
 	Detail                    string // error when unhealthy, or who runs it
+	// Err is why the check failed; a *config.SettingError in it means the
+	// service answered and refused the configured settings (TLS,
+	// credentials, permissions), which starting it would not change.
+	Err error
 	// Durability is the profile this stack started the service with, ""
 	// when it did not start it.
 	Durability string
@@ -280,6 +286,13 @@ type StatusRow struct {
 	// Listeners); ListenErr says why they could not be read.
 	Listening []Listening
 	ListenErr error
+}
+
+// Refused reports whether the service answered and refused the
+// configured settings.
+func (r StatusRow) Refused() bool {
+	var se *config.SettingError
+	return errors.As(r.Err, &se)
 }
 
 // Exposed lists the listening addresses reachable from beyond this host
@@ -309,7 +322,7 @@ func Status(ctx context.Context, e *Env, svcs []Service) []StatusRow {
 				}
 			}
 			v, err := ready(ctx, e, s)
-			r.Version, r.Healthy = v, err == nil
+			r.Version, r.Healthy, r.Err = v, err == nil, err
 			if err != nil {
 				r.Detail = err.Error()
 			} else {

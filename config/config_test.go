@@ -185,31 +185,6 @@ func TestSecretsAndRedactSecrets(t *testing.T) {
 	}
 }
 
-// TestChecksRunInValidateNotFromEnv: a registered check refuses a
-// combination in Validate; FromEnv checks single values only, since flags
-// and a stack variant may complete the combination.
-func TestChecksRunInValidateNotFromEnv(t *testing.T) {
-	RegisterCheck(func(c Config) error {
-		if c.Get(testSecret) == "needs-tls" && !c.Bool(testTLS) {
-			return Invalid(testSecret, nil, "needs %s", testTLS)
-		}
-		return nil
-	})
-	t.Setenv("INBOXBENCH_TEST_PASSWORD", "needs-tls")
-	c, err := FromEnv()
-	if err != nil {
-		t.Fatalf("FromEnv ran the checks: %v", err)
-	}
-	var se *SettingError
-	if err := c.Validate(); !errors.As(err, &se) || se.Key != testSecret {
-		t.Fatalf("Validate: %v, want the check's error naming %s", err, testSecret)
-	}
-	c = c.With(testTLS, "true")
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestPlaintextPasswordAllowed(t *testing.T) {
 	c := Default()
 	for addrs, want := range map[string]bool{"127.0.0.1:1": true, "localhost": true, "[::1]:5672": true, "127.0.0.1:1,db.example:2": false, "10.0.0.1:5672": false} {
@@ -219,5 +194,32 @@ func TestPlaintextPasswordAllowed(t *testing.T) {
 	}
 	if !c.With(SettingAllowPlaintextPasswords, "true").PlaintextPasswordAllowed([]string{"db.example:2"}) {
 		t.Error("allowed explicitly, still refused")
+	}
+}
+
+// TestChecksOfSettingsTogether: a registered check of several settings
+// runs in Validate, after each setting's own, and not in FromEnv (a
+// variant of the local stack may complete the pair first).
+func TestChecksOfSettingsTogether(t *testing.T) {
+	pairA := Register(Setting{Key: "test.pair-a", Flag: "test-pair-a", Env: "INBOXBENCH_TEST_PAIR_A", Usage: "a"})
+	pairB := Register(Setting{Key: "test.pair-b", Flag: "test-pair-b", Env: "INBOXBENCH_TEST_PAIR_B", Usage: "b"})
+	RegisterCheck(func(c Config) error {
+		if (c.Get(pairA) == "") != (c.Get(pairB) == "") {
+			return Invalid(pairB, nil, "comes with %s", pairA)
+		}
+		return nil
+	})
+	t.Setenv("INBOXBENCH_TEST_PAIR_A", "x")
+	c, err := FromEnv()
+	if err != nil {
+		t.Fatalf("FromEnv ran the check of settings together: %v", err)
+	}
+	var se *SettingError
+	if err := c.Validate(); !errors.As(err, &se) || se.Key != pairB {
+		t.Fatalf("Validate: %v, want a setting error naming %s", err, pairB)
+	}
+	whole := c.With(pairB, "y")
+	if err := whole.Validate(); err != nil {
+		t.Fatalf("Validate of the whole pair: %v", err)
 	}
 }

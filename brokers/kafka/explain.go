@@ -30,6 +30,8 @@ func Explain(cfg config.Config, err error) error {
 	user, mech := cfg.Get(SettingUser), cfg.Get(SettingSASL)
 	var eof *kgo.ErrFirstReadEOF
 	switch {
+	case strings.Contains(err.Error(), "plaintext connection speaking to a tls endpoint"):
+		return config.Invalid(SettingTLS, nil, "the broker answered with a TLS alert (%v): its listener is TLS, so turn TLS on (with %s)", err, SettingCAFile)
 	case errors.As(err, &eof):
 		msg := eof.Error()
 		switch {

@@ -110,25 +110,22 @@ func Explain(cfg config.Config, err error) error {
 		return config.Invalid(SettingURL, nil, "user %q may not open vhost %q (%v): grant it permissions there (rabbitmqctl set_permissions -p VHOST USER '.*' '.*' '.*'), or use the vhost it has", user, vhost, err)
 	case isAMQP && ae.Code == amqp.AccessRefused:
 		return config.Invalid(SettingURL, nil, "user %q lacks a permission on vhost %q (%v): the suite declares, writes and reads its own queues, so grant it configure, write and read there", user, vhost, err)
-	case !strings.HasPrefix(raw, "amqps://") && closedAtOnce(err):
-		return config.Invalid(SettingURL, nil, "the node closed the connection during the AMQP handshake (%v): if that port is its TLS listener, use amqps:// (with %s)", err, SettingCAFile)
+	case !strings.HasPrefix(raw, "amqps://") && notAMQP(err):
+		return config.Invalid(SettingURL, nil, "the server did not answer the AMQP handshake as AMQP (%v): a TLS listener answers a plaintext client so; use amqps:// (with %s)", err, SettingCAFile)
 	}
 	return err
 }
 
-// closedAtOnce reports an error from a node that hung up on the client
-// during the handshake: end of file or a reset, as a TLS listener does
-// with a plaintext client.
-func closedAtOnce(err error) bool {
+// notAMQP reports an error from a server that did not speak AMQP during
+// the handshake: it hung up (end of file, a reset), or sent what does not
+// parse as an AMQP frame (a TLS alert record, as a TLS listener answers
+// a plaintext client with).
+func notAMQP(err error) bool {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 		return true
 	}
 	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.FrameError {
-		r := strings.ToLower(ae.Reason)
-		return strings.Contains(r, "eof") || strings.Contains(r, "connection reset")
-	}
-	return false
+	return errors.As(err, &ae) && ae.Code == amqp.FrameError
 }
 
 // errorf is fmt.Errorf with the errors among args explained against cfg.

@@ -56,15 +56,18 @@ func init() {
 // from, then checks the files.
 func checkTogether(c config.Config) error {
 	amqps := strings.HasPrefix(c.Get(SettingURL), "amqps://")
-	if !amqps && tlsKeys.Given(c) {
+	if strings.EqualFold(c.Get(SettingSASL), SASLExternal) && (!amqps || c.Get(SettingCertFile) == "") {
+		return config.Invalid(SettingSASL, SASLExternal, "takes the identity from the client certificate: use an amqps:// URL and set %s and %s", SettingCertFile, SettingKeyFile)
+	}
+	if !amqps {
+		// Files the user gave with a plaintext URL would be ignored
+		// (those of a local stack's variant are, quietly).
 		for _, k := range []string{SettingCAFile, SettingCertFile, SettingKeyFile, SettingServerName} {
-			if c.Get(k) != "" {
+			if c.Given(k) && c.Get(k) != "" {
 				return config.Invalid(k, nil, "set, but %s is amqp:// (plaintext), so it would be ignored: use an amqps:// URL for TLS, or unset it", SettingURL)
 			}
 		}
-	}
-	if strings.EqualFold(c.Get(SettingSASL), SASLExternal) && (!amqps || c.Get(SettingCertFile) == "") {
-		return config.Invalid(SettingSASL, SASLExternal, "takes the identity from the client certificate: use an amqps:// URL and set %s and %s", SettingCertFile, SettingKeyFile)
+		return nil
 	}
 	return tlsfiles.Check(c, tlsKeys)
 }

@@ -30,7 +30,7 @@ var (
 )
 
 // tlsKeys are the driver's TLS settings.
-var tlsKeys = tlsfiles.Keys{CA: SettingCAFile, Cert: SettingCertFile, Key: SettingKeyFile, ServerName: SettingServerName, Addr: SettingNamesrv}
+var tlsKeys = tlsfiles.Keys{CA: SettingCAFile, Cert: SettingCertFile, Key: SettingKeyFile, ServerName: SettingServerName, Addr: SettingNamesrv, Switch: SettingTLS}
 
 func init() {
 	config.RegisterCheck(func(c config.Config) error { return tlsfiles.Check(c, tlsKeys) })
@@ -38,7 +38,7 @@ func init() {
 }
 
 // useTLS reports whether cfg asks for TLS: rocketmq.tls, or any TLS file.
-func useTLS(cfg config.Config) bool { return cfg.Bool(SettingTLS) || tlsKeys.Given(cfg) }
+func useTLS(cfg config.Config) bool { return tlsKeys.On(cfg) }
 
 // UsesTLS reports whether the driver connects with TLS, for a program
 // that gives RocketMQ's own tools the same settings (calibrate).

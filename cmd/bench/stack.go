@@ -133,21 +133,27 @@ unhealthy or listens beyond loopback, except for the one documented case
 			rows := compose.Status(c.Context(), e, svcs)
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SERVICE\tVERSION\tADDRESS\tHEALTHY\tDURABILITY\tDETAIL")
-			bad := 0
+			bad, refused := 0, 0
 			for _, r := range rows {
-				h := "yes"
-				if !r.Healthy {
+				h, detail := "yes", r.Detail
+				switch {
+				case r.Refused():
+					h, refused, detail = "REFUSED", refused+1, describe(r.Err)
+				case !r.Healthy:
 					h, bad = "NO", bad+1
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, dash(r.Version), r.Address, h, dash(r.Durability), r.Detail)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, dash(r.Version), r.Address, h, dash(r.Durability), detail)
 			}
 			tw.Flush()
 			if len(args) == 0 {
 				fmt.Printf("durability profile: %s\n", compose.StackDurability(e))
 			}
 			exposed := printListening(rows)
+			if refused > 0 {
+				return usagef("%d of %d services refused the configured settings (TLS, credentials or permissions: DETAIL says which setting); starting them would not change that", refused, len(rows))
+			}
 			if bad > 0 {
-				return failure{fmt.Sprintf("%d of %d services unhealthy: start them with 'bench stack up'", bad, len(rows))}
+				return failure{fmt.Sprintf("%d of %d services unhealthy: start them with 'bench stack up%s'", bad, len(rows), compose.VariantFlag(e.Variant))}
 			}
 			if len(exposed) > 0 {
 				return failure{fmt.Sprintf("listening beyond loopback: %s: the native stack binds its ports to loopback (RocketMQ's HA port aside); restart the service with 'bench stack down NAME && bench stack up NAME' (stacks started by an older bench bound RabbitMQ's 55673 to every interface), and if it stays, something else listens on that port", strings.Join(exposed, ", "))}

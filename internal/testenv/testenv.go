@@ -2,100 +2,58 @@
 // need, and fails a test by the service's name when that service cannot be
 // reached. It never skips: a test that quietly skips when its server is
 // missing hides breakage. `make test` starts the stack first.
+//
+// The endpoints are those every command uses: the INBOXBENCH_* variables,
+// then the local stack's variant they select (INBOXBENCH_SECURE=true:
+// the secure stack's TLS files and credentials, through
+// compose.ApplyVariant), under what the variables set.
 package testenv
 
 import (
-	"net"
-	"net/url"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
+	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
-	"github.com/jackc/pgx/v5"
+	"github.com/inboxbench/inboxbench/internal/testenv/core"
 )
 
 // Service names as the tests and the stack print them.
 const (
-	Postgres = "postgres"
-	RabbitMQ = "rabbitmq"
-	Kafka    = "kafka"
-	RocketMQ = "rocketmq"
+	Postgres = core.Postgres
+	RabbitMQ = core.RabbitMQ
+	Kafka    = core.Kafka
+	RocketMQ = core.RocketMQ
 )
 
-// Config returns the configuration from the environment, failing the test on
-// a bad variable.
+// Config returns the configuration from the environment with the
+// selected variant's endpoints applied and checked, failing the test on a
+// bad variable or a variant whose stack has not been started.
 func Config(t testing.TB) config.Config {
 	t.Helper()
-	c, err := config.FromEnv()
+	c := core.Config(t)
+	c, err := compose.ApplyVariant(c)
 	if err != nil {
+		t.Fatalf("configuration: %v", err)
+	}
+	if err := c.Validate(); err != nil {
 		t.Fatalf("configuration: %v", err)
 	}
 	return c
 }
 
-// Require returns the configuration after checking that each named service
-// accepts TCP connections at its configured address; otherwise the test
-// fails, naming the service, the address and what to run.
+// Require returns Config after checking that each named service accepts
+// TCP connections at its configured address; otherwise the test fails,
+// naming the service, the address and what to run.
 func Require(t testing.TB, services ...string) config.Config {
 	t.Helper()
 	c := Config(t)
-	for _, s := range services {
-		for _, addr := range Addrs(c, s) {
-			conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
-			if err != nil {
-				t.Fatalf("%s is not reachable at %s (%v): start the local stack with `bench stack up` (or `make stack-up`), or point %s at a running server", s, addr, err, envName(s))
-			}
-			conn.Close()
-		}
-	}
-	return c
+	v, _ := compose.VariantOf(c)
+	return core.Reachable(t, c, compose.VariantFlag(v), services...)
 }
 
-// settingOf names the configuration key holding each service's address.
-var settingOf = map[string]string{
-	Postgres: "postgres.url",
-	RabbitMQ: "rabbitmq.url",
-	Kafka:    "kafka.brokers",
-	RocketMQ: "rocketmq.namesrv",
-}
+// Addrs returns the host:port addresses configured for a service.
+func Addrs(c config.Config, service string) []string { return core.Addrs(c, service) }
 
-// Addrs returns the host:port addresses configured for a service: the
-// hosts of a URL (default port 5672 for amqp://, 5671 for amqps://), or a
-// comma-separated list.
-func Addrs(c config.Config, service string) []string {
-	v := c.Get(settingOf[service])
-	if service == Postgres {
-		cc, err := pgx.ParseConfig(v)
-		if err != nil {
-			return []string{config.Redact(v)}
-		}
-		return []string{net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))}
-	}
-	if !strings.Contains(v, "://") {
-		return c.List(settingOf[service])
-	}
-	u, err := url.Parse(v)
-	if err != nil {
-		return []string{config.Redact(v)}
-	}
-	if u.Port() == "" {
-		port := "5672"
-		if u.Scheme == "amqps" {
-			port = "5671" // AMQP over TLS
-		}
-		return []string{net.JoinHostPort(u.Hostname(), port)}
-	}
-	return []string{u.Host}
-}
-
-// envName is the variable that points a service elsewhere.
-func envName(service string) string {
-	for _, s := range config.Settings() {
-		if s.Key == settingOf[service] {
-			return s.Env
-		}
-	}
-	return "the service's INBOXBENCH_* variable"
-}
+// StackDir is the local stack's directory as `bench` run from the
+// repository root sees it (see core.StackDir).
+func StackDir(t testing.TB, c config.Config) string { return core.StackDir(t, c) }

@@ -36,17 +36,39 @@ type Keys struct {
 	// about the server's side names (its certificate expired, it does not
 	// speak TLS there).
 	Addr string
+	// Switch is the boolean setting that turns TLS on ("" when something
+	// else decides, such as a URL's scheme).
+	Switch string
 }
 
-// Given reports whether cfg sets any of the files or the server name:
-// reason enough to speak TLS.
+// Given reports whether cfg sets any of the files or the server name.
 func (k Keys) Given(cfg config.Config) bool {
-	for _, key := range []string{k.CA, k.Cert, k.Key, k.ServerName} {
-		if key != "" && cfg.Get(key) != "" {
+	for _, key := range k.files() {
+		if cfg.Get(key) != "" {
 			return true
 		}
 	}
 	return false
+}
+
+func (k Keys) files() []string {
+	var out []string
+	for _, key := range []string{k.CA, k.Cert, k.Key, k.ServerName} {
+		if key != "" {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// On reports whether cfg asks for TLS: the switch when the user set it
+// (false turns TLS off whatever a local stack's variant supplied), else
+// the switch or any of the files.
+func (k Keys) On(cfg config.Config) bool {
+	if k.Switch != "" && cfg.Given(k.Switch) {
+		return cfg.Bool(k.Switch)
+	}
+	return (k.Switch != "" && cfg.Bool(k.Switch)) || k.Given(cfg)
 }
 
 // Check validates the settings without a network: the CA file exists and
@@ -54,6 +76,15 @@ func (k Keys) Given(cfg config.Config) bool {
 // two match, and neither certificate has expired. Each error is a
 // *config.SettingError naming the setting to change.
 func Check(cfg config.Config, k Keys) error {
+	if !k.On(cfg) {
+		// Files the user gave with TLS switched off would be ignored.
+		for _, key := range k.files() {
+			if cfg.Given(key) && cfg.Get(key) != "" {
+				return config.Invalid(key, nil, "set, but %s turns TLS off, so it would be ignored: turn TLS on, or unset it", k.Switch)
+			}
+		}
+		return nil
+	}
 	_, err := Config(cfg, k)
 	return err
 }
@@ -190,12 +221,20 @@ func Explain(err error, cfg config.Config, k Keys) error {
 		return config.Invalid(k.Addr, nil, "the server does not speak TLS there (%v): dial its TLS listener, or turn TLS off for a plaintext one", err)
 	case strings.Contains(msg, "remote error: tls: "):
 		alert := msg[strings.Index(msg, "remote error: tls: ")+len("remote error: tls: "):]
+		if i := strings.IndexAny(alert, "\"()\\"); i >= 0 {
+			alert = alert[:i] // the rest is a wrapping error's quoting
+		}
+		alert = strings.TrimSpace(alert)
+		certAlert := false
+		for _, a := range []string{"certificate required", "bad certificate", "unknown certificate authority", "unsupported certificate", "certificate unknown", "handshake failure", "expired"} {
+			certAlert = certAlert || strings.Contains(alert, a)
+		}
 		switch {
-		case strings.Contains(alert, "certificate required"), strings.Contains(alert, "handshake failure") && get(cfg, k.Cert) == "":
+		case certAlert && get(cfg, k.Cert) == "":
 			return config.Invalid(k.Cert, nil, "the server requires a client certificate and refused the handshake without one (%s): set %s and %s", alert, k.Cert, k.Key)
 		case strings.Contains(alert, "expired"):
 			return config.Invalid(k.Cert, nil, "the server refused the client certificate as expired (%s): renew it", alert)
-		case strings.Contains(alert, "unknown certificate authority"), strings.Contains(alert, "bad certificate"), strings.Contains(alert, "unsupported certificate"), strings.Contains(alert, "certificate unknown"):
+		case certAlert:
 			return config.Invalid(k.Cert, nil, "the server refused the client certificate (%s): give one signed by a CA the server trusts", alert)
 		}
 		return config.Invalid(k.Addr, nil, "the server ended the TLS handshake (%s)", alert)
