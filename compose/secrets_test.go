@@ -53,3 +53,22 @@ func TestCommandLineMasksCredentials(t *testing.T) {
 		t.Errorf("CommandLine = %s", got)
 	}
 }
+
+// TestPGPasswordVerifier: the role's password goes to PostgreSQL as its
+// SCRAM-SHA-256 verifier (RFC 5803), here against one computed apart
+// (Python's hashlib) for a fixed salt.
+func TestPGPasswordVerifier(t *testing.T) {
+	salt := make([]byte, 16)
+	for i := range salt {
+		salt[i] = byte(i)
+	}
+	got, err := scramSHA256("pencil", salt, 4096)
+	want := "SCRAM-SHA-256$4096:AAECAwQFBgcICQoLDA0ODw==$zHCdol2044/ZyWzPLi7oxApCkamKw9Z+E4U/QApd/5Y=:dd5peBOitVnLNFu7VmwP+HiDaaw4OUCv396eVCWhYiE="
+	if err != nil || got != want {
+		t.Errorf("scramSHA256 = %s, %v\nwant %s", got, err, want)
+	}
+	v, err := pgPasswordVerifier("pencil")
+	if err != nil || strings.Contains(v, "pencil") || !strings.HasPrefix(v, "SCRAM-SHA-256$4096:") {
+		t.Errorf("pgPasswordVerifier = %s, %v", v, err)
+	}
+}
