@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
@@ -25,16 +27,19 @@ import (
 
 // TestSecureNoSecretAnywhere runs the commands a team runs before
 // adopting a broker against the secure stack (`bench stack up --secure`)
-// — bench run over the baseline and the three brokers, a short bench
-// conform, bench calibrate of the three vendor tools, bench calibrate-db
-// with pgbench, bench report and bench publish — and then looks for every
-// one of the stack's passwords and keys, as given and percent-encoded, in:
-// every process's command line, sampled all along (ps); everything the
-// commands printed; every file they wrote (the results, the published
-// site) and every file written meanwhile under the secure stack's
-// directory (the services' logs, the vendor tools' logs) and in the
-// temporary directory (argument files, passfiles, key stores that should
-// be gone). It finds nothing.
+// — bench stack status, bench run over the baseline and the three
+// brokers, a short bench conform, bench calibrate of the three vendor
+// tools, bench calibrate-db with pgbench, bench report and bench publish —
+// and then looks for every one of the stack's passwords (the suite's and
+// the services' administrators'), as given and as a URL or JSON would
+// carry them, in: every process's command line, sampled all along (ps);
+// everything the commands printed; every file they wrote (the results,
+// the published site) and every file written meanwhile under the secure
+// stack's directory (the services' logs, the vendor tools' logs) and in
+// the temporary directory (argument files, passfiles, key stores that
+// should be gone); pg_stat_statements, which the suite's role reads. It
+// finds nothing. Of the files the stack wrote before, a log holds no
+// password and any other file that does is readable by this user only.
 func TestSecureNoSecretAnywhere(t *testing.T) {
 	base := testenv.Config(t)
 	stackDir := testenv.StackDir(t, base)
@@ -42,9 +47,13 @@ func TestSecureNoSecretAnywhere(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the secure stack: %v", err)
 	}
-	secrets := needles(cfg)
-	if len(secrets) == 0 {
-		t.Fatal("the secure stack's endpoints hold no secret: nothing to look for")
+	creds, err := compose.ReadCredentials(&compose.Env{Dir: stackDir, Variant: compose.VariantSecure, Cfg: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := needles(append(cfg.Secrets(), creds.Postgres, creds.RabbitMQ, creds.Kafka, creds.KafkaAdmin, creds.RocketMQ, creds.RocketMQAdmin))
+	if len(secrets) < 6 {
+		t.Fatalf("the secure stack's credentials: %d forms of its passwords to look for, want at least one per password", len(secrets))
 	}
 	start := time.Now().Add(-time.Second)
 	out, site := t.TempDir(), t.TempDir()
@@ -64,6 +73,7 @@ func TestSecureNoSecretAnywhere(t *testing.T) {
 			t.Errorf("bench %s: exit %d\n%s", strings.Join(args, " "), code, tailLines(e.String(), 20))
 		}
 	}
+	bench("stack", "status")
 	bench("run", "--brokers", "none,rabbitmq,kafka,rocketmq", "--workload", "smoke", "--run-id", runID, "--out", out)
 	bench("conform", "--brokers", "rabbitmq,kafka,rocketmq", "--scenarios", "duplicate", "--strategies", "tx", "--run-id", runID+"-conform", "--out", out)
 	bench("calibrate", "--brokers", "rabbitmq,kafka,rocketmq", "--duration", "11s", "--warmup", "2s", "--max-drain", "30s", "--run-id", runID+"-calibrate", "--out", out)
@@ -101,14 +111,16 @@ func TestSecureNoSecretAnywhere(t *testing.T) {
 		files += scanFiles(t, root, start, found)
 	}
 	files += scanTemp(t, start, found)
+	files += scanStack(t, filepath.Join(stackDir, compose.VariantSecure), start, secrets)
+	statements(t, cfg, secrets)
 	t.Logf("looked for %d secrets in %d files, %d bytes of ps output and %d bytes printed", len(secrets), files, len(procs), len(stdout)+stderr.Len())
 }
 
-// needles are the forms in which cfg's secrets could show: as given, and
-// as a URL, a query or a JSON string would carry them.
-func needles(cfg config.Config) []string {
+// needles are the forms in which secrets could show: as given, and as a
+// URL, a query or a JSON string would carry them.
+func needles(secrets []string) []string {
 	var out []string
-	for _, s := range cfg.Secrets() {
+	for _, s := range secrets {
 		if len(s) < 6 {
 			continue // too short to tell from other text; the stack's are longer
 		}
@@ -255,4 +267,83 @@ func scanTemp(t *testing.T, since time.Time, found func(string, []byte)) int {
 func tailLines(s string, n int) string {
 	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(ls[max(0, len(ls)-n):], "\n")
+}
+
+// scanStack looks at the files the stack wrote before the commands ran
+// (its configuration, the servers' data and logs): a log holds no
+// password, and a file that holds one (a server's configuration, its
+// store of users) is readable by this user only, by its mode or its
+// directory's. It returns how many files it read.
+func scanStack(t *testing.T, root string, since time.Time, secrets []string) int {
+	n := 0
+	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil || !info.ModTime().Before(since) {
+			return nil
+		}
+		n++
+		var hit bool
+		scanFile(t, p, func(_ string, b []byte) {
+			for _, s := range secrets {
+				hit = hit || bytes.Contains(b, []byte(s))
+			}
+		})
+		if !hit {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		switch {
+		case strings.HasSuffix(p, ".log") || slices.Contains(strings.Split(filepath.ToSlash(rel), "/"), "logs"):
+			t.Errorf("the stack's log %s holds a password", p)
+		case !private(root, p):
+			t.Errorf("%s holds a password and other users may read it (mode %v)", p, info.Mode().Perm())
+		}
+		return nil
+	})
+	return n
+}
+
+// private reports whether only this user can read path: the file's mode
+// gives the others nothing, or a directory on its way from root does not
+// let them in.
+func private(root, path string) bool {
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o044 == 0 {
+		return true
+	}
+	for d := filepath.Dir(path); strings.HasPrefix(d, root); d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o011 == 0 {
+			return true
+		}
+		if d == root {
+			break
+		}
+	}
+	return false
+}
+
+// statements: pg_stat_statements, which the suite's role reads (it has
+// pg_read_all_stats through pg_monitor), records no statement that holds
+// a password: the stack sends the role's password as its SCRAM verifier.
+func statements(t *testing.T, cfg config.Config, secrets []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, cfg.PGURL)
+	if err != nil {
+		t.Errorf("postgres: %v", cfg.RedactError(err))
+		return
+	}
+	defer conn.Close(ctx)
+	for _, s := range secrets {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_statements WHERE strpos(query, $1) > 0", s).Scan(&n); err != nil {
+			t.Errorf("pg_stat_statements: %v", err)
+			return
+		}
+		if n > 0 {
+			t.Errorf("pg_stat_statements records %d statements with a password in their text", n)
+		}
+	}
 }
