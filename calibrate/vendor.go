@@ -366,15 +366,18 @@ func (rocketVendor) tool() string {
 }
 
 // rocketCmd is one of the benchmark classes with args, its client's logs
-// under the stack directory, the client's TLS options and the ACL
-// options of the configured key pair.
+// under the stack directory (rocketmq-example 5.5.0 logs to
+// ${user.home}/logs/rocketmqlogs/tools_default.log whatever
+// rocketmq.client.logRoot says, so user.home is the log directory too),
+// the client's TLS options and the ACL options of the configured key
+// pair.
 func (r *runner) rocketCmd(main string, args ...string) ([]string, error) {
 	tlsOpts, err := r.rocketTLS()
 	if err != nil {
 		return nil, err
 	}
 	cmd := r.javaCmd("org.apache.rocketmq.example.benchmark."+main, append(args, rocketACL(r.Cfg)...)...)
-	jvm := append([]string{"-Drocketmq.client.logRoot=" + r.logDir, "-Drocketmq.client.logLevel=WARN"}, tlsOpts...)
+	jvm := append([]string{"-Drocketmq.client.logRoot=" + r.logDir, "-Drocketmq.client.logLevel=WARN", "-Duser.home=" + r.logDir}, tlsOpts...)
 	return append(cmd[:1], append(jvm, cmd[1:]...)...), nil
 }
 
