@@ -106,9 +106,9 @@ flags or these environment variables:
 		if err != nil && !under(c, "stack") {
 			return usageError{err}
 		}
-		if err == nil {
-			*cfg = applied
-		}
+		// Whole, or (stack commands, before the variant's first start)
+		// its addresses at least.
+		*cfg = applied
 		// After the variant: settings are checked together as the
 		// command will use them (a CA file the secure stack names must
 		// exist, a key pair must be whole).
