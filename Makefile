@@ -18,8 +18,11 @@ LIB_CONSUMER_TESTS = LibConsumer
 SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns|StackRestartsBackToBack
 STACK_CYCLES ?= 3
 TEST_TIMEOUT ?= 30m
+# Tests of what the secure stack's servers refuse (TestSecure…) run in the
+# secure stage only, against `bench stack up --secure`.
+SECURE_TESTS = TestSecure
 
-.PHONY: all build bench test test-deps fmt-check vet fuzz stack-up stack-down stack-status clean
+.PHONY: all build bench test test-deps test-secure fmt-check vet fuzz stack-up stack-down stack-status clean
 
 all: build
 
@@ -66,10 +69,34 @@ vet:
 
 # Unit and integration tests against the real services started by stack-up.
 test: fmt-check vet test-deps stack-up
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(LIB_CONSUMER_TESTS)|$(SOLO_TESTS)' $(RACE_PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(LIB_CONSUMER_TESTS)|$(SOLO_TESTS)|$(SECURE_TESTS)' $(RACE_PKGS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(LIB_CONSUMER_TESTS)' $(RACE_PKGS)
 	INBOXBENCH_TEST_STACK_CYCLES=$(STACK_CYCLES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SOLO_TESTS)' $(RACE_PKGS)
+	@$(MAKE) --no-print-directory test-secure
 	@$(MAKE) --no-print-directory fuzz
+
+# The secure stage (docs/testing.md): the secure stack beside the plain
+# one (TLS and authentication on every service, its own ports and
+# directory), the drivers' conformance suites and the refusals over TLS
+# with authentication, the PostgreSQL inbox over TLS with verify-full
+# (INBOXBENCH_SECURE points the tests at it through compose.ApplyVariant;
+# without -race, which the main stage runs them under: 32 goroutines of
+# its stress test under the race detector and TLS starve a shared 2-core
+# host into lock timeouts), a smoke run and a short conform; the secure
+# stack is stopped whatever failed. About 8 minutes on the 2-core target.
+SECURE_OUT ?= results
+test-secure: build
+	@status=0; \
+	$(BENCH) stack up --secure || status=1; \
+	if [ $$status = 0 ]; then \
+	  INBOXBENCH_SECURE=true $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run 'TestConformance$$|TestLargestWorkloadMessage|TestDurability$$|$(SECURE_TESTS)' \
+	    ./brokers/rabbitmq ./brokers/kafka ./brokers/rocketmq ./compose ./cmd/bench || status=1; \
+	  INBOXBENCH_SECURE=true $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./inbox || status=1; \
+	  $(BENCH) run --secure --brokers none,rabbitmq,kafka,rocketmq --workload smoke --out $(SECURE_OUT) || status=1; \
+	  $(BENCH) conform --secure --brokers rabbitmq,kafka,rocketmq --scenarios duplicate,consumer-crash --strategies tx --out $(SECURE_OUT) || status=1; \
+	fi; \
+	$(BENCH) stack down --secure || status=1; \
+	exit $$status
 
 # The parsers of untrusted input, fuzzed briefly on every `make test` from
 # their committed seed corpora (PKG/testdata/fuzz/NAME); a crasher is

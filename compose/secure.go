@@ -303,36 +303,22 @@ func password() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// secureService is a service of the secure variant: its endpoints with
-// the credentials (Endpoints), or without them (the addresses and files)
-// before they exist.
-type secureService interface {
-	Endpointer
-	addresses(e *Env) map[string]string
-}
-
-// secureEndpoints is what a secure service adds to e.Cfg before it
-// dials or binds: its endpoints under what the user set. e.Cfg already
-// has them when the command applied the variant; `bench stack up
-// --secure` on a fresh directory could not, before the credentials
-// existed, so then the addresses at least are the variant's, never the
-// plain stack's.
-func secureEndpoints(e *Env, s secureService) *Env {
-	vals, err := s.Endpoints(e)
-	if err != nil {
-		vals = s.addresses(e)
-	}
-	n := *e
-	n.Cfg = e.Cfg.WithDefaults(vals)
-	return &n
-}
-
 // secureReady is the readiness check of a secure service: none before
 // its credentials exist (whatever answers at its addresses is not it),
-// else check with its endpoints.
-func secureReady(ctx context.Context, e *Env, s secureService, check func(context.Context, *Env) (string, error)) (string, error) {
+// else check.
+func secureReady(ctx context.Context, e *Env, check func(context.Context, *Env) (string, error)) (string, error) {
 	if _, err := ReadCredentials(e); err != nil {
 		return "", fmt.Errorf("not started by 'bench stack up --secure' yet: %w", err)
 	}
-	return check(ctx, secureEndpoints(e, s))
+	return check(ctx, e)
+}
+
+// bindEnv is e for what a secure service binds and starts: its
+// addresses in place of every setting the user did not give, whatever
+// e.Cfg holds (a command that did not apply the variant would otherwise
+// start it on the plain stack's ports).
+func bindEnv(e *Env, a Addresser) *Env {
+	n := *e
+	n.Cfg = e.Cfg.WithDefaults(a.Addresses(e))
+	return &n
 }

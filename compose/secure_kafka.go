@@ -97,12 +97,13 @@ func (k *SecureKafka) Endpoints(e *Env) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	vals := k.addresses(e)
+	vals := k.Addresses(e)
 	vals[kafkabroker.SettingPassword] = c.Kafka
 	return vals, nil
 }
 
-func (k *SecureKafka) addresses(e *Env) map[string]string {
+// Addresses implements Addresser.
+func (k *SecureKafka) Addresses(e *Env) map[string]string {
 	return map[string]string{
 		kafkabroker.SettingBrokers:    secureKafkaBroker,
 		kafkabroker.SettingTLS:        strconv.FormatBool(true),
@@ -115,19 +116,18 @@ func (k *SecureKafka) addresses(e *Env) map[string]string {
 	}
 }
 
-func (k *SecureKafka) Addr(e *Env) string { return k.Kafka.Addr(secureEndpoints(e, k)) }
-
-func (k *SecureKafka) Ports(e *Env) []Port { return k.Kafka.Ports(secureEndpoints(e, k)) }
+// Ports implements Porter.
+func (k *SecureKafka) Ports(e *Env) []Port { return k.Kafka.Ports(bindEnv(e, k)) }
 
 func (k *SecureKafka) Start(ctx context.Context, e *Env) error {
 	if _, err := ensureSecrets(e, "kafka"); err != nil {
 		return fmt.Errorf("kafka: %w", err)
 	}
-	return k.Kafka.Start(ctx, secureEndpoints(e, k))
+	return k.Kafka.Start(ctx, bindEnv(e, k))
 }
 
 func (k *SecureKafka) Ready(ctx context.Context, e *Env) (string, error) {
-	return secureReady(ctx, e, k, func(ctx context.Context, se *Env) (string, error) {
+	return secureReady(ctx, e, func(ctx context.Context, se *Env) (string, error) {
 		v, err := k.Kafka.Ready(ctx, se)
 		if err != nil {
 			return "", err

@@ -34,7 +34,8 @@ func (p *SecurePostgres) Endpoints(e *Env) (map[string]string, error) {
 	return map[string]string{"postgres.url": securePGURL(e, url.UserPassword(pgAppRole, c.Postgres))}, nil
 }
 
-func (p *SecurePostgres) addresses(e *Env) map[string]string {
+// Addresses implements Addresser.
+func (p *SecurePostgres) Addresses(e *Env) map[string]string {
 	return map[string]string{"postgres.url": securePGURL(e, url.User(pgAppRole))}
 }
 
@@ -44,10 +45,8 @@ func securePGURL(e *Env, user *url.Userinfo) string {
 	return u.String()
 }
 
-func (p *SecurePostgres) Addr(e *Env) string { return p.Postgres.Addr(secureEndpoints(e, p)) }
-
 func (p *SecurePostgres) Ports(e *Env) []Port {
-	return []Port{{Port: pgListenPort(secureEndpoints(e, p), securePGPort), What: "SQL over TLS"}}
+	return []Port{{Port: pgListenPort(bindEnv(e, p), securePGPort), What: "SQL over TLS"}}
 }
 
 func (p *SecurePostgres) Start(ctx context.Context, e *Env) error {
@@ -55,7 +54,7 @@ func (p *SecurePostgres) Start(ctx context.Context, e *Env) error {
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	se := secureEndpoints(e, p)
+	se := bindEnv(e, p)
 	tlsDir := func(dir string) string { return filepath.Join(dir, "tls") }
 	return p.start(ctx, se, pgInstance{
 		port:     pgListenPort(se, securePGPort),
@@ -91,7 +90,7 @@ func (p *SecurePostgres) Start(ctx context.Context, e *Env) error {
 
 // Ready connects over TLS with verify-full and says so in the version.
 func (p *SecurePostgres) Ready(ctx context.Context, e *Env) (string, error) {
-	return secureReady(ctx, e, p, func(ctx context.Context, se *Env) (string, error) {
+	return secureReady(ctx, e, func(ctx context.Context, se *Env) (string, error) {
 		v, err := p.Postgres.Ready(ctx, se)
 		if err != nil {
 			return "", err

@@ -69,7 +69,8 @@ func (r *SecureRabbitMQ) Endpoints(e *Env) (map[string]string, error) {
 	return r.endpoints(e, url.UserPassword(rabbitUser, c.RabbitMQ)), nil
 }
 
-func (r *SecureRabbitMQ) addresses(e *Env) map[string]string {
+// Addresses implements Addresser.
+func (r *SecureRabbitMQ) Addresses(e *Env) map[string]string {
 	return r.endpoints(e, url.User(rabbitUser))
 }
 
@@ -85,8 +86,6 @@ func (r *SecureRabbitMQ) endpoints(e *Env, user *url.Userinfo) map[string]string
 	}
 }
 
-func (r *SecureRabbitMQ) Addr(e *Env) string { return r.RabbitMQ.Addr(secureEndpoints(e, r)) }
-
 func (r *SecureRabbitMQ) Start(ctx context.Context, e *Env) error {
 	if _, err := ensureSecrets(e, "rabbitmq"); err != nil {
 		return fmt.Errorf("rabbitmq: %w", err)
@@ -95,7 +94,7 @@ func (r *SecureRabbitMQ) Start(ctx context.Context, e *Env) error {
 }
 
 func (r *SecureRabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
-	return secureReady(ctx, e, r, func(ctx context.Context, se *Env) (string, error) {
+	return secureReady(ctx, e, func(ctx context.Context, se *Env) (string, error) {
 		v, err := r.RabbitMQ.Ready(ctx, se)
 		if err != nil {
 			return "", err

@@ -31,7 +31,7 @@ type SecureRocketMQ struct{ RocketMQ }
 const (
 	secureNamesrv       = "127.0.0.1:57876"
 	secureRocketBroker  = 57911
-	rocketmqAdminUser   = "rocketmq"
+	RocketMQAdminUser   = "rocketmq" // the secure broker's initial super user
 	rocketmqSuiteSource = "127.0.0.1"
 )
 
@@ -84,7 +84,7 @@ authorizationProvider=org.apache.rocketmq.auth.authorization.provider.DefaultAut
 authorizationMetadataProvider=org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider
 `
 	if _, err := os.Stat(initialUserMarker(e)); err != nil {
-		conf += fmt.Sprintf("# Until the store holds it (then removed): the initial super user.\ninitAuthenticationUser={\"username\":\"%s\",\"password\":\"%s\"}\n", rocketmqAdminUser, c.RocketMQAdmin)
+		conf += fmt.Sprintf("# Until the store holds it (then removed): the initial super user.\ninitAuthenticationUser={\"username\":\"%s\",\"password\":\"%s\"}\n", RocketMQAdminUser, c.RocketMQAdmin)
 	}
 	return conf, nil
 }
@@ -102,12 +102,13 @@ func (r *SecureRocketMQ) Endpoints(e *Env) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	vals := r.addresses(e)
+	vals := r.Addresses(e)
 	vals[rocketmqbroker.SettingSecretKey] = c.RocketMQ
 	return vals, nil
 }
 
-func (r *SecureRocketMQ) addresses(e *Env) map[string]string {
+// Addresses implements Addresser.
+func (r *SecureRocketMQ) Addresses(e *Env) map[string]string {
 	return map[string]string{
 		rocketmqbroker.SettingNamesrv:    secureNamesrv,
 		rocketmqbroker.SettingTLS:        strconv.FormatBool(true),
@@ -117,9 +118,8 @@ func (r *SecureRocketMQ) addresses(e *Env) map[string]string {
 	}
 }
 
-func (r *SecureRocketMQ) Addr(e *Env) string { return r.RocketMQ.Addr(secureEndpoints(e, r)) }
-
-func (r *SecureRocketMQ) Ports(e *Env) []Port { return r.RocketMQ.Ports(secureEndpoints(e, r)) }
+// Ports implements Porter.
+func (r *SecureRocketMQ) Ports(e *Env) []Port { return r.RocketMQ.Ports(bindEnv(e, r)) }
 
 // Start starts the name server and the broker as the plain stack's, with
 // TLS and authentication, then creates the suite's user and its ACL as
@@ -141,11 +141,11 @@ func (r *SecureRocketMQ) Start(ctx context.Context, e *Env) error {
 	if err := writeFileAtomic(filepath.Join(e.Path("rocketmq"), "conf", "tls.properties"), []byte(secureRocketTLSProperties(e)), 0o600); err != nil {
 		return fmt.Errorf("rocketmq: %w", err)
 	}
-	se := secureEndpoints(e, r)
+	se := bindEnv(e, r)
 	if err := r.RocketMQ.Start(ctx, se); err != nil {
 		return err
 	}
-	admin, err := rocketmqbroker.NewRemoting(se.Cfg.With(rocketmqbroker.SettingAccessKey, rocketmqAdminUser).With(rocketmqbroker.SettingSecretKey, c.RocketMQAdmin))
+	admin, err := rocketmqbroker.NewRemoting(se.Cfg.With(rocketmqbroker.SettingAccessKey, RocketMQAdminUser).With(rocketmqbroker.SettingSecretKey, c.RocketMQAdmin))
 	if err != nil {
 		return fmt.Errorf("rocketmq: %w", err)
 	}
@@ -219,7 +219,7 @@ func (r *SecureRocketMQ) provisionOnce(ctx context.Context, ns string, admin *ro
 }
 
 func (r *SecureRocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
-	return secureReady(ctx, e, r, func(ctx context.Context, se *Env) (string, error) {
+	return secureReady(ctx, e, func(ctx context.Context, se *Env) (string, error) {
 		v, err := r.RocketMQ.Ready(ctx, se)
 		if err != nil {
 			return "", err

@@ -170,6 +170,13 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 	if err := s.Start(ctx, e); err != nil {
 		return serviceError(e, s, err)
 	}
+	// A variant's first start wrote what its endpoints need (a password,
+	// a CA): the readiness check dials with them.
+	if applied, err := ApplyVariant(e.Cfg); err == nil {
+		n := *e
+		n.Cfg = applied
+		e = &n
+	}
 	timeout := readyTimeout(s)
 	deadline := time.Now().Add(timeout)
 	var last error

@@ -106,15 +106,21 @@ flags or these environment variables:
 		if err != nil && !under(c, "stack") {
 			return usageError{err}
 		}
-		if err == nil {
-			*cfg = applied
-		}
 		// After the variant: settings are checked together as the
 		// command will use them (a CA file the secure stack names must
-		// exist, a key pair must be whole).
-		if err := cfg.Validate(); err != nil {
+		// exist, a key pair must be whole). Before the variant's first
+		// start (a stack command) its files do not exist yet: what the
+		// user gave is checked.
+		check := applied
+		if err != nil {
+			check = *cfg
+		}
+		if err := check.Validate(); err != nil {
 			return usageError{err}
 		}
+		// Whole, or (stack commands, before the variant's first start)
+		// its addresses at least.
+		*cfg = applied
 		return nil
 	}
 	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newConformCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg), newPublishCmd(cfg), newWorkerCmd(cfg), newCalibrateCmd(cfg), newCalibrateDBCmd(cfg), newExternalCmd(cfg))

@@ -52,6 +52,13 @@ func TestBadSettingsExitTwoNamingTheFlag(t *testing.T) {
 		{[]string{"run", "--workload", "../../workloads/smoke.yaml", "--workers", "-1"}, "bench: --workers -1: counts processes: 0 or more"},
 		{[]string{"run", "--workload", "../../workloads/smoke.yaml", "--run-id", "a b"}, `bench: --run-id "a b": use up to 100 letters`},
 		{[]string{"run", "--kafka-sasl", "md5"}, `bench: --kafka-sasl / INBOXBENCH_KAFKA_SASL "md5": not supported`},
+		// Settings that cannot work together, refused before any dial.
+		{[]string{"run", "--kafka-cert-file", "settings_test.go"}, `bench: --kafka-key-file / INBOXBENCH_KAFKA_KEY_FILE: missing: --kafka-cert-file / INBOXBENCH_KAFKA_CERT_FILE is set`},
+		{[]string{"run", "--rocketmq-ca-file", "/nonexistent/ca.crt"}, `bench: --rocketmq-ca-file / INBOXBENCH_ROCKETMQ_CA_FILE "/nonexistent/ca.crt": open: no such file or directory`},
+		{[]string{"run", "--kafka-ca-file", "settings_test.go"}, `bench: --kafka-ca-file / INBOXBENCH_KAFKA_CA_FILE "settings_test.go": holds no PEM certificate`},
+		{[]string{"run", "--rabbitmq-ca-file", "settings_test.go"}, `bench: --rabbitmq-ca-file / INBOXBENCH_RABBITMQ_CA_FILE: set, but --rabbitmq-url / INBOXBENCH_RABBITMQ_URL is amqp:// (plaintext)`},
+		{[]string{"run", "--rabbitmq-sasl", "external"}, `bench: --rabbitmq-sasl / INBOXBENCH_RABBITMQ_SASL "external": takes the identity from the client certificate`},
+		{[]string{"run", "--kafka-tls=false", "--kafka-ca-file", "settings_test.go"}, `bench: --kafka-ca-file / INBOXBENCH_KAFKA_CA_FILE: set, but --kafka-tls / INBOXBENCH_KAFKA_TLS turns TLS off`},
 	} {
 		var stderr bytes.Buffer
 		if code := run(context.Background(), tc.args, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {

@@ -10,7 +10,18 @@
 package testenv
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
@@ -31,7 +42,9 @@ const (
 func Config(t testing.TB) config.Config {
 	t.Helper()
 	c := core.Config(t)
-	c, err := compose.ApplyVariant(c)
+	// The stack directory as bench run from the repository root sees it,
+	// not under the test's package directory.
+	c, err := compose.ApplyVariant(c.With("stack.dir", core.StackDir(t, c)))
 	if err != nil {
 		t.Fatalf("configuration: %v", err)
 	}
@@ -57,3 +70,50 @@ func Addrs(c config.Config, service string) []string { return core.Addrs(c, serv
 // StackDir is the local stack's directory as `bench` run from the
 // repository root sees it (see core.StackDir).
 func StackDir(t testing.TB, c config.Config) string { return core.StackDir(t, c) }
+
+// Secure returns the configuration of the local secure stack (`bench
+// stack up --secure`), whatever INBOXBENCH_SECURE says: for the tests of
+// what its servers refuse. The test fails, naming the command that
+// starts it, when its stack has not written its credentials, and naming
+// the service when one is not reachable.
+func Secure(t testing.TB, services ...string) config.Config {
+	t.Helper()
+	c := core.Config(t)
+	c, err := compose.ApplyVariant(c.With("stack.dir", core.StackDir(t, c)).With(compose.SettingSecure, "true"))
+	if err != nil {
+		t.Fatalf("the secure stack: %v", err)
+	}
+	return core.Reachable(t, c, compose.VariantFlag(compose.VariantSecure), services...)
+}
+
+// SecureEnv is the secure stack's Env for c (its directory, users and
+// certificates; see compose.ReadCredentials, compose.IssueLeaf).
+func SecureEnv(t testing.TB, c config.Config) *compose.Env {
+	t.Helper()
+	e, err := compose.NewEnv(c.With("stack.dir", StackDir(t, c)).With(compose.SettingSecure, "true"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// ForeignCA writes a CA certificate that signed nothing of any stack and
+// returns its path: a client trusting only it must refuse every server.
+func ForeignCA(t testing.TB) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "a CA no stack uses"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "foreign-ca.crt")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
