@@ -17,18 +17,13 @@ import (
 // stack is not up.
 func secureStackRunner(t *testing.T, broker string) *runner {
 	t.Helper()
-	base := testenv.Config(t)
-	dir := testenv.StackDir(t, base)
-	cfg, err := compose.ApplyVariant(base.With(compose.SettingSecure, "true").With("stack.dir", dir))
-	if err != nil {
-		t.Fatalf("the secure stack: %v", err)
-	}
+	cfg := testenv.Secure(t, broker)
 	ctx := context.Background()
 	java, err := compose.Java(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &compose.Env{Dir: dir, Variant: compose.VariantSecure, Cfg: cfg}
+	e := testenv.SecureEnv(t, cfg)
 	v, _ := vendorFor(broker)
 	version, coords := v.fetch()
 	cp, err := compose.FetchJavaTool(ctx, e, "calibrate/"+broker, "calibrate-"+broker, version, coords...)
@@ -47,7 +42,7 @@ func secureStackRunner(t *testing.T, broker string) *runner {
 // stack's CA and refuse the server when given another CA: they verify
 // it, as the drivers do.
 func TestSecureVendorToolsVerifyTheServer(t *testing.T) {
-	otherCA, _, _, _ := pemFiles(t, t.TempDir())
+	otherCA := testenv.ForeignCA(t)
 	t.Run("rabbitmq", func(t *testing.T) {
 		r := secureStackRunner(t, "rabbitmq")
 		perftest := func(name string) error {

@@ -41,13 +41,9 @@ import (
 // finds nothing. Of the files the stack wrote before, a log holds no
 // password and any other file that does is readable by this user only.
 func TestSecureNoSecretAnywhere(t *testing.T) {
-	base := testenv.Config(t)
-	stackDir := testenv.StackDir(t, base)
-	cfg, err := compose.ApplyVariant(base.With(compose.SettingSecure, "true").With("stack.dir", stackDir))
-	if err != nil {
-		t.Fatalf("the secure stack: %v", err)
-	}
-	creds, err := compose.ReadCredentials(&compose.Env{Dir: stackDir, Variant: compose.VariantSecure, Cfg: cfg})
+	cfg := testenv.Secure(t, testenv.Postgres, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ)
+	stackDir := cfg.StackDir
+	creds, err := compose.ReadCredentials(testenv.SecureEnv(t, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
