@@ -46,7 +46,7 @@ func (*Postgres) Name() string { return "postgres" }
 func (*Postgres) Addr(e *Env) string {
 	c, err := pgx.ParseConfig(e.Cfg.PGURL)
 	if err != nil {
-		return e.Cfg.PGURL
+		return config.Redact(e.Cfg.PGURL)
 	}
 	return fmt.Sprintf("%s:%d", c.Host, c.Port)
 }
@@ -315,15 +315,20 @@ func (p *Postgres) provision(ctx context.Context, sock string, proc Proc, inst p
 		time.Sleep(250 * time.Millisecond)
 	}
 	defer conn.Close(context.Background())
+	verifier, err := pgPasswordVerifier(inst.password)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
 	stmts := []string{
 		fmt.Sprintf(`DO $$ BEGIN
 		  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%[1]s') THEN
-		    CREATE ROLE %[1]s LOGIN PASSWORD '%[2]s' NOSUPERUSER NOCREATEROLE;
+		    CREATE ROLE %[1]s LOGIN NOSUPERUSER NOCREATEROLE;
 		  END IF;
-		END $$`, pgAppRole, inst.password),
+		END $$`, pgAppRole),
 		// The role's password as this stack knows it (a role of an
-		// earlier start keeps it otherwise).
-		fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'", pgAppRole, inst.password),
+		// earlier start keeps it otherwise), as its SCRAM verifier: the
+		// password itself is in no statement the server records.
+		fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'", pgAppRole, verifier),
 		"GRANT pg_monitor TO " + pgAppRole,
 		// A password older stacks set; the superuser logs in by peer only.
 		"ALTER ROLE " + pgSuperuser + " PASSWORD NULL",

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
-	"github.com/inboxbench/inboxbench/config"
 )
 
 // RabbitMQ runs a node from Debian's rabbitmq-server package as its own
@@ -75,15 +73,10 @@ func init() { register(2, &RabbitMQ{}) }
 func (*RabbitMQ) Name() string { return "rabbitmq" }
 
 func (*RabbitMQ) Addr(e *Env) string {
-	raw := e.Cfg.Get(rabbitmqbroker.SettingURL)
-	u, err := url.Parse(raw)
-	if err != nil {
-		return config.Redact(raw)
+	if a := rabbitmqbroker.Addr(e.Cfg.Get(rabbitmqbroker.SettingURL)); a != "" {
+		return a
 	}
-	if u.Port() == "" {
-		return net.JoinHostPort(u.Hostname(), "5672")
-	}
-	return u.Host
+	return "(" + rabbitmqbroker.SettingURL + " is not a valid AMQP URL)"
 }
 
 func (*RabbitMQ) Packages() []Package {

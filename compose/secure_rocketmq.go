@@ -132,6 +132,12 @@ func (r *SecureRocketMQ) Start(ctx context.Context, e *Env) error {
 	if err := os.MkdirAll(filepath.Join(e.Path("rocketmq"), "conf"), 0o755); err != nil {
 		return fmt.Errorf("rocketmq: %w", err)
 	}
+	// The store keeps the users with their passwords as they are (the
+	// signatures are checked with them), in files of mode 0644: only this
+	// user may enter it.
+	if err := privateDir(e.Path("rocketmq", "store")); err != nil {
+		return fmt.Errorf("rocketmq: %w", err)
+	}
 	if err := writeFileAtomic(filepath.Join(e.Path("rocketmq"), "conf", "tls.properties"), []byte(secureRocketTLSProperties(e)), 0o600); err != nil {
 		return fmt.Errorf("rocketmq: %w", err)
 	}
@@ -220,4 +226,12 @@ func (r *SecureRocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
 		}
 		return v + ", TLS, authentication and authorization", nil
 	})
+}
+
+// privateDir makes dir, readable by this user only.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
 }

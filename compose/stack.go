@@ -216,7 +216,10 @@ func startedHere(e *Env, s Service) bool {
 func ready(ctx context.Context, e *Env, s Service) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return s.Ready(cctx, e)
+	// A client library may quote what it was given (a URL that does not
+	// parse, password included): its error is shown by status and up.
+	v, err := s.Ready(cctx, e)
+	return v, e.Cfg.RedactError(err)
 }
 
 // serviceError names the service, the command it ran and the logs to read.
@@ -232,10 +235,11 @@ func serviceError(e *Env, s Service, err error) error {
 			fmt.Fprintf(&b, "\n%s", indent(tail, "    | "))
 		}
 	}
+	text := e.Cfg.RedactSecrets(b.String())
 	if errors.Is(err, ErrUsage) {
-		return usageErr{b.String()}
+		return usageErr{text}
 	}
-	return errors.New(b.String())
+	return errors.New(text)
 }
 
 // Down stops the selected services' processes that Up started (found by

@@ -351,11 +351,7 @@ func (c *Config) validateEach() error {
 			err = s.Check(v)
 		}
 		if err != nil {
-			shown := v
-			if s.Secret {
-				shown = "***"
-			}
-			return &SettingError{Key: s.Key, Value: shown, Err: fmt.Errorf("%v (%s)", err, s.Usage)}
+			return &SettingError{Key: s.Key, Value: Shown(v, s.Secret), Err: fmt.Errorf("%v (%s)", err, s.Usage)}
 		}
 	}
 	return nil

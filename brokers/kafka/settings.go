@@ -40,10 +40,15 @@ var tlsKeys = tlsfiles.Keys{CA: SettingCAFile, Cert: SettingCertFile, Key: Setti
 
 func init() {
 	config.RegisterCheck(func(c config.Config) error { return tlsfiles.Check(c, tlsKeys) })
+	config.RegisterCheck(saslRule)
 }
 
 // useTLS reports whether cfg asks for TLS: kafka.tls, or any TLS file.
 func useTLS(cfg config.Config) bool { return tlsKeys.On(cfg) }
+
+// UsesTLS reports whether the driver connects with TLS, for a program
+// that gives Kafka's own tools the same settings (calibrate).
+func UsesTLS(cfg config.Config) bool { return useTLS(cfg) }
 
 func checkSASL(v string) error {
 	switch strings.ToLower(v) {
@@ -51,4 +56,27 @@ func checkSASL(v string) error {
 		return nil
 	}
 	return fmt.Errorf("not supported: use plain, scram-sha-256 or scram-sha-512")
+}
+
+// saslRule refuses SASL settings that would never be used or cannot
+// work (a user or password without a mechanism, a mechanism without
+// them), and PLAIN, which sends the password as it is, without TLS to a
+// host other than this one unless the user allowed it.
+func saslRule(c config.Config) error {
+	mech := strings.ToLower(c.Get(SettingSASL))
+	user, pass := c.Get(SettingUser), c.Get(SettingPassword)
+	switch {
+	case mech == "" && user != "":
+		return config.Invalid(SettingUser, user, "is never sent: %s is empty; set it to plain, scram-sha-256 or scram-sha-512 (or leave the user out)", SettingSASL)
+	case mech == "" && pass != "":
+		return config.Invalid(SettingPassword, nil, "is never sent: %s is empty; set it to plain, scram-sha-256 or scram-sha-512 (or leave the password out)", SettingSASL)
+	case mech != "" && user == "":
+		return config.Invalid(SettingUser, nil, "is empty: SASL %s (%s) needs a user", mech, SettingSASL)
+	case mech != "" && pass == "":
+		return config.Invalid(SettingPassword, nil, "is empty: SASL %s (%s) needs a password", mech, SettingSASL)
+	case mech == "plain" && !useTLS(c) && !c.PlaintextPasswordAllowed(c.List(SettingBrokers)):
+		return config.Invalid(SettingSASL, mech, "sends the password in clear without TLS to %s: turn on %s (or use scram-sha-256 or scram-sha-512), or allow it with %s",
+			strings.Join(c.List(SettingBrokers), ","), SettingTLS, config.SettingAllowPlaintextPasswords)
+	}
+	return nil
 }

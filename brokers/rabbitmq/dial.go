@@ -34,6 +34,22 @@ func DialConfig(cfg config.Config, timeout time.Duration) (amqp.Config, error) {
 	return ac, nil
 }
 
+// TLSFiles are the CA file, client certificate, key and server name an
+// amqps:// connection of cfg uses, as DialConfig chooses them: the
+// settings when any of them is given, else amqp091's URL parameters
+// (cacertfile, certfile, keyfile, server_name_indication). For a program
+// that gives RabbitMQ's own tools the same (calibrate).
+func TLSFiles(cfg config.Config) (ca, cert, key, serverName string) {
+	if tlsKeys.Given(cfg) {
+		return cfg.Get(SettingCAFile), cfg.Get(SettingCertFile), cfg.Get(SettingKeyFile), cfg.Get(SettingServerName)
+	}
+	u, err := ParseURL(cfg.Get(SettingURL))
+	if err != nil {
+		return "", "", "", ""
+	}
+	return u.CACertFile, u.CertFile, u.KeyFile, u.ServerName
+}
+
 // Dial opens a connection as cfg says, named name on the node (its
 // connection_name), within timeout; what the node refuses is explained
 // (Explain).
@@ -43,6 +59,11 @@ func Dial(cfg config.Config, name string, timeout time.Duration) (*amqp.Connecti
 		return nil, err
 	}
 	ac.Properties = amqp.Table{"connection_name": name}
+	// amqp091 would return a URL that does not parse in its error, with
+	// the password; ParseURL's error holds neither.
+	if _, err := ParseURL(cfg.Get(SettingURL)); err != nil {
+		return nil, config.Invalid(SettingURL, nil, "%v", err)
+	}
 	conn, err := amqp.DialConfig(cfg.Get(SettingURL), ac)
 	if err != nil {
 		return nil, Explain(cfg, err)

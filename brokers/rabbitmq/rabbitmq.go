@@ -169,6 +169,11 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 			return nil, fmt.Errorf("rabbitmq: option %s=%q: want a positive number of messages", OptPublishWindow, v)
 		}
 	}
+	// amqp091 would return a URL that does not parse in its error, with
+	// the password; ParseURL's error holds neither.
+	if _, err := ParseURL(cfg.Get(SettingURL)); err != nil {
+		return nil, config.Invalid(SettingURL, nil, "%v", err)
+	}
 	if _, err := DialConfig(cfg, dialTimeout); err != nil {
 		return nil, err
 	}

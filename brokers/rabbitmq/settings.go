@@ -3,7 +3,12 @@ package rabbitmq
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strconv"
 	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/tlsfiles"
@@ -41,7 +46,10 @@ const (
 // tlsKeys are the driver's TLS settings.
 var tlsKeys = tlsfiles.Keys{CA: SettingCAFile, Cert: SettingCertFile, Key: SettingKeyFile, ServerName: SettingServerName, Addr: SettingURL}
 
-func init() { config.RegisterCheck(checkTogether) }
+func init() {
+	config.RegisterCheck(checkTogether)
+	config.RegisterCheck(plaintextRule)
+}
 
 // checkTogether refuses TLS files with a plaintext URL (they would be
 // ignored) and EXTERNAL without a client certificate to take the identity
@@ -65,10 +73,90 @@ func checkTogether(c config.Config) error {
 }
 
 func checkURL(v string) error {
-	if !strings.HasPrefix(v, "amqp://") && !strings.HasPrefix(v, "amqps://") {
-		return errors.New("must start with amqp:// or amqps://")
+	_, err := ParseURL(v)
+	return err
+}
+
+// ParseURL reads an AMQP URL as amqp091 does (its defaults: port 5672 for
+// amqp://, 5671 for amqps://), but its error never holds the URL nor a
+// piece of it: net/url's errors quote the whole URL, password included,
+// or the bad escape inside the password, and amqp091 passes them on.
+func ParseURL(raw string) (amqp.URI, error) {
+	if !strings.HasPrefix(raw, "amqp://") && !strings.HasPrefix(raw, "amqps://") {
+		// amqp091 takes "amqp:/user:pass@host" for a vhost on localhost.
+		return amqp.URI{}, errors.New("must start with amqp:// or amqps://")
 	}
-	return nil
+	u, err := amqp.ParseURI(raw)
+	if err == nil {
+		return u, nil
+	}
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return u, err // the scheme, a space, a port or a query parameter: no credential in it
+	}
+	if _, perr := url.Parse(withoutUserinfo(raw)); perr != nil {
+		return u, errors.New("not a valid URL: check the host, port and vhost (percent-encode reserved characters)")
+	}
+	return u, errors.New("the user or password is not valid in a URL: percent-encode its reserved characters (% as %25, @ as %40, : as %3A, / as %2F, ? as %3F, # as %23)")
+}
+
+// withoutUserinfo is raw with the user and password before the host's
+// '@' taken out.
+func withoutUserinfo(raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return raw
+	}
+	rest := raw[i+3:]
+	end := len(rest)
+	if q := strings.IndexAny(rest, "/?#"); q >= 0 {
+		end = q
+	}
+	if at := strings.LastIndex(rest[:end], "@"); at >= 0 {
+		return raw[:i+3] + rest[at+1:]
+	}
+	return raw
+}
+
+// Addr is the host:port the URL reaches, the scheme's default port
+// filled in (5671 for amqps://); "" when the URL does not parse.
+func Addr(raw string) string {
+	u, err := ParseURL(raw)
+	if err != nil {
+		return ""
+	}
+	return net.JoinHostPort(u.Host, strconv.Itoa(u.Port))
+}
+
+// plaintextRule refuses a password that AMQP PLAIN would send in clear:
+// an amqp:// URL (no TLS) with a password, to a host other than this one,
+// unless the user allowed it.
+func plaintextRule(c config.Config) error {
+	raw := c.Get(SettingURL)
+	u, err := ParseURL(raw)
+	if err != nil || u.Scheme != "amqp" {
+		return nil
+	}
+	pu, err := url.Parse(raw)
+	if err != nil || pu.User == nil {
+		return nil
+	}
+	if _, has := pu.User.Password(); !has {
+		return nil
+	}
+	if strings.EqualFold(c.Get(SettingSASL), SASLExternal) {
+		return nil // the certificate's identity, no password
+	}
+	for _, m := range u.AuthMechanism {
+		if strings.EqualFold(m, SASLExternal) {
+			return nil
+		}
+	}
+	addr := net.JoinHostPort(u.Host, strconv.Itoa(u.Port))
+	if c.PlaintextPasswordAllowed([]string{addr}) {
+		return nil
+	}
+	return config.Invalid(SettingURL, nil, "an amqp:// URL sends its password in clear (AMQP PLAIN without TLS) to %s: use amqps://, or allow it with %s", addr, config.SettingAllowPlaintextPasswords)
 }
 
 func checkSASL(v string) error {

@@ -34,7 +34,26 @@ var tlsKeys = tlsfiles.Keys{CA: SettingCAFile, Cert: SettingCertFile, Key: Setti
 
 func init() {
 	config.RegisterCheck(func(c config.Config) error { return tlsfiles.Check(c, tlsKeys) })
+	config.RegisterCheck(keyPairRule)
 }
 
 // useTLS reports whether cfg asks for TLS: rocketmq.tls, or any TLS file.
 func useTLS(cfg config.Config) bool { return tlsKeys.On(cfg) }
+
+// UsesTLS reports whether the driver connects with TLS, for a program
+// that gives RocketMQ's own tools the same settings (calibrate).
+func UsesTLS(cfg config.Config) bool { return useTLS(cfg) }
+
+// keyPairRule refuses half an ACL key pair: without the secret the
+// library does not sign at all while the driver's own consumer would sign
+// with an empty key, and a secret without its access key signs nothing.
+func keyPairRule(c config.Config) error {
+	ak, sk := c.Get(SettingAccessKey), c.Get(SettingSecretKey)
+	switch {
+	case ak != "" && sk == "":
+		return config.Invalid(SettingSecretKey, nil, "is empty while %s is set: give both keys, or neither", SettingAccessKey)
+	case ak == "" && sk != "":
+		return config.Invalid(SettingAccessKey, nil, "is empty while %s is set: give both keys, or neither", SettingSecretKey)
+	}
+	return nil
+}

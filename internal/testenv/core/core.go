@@ -70,7 +70,8 @@ var settingOf = map[string]string{
 }
 
 // Addrs returns the host:port addresses configured for a service: the
-// hosts of a URL (default port 5672 for AMQP), or a comma-separated list.
+// hosts of a URL (default port 5672 for amqp://, 5671 for amqps://), or a
+// comma-separated list.
 func Addrs(c config.Config, service string) []string {
 	v := c.Get(settingOf[service])
 	if service == Postgres {
@@ -88,7 +89,11 @@ func Addrs(c config.Config, service string) []string {
 		return []string{config.Redact(v)}
 	}
 	if u.Port() == "" {
-		return []string{net.JoinHostPort(u.Hostname(), "5672")}
+		port := "5672"
+		if u.Scheme == "amqps" {
+			port = "5671" // AMQP over TLS
+		}
+		return []string{net.JoinHostPort(u.Hostname(), port)}
 	}
 	return []string{u.Host}
 }
