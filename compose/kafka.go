@@ -249,7 +249,7 @@ func (k *Kafka) Start(ctx context.Context, e *Env) error {
 		// removed after): a SCRAM user's password must not be on a
 		// command line, where every user of the host can read it.
 		argfile := filepath.Join(dir, "config", "format.args")
-		if err := writeFileAtomic(argfile, []byte(javaArgfile(args)), 0o600); err != nil {
+		if err := WriteJavaArgFile(argfile, args); err != nil {
 			return fmt.Errorf("kafka: format storage: %w", err)
 		}
 		defer os.Remove(argfile)
@@ -263,17 +263,6 @@ func (k *Kafka) Start(ctx context.Context, e *Env) error {
 		return fmt.Errorf("kafka: %w", err)
 	}
 	return nil
-}
-
-// javaArgfile renders args for the java launcher's @argfile: one per
-// line, each quoted (backslashes and quotes escaped).
-func javaArgfile(args []string) string {
-	var b strings.Builder
-	for _, a := range args {
-		b.WriteString(strconv.Quote(a))
-		b.WriteByte('\n')
-	}
-	return b.String()
 }
 
 // Ready sends a metadata request to the configured seeds and requires at
