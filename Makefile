@@ -84,7 +84,8 @@ test: fmt-check vet test-deps stack-up
 # The secure stage (docs/testing.md): the secure stack beside the plain
 # one (TLS and authentication on every service, its own ports and
 # directory), the drivers' conformance suites and the refusals over TLS
-# with authentication, the PostgreSQL inbox over TLS with verify-full
+# with authentication, pgbench over TLS (calibrate-db's twins), the
+# PostgreSQL inbox over TLS with verify-full
 # (INBOXBENCH_SECURE points the tests at it through compose.ApplyVariant;
 # without -race, which the main stage runs them under: 32 goroutines of
 # its stress test under the race detector and TLS starve a shared 2-core
@@ -95,8 +96,8 @@ test-secure: build
 	@status=0; \
 	$(BENCH) stack up --secure || status=1; \
 	if [ $$status = 0 ]; then \
-	  INBOXBENCH_SECURE=true $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run 'TestConformance$$|TestLargestWorkloadMessage|TestDurability$$|$(SECURE_TESTS)' \
-	    -skip '$(SECRETS_TESTS)' ./brokers/rabbitmq ./brokers/kafka ./brokers/rocketmq ./compose ./cmd/bench || status=1; \
+	  INBOXBENCH_SECURE=true $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run 'TestConformance$$|TestLargestWorkloadMessage|TestDurability$$|TestTwinsRunAsTheStrategies|$(SECURE_TESTS)' \
+	    -skip '$(SECRETS_TESTS)' ./brokers/rabbitmq ./brokers/kafka ./brokers/rocketmq ./compose ./cmd/bench ./dbcalib || status=1; \
 	  INBOXBENCH_SECURE=true $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./inbox || status=1; \
 	  $(BENCH) run --secure --brokers none,rabbitmq,kafka,rocketmq --workload smoke --out $(SECURE_OUT) || status=1; \
 	  $(BENCH) conform --secure --brokers rabbitmq,kafka,rocketmq --scenarios duplicate,consumer-crash --strategies tx --out $(SECURE_OUT) || status=1; \

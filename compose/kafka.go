@@ -249,7 +249,7 @@ func (k *Kafka) Start(ctx context.Context, e *Env) error {
 		// removed after): a SCRAM user's password must not be on a
 		// command line, where every user of the host can read it.
 		argfile := filepath.Join(dir, "config", "format.args")
-		if err := writeFileAtomic(argfile, []byte(JavaArgFileText(args)), 0o600); err != nil {
+		if err := WriteJavaArgFile(argfile, args); err != nil {
 			return fmt.Errorf("kafka: format storage: %w", err)
 		}
 		defer os.Remove(argfile)

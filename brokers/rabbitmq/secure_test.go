@@ -2,8 +2,13 @@ package rabbitmq_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,4 +127,45 @@ func mustURL(t *testing.T, cfg config.Config) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// TestSecureExpiredClientCertificate: the node refuses a client
+// certificate of its own CA that has expired, and the driver's
+// explanation names the certificate setting. (bench refuses an expired
+// certificate at validation, before dialling: internal/tlsfiles; this
+// dials with one anyway, as a client that did not check would.)
+func TestSecureExpiredClientCertificate(t *testing.T) {
+	cfg := testenv.Secure(t, testenv.RabbitMQ)
+	e := testenv.SecureEnv(t, cfg)
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "expired.crt"), filepath.Join(dir, "expired.key")
+	if err := compose.IssueLeaf(e, compose.LeafTemplate("client", time.Now().Add(-48*time.Hour), 24*time.Hour), certPath, keyPath); err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(certPath, keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(cfg.Get(rabbitmq.SettingCAFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", mustURL(t, cfg).Host,
+		&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS12})
+	if err == nil {
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		_, err = conn.Read(make([]byte, 1)) // TLS 1.3: the refusal comes after the client's handshake
+	}
+	if err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("the node accepted an expired client certificate, or refused it otherwise: %v", err)
+	}
+	explained := rabbitmq.Explain(cfg.With(rabbitmq.SettingCertFile, certPath).With(rabbitmq.SettingKeyFile, keyPath), err)
+	var se *config.SettingError
+	if !errors.As(explained, &se) || se.Key != rabbitmq.SettingCertFile || !strings.Contains(explained.Error(), "expired") {
+		t.Fatalf("explained as %v; want it to name %s as expired", explained, rabbitmq.SettingCertFile)
+	}
+	t.Logf("%v", explained)
 }

@@ -1,8 +1,14 @@
 // Package rocketmq is the RocketMQ driver (classic remoting protocol),
-// registered as "rocketmq". It publishes with apache/rocketmq-client-go/v2's
-// producer and consumes with an orderly consumer of its own (worker.go,
-// group.go, conn.go) that speaks the remoting protocol's consumer-group
-// requests directly.
+// registered as "rocketmq". It speaks the remoting protocol itself over
+// connections it dials (Remoting: TLS verified as configured, every
+// request signed by the access key): the sends (producer.go, the
+// requests of apache/rocketmq-client-go/v2's producer, whose message
+// types and batch encoding it uses), topic creation and deletion
+// (admin.go), routes, and an orderly consumer of its own (worker.go,
+// group.go, conn.go). The library's own connections cannot verify a
+// server (its TLS skips verification and offers no client certificate),
+// and its admin client neither signs nor reads the answer to a topic
+// creation.
 //
 // Publishing: a message goes to the queue its ordering key hashes to
 // (FNV-1a over the topic's write queues, as the client's hash selector
@@ -70,13 +76,14 @@
 // flag (ReconsumeTimes stays 0: the broker never learns of a local
 // attempt); the same msgId and queue offset are the evidence.
 //
-// Topics are created with the admin API on every master broker found in
-// the name server's cluster info (or the brokers given as option
+// Topics are created (UPDATE_AND_CREATE_TOPIC) on every master broker
+// found in the name server's cluster info (or the brokers given as option
 // "broker-addrs"), and Setup returns only once a route query shows the
-// queues. The client library logs only errors unless option "log-level"
-// says otherwise (the setting is process-wide: it is the library's own
-// global); the consumer logs a failure it retries (broker unreachable)
-// at most once per 10 s per subscription.
+// queues; a refusal (authentication, a missing permission) ends it at
+// once, explained (Explain). The client library logs only errors unless
+// option "log-level" says otherwise (the setting is process-wide: it is
+// the library's own global); the consumer logs a failure it retries
+// (broker unreachable) at most once per 10 s per subscription.
 package rocketmq
 
 import (

@@ -93,7 +93,7 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 
 // subscribe joins group and starts consuming: Subscribe once the topic
 // and the producer are known to be there (the fake broker of the tests
-// has neither the client library's admin nor its producer).
+// serves neither topic queries nor sends).
 func (b *Broker) subscribe(ctx context.Context, topic, group string, opts brokers.SubscribeOptions, h brokers.Handler) (*subscription, error) {
 	host, _ := os.Hostname()
 	s := &subscription{

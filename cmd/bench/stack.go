@@ -36,7 +36,10 @@ directories (<stack-dir>/<variant>), so both can run at once; the global
 flag that selects one also points every other command's endpoints at it
 (a setting given by flag or INBOXBENCH_* variable still wins):
   --topology replicated   several nodes per service, for failover
-  --secure                TLS and authentication on every service`,
+  --secure                TLS and authentication on every service: postgres
+                          57432, rabbitmq 57671 (AMQPS), kafka 57092 (SASL_SSL),
+                          rocketmq 57876 (broker 57911); CA, certificates and
+                          passwords in <stack-dir>/secure (docs/stack.md)`,
 	}
 	r := stackResolver{cfg}
 	cmd.AddCommand(newStackUpCmd(r), newStackDownCmd(r), newStackStatusCmd(r), newStackLogsCmd(r))
