@@ -125,7 +125,7 @@ func TestSecureNoSecretAnywhere(t *testing.T) {
 		files += scanFiles(t, root, start, found)
 	}
 	files += scanFiles(t, tmp, time.Time{}, found)
-	files += scanStack(t, filepath.Join(stackDir, compose.VariantSecure), start, secrets)
+	files += scanStack(t, testenv.SecureEnv(t, cfg), start, secrets)
 	statements(t, cfg, secrets)
 	t.Logf("looked for %d secrets in %d files, %d bytes of ps output and %d bytes printed", len(secrets), files, len(procs), len(stdout)+stderr.Len())
 }
@@ -271,11 +271,19 @@ func tailLines(s string, n int) string {
 }
 
 // scanStack looks at the files the stack wrote before the commands ran
-// (its configuration, the servers' data and logs): a log holds no
-// password, and a file that holds one (a server's configuration, its
-// store of users) is readable by this user only, by its mode or its
-// directory's. It returns how many files it read.
-func scanStack(t *testing.T, root string, since time.Time, secrets []string) int {
+// (its configuration, the servers' data and logs): a log (a service's
+// Logs, anything in a logs directory) holds no password, and a file that
+// holds one (a server's configuration, its store of users) is readable
+// by this user only, by its mode or its directory's. It returns how many
+// files it read.
+func scanStack(t *testing.T, e *compose.Env, since time.Time, secrets []string) int {
+	root := e.Path()
+	logs := map[string]bool{}
+	for _, s := range compose.Services(e.Variant) {
+		for _, l := range s.Logs(e) {
+			logs[l] = true
+		}
+	}
 	n := 0
 	_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
@@ -297,7 +305,7 @@ func scanStack(t *testing.T, root string, since time.Time, secrets []string) int
 		}
 		rel, _ := filepath.Rel(root, p)
 		switch {
-		case strings.HasSuffix(p, ".log") || slices.Contains(strings.Split(filepath.ToSlash(rel), "/"), "logs"):
+		case logs[p] || slices.Contains(strings.Split(filepath.ToSlash(rel), "/"), "logs"):
 			t.Errorf("the stack's log %s holds a password", p)
 		case !private(root, p):
 			t.Errorf("%s holds a password and other users may read it (mode %v)", p, info.Mode().Perm())
