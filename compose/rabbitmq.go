@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -18,9 +17,6 @@ import (
 	"time"
 
 	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
-	"github.com/inboxbench/inboxbench/config"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // RabbitMQ runs a node from Debian's rabbitmq-server package as its own
@@ -28,7 +24,38 @@ import (
 // holds its Erlang cookie), so it neither needs nor disturbs the system
 // service. The vhost, user and permissions come from a definitions file
 // imported at boot, which makes provisioning declarative and idempotent.
-type RabbitMQ struct{}
+type RabbitMQ struct {
+	// inst is the node this service runs; nil: the plain stack's
+	// (plainRabbit). The secure variant's is in secure_rabbitmq.go.
+	inst *rabbitInstance
+}
+
+// rabbitInstance is what differs between the stacks' nodes.
+type rabbitInstance struct {
+	node       string
+	port, dist int    // AMQP (or AMQPS) and Erlang distribution ports
+	tcpPort    bool   // the AMQP port is the plain TCP listener (RABBITMQ_NODE_PORT)
+	what       string // the AMQP port in status ("AMQP", "AMQPS")
+	// conf is rabbitmq.conf's listener and authentication section;
+	// plugins is enabled_plugins; defs the boot definitions.
+	conf    func(e *Env) (string, error)
+	plugins string
+	defs    func(e *Env) (string, error)
+}
+
+var plainRabbit = &rabbitInstance{node: rabbitNode, port: rabbitPort, dist: rabbitDistPort, tcpPort: true, what: "AMQP",
+	conf: func(*Env) (string, error) {
+		return fmt.Sprintf("listeners.tcp.1 = 127.0.0.1:%d\n", rabbitPort), nil
+	},
+	plugins: "[].\n",
+	defs:    func(*Env) (string, error) { return rabbitDefinitions(rabbitPassword, []string{"administrator"}) }}
+
+func (r *RabbitMQ) instance() *rabbitInstance {
+	if r.inst == nil {
+		return plainRabbit
+	}
+	return r.inst
+}
 
 const (
 	rabbitBin      = "/usr/lib/rabbitmq/bin"
@@ -46,15 +73,10 @@ func init() { register(2, &RabbitMQ{}) }
 func (*RabbitMQ) Name() string { return "rabbitmq" }
 
 func (*RabbitMQ) Addr(e *Env) string {
-	raw := e.Cfg.Get(rabbitmqbroker.SettingURL)
-	u, err := url.Parse(raw)
-	if err != nil {
-		return config.Redact(raw)
+	if a := rabbitmqbroker.Addr(e.Cfg.Get(rabbitmqbroker.SettingURL)); a != "" {
+		return a
 	}
-	if u.Port() == "" {
-		return net.JoinHostPort(u.Hostname(), "5672")
-	}
-	return u.Host
+	return "(" + rabbitmqbroker.SettingURL + " is not a valid AMQP URL)"
 }
 
 func (*RabbitMQ) Packages() []Package {
@@ -74,8 +96,9 @@ func (r *RabbitMQ) DataDirs(e *Env) []string { return []string{e.Path("rabbitmq"
 
 // Ports implements Porter: AMQP, the node's Erlang distribution port
 // (rabbitmqctl and clustering) and epmd, which the node starts.
-func (*RabbitMQ) Ports(*Env) []Port {
-	return []Port{{Port: rabbitPort, What: "AMQP"}, {Port: rabbitDistPort, What: "Erlang distribution"}, {Port: epmdPort, What: "epmd"}}
+func (r *RabbitMQ) Ports(*Env) []Port {
+	in := r.instance()
+	return []Port{{Port: in.port, What: in.what}, {Port: in.dist, What: "Erlang distribution"}, {Port: epmdPort, What: "epmd"}}
 }
 
 func (*RabbitMQ) Install(ctx context.Context, e *Env) error {
@@ -88,13 +111,16 @@ func (*RabbitMQ) Install(ctx context.Context, e *Env) error {
 // env is the node's environment; rabbitmqctl needs the same to reach it.
 func (r *RabbitMQ) env(e *Env) []string {
 	d := e.Path("rabbitmq")
-	return append(os.Environ(),
+	in := r.instance()
+	env := os.Environ()
+	if in.tcpPort {
+		env = append(env, "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1", fmt.Sprintf("RABBITMQ_NODE_PORT=%d", in.port))
+	}
+	return append(env,
 		"HOME="+e.Path("rabbitmq", "home"),
 		"RABBITMQ_CONF_ENV_FILE="+e.Path("rabbitmq", "rabbitmq-env.conf"),
-		"RABBITMQ_NODENAME="+rabbitNode,
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", rabbitPort),
-		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", rabbitDistPort),
+		"RABBITMQ_NODENAME="+in.node,
+		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", in.dist),
 		"RABBITMQ_CONFIG_FILE="+d+"/rabbitmq.conf",
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+d+"/enabled_plugins",
 		"RABBITMQ_MNESIA_BASE="+d+"/mnesia",
@@ -117,17 +143,21 @@ func (r *RabbitMQ) Start(ctx context.Context, e *Env) error {
 			return err
 		}
 	}
-	defs, err := rabbitDefinitions()
+	in := r.instance()
+	defs, err := in.defs(e)
+	if err != nil {
+		return err
+	}
+	listeners, err := in.conf(e)
 	if err != nil {
 		return err
 	}
 	files := map[string]string{
 		"rabbitmq-env.conf": "# inboxbench: the node's settings come from the environment\n",
-		"enabled_plugins":   "[].\n",
+		"enabled_plugins":   in.plugins,
 		"definitions.json":  defs,
 		"rabbitmq.conf": fmt.Sprintf(`# written by bench stack up
-listeners.tcp.1 = 127.0.0.1:%d
-load_definitions = %s/definitions.json
+%sload_definitions = %s/definitions.json
 loopback_users = none
 # Small, shared machine: keep memory bounded and let the disk alarm trip
 # late. Quorum queues keep their write-ahead log in memory until it rolls
@@ -139,10 +169,11 @@ raft.wal_max_size_bytes = 67108864
 disk_free_limit.absolute = 100MB
 log.console = false
 log.file.level = info
-`, rabbitPort, d, RabbitMQMemoryWatermark),
+`, listeners, d, RabbitMQMemoryWatermark),
 	}
 	for name, content := range files {
-		if err := os.WriteFile(e.Path("rabbitmq", name), []byte(content), 0o644); err != nil {
+		// 0600: the definitions hold the password's salted hash.
+		if err := os.WriteFile(e.Path("rabbitmq", name), []byte(content), 0o600); err != nil {
 			return err
 		}
 	}
@@ -156,18 +187,18 @@ log.file.level = info
 }
 
 // rabbitDefinitions renders the boot-time definitions: one vhost, one user
-// with a salted SHA-256 password hash (RabbitMQ's own scheme), full
-// permissions on that vhost.
-func rabbitDefinitions() (string, error) {
+// with a salted SHA-256 hash of password (RabbitMQ's own scheme) and
+// tags, full permissions on that vhost.
+func rabbitDefinitions(password string, tags []string) (string, error) {
 	salt := make([]byte, 4)
 	if _, err := rand.Read(salt); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(append(append([]byte{}, salt...), rabbitPassword...))
+	sum := sha256.Sum256(append(append([]byte{}, salt...), password...))
 	hash := base64.StdEncoding.EncodeToString(append(salt, sum[:]...))
 	defs := map[string]any{
 		"users": []map[string]any{{"name": rabbitUser, "password_hash": hash,
-			"hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []string{"administrator"}}},
+			"hashing_algorithm": "rabbit_password_hashing_sha256", "tags": append([]string{}, tags...)}},
 		"vhosts": []map[string]any{{"name": rabbitVhost}},
 		"permissions": []map[string]any{{"user": rabbitUser, "vhost": rabbitVhost,
 			"configure": ".*", "write": ".*", "read": ".*"}},
@@ -181,7 +212,7 @@ func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	conn, err := amqp.DialConfig(e.Cfg.Get(rabbitmqbroker.SettingURL), amqp.Config{Dial: amqp.DefaultDial(d)})
+	conn, err := rabbitmqbroker.Dial(e.Cfg, "inboxbench-stack-status", d)
 	if err != nil {
 		return "", err
 	}
@@ -203,7 +234,7 @@ const RabbitMQMemoryWatermark = "1GiB"
 // Ctl runs rabbitmqctl against the stack's node, with the node's
 // environment (its HOME holds the Erlang cookie), and returns the output.
 func (r *RabbitMQ) Ctl(ctx context.Context, e *Env, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, rabbitBin+"/rabbitmqctl", append([]string{"-n", rabbitNode}, args...)...)
+	cmd := exec.CommandContext(ctx, rabbitBin+"/rabbitmqctl", append([]string{"-n", r.instance().node}, args...)...)
 	cmd.Env = r.env(e)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -220,7 +251,7 @@ func (r *RabbitMQ) Stop(ctx context.Context, e *Env) error {
 	_, running := proc.PID()
 	if running {
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		cmd := exec.CommandContext(cctx, rabbitBin+"/rabbitmqctl", "-n", rabbitNode, "stop")
+		cmd := exec.CommandContext(cctx, rabbitBin+"/rabbitmqctl", "-n", r.instance().node, "stop")
 		cmd.Env = r.env(e)
 		_ = RunLogged(cctx, proc.LogFile, cmd)
 		cancel()
@@ -228,7 +259,7 @@ func (r *RabbitMQ) Stop(ctx context.Context, e *Env) error {
 	if err := proc.Kill(ctx, 30*time.Second); err != nil || !running {
 		return err
 	}
-	return waitUnregistered(ctx, epmdAddr, strings.Split(rabbitNode, "@")[0], 10*time.Second)
+	return waitUnregistered(ctx, epmdAddr, strings.Split(r.instance().node, "@")[0], 10*time.Second)
 }
 
 // epmdAddr is the epmd the node registers with (ERL_EPMD_ADDRESS).

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inboxbench/inboxbench/internal/testenv"
+	testenv "github.com/inboxbench/inboxbench/internal/testenv/core"
 )
 
 // restartCyclesEnv asks TestStackRestartsBackToBack for that many

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/results"
@@ -46,11 +45,7 @@ func TestFailoverScenariosNAOnTheSingleNodeStack(t *testing.T) {
 // replication, the standby's WAL receiver stopped before the kill)
 // FAILing with lost-effect.
 func TestReplicatedFailoverScenarios(t *testing.T) {
-	cfg, err := compose.ApplyVariant(testenv.Config(t).With(compose.SettingTopology, compose.TopologyReplicated))
-	if err != nil {
-		t.Fatalf("the replicated stack's endpoints: %v", err)
-	}
-	testenv.RequireIn(t, cfg, "bench stack up --topology replicated", testenv.Postgres, testenv.Kafka)
+	cfg := testenv.Replicated(t, testenv.Postgres, testenv.Kafka)
 	env := Env{Cfg: cfg, StackDir: testenv.StackDir(t, cfg)}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

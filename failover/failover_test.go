@@ -52,11 +52,7 @@ func TestCheckRefusesTheSingleNodeStack(t *testing.T) {
 // holds, failing by name when a node of services does not answer.
 func replicated(t *testing.T, services ...string) Stack {
 	t.Helper()
-	cfg, err := compose.ApplyVariant(testenv.Config(t).With(compose.SettingTopology, compose.TopologyReplicated))
-	if err != nil {
-		t.Fatalf("the replicated stack's endpoints: %v", err)
-	}
-	testenv.RequireIn(t, cfg, "bench stack up --topology replicated", services...)
+	cfg := testenv.Replicated(t, services...)
 	return Stack{Cfg: cfg, Dir: testenv.StackDir(t, cfg)}
 }
 

@@ -132,7 +132,7 @@ func init() {
 
 // Broker is the RabbitMQ driver.
 type Broker struct {
-	url            string
+	cfg            config.Config // the URL, TLS files and SASL mechanism (Dial)
 	window         int
 	confirmTimeout time.Duration
 	calls          driverutil.Calls
@@ -169,7 +169,15 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 			return nil, fmt.Errorf("rabbitmq: option %s=%q: want a positive number of messages", OptPublishWindow, v)
 		}
 	}
-	return &Broker{url: cfg.Get(SettingURL), window: n, confirmTimeout: confirmTimeout, shards: map[string]int{},
+	// amqp091 would return a URL that does not parse in its error, with
+	// the password; ParseURL's error holds neither.
+	if _, err := ParseURL(cfg.Get(SettingURL)); err != nil {
+		return nil, config.Invalid(SettingURL, nil, "%v", err)
+	}
+	if _, err := DialConfig(cfg, dialTimeout); err != nil {
+		return nil, err
+	}
+	return &Broker{cfg: cfg, window: n, confirmTimeout: confirmTimeout, shards: map[string]int{},
 		subs: map[*subscription]struct{}{}, pubs: map[string][]*queuePub{}}, nil
 }
 
@@ -189,14 +197,6 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 	}
 }
 
-func dial(url, name string) (*amqp.Connection, error) {
-	return amqp.DialConfig(url, amqp.Config{
-		Dial:       amqp.DefaultDial(dialTimeout),
-		Heartbeat:  10 * time.Second,
-		Properties: amqp.Table{"connection_name": name},
-	})
-}
-
 // connection returns the shared publishing/topology connection, dialling
 // it when missing or closed.
 func (b *Broker) connection() (*amqp.Connection, error) {
@@ -208,7 +208,7 @@ func (b *Broker) connection() (*amqp.Connection, error) {
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	conn, err := dial(b.url, "inboxbench-publisher")
+	conn, err := Dial(b.cfg, "inboxbench-publisher", dialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: connect: %w", err)
 	}
@@ -287,13 +287,13 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 	defer ch.Close()
 	dlq := topic + DLQSuffix
 	if _, err := ch.QueueDeclare(dlq, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-		return fmt.Errorf("rabbitmq: declare %s: %w", dlq, err)
+		return errorf(b.cfg, "rabbitmq: declare %s: %w", dlq, err)
 	}
 	for i := 0; i < shards; i++ {
 		q := queueName(topic, i)
 		_, err := ch.QueueDeclare(q, true, false, false, false, shardQueueArgs(topic))
 		if err != nil {
-			return fmt.Errorf("rabbitmq: declare %s: %w", q, err)
+			return errorf(b.cfg, "rabbitmq: declare %s: %w", q, err)
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("rabbitmq: setup %s: %w", topic, ctx.Err())
@@ -331,7 +331,7 @@ func (b *Broker) queueExists(q string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("check queue %s: %w", q, err)
+		return false, errorf(b.cfg, "check queue %s: %w", q, err)
 	}
 	return true, nil
 }

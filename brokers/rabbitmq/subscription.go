@@ -54,7 +54,7 @@ func (b *Broker) Subscribe(ctx context.Context, topic, _ string, opts brokers.Su
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", topic, ctx.Err())
 	}
-	conn, err := dial(b.url, "inboxbench-consumer-"+topic)
+	conn, err := Dial(b.cfg, "inboxbench-consumer-"+topic, dialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: subscribe %s: connect: %w", topic, err)
 	}
