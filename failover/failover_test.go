@@ -24,7 +24,8 @@ import (
 
 // TestCheckRefusesTheSingleNodeStack: on the single-node stack a fault has
 // nothing to fail over to, and says what to run instead; a broker that
-// runs as no service has no node at all. No server is needed.
+// runs as no service has no node at all; a replicated stack whose nodes
+// this stack did not start is not hit. No server is needed.
 func TestCheckRefusesTheSingleNodeStack(t *testing.T) {
 	s := Stack{Cfg: config.Default(), Dir: t.TempDir()}
 	err := s.Check(workload.TargetBroker, "kafka")
@@ -37,10 +38,13 @@ func TestCheckRefusesTheSingleNodeStack(t *testing.T) {
 	if err := s.Check(workload.TargetBroker, "none"); !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), "none runs as no service") {
 		t.Errorf("Check(broker, none) = %v, want none named as running no service", err)
 	}
+	// A replicated stack whose directory ran nothing: its nodes (or
+	// another checkout's on the same ports) are not this stack's to hit.
 	r := Stack{Cfg: config.Default().With(compose.SettingTopology, compose.TopologyReplicated), Dir: t.TempDir()}
 	for _, c := range []struct{ target, broker string }{{workload.TargetBroker, "kafka"}, {workload.TargetPostgres, "none"}} {
-		if err := r.Check(c.target, c.broker); err != nil {
-			t.Errorf("Check(%s, %s) on the replicated stack: %v", c.target, c.broker, err)
+		err := r.Check(c.target, c.broker)
+		if !errors.Is(err, ErrNotRunHere) || !strings.Contains(err.Error(), "bench stack up --topology replicated") {
+			t.Errorf("Check(%s, %s) on a replicated stack that runs nothing: %v, want ErrNotRunHere naming the command", c.target, c.broker, err)
 		}
 	}
 	if Service(workload.TargetPostgres, "kafka") != "postgres" || Service(workload.TargetBroker, "kafka") != "kafka" {
