@@ -58,3 +58,28 @@ exit 1
 		}
 	}
 }
+
+// TestPasswordElsewhereInTheURL: a password that is also the user or
+// database name (the local stack's URL) leaves nothing secret on the
+// command line and is accepted; the same password in another parameter
+// would be shown by `ps` and is refused.
+func TestPasswordElsewhereInTheURL(t *testing.T) {
+	for _, tc := range []struct {
+		url string
+		ok  bool
+	}{
+		{"postgres://inboxbench:inboxbench@127.0.0.1:55432/inboxbench?sslmode=disable", true},
+		{"postgres://app:Pw-Secret@127.0.0.1:5432/db?application_name=Pw-Secret", false},
+	} {
+		left, passfile, err := withoutPassword(tc.url)
+		if passfile != "" {
+			os.Remove(passfile)
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: error %v, want accepted=%v", tc.url, err, tc.ok)
+		}
+		if err == nil && strings.Contains(left, ":inboxbench@") {
+			t.Errorf("%s: the password is left in %s", tc.url, left)
+		}
+	}
+}
