@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,7 +33,7 @@ type RabbitMQ struct{}
 
 const (
 	rabbitBin      = "/usr/lib/rabbitmq/bin"
-	rabbitNode     = "inboxbench@localhost"
+	rabbitNodeName = "inboxbench@localhost"
 	rabbitPort     = 55672
 	rabbitDistPort = 55673 // the default (AMQP port + 20000) would be out of range
 	epmdPort       = 4369  // Erlang's port mapper, started by the node
@@ -61,14 +62,9 @@ func (*RabbitMQ) Packages() []Package {
 	return []Package{{Deb: "rabbitmq-server", Found: func() bool { return isExecutable(rabbitBin + "/rabbitmq-server") }}}
 }
 
-func (r *RabbitMQ) Procs(e *Env) []Proc {
-	return []Proc{{Name: "rabbitmq", PIDFile: e.Path("rabbitmq", "server.pid"), LogFile: e.Path("rabbitmq", "server.log"),
-		Match: []string{rabbitBin + "/rabbitmq-server"}, Home: e.Path("rabbitmq")}}
-}
+func (r *RabbitMQ) Procs(e *Env) []Proc { return []Proc{r.node(e).proc("rabbitmq")} }
 
-func (r *RabbitMQ) Logs(e *Env) []string {
-	return []string{e.Path("rabbitmq", "server.log"), e.Path("rabbitmq", "log", "node.log")}
-}
+func (r *RabbitMQ) Logs(e *Env) []string { return r.node(e).logs() }
 
 func (r *RabbitMQ) DataDirs(e *Env) []string { return []string{e.Path("rabbitmq")} }
 
@@ -78,23 +74,63 @@ func (*RabbitMQ) Ports(*Env) []Port {
 	return []Port{{Port: rabbitPort, What: "AMQP"}, {Port: rabbitDistPort, What: "Erlang distribution"}, {Port: epmdPort, What: "epmd"}}
 }
 
-func (*RabbitMQ) Install(ctx context.Context, e *Env) error {
+func (*RabbitMQ) Install(ctx context.Context, e *Env) error { return rabbitInstalled() }
+
+func rabbitInstalled() error {
 	if !isExecutable(rabbitBin + "/rabbitmq-server") {
 		return fmt.Errorf("%s/rabbitmq-server not found: install the Debian package rabbitmq-server", rabbitBin)
 	}
 	return nil
 }
 
+// node is the plain stack's one node.
+func (*RabbitMQ) node(e *Env) rabbitNode {
+	return rabbitNode{name: rabbitNodeName, port: rabbitPort, dist: rabbitDistPort, dir: e.Path("rabbitmq"), label: "rabbitmq"}
+}
+
 // env is the node's environment; rabbitmqctl needs the same to reach it.
-func (r *RabbitMQ) env(e *Env) []string {
-	d := e.Path("rabbitmq")
+func (r *RabbitMQ) env(e *Env) []string { return r.node(e).env() }
+
+func (r *RabbitMQ) Start(ctx context.Context, e *Env) error {
+	if err := r.node(e).start("rabbitmq", ""); err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	return nil
+}
+
+// rabbitNode is one RabbitMQ node the stack runs from Debian's package: its
+// Erlang node name, AMQP and distribution ports, and the directory that
+// holds its configuration, data, logs and HOME (whose .erlang.cookie
+// rabbitmqctl authenticates with).
+type rabbitNode struct {
+	name       string // "inboxbench@localhost"
+	port, dist int
+	dir        string
+	label      string // its process's name in messages: "rabbitmq", "rabbitmq-2"
+	erlArgs    string // more arguments for the Erlang VM
+}
+
+func (n rabbitNode) proc(label string) Proc {
+	return Proc{Name: label, PIDFile: filepath.Join(n.dir, "server.pid"), LogFile: filepath.Join(n.dir, "server.log"),
+		Match: []string{rabbitBin + "/rabbitmq-server"}, Home: n.dir}
+}
+
+func (n rabbitNode) logs() []string {
+	return []string{filepath.Join(n.dir, "server.log"), filepath.Join(n.dir, "log", "node.log")}
+}
+
+func (n rabbitNode) home() string { return filepath.Join(n.dir, "home") }
+
+// env is the node's environment; rabbitmqctl needs the same to reach it.
+func (n rabbitNode) env() []string {
+	d := n.dir
 	return append(os.Environ(),
-		"HOME="+e.Path("rabbitmq", "home"),
-		"RABBITMQ_CONF_ENV_FILE="+e.Path("rabbitmq", "rabbitmq-env.conf"),
-		"RABBITMQ_NODENAME="+rabbitNode,
+		"HOME="+n.home(),
+		"RABBITMQ_CONF_ENV_FILE="+d+"/rabbitmq-env.conf",
+		"RABBITMQ_NODENAME="+n.name,
 		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", rabbitPort),
-		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", rabbitDistPort),
+		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", n.port),
+		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", n.dist),
 		"RABBITMQ_CONFIG_FILE="+d+"/rabbitmq.conf",
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+d+"/enabled_plugins",
 		"RABBITMQ_MNESIA_BASE="+d+"/mnesia",
@@ -106,14 +142,15 @@ func (r *RabbitMQ) env(e *Env) []string {
 		// port (rabbitmqctl talks to the node through it) listens on every
 		// interface unless the kernel is told which one: set at boot, before
 		// the node starts distribution.
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 -kernel inet_dist_use_interface {127,0,0,1}",
+		strings.TrimSpace("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 -kernel inet_dist_use_interface {127,0,0,1} "+n.erlArgs),
 	)
 }
 
-func (r *RabbitMQ) Start(ctx context.Context, e *Env) error {
-	d := e.Path("rabbitmq")
+// start writes the node's files and starts it detached; extraConf is
+// appended to its rabbitmq.conf.
+func (n rabbitNode) start(label, extraConf string) error {
 	for _, sub := range []string{"home", "log", "mnesia"} {
-		if err := os.MkdirAll(e.Path("rabbitmq", sub), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(n.dir, sub), 0o755); err != nil {
 			return err
 		}
 	}
@@ -139,20 +176,17 @@ raft.wal_max_size_bytes = 67108864
 disk_free_limit.absolute = 100MB
 log.console = false
 log.file.level = info
-`, rabbitPort, d, RabbitMQMemoryWatermark),
+`, n.port, n.dir, RabbitMQMemoryWatermark) + extraConf,
 	}
 	for name, content := range files {
-		if err := os.WriteFile(e.Path("rabbitmq", name), []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
 	cmd := exec.Command(rabbitBin + "/rabbitmq-server")
-	cmd.Env = r.env(e)
-	cmd.Dir = d
-	if err := StartDetached(r.Procs(e)[0], cmd); err != nil {
-		return fmt.Errorf("rabbitmq: %w", err)
-	}
-	return nil
+	cmd.Env = n.env()
+	cmd.Dir = n.dir
+	return StartDetached(n.proc(label), cmd)
 }
 
 // rabbitDefinitions renders the boot-time definitions: one vhost, one user
@@ -203,8 +237,19 @@ const RabbitMQMemoryWatermark = "1GiB"
 // Ctl runs rabbitmqctl against the stack's node, with the node's
 // environment (its HOME holds the Erlang cookie), and returns the output.
 func (r *RabbitMQ) Ctl(ctx context.Context, e *Env, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, rabbitBin+"/rabbitmqctl", append([]string{"-n", rabbitNode}, args...)...)
-	cmd.Env = r.env(e)
+	return r.node(e).ctl(ctx, args...)
+}
+
+// ctl runs rabbitmqctl against the node with its environment.
+func (n rabbitNode) ctl(ctx context.Context, args ...string) (string, error) {
+	return n.tool(ctx, "rabbitmqctl", args...)
+}
+
+// tool runs one of the package's CLI tools (rabbitmqctl, rabbitmq-queues,
+// rabbitmq-diagnostics) against the node with its environment.
+func (n rabbitNode) tool(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, rabbitBin+"/"+name, append([]string{"-n", n.name}, args...)...)
+	cmd.Env = n.env()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s: %w: %s", CommandLine(cmd), err, strings.TrimSpace(string(out)))
@@ -215,20 +260,24 @@ func (r *RabbitMQ) Ctl(ctx context.Context, e *Env, args ...string) (string, err
 // Stop asks the node to stop cleanly (flushing quorum queue state), then
 // makes sure its processes are gone and that epmd no longer lists the
 // node: a node started right after would otherwise find its name taken.
-func (r *RabbitMQ) Stop(ctx context.Context, e *Env) error {
-	proc := r.Procs(e)[0]
+func (r *RabbitMQ) Stop(ctx context.Context, e *Env) error { return r.node(e).stop(ctx, "rabbitmq") }
+
+// stop asks the node to stop cleanly, kills what is left, and waits until
+// epmd no longer lists it.
+func (n rabbitNode) stop(ctx context.Context, label string) error {
+	proc := n.proc(label)
 	_, running := proc.PID()
 	if running {
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		cmd := exec.CommandContext(cctx, rabbitBin+"/rabbitmqctl", "-n", rabbitNode, "stop")
-		cmd.Env = r.env(e)
+		cmd := exec.CommandContext(cctx, rabbitBin+"/rabbitmqctl", "-n", n.name, "stop")
+		cmd.Env = n.env()
 		_ = RunLogged(cctx, proc.LogFile, cmd)
 		cancel()
 	}
 	if err := proc.Kill(ctx, 30*time.Second); err != nil || !running {
 		return err
 	}
-	return waitUnregistered(ctx, epmdAddr, strings.Split(rabbitNode, "@")[0], 10*time.Second)
+	return waitUnregistered(ctx, epmdAddr, strings.Split(n.name, "@")[0], 10*time.Second)
 }
 
 // epmdAddr is the epmd the node registers with (ERL_EPMD_ADDRESS).

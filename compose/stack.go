@@ -153,8 +153,11 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 			return serviceError(e, s, err)
 		}
 	}
+	// A cluster starts only its nodes that are not running (a node a
+	// failover fault killed); any other service is all or nothing.
+	_, cluster := s.(Cluster)
 	for _, p := range s.Procs(e) {
-		if pid, alive := p.PID(); alive {
+		if pid, alive := p.PID(); alive && !cluster {
 			return serviceError(e, s, fmt.Errorf("process %s (pid %d) is running but not answering at %s; stop it with `bench stack down %s`", p.Name, pid, s.Addr(e), s.Name()))
 		}
 	}
