@@ -64,9 +64,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -132,7 +134,11 @@ func init() {
 
 // Broker is the RabbitMQ driver.
 type Broker struct {
-	url            string
+	// urls are the nodes of one cluster (SettingURL); a connection goes to
+	// the one at prefer first, the last one a connection was made to.
+	urls           []string
+	prefer         atomic.Int32
+	reconnects     atomic.Int64 // subscriptions' sessions opened after one was lost
 	window         int
 	confirmTimeout time.Duration
 	calls          driverutil.Calls
@@ -169,7 +175,11 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 			return nil, fmt.Errorf("rabbitmq: option %s=%q: want a positive number of messages", OptPublishWindow, v)
 		}
 	}
-	return &Broker{url: cfg.Get(SettingURL), window: n, confirmTimeout: confirmTimeout, shards: map[string]int{},
+	urls := URLs(cfg.Get(SettingURL))
+	if err := checkURL(cfg.Get(SettingURL)); err != nil {
+		return nil, config.Invalid(SettingURL, nil, "%v", err)
+	}
+	return &Broker{urls: urls, window: n, confirmTimeout: confirmTimeout, shards: map[string]int{},
 		subs: map[*subscription]struct{}{}, pubs: map[string][]*queuePub{}}, nil
 }
 
@@ -189,12 +199,92 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 	}
 }
 
-func dial(url, name string) (*amqp.Connection, error) {
-	return amqp.DialConfig(url, amqp.Config{
-		Dial:       amqp.DefaultDial(dialTimeout),
-		Heartbeat:  10 * time.Second,
-		Properties: amqp.Table{"connection_name": name},
-	})
+// heartbeat is the AMQP heartbeat the driver asks for: a node that stops
+// answering (a paused VM, a dead host) is given up after three missed
+// heartbeats (15 s), and the driver moves to another node.
+const heartbeat = 5 * time.Second
+
+// staggerDial is how long a connection attempt to one node goes
+// unanswered before the next node is tried as well.
+const staggerDial = time.Second
+
+// dial connects to one of the broker's nodes, the preferred one first:
+// a node that refuses, or has not finished the AMQP handshake within
+// staggerDial, is joined by an attempt on the next one, and the first
+// connection made wins (the others are closed as they finish). The node
+// that answered becomes the preferred one.
+func (b *Broker) dial(ctx context.Context, name string) (*amqp.Connection, error) {
+	type result struct {
+		conn *amqp.Connection
+		i    int
+		err  error
+	}
+	n := len(b.urls)
+	results := make(chan result, n)
+	start := int(b.prefer.Load())
+	launched, finished := 0, 0
+	launch := func() {
+		i := (start + launched) % n
+		launched++
+		go func() {
+			conn, err := amqp.DialConfig(b.urls[i], amqp.Config{
+				Dial:       dialer(ctx),
+				Heartbeat:  heartbeat,
+				Properties: amqp.Table{"connection_name": name},
+			})
+			results <- result{conn, i, err}
+		}()
+	}
+	launch()
+	stagger := time.NewTimer(staggerDial)
+	defer stagger.Stop()
+	var errs []error
+	for finished < n {
+		select {
+		case r := <-results:
+			finished++
+			if r.err == nil {
+				b.prefer.Store(int32(r.i))
+				go func(left int) { // the slower attempts: close what they open
+					for range left {
+						if l := <-results; l.err == nil {
+							_ = l.conn.Close()
+						}
+					}
+				}(launched - finished)
+				return r.conn, nil
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", config.Redact(b.urls[r.i]), r.err))
+			if launched < n {
+				launch()
+				stagger.Reset(staggerDial)
+			}
+		case <-stagger.C:
+			if launched < n {
+				launch()
+				stagger.Reset(staggerDial)
+			}
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// dialer opens the TCP connection of one attempt, bounded by ctx and
+// dialTimeout; the deadline also bounds the AMQP handshake, and amqp091
+// clears it once the connection is open (heartbeats take over).
+func dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
+	return func(network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: dialTimeout}
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := conn.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
 }
 
 // connection returns the shared publishing/topology connection, dialling
@@ -208,7 +298,7 @@ func (b *Broker) connection() (*amqp.Connection, error) {
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	conn, err := dial(b.url, "inboxbench-publisher")
+	conn, err := b.dial(context.Background(), "inboxbench-publisher")
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: connect: %w", err)
 	}
