@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"syscall"
+	"time"
 )
 
 // Node is one server process of a replicated service (a Kafka broker, a
@@ -65,4 +66,69 @@ func (n Node) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("%s: signal %v to pid %d: %w", n.Name, sig, pid, err)
 	}
 	return nil
+}
+
+// What else a family of the replicated stack may implement beside Cluster
+// (package failover uses each when present, a default otherwise).
+
+// NodeStopper stops one node gracefully (a rolling restart's stop): the
+// way the service itself shuts down cleanly (Kafka's controlled shutdown,
+// PostgreSQL's fast shutdown). Without it a node is stopped with SIGTERM,
+// and SIGKILL after a minute.
+type NodeStopper interface {
+	StopNode(ctx context.Context, e *Env, name string) error
+}
+
+// FailureDetector says how long the cluster takes to notice a node that
+// stopped answering (Kafka's broker session timeout, a quorum's election
+// timeout, the harness's own timeout for PostgreSQL): a leader-pause
+// fault pauses longer. Without it failover assumes DefaultFailureTimeout.
+type FailureDetector interface {
+	FailureTimeout() time.Duration
+}
+
+// DefaultFailureTimeout is the failure-detection time of a cluster that
+// does not say (FailureDetector).
+const DefaultFailureTimeout = 10 * time.Second
+
+// Promoter is implemented by clusters whose failover the harness carries
+// out, as an operator or a tool like Patroni would: PostgreSQL promotes no
+// standby on its own. Failover is called once lost stopped answering
+// (killed, or paused past FailureTimeout); it fences lost (kill -9, so a
+// paused primary never wakes up as a second primary), promotes another
+// node and returns it. Clusters that elect a new leader themselves do not
+// implement it.
+type Promoter interface {
+	Failover(ctx context.Context, e *Env, lost Node) (Node, error)
+}
+
+// Lagger is implemented by clusters whose followers cannot simply be
+// paused to make them fall behind the leader (a PostgreSQL standby keeps
+// receiving what the primary streamed into its socket while stopped).
+// Detach makes every node but leader stop copying from it, and returns
+// how to let them copy again. Without it failover pauses (SIGSTOP) every
+// other node: a follower that fetches (Kafka) or is sent (RabbitMQ,
+// RocketMQ) nothing while stopped.
+type Lagger interface {
+	Detach(ctx context.Context, e *Env, leader Node) (resume func(context.Context) error, err error)
+}
+
+// Weakener is implemented by clusters with a weak setting: one under
+// which a failover loses writes the cluster had confirmed (Kafka acks=1,
+// asynchronous PostgreSQL replication). The failover controls run with it
+// and must be caught losing effects.
+type Weakener interface {
+	WeakSetting() Weakness
+}
+
+// Weakness is a cluster's weak setting.
+type Weakness struct {
+	// Name says what it is, as reports show it ("acks=1 (…)").
+	Name string
+	// Settings are client settings by key (kafka.acks=1), applied to the
+	// configuration of the cells that run with it.
+	Settings map[string]string
+	// Apply, when set, changes the servers and returns how to undo it
+	// (PostgreSQL: synchronous_standby_names emptied on the primary).
+	Apply func(ctx context.Context, e *Env) (restore func(context.Context) error, err error)
 }

@@ -182,32 +182,43 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
-	// Sized for a 2-core, shared machine: 256 MB of shared buffers keeps
-	// the whole stack well under 4 GiB. Durability settings stay at their
-	// defaults (fsync, synchronous_commit on) except in the os profile,
-	// which turns synchronous_commit off (fsync stays on: see
-	// durability.go). wal_level=logical lets the checker's audit be
-	// decoded from the WAL after a cell instead of written by triggers
-	// inside it (inbox/auditwal.go); it costs the full new image of an
-	// updated row in the WAL instead of its changed part.
-	cmd := asOwner(exec.Command(server, "-D", data,
-		"-c", "synchronous_commit="+pgSynchronousCommit(startProfile(e, p)),
-		"-p", strconv.Itoa(pgListenPort(e)), "-k", sock, "-c", "listen_addresses=127.0.0.1",
-		"-c", "hba_file="+filepath.Join(dir, "pg_hba.conf"),
-		"-c", "ident_file="+filepath.Join(dir, "pg_ident.conf"),
-		"-c", "shared_preload_libraries=pg_stat_statements",
-		"-c", "pg_stat_statements.track=all",
-		"-c", "track_io_timing=on",
-		"-c", "max_connections=200",
-		"-c", "shared_buffers=256MB",
-		"-c", "wal_level=logical",
-		"-c", "unix_socket_permissions=0770",
-	), cred)
+	cmd := asOwner(pgCommand(server, dir, pgListenPort(e), startProfile(e, p), "shared_buffers=256MB"), cred)
 	proc := p.Procs(e)[0]
 	if err := StartDetached(proc, cmd); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	return p.provision(ctx, e, sock, proc)
+	return p.provision(ctx, sock, pgListenPort(e), proc)
+}
+
+// pgCommand is the server's command line for the cluster in dir/data,
+// its socket in dir/run and its authentication files in dir, on port;
+// extra are more -c settings (the node's memory, replication).
+//
+// Sized for a 2-core, shared machine: the plain stack's 256 MB of shared
+// buffers keeps the whole stack well under 4 GiB. Durability settings
+// stay at their defaults (fsync, synchronous_commit on) except in the os
+// profile, which turns synchronous_commit off (fsync stays on: see
+// durability.go). wal_level=logical lets the checker's audit be decoded
+// from the WAL after a cell instead of written by triggers inside it
+// (inbox/auditwal.go); it costs the full new image of an updated row in
+// the WAL instead of its changed part.
+func pgCommand(server, dir string, port int, profile string, extra ...string) *exec.Cmd {
+	args := []string{"-D", filepath.Join(dir, "data"),
+		"-c", "synchronous_commit=" + pgSynchronousCommit(profile),
+		"-p", strconv.Itoa(port), "-k", filepath.Join(dir, "run"), "-c", "listen_addresses=127.0.0.1",
+		"-c", "hba_file=" + filepath.Join(dir, "pg_hba.conf"),
+		"-c", "ident_file=" + filepath.Join(dir, "pg_ident.conf"),
+		"-c", "shared_preload_libraries=pg_stat_statements",
+		"-c", "pg_stat_statements.track=all",
+		"-c", "track_io_timing=on",
+		"-c", "max_connections=200",
+		"-c", "wal_level=logical",
+		"-c", "unix_socket_permissions=0770",
+	}
+	for _, x := range extra {
+		args = append(args, "-c", x)
+	}
+	return exec.Command(server, args...)
 }
 
 // writePGAuth writes the cluster's authentication rules, rewritten on
@@ -264,8 +275,7 @@ func pgListenPort(e *Env) int {
 
 // provision creates the application role and database once the server
 // accepts connections on its socket.
-func (p *Postgres) provision(ctx context.Context, e *Env, sock string, proc Proc) error {
-	port := pgListenPort(e)
+func (p *Postgres) provision(ctx context.Context, sock string, port int, proc Proc) error {
 	dsn := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable", sock, port, pgSuperuser)
 	var conn *pgx.Conn
 	deadline := time.Now().Add(60 * time.Second)

@@ -153,12 +153,14 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 			return serviceError(e, s, err)
 		}
 	}
-	// A cluster starts only its nodes that are not running (a node a
-	// failover fault killed); any other service is all or nothing.
-	_, cluster := s.(Cluster)
-	for _, p := range s.Procs(e) {
-		if pid, alive := p.PID(); alive && !cluster {
-			return serviceError(e, s, fmt.Errorf("process %s (pid %d) is running but not answering at %s; stop it with `bench stack down %s`", p.Name, pid, s.Addr(e), s.Name()))
+	// A cluster with a node down is not ready, and its Start starts the
+	// nodes that are not running; anything else running but not
+	// answering is stopped by hand.
+	if _, cluster := s.(Cluster); !cluster {
+		for _, p := range s.Procs(e) {
+			if pid, alive := p.PID(); alive {
+				return serviceError(e, s, fmt.Errorf("process %s (pid %d) is running but not answering at %s; stop it with `bench stack down %s`", p.Name, pid, s.Addr(e), s.Name()))
+			}
 		}
 	}
 	start := time.Now()
@@ -279,6 +281,9 @@ type StatusRow struct {
 	// Listeners); ListenErr says why they could not be read.
 	Listening []Listening
 	ListenErr error
+	// Nodes are a replicated service's nodes with their roles and health
+	// (Cluster); nil for a single-node service.
+	Nodes []NodeStatus
 }
 
 // Exposed lists the listening addresses reachable from beyond this host
@@ -321,6 +326,9 @@ func Status(ctx context.Context, e *Env, svcs []Service) []StatusRow {
 				}
 			}
 			r.Listening, r.ListenErr = Listeners(e, s)
+			if c, ok := s.(Cluster); ok {
+				r.Nodes = c.NodeStatus(ctx, e)
+			}
 			rows[i] = r
 		}(i, s)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -89,7 +90,7 @@ func (o *Options) Validate() error {
 		return config.Invalid(KeyMeasure, o.Measure, "at least 1s")
 	case len(o.Strategies) == 0:
 		return config.Invalid(KeyStrategies, nil, "name at least one")
-	case s.Faults != (workload.Faults{StormConsumers: s.Faults.StormConsumers}) || s.SnapshotRatio != 0:
+	case hasFaults(s.Faults) || s.SnapshotRatio != 0:
 		return fmt.Errorf("workload %s has faults or snapshots: a calibration runs fresh increments only (the twins' stream); use workloads/calibrate.yaml or a workload without them", s.Name)
 	case s.Skew.Kind != "uniform":
 		return fmt.Errorf("workload %s: key_skew.kind %s: the twins spread events evenly over each consumer's aggregates; use uniform", s.Name, s.Skew.Kind)
@@ -125,4 +126,12 @@ func (o *Options) Validate() error {
 func (o *Options) shape(strategy string) Shape {
 	return Shape{Strategy: strategy, Schema: "ib_calibrate_twin_" + strategy, Consumer: "balance-twin",
 		Aggregates: o.Spec.Aggregates, Clients: o.Spec.Consumers, BatchSize: o.Spec.BatchSize, Parking: o.Spec.ParkingOn()}
+}
+
+// hasFaults reports whether a fault plan sets any fault (the storm size
+// alone is none).
+func hasFaults(f workload.Faults) bool {
+	failover := len(f.Failover) > 0
+	f.Failover = nil
+	return failover || !reflect.DeepEqual(f, workload.Faults{StormConsumers: f.StormConsumers})
 }

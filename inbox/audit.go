@@ -39,6 +39,9 @@ import (
 //     then refuses to judge instead of reporting every effect lost. A cell
 //     whose server crashed measured nothing worth keeping anyway; the
 //     business tables, which are logged, are untouched by this choice.
+//     A cell that fails PostgreSQL over to its standby on purpose keeps
+//     its log in a logged table instead (AuditLogged): a standby has no
+//     unlogged rows to promote.
 //   - No index: seq orders the log when it is read, once, after the cell.
 //
 // Order: the checker needs each aggregate's changes in commit order
@@ -58,7 +61,7 @@ DROP TRIGGER IF EXISTS account_audit ON %[1]s.account;
 DROP TRIGGER IF EXISTS account_audit_ins ON %[1]s.account;
 DROP TRIGGER IF EXISTS account_audit_upd ON %[1]s.account;
 DROP TABLE IF EXISTS %[1]s.account_audit;
-CREATE UNLOGGED TABLE %[1]s.account_audit (
+CREATE %[2]s TABLE %[1]s.account_audit (
     seq          bigserial,
     aggregate_id text   NOT NULL,
     version      bigint NOT NULL,
@@ -102,11 +105,17 @@ const (
 	AuditWAL       AuditMode = "wal"  // logical decoding (auditwal.go)
 	AuditStatement AuditMode = "statement"
 	AuditRow       AuditMode = "row"
-	AuditOff       AuditMode = "off"
+	// AuditLogged is the statement trigger writing a logged table: its
+	// rows reach the standby with the business tables' and survive a
+	// PostgreSQL failover, which empties an unlogged table and drops a
+	// logical slot. It costs the log's WAL in every commit; the runner
+	// chooses it for cells that fail the database over.
+	AuditLogged AuditMode = "logged"
+	AuditOff    AuditMode = "off"
 )
 
 // AuditModes lists the accepted mode names, for flags and errors.
-var AuditModes = []AuditMode{AuditAuto, AuditWAL, AuditStatement, AuditRow, AuditOff}
+var AuditModes = []AuditMode{AuditAuto, AuditWAL, AuditStatement, AuditRow, AuditLogged, AuditOff}
 
 // ResolveAudit turns AuditAuto ("" too) into AuditWAL when the server can
 // decode its WAL (CheckWALAudit), else AuditStatement; other modes are
@@ -128,11 +137,12 @@ func ParseAuditMode(s string) (AuditMode, error) {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("audit mode %q: accepted values are auto, wal, statement, row, off", s)
+	return "", fmt.Errorf("audit mode %q: accepted values are auto, wal, statement, row, logged, off", s)
 }
 
 // Describe is the mode as result files record it: the trigger and the
-// table it writes ("statement-trigger, unlogged"), or "off".
+// table it writes ("statement-trigger, unlogged"; "statement-trigger,
+// logged" survives a failover), or "off".
 func (m AuditMode) Describe() string {
 	switch m {
 	case AuditStatement:
@@ -141,12 +151,15 @@ func (m AuditMode) Describe() string {
 		return "row-trigger, unlogged"
 	case AuditWAL:
 		return "wal-decoding, unlogged"
+	case AuditLogged:
+		return "statement-trigger, logged"
 	}
 	return string(m)
 }
 
 // InstallAudit creates schema's audit log, empty, and the triggers of mode
-// (AuditStatement or AuditRow) on its account table. It replaces an
+// (AuditStatement, AuditRow, or AuditLogged: the statement trigger into a
+// logged table) on its account table. It replaces an
 // earlier log and triggers. AuditOff installs nothing; AuditWAL needs a
 // slot, not triggers: StartWALAudit.
 func InstallAudit(ctx context.Context, db DB, schema string, mode AuditMode) error {
@@ -157,7 +170,11 @@ func InstallAudit(ctx context.Context, db DB, schema string, mode AuditMode) err
 		return fmt.Errorf("install audit in %s: mode %q installs no trigger (ResolveAudit, then StartWALAudit for wal)", schema, mode)
 	}
 	s := pgx.Identifier{schema}.Sanitize()
-	ddl := fmt.Sprintf(auditTableDDL, s)
+	persistence := "UNLOGGED"
+	if mode == AuditLogged {
+		persistence = ""
+	}
+	ddl := fmt.Sprintf(auditTableDDL, s, persistence)
 	if mode == AuditRow {
 		ddl += fmt.Sprintf(auditRowDDL, s)
 	} else {
@@ -233,7 +250,7 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 		return nil, fmt.Errorf("checker: read the audit log of %s: %w (was the audit trigger installed?)", schema, err)
 	}
 	if !alive {
-		return nil, fmt.Errorf("checker: the audit log of %s lost its sentinel row: the server crashed during the cell and emptied the unlogged log, so the transitions are gone; run the cell again", schema)
+		return nil, fmt.Errorf("checker: the audit log of %s lost its sentinel row: the server crashed or failed over during the cell and emptied the unlogged log, so the transitions are gone; run the cell again (a cell that fails PostgreSQL over needs the logged audit, --audit logged)", schema)
 	}
 	// Each row is an account's new state; the transition starts from its
 	// previous row (none: an account starts at version 0, balance 0).

@@ -69,7 +69,7 @@ func StartWALAudit(ctx context.Context, connString, schema string) (*WALAudit, e
 	w := &WALAudit{conn: conn, schema: schema, slot: walSlotName(schema)}
 	err = CheckWALAudit(ctx, conn)
 	if err == nil {
-		_, err = conn.Exec(ctx, fmt.Sprintf(auditTableDDL, pgx.Identifier{schema}.Sanitize()))
+		_, err = conn.Exec(ctx, fmt.Sprintf(auditTableDDL, pgx.Identifier{schema}.Sanitize(), "UNLOGGED"))
 	}
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, walSlotTimeout)

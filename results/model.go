@@ -226,58 +226,11 @@ type Cell struct {
 	// outcome, apart from the deliveries, executions and database effects
 	// in Counters.
 	External *External `json:"external,omitempty"`
-}
-
-// External is a cell's external service: its settings and its calls, as
-// its call log records them.
-type External struct {
-	// DelayMs is the service's time per call; TimeoutMs how long a caller
-	// waited for an answer before giving up.
-	DelayMs   float64 `json:"delay_ms"`
-	TimeoutMs float64 `json:"timeout_ms"`
-	// Calls counts the payment requests the service received; Effects
-	// those it applied (a new payment): the external effects, one per
-	// event that took effect when the strategy is right.
-	Calls   int64 `json:"calls"`
-	Effects int64 `json:"effects"`
-	// Replays are repeats of a key answered with its stored result;
-	// Conflicts keys reused with another request, refused; Refused calls
-	// refused while the service was unavailable; TimedOut calls applied
-	// whose answer was held until the caller gave up (the fault); Queries
-	// result queries by key.
-	Replays   int64 `json:"replays"`
-	Conflicts int64 `json:"conflicts"`
-	Refused   int64 `json:"refused"`
-	TimedOut  int64 `json:"timed_out"`
-	Queries   int64 `json:"queries"`
-}
-
-// Window is how a steady-state cell was measured: it warmed up until its
-// rate settled (or WarmupMax passed), then measured for the window asked.
-type Window struct {
-	// WarmupS is how long the warm-up lasted; Settled says it ended
-	// because the rate settled rather than at the workload's warmup_max.
-	WarmupS float64 `json:"warmup_s"`
-	Settled bool    `json:"settled"`
-	// AskedS is the window the workload asked for (measure), MeasuredS
-	// the one measured, from the end of the warm-up to the end of
-	// publishing; StartS is its start from the start of the cell.
-	AskedS    float64 `json:"asked_s"`
-	MeasuredS float64 `json:"measured_s"`
-	StartS    float64 `json:"start_s"`
-	// Events took effect in the window.
-	Events int64 `json:"events"`
-	// RateCV is the coefficient of variation of the per-second effect
-	// rate over the window; Trend is the least-squares line's change over
-	// the window relative to the mean rate (+0.2: it rose by a fifth).
-	RateCV float64 `json:"rate_cv"`
-	Trend  float64 `json:"trend"`
-	// Steady is false when the window is shorter than asked, holds too
-	// few events, or its rate still trends (or, at a fixed rate, falls
-	// behind it); Why says which. Such a figure is never silently
-	// averaged with steady ones: reports mark it.
-	Steady bool   `json:"steady"`
-	Why    string `json:"why,omitempty"`
+	// Faults are the mid-stream faults the cell injected, each with when
+	// it hit and its outage (failover.go); Timeline the per-second series
+	// their figures come from.
+	Faults   []Fault   `json:"faults,omitempty"`
+	Timeline *Timeline `json:"timeline,omitempty"`
 }
 
 // CellStats are the medians of a cell's rounds with their confidence

@@ -23,6 +23,10 @@ type CellInfo struct {
 	// AppName is the application_name of the cell's database
 	// connections (pg_terminate_backend targets them).
 	AppName string
+	// Hit, when the action calls it, marks the moment its fault hit (the
+	// first call; the action's start otherwise) and says what it did
+	// (every call): the cell's faults record both (results.Fault).
+	Hit func(what string)
 }
 
 // actions fire a cell's mid-stream faults — the planned consumer restarts
@@ -38,6 +42,7 @@ type actions struct {
 	total     int64 // messages the stream holds
 	t         *tally
 	notes     *notes
+	faults    faultLog
 
 	mu       sync.Mutex
 	fired    []bool
@@ -111,7 +116,12 @@ func (a *actions) run(ctx context.Context, act *Action, handled int64) {
 	defer a.t.settled.Add(1) // the stall timer restarts after a fault
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
-	if err := act.Do(ctx, a.info); err != nil {
+	rec, hit := a.faults.begin(act.Name)
+	info := a.info
+	info.Hit = hit
+	err := act.Do(ctx, info)
+	a.faults.finish(rec, err)
+	if err != nil {
 		a.notes.add(fmt.Sprintf("action %s: %v", act.Name, err))
 		a.mu.Lock()
 		a.err = errors.Join(a.err, fmt.Errorf("action %s: %w", act.Name, err))

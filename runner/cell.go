@@ -335,6 +335,8 @@ type streamed struct {
 	roomWait      time.Duration   // how long the publisher waited for the backlog to shrink
 	cpuBusy       float64
 	series        []float64
+	timeline      *timeline
+	faults        []results.Fault // the actions' faults, with their outage
 	err           error
 }
 
@@ -389,7 +391,7 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 		defer stopWarm()
 		cons.warm(ctx, time.Unix(0, t.warmEnd.Load()))
 	}
-	series := sampleSeries(runCtx, t)
+	series := sampleTimeline(runCtx, t, len(acts.list) > 0)
 	go acts.watch(runCtx)
 	if !c.o.Stream.Backlog {
 		s.err = pub.run(runCtx, s.start)
@@ -415,7 +417,9 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	}
 	stop()
 	w.progress.clear()
-	s.series = <-series
+	s.timeline = <-series
+	s.series = s.timeline.effects
+	s.faults = acts.faults.results(s.start, s.timeline)
 	s.err = errors.Join(s.err, cons.stop(ctx), acts.failure())
 	return s
 }
@@ -523,6 +527,9 @@ func fill(res *results.Cell, t *tally, s streamed, rate float64) {
 		res.DurationS = time.Duration(last - first).Seconds()
 	}
 	res.Throughput.Series = s.series
+	if len(s.faults) > 0 {
+		res.Faults, res.Timeline = s.faults, &s.timeline.counts
+	}
 	res.Throughput.HostCPUBusy = s.cpuBusy
 	bound(res, t, s, rate)
 	res.Contention = results.Contention{Samples: rep.Samples, LockWaitSamples: rep.LockWaits, LockWaitShare: rep.LockWaitShare(),

@@ -49,12 +49,28 @@ type meter struct {
 	// search runs neither the progress line nor workers); stepDedup is a
 	// rate step's dedup latency.
 	recent, stepDedup *hdrhistogram.Histogram
-	enabled           bool
+	// sec is e2e since the timeline took it last (timeline.go), recorded
+	// only in a cell whose timeline keeps latencies per second.
+	sec     *hdrhistogram.Histogram
+	enabled bool
+	ms      *meters
 }
 
 func newMeter(enabled bool) *meter {
 	return &meter{e2e: newHist(), apply: newHist(), dedup: newHist(), recent: newHist(), stepDedup: newHist(),
 		byKind: map[string]*hdrhistogram.Histogram{}, enabled: enabled}
+}
+
+// recordSecond adds an e2e latency to the second's histogram when the
+// cell's timeline keeps them (under m.mu).
+func (m *meter) recordSecond(us int64) {
+	if m.ms == nil || !m.ms.perSecond.Load() {
+		return
+	}
+	if m.sec == nil {
+		m.sec = newHist()
+	}
+	m.sec.RecordValue(us)
 }
 
 func (m *meter) record(kind string, e2e, apply, dedup time.Duration, measured bool) {
@@ -77,6 +93,7 @@ func (m *meter) record(kind string, e2e, apply, dedup time.Duration, measured bo
 	if measured && e2e > 0 {
 		m.e2e.RecordValue(micros(e2e))
 		m.recent.RecordValue(micros(e2e))
+		m.recordSecond(micros(e2e))
 	}
 }
 
@@ -94,6 +111,9 @@ type meters struct {
 	// of the process: the consumers and the outbox relay.
 	extMu           sync.Mutex
 	extCall, extE2E *hdrhistogram.Histogram
+	// perSecond asks the meters for each second's e2e latencies (a cell
+	// with faults: timeline.go).
+	perSecond atomic.Bool
 }
 
 func newMeters(enabled bool) *meters {
@@ -119,7 +139,9 @@ func (ms *meters) get(shard string) *meter {
 	if v, ok := ms.m.Load(shard); ok {
 		return v.(*meter)
 	}
-	v, _ := ms.m.LoadOrStore(shard, newMeter(ms.enabled))
+	m := newMeter(ms.enabled)
+	m.ms = ms
+	v, _ := ms.m.LoadOrStore(shard, m)
 	return v.(*meter)
 }
 
@@ -225,6 +247,9 @@ type counters struct {
 	published, deliveries, executions, effects, duplicates, redeliveries,
 	gaps, parked, stale, conflicts, retries, errors, crashes, rejected, failed atomic.Int64
 	publishRetries atomic.Int64
+	// publishErrors counts messages whose confirm failed (each is sent
+	// again: publishRetries counts the batches); the timeline shows it.
+	publishErrors atomic.Int64
 }
 
 func (c *counters) snapshot() results.Counters {

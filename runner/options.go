@@ -211,6 +211,9 @@ func (o *Options) Validate() error {
 	if o.Measure.AuditMode == inbox.AuditOff {
 		o.Measure.Audit = false
 	}
+	if err := o.failoverDefaults(); err != nil {
+		return err
+	}
 	if o.Rounds == 0 {
 		o.Rounds = max(1, o.Spec.Rounds)
 	}
@@ -250,6 +253,38 @@ func (o *Options) validateExternal() error {
 	}
 	return nil
 }
+
+// failoverDefaults fits the audit and the retry bound to a fault plan
+// with failover faults: a PostgreSQL failover empties an unlogged audit
+// log and drops a logical slot, so such cells keep a logged one (an
+// explicit unlogged mode is refused); and an event whose apply fails
+// while a primary is down is retried for the whole retry time, not only
+// a few attempts (DefaultRetryBound's five take about a second).
+func (o *Options) failoverDefaults() error {
+	f := o.Spec.Faults
+	if len(f.Failover) == 0 {
+		return nil
+	}
+	if o.Limits.Retry.Attempts == 0 {
+		o.Limits.Retry.Attempts = failoverRetryAttempts
+	}
+	if !f.HitsPostgres() || !o.Measure.Audit {
+		return nil
+	}
+	switch o.Measure.AuditMode {
+	case inbox.AuditAuto, "":
+		o.Measure.AuditMode = inbox.AuditLogged
+	case inbox.AuditLogged:
+	default:
+		return config.Invalid(KeyAuditMode, string(o.Measure.AuditMode), "workload %s fails PostgreSQL over (faults.failover), and a %s audit log does not survive the promotion: use logged (or auto, which chooses it)", o.Spec.Name, o.Measure.AuditMode.Describe())
+	}
+	return nil
+}
+
+// failoverRetryAttempts bounds the attempts of an event across failovers
+// by time rather than count: the retry time (DefaultRetryBound.For)
+// decides.
+const failoverRetryAttempts = 10000
 
 // unsearchable names the options set that a rate search cannot run with.
 func (o *Options) unsearchable() []string {

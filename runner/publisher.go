@@ -234,6 +234,7 @@ func (p *publisher) send(ctx context.Context, msgs []brokers.Message, at, firstF
 			p.t.meters.recordPublish(lat, ok)
 		}
 		if len(failed) > 0 {
+			p.t.c.publishErrors.Add(int64(len(failed)))
 			p.handed.Add(-int64(len(failed)))
 			p.retry(ctx, msgs, failed, first, firstFail, mark)
 		}

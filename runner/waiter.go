@@ -206,27 +206,3 @@ func (p *progressLine) clear() {
 		fmt.Fprint(p.w, "\r\033[K")
 	}
 }
-
-// sampleSeries records effects per second until ctx ends, then delivers
-// the series.
-func sampleSeries(ctx context.Context, t *tally) <-chan []float64 {
-	out := make(chan []float64, 1)
-	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		var series []float64
-		var prev int64
-		for {
-			select {
-			case <-ctx.Done():
-				out <- series
-				return
-			case <-tick.C:
-				n := t.c.effects.Load()
-				series = append(series, float64(n-prev))
-				prev = n
-			}
-		}
-	}()
-	return out
-}

@@ -194,6 +194,9 @@ type Faults struct {
 	// ExternalUnavailable: the service refuses every call for this long,
 	// once, when a third of the stream has been answered.
 	ExternalUnavailable Duration `yaml:"external_unavailable" json:"external_unavailable,omitempty"`
+	// Failover hits nodes of a replicated cluster mid-stream
+	// (failover.go).
+	Failover []FailoverFault `yaml:"failover,omitempty" json:"failover,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s", "2m" in YAML and JSON.
@@ -330,7 +333,7 @@ func cleanYAMLError(err error) string {
 func fieldNames() []string {
 	return []string{"name", "seed", "aggregates", "events", "duration", "warmup", "measure", "warmup_max", "max_backlog", "rounds", "amount{distribution,min,max}",
 		"key_skew{kind,s,hot_share}", "snapshot_ratio", "message_size", "publish_rate", "consumers", "shards",
-		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts,external_timeout,crash_after_call,external_unavailable}",
+		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts,external_timeout,crash_after_call,external_unavailable,failover[{kind,target,at,down,pause}]}",
 		"inbox_prefill", "inbox_prefill_age", "inbox_prune_every", "inbox_prune_keep", "external{delay,timeout,lease}"}
 }
 
@@ -510,6 +513,9 @@ func (s *Spec) validateFaults() error {
 		return fmt.Errorf("faults.out_of_order: %v with parking off: gaps would be rejected and retried by redelivery; turn parking on or set out_of_order to 0", f.OutOfOrder)
 	}
 	if err := s.validateExternal(); err != nil {
+		return err
+	}
+	if err := s.validateFailover(); err != nil {
 		return err
 	}
 	return s.validateInbox()

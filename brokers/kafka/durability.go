@@ -20,7 +20,7 @@ var _ brokers.DurabilityReporter = (*Broker)(nil)
 var brokerDurabilityKeys = []string{"log.flush.interval.messages", "log.flush.interval.ms", "min.insync.replicas", "default.replication.factor"}
 
 // topicDurabilityKeys are the same, per topic.
-var topicDurabilityKeys = []string{"flush.messages", "flush.ms", "min.insync.replicas"}
+var topicDurabilityKeys = []string{"flush.messages", "flush.ms", "min.insync.replicas", "unclean.leader.election.enable"}
 
 // Durability implements brokers.DurabilityReporter: the producer's acks
 // (a client setting), the first broker's flush and replication defaults
@@ -28,6 +28,10 @@ var topicDurabilityKeys = []string{"flush.messages", "flush.ms", "min.insync.rep
 // and its effective flush.messages, flush.ms and min.insync.replicas.
 func (b *Broker) Durability(ctx context.Context, topic string) (map[string]string, error) {
 	out := map[string]string{"acks": "all (client: leader waits for the in-sync replicas)", "idempotent producer": "yes (client)"}
+	if b.acks == AcksLeader {
+		out["acks"] = "1 (client: the leader alone; a failover can lose what it confirmed)"
+		out["idempotent producer"] = "no (client: needs acks=all)"
+	}
 	if b.fake != nil {
 		out[brokers.FsyncKey] = "no: kafka-embedded keeps everything in this process's memory"
 		return out, nil

@@ -123,6 +123,7 @@ func init() {
 // Broker is the Kafka driver.
 type Broker struct {
 	name           string
+	acks           string
 	base           []kgo.Opt // seeds, TLS, SASL, timeouts: shared by every client
 	rf             int16
 	commitInterval time.Duration
@@ -138,6 +139,7 @@ type Broker struct {
 }
 
 type settings struct {
+	acks            string // AcksAll or AcksLeader (SettingAcks)
 	rf              int16
 	commitInterval  time.Duration
 	deliveryTimeout time.Duration
@@ -232,6 +234,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 	if err != nil {
 		return nil, err
 	}
+	s.acks = cfg.Get(SettingAcks)
 	return newBroker(Name, base, s, nil)
 }
 
@@ -264,8 +267,11 @@ func newBroker(name string, base []kgo.Opt, s settings, fake *kfake.Cluster) (*B
 		// error instead of an endless retry loop.
 		kgo.RetryTimeout(30*time.Second),
 	)
-	prod, err := kgo.NewClient(append(base[:len(base):len(base)],
-		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotence needs acks=all; explicit because it is a contract
+	acks := []kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks())} // idempotence needs acks=all; explicit because it is a contract
+	if s.acks == AcksLeader {
+		acks = []kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite()}
+	}
+	prod, err := kgo.NewClient(append(append(base[:len(base):len(base)], acks...),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.RecordDeliveryTimeout(s.deliveryTimeout),
 		kgo.ProducerLinger(0),
@@ -277,6 +283,7 @@ func newBroker(name string, base []kgo.Opt, s settings, fake *kfake.Cluster) (*B
 	}
 	return &Broker{
 		name:           name,
+		acks:           s.acks,
 		base:           base,
 		rf:             s.rf,
 		commitInterval: s.commitInterval,

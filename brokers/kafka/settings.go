@@ -26,7 +26,28 @@ var (
 		Usage: "Kafka SASL user"})
 	SettingPassword = config.Register(config.Setting{Key: "kafka.password", Flag: "kafka-password", Env: "INBOXBENCH_KAFKA_PASSWORD",
 		Usage: "Kafka SASL password", Secret: true})
+	// SettingAcks is the producer's acks: all (the default: the leader
+	// answers once every in-sync replica has the record, and the producer
+	// is idempotent) or 1 (the leader alone; idempotence needs acks=all,
+	// so it is off): the weak setting a failover control shows losing
+	// confirmed records.
+	SettingAcks = config.Register(config.Setting{Key: "kafka.acks", Flag: "kafka-acks", Env: "INBOXBENCH_KAFKA_ACKS",
+		Default: AcksAll, Check: checkAcks,
+		Usage: "Kafka producer acks: all (every in-sync replica, idempotent producer) or 1 (the leader alone: a failover can lose confirmed records)"})
 )
+
+// Acks values.
+const (
+	AcksAll    = "all"
+	AcksLeader = "1"
+)
+
+func checkAcks(v string) error {
+	if v == AcksAll || v == AcksLeader {
+		return nil
+	}
+	return fmt.Errorf("use %s or %s", AcksAll, AcksLeader)
+}
 
 func checkSASL(v string) error {
 	switch strings.ToLower(v) {

@@ -145,9 +145,10 @@ unhealthy or listens beyond loopback, except for the one documented case
 			if len(args) == 0 {
 				fmt.Printf("durability profile: %s\n", compose.StackDurability(e))
 			}
+			badNodes := printNodes(rows)
 			exposed := printListening(rows)
-			if bad > 0 {
-				return failure{fmt.Sprintf("%d of %d services unhealthy: start them with 'bench stack up'", bad, len(rows))}
+			if bad > 0 || badNodes > 0 {
+				return failure{fmt.Sprintf("%d of %d services unhealthy, %d nodes unhealthy: start them with 'bench stack up%s'", bad, len(rows), badNodes, compose.VariantFlag(e.Variant))}
 			}
 			if len(exposed) > 0 {
 				return failure{fmt.Sprintf("listening beyond loopback: %s: the native stack binds its ports to loopback (RocketMQ's HA port aside); restart the service with 'bench stack down NAME && bench stack up NAME' (stacks started by an older bench bound RabbitMQ's 55673 to every interface), and if it stays, something else listens on that port", strings.Join(exposed, ", "))}
@@ -179,6 +180,32 @@ func newStackLogsCmd(r stackResolver) *cobra.Command {
 	}
 	logs.Flags().IntVarP(&lines, "lines", "n", 50, "number of lines per log file")
 	return logs
+}
+
+// printNodes prints the nodes of the replicated services, with their role
+// and health, and returns how many are unhealthy.
+func printNodes(rows []compose.StatusRow) (bad int) {
+	var any bool
+	for _, r := range rows {
+		any = any || len(r.Nodes) > 0
+	}
+	if !any {
+		return 0
+	}
+	fmt.Println("\nNODES")
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tNODE\tADDRESS\tROLE\tHEALTHY\tDETAIL")
+	for _, r := range rows {
+		for _, n := range r.Nodes {
+			h := "yes"
+			if !n.Healthy {
+				h, bad = "NO", bad+1
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, n.Name, n.Addr, dash(n.Role), h, n.Detail)
+		}
+	}
+	tw.Flush()
+	return bad
 }
 
 // printListening prints each service's listening addresses and returns the

@@ -1,0 +1,509 @@
+package compose
+
+// The replicated stack's Kafka: three KRaft nodes on loopback, each broker
+// and controller in one JVM, with a static quorum of the three
+// (controller.quorum.voters, so each storage is formatted without
+// --standalone), default replication factor 3 and min.insync.replicas 2,
+// internal topics replicated alike (compose/maven/kafka-replicated-server.properties).
+//
+//   - The classpath is the plain stack's artifacts (Kafka 4.1.2, log4j2),
+//     fetched once into <stack>/replicated/kafka/lib.
+//   - Heap per node: kafkaNodeHeap (three nodes and the replicated
+//     PostgreSQL stay under 6 GiB resident; docs/measurements.md).
+//   - Layout under <stack>/replicated:
+//     kafka/lib                the classpath
+//     kafka/node-N/config      server.properties, log4j2.xml
+//     kafka/node-N/data        log.dirs
+//     kafka/node-N/logs        server.log, controller.log
+//     logs/kafka-N.log         the JVM's stdout/stderr
+//     run/kafka-N.pid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	kafkabroker "github.com/inboxbench/inboxbench/brokers/kafka"
+)
+
+// kafkaClusterNode is one node's id and loopback listeners (docs/stack.md).
+type kafkaClusterNode struct {
+	id                 int
+	broker, controller string
+}
+
+var kafkaClusterNodes = []kafkaClusterNode{
+	{1, "127.0.0.1:59192", "127.0.0.1:59193"},
+	{2, "127.0.0.1:59292", "127.0.0.1:59293"},
+	{3, "127.0.0.1:59392", "127.0.0.1:59393"},
+}
+
+// kafkaNodeHeap is each node's JVM memory.
+var kafkaNodeHeap = []string{"-Xms256m", "-Xmx384m", "-XX:MaxDirectMemorySize=128m", "-XX:MaxMetaspaceSize=128m"}
+
+// kafkaSessionTimeout is broker.session.timeout.ms: a broker silent for
+// this long is fenced and its partitions' leadership moves.
+const kafkaSessionTimeout = 9 * time.Second
+
+// kafkaReplicatedID is base64url("inboxbench-kfk-3"), the replicated
+// cluster's fixed id.
+const kafkaReplicatedID = "aW5ib3hiZW5jaC1rZmstMw"
+
+// KafkaCluster is the replicated stack's three-node Kafka.
+type KafkaCluster struct{}
+
+var (
+	_ Cluster    = (*KafkaCluster)(nil)
+	_ Endpointer = (*KafkaCluster)(nil)
+)
+
+func init() { registerIn(VariantReplicated, 3, &KafkaCluster{}) }
+
+func (*KafkaCluster) Name() string { return "kafka" }
+
+func (*KafkaCluster) Packages() []Package { return javaPackages() }
+
+func (*KafkaCluster) Addr(*Env) string { return strings.Join(kafkaClusterSeeds(), ",") }
+
+func kafkaClusterSeeds() []string {
+	var out []string
+	for _, n := range kafkaClusterNodes {
+		out = append(out, n.broker)
+	}
+	return out
+}
+
+// Endpoints implements Endpointer: every command's Kafka seeds are the
+// three nodes.
+func (k *KafkaCluster) Endpoints(e *Env) (map[string]string, error) {
+	return map[string]string{kafkabroker.SettingBrokers: k.Addr(e)}, nil
+}
+
+// DataDirs are removed by `bench stack down --wipe`.
+func (*KafkaCluster) DataDirs(e *Env) []string {
+	var out []string
+	for _, n := range kafkaClusterNodes {
+		out = append(out, e.Path("kafka", nodeDir(n.id), "data"), e.Path("kafka", nodeDir(n.id), "logs"))
+	}
+	return out
+}
+
+func nodeDir(id int) string { return "node-" + strconv.Itoa(id) }
+
+func kafkaNodeName(id int) string { return "kafka-" + strconv.Itoa(id) }
+
+func (*KafkaCluster) proc(e *Env, n kafkaClusterNode) Proc {
+	name := kafkaNodeName(n.id)
+	return Proc{Name: name, PIDFile: e.Path("run", name+".pid"), LogFile: e.Path("logs", name+".log"),
+		Match: []string{"kafka.Kafka"}, Home: e.Path("kafka", nodeDir(n.id))}
+}
+
+func (k *KafkaCluster) Procs(e *Env) []Proc {
+	var out []Proc
+	for _, n := range kafkaClusterNodes {
+		out = append(out, k.proc(e, n))
+	}
+	return out
+}
+
+// Ports implements Porter: each node's broker and controller listeners.
+func (*KafkaCluster) Ports(*Env) []Port {
+	var out []Port
+	for _, n := range kafkaClusterNodes {
+		for _, a := range []string{n.broker, n.controller} {
+			_, p, _ := net.SplitHostPort(a)
+			port, _ := strconv.Atoi(p)
+			out = append(out, Port{Port: port, What: "Kafka " + kafkaNodeName(n.id)})
+		}
+	}
+	return out
+}
+
+func (k *KafkaCluster) Logs(e *Env) []string {
+	var out []string
+	for _, n := range kafkaClusterNodes {
+		out = append(out, k.proc(e, n).LogFile, e.Path("kafka", nodeDir(n.id), "logs", "server.log"))
+	}
+	return append(out, e.Path("logs", "kafka-format.log"))
+}
+
+// durabilitySettings: the fsync profile sets log.flush.interval.messages.
+func (*KafkaCluster) durabilitySettings(profile string) string {
+	return (&Kafka{}).durabilitySettings(profile)
+}
+
+func (*KafkaCluster) Install(ctx context.Context, e *Env) error {
+	if _, err := javaBinary(ctx, 17); err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	if err := (&Kafka{}).runtime().install(ctx, e, e.Path("kafka")); err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	return nil
+}
+
+// writeConfig renders one node's server.properties and log4j2.xml.
+func (k *KafkaCluster) writeConfig(e *Env, n kafkaClusterNode) error {
+	dir := e.Path("kafka", nodeDir(n.id))
+	var voters []string
+	for _, v := range kafkaClusterNodes {
+		voters = append(voters, fmt.Sprintf("%d@%s", v.id, v.controller))
+	}
+	data := map[string]string{
+		"NodeID": strconv.Itoa(n.id), "Voters": strings.Join(voters, ","),
+		"BrokerAddr": n.broker, "ControllerAddr": n.controller,
+		"DataDir":            filepath.Join(dir, "data"),
+		"SessionTimeoutMs":   strconv.Itoa(int(kafkaSessionTimeout / time.Millisecond)),
+		"DurabilitySettings": "",
+	}
+	if k.durabilitySettings(startProfile(e, k)) != "" {
+		data["DurabilitySettings"] = "\n# Durability profile fsync: fsync the log after every append, before the\n# produce response.\nlog.flush.interval.messages=1"
+	}
+	if err := writeTemplate(filepath.Join(dir, "config", "server.properties"), "kafka-replicated-server.properties", data); err != nil {
+		return err
+	}
+	if err := writeTemplate(filepath.Join(dir, "config", "log4j2.xml"), "kafka-log4j2.xml", map[string]string{}); err != nil {
+		return err
+	}
+	return os.MkdirAll(filepath.Join(dir, "logs"), 0o755)
+}
+
+// Start starts every node that is not running (a node that died is
+// started alone; the others keep running).
+func (k *KafkaCluster) Start(ctx context.Context, e *Env) error {
+	for _, n := range kafkaClusterNodes {
+		if k.proc(e, n).Running() {
+			continue
+		}
+		if err := k.startNode(ctx, e, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startNode writes a node's configuration, formats its storage once and
+// starts its JVM.
+func (k *KafkaCluster) startNode(ctx context.Context, e *Env, n kafkaClusterNode) error {
+	java, err := javaBinary(ctx, 17)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	lib := e.Path("kafka", "lib")
+	if installedVersion(e.Path("kafka")) == "" {
+		return fmt.Errorf("kafka: %s is not installed: run the install step first (bench stack up --topology replicated)", lib)
+	}
+	if err := k.writeConfig(e, n); err != nil {
+		return fmt.Errorf("%s: %w", kafkaNodeName(n.id), err)
+	}
+	dir := e.Path("kafka", nodeDir(n.id))
+	if _, err := os.Stat(filepath.Join(dir, "data", "meta.properties")); errors.Is(err, os.ErrNotExist) {
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(fctx, java, "-Xmx256m",
+			"-Dlog4j2.configurationFile="+filepath.Join(dir, "config", "log4j2.xml"),
+			"-Dkafka.logs.dir="+filepath.Join(dir, "logs"),
+			"-cp", classpath(lib),
+			"kafka.tools.StorageTool", "format",
+			"--cluster-id", kafkaReplicatedID,
+			"--config", filepath.Join(dir, "config", "server.properties"),
+			"--ignore-formatted")
+		cmd.Dir = dir
+		if err := RunLogged(fctx, e.Path("logs", "kafka-format.log"), cmd); err != nil {
+			return fmt.Errorf("%s: format storage: %w", kafkaNodeName(n.id), err)
+		}
+	}
+	args := append([]string{}, kafkaNodeHeap...)
+	args = append(args, "-server",
+		"-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+		"-XX:+ExplicitGCInvokesConcurrent", "-XX:+ExitOnOutOfMemoryError",
+		"-Djava.awt.headless=true",
+		"-Dkafka.logs.dir="+filepath.Join(dir, "logs"),
+		"-Dlog4j2.configurationFile="+filepath.Join(dir, "config", "log4j2.xml"),
+		"-cp", classpath(lib),
+		"kafka.Kafka", filepath.Join(dir, "config", "server.properties"))
+	cmd := exec.Command(java, args...)
+	cmd.Dir = dir
+	if err := StartDetached(k.proc(e, n), cmd); err != nil {
+		return fmt.Errorf("%s: %w", kafkaNodeName(n.id), err)
+	}
+	return nil
+}
+
+// client connects to the cluster's seeds.
+func (k *KafkaCluster) client(e *Env) (*kgo.Client, *kadm.Client, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaClusterSeeds()...), kgo.DialTimeout(3*time.Second),
+		kgo.RetryTimeout(5*time.Second), kgo.RequestTimeoutOverhead(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return cl, kadm.NewClient(cl), nil
+}
+
+// Ready requires every node registered with the cluster (the metadata
+// lists three brokers), so that a topic can be created with its
+// replication factor of 3.
+func (k *KafkaCluster) Ready(ctx context.Context, e *Env) (string, error) {
+	cl, adm, err := k.client(e)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	md, err := adm.BrokerMetadata(ctx)
+	if err != nil {
+		return "", fmt.Errorf("kafka metadata from %s: %w", k.Addr(e), err)
+	}
+	if len(md.Brokers) < len(kafkaClusterNodes) {
+		return "", fmt.Errorf("kafka at %s: %d of %d nodes registered (%v)", k.Addr(e), len(md.Brokers), len(kafkaClusterNodes), md.Brokers.NodeIDs())
+	}
+	return "Kafka " + installedVersion(e.Path("kafka")) + ", 3 KRaft nodes", nil
+}
+
+// Stop signals every node at once, then waits for each: stopped one after
+// another, the last nodes would wait for a quorum the first already left.
+func (k *KafkaCluster) Stop(ctx context.Context, e *Env) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(kafkaClusterNodes))
+	for i, n := range kafkaClusterNodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = k.proc(e, n).Kill(ctx, 30*time.Second)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Nodes implements Cluster.
+func (k *KafkaCluster) Nodes(e *Env) []Node {
+	var out []Node
+	for _, n := range kafkaClusterNodes {
+		out = append(out, Node{Name: kafkaNodeName(n.id), Addr: n.broker, Proc: k.proc(e, n)})
+	}
+	return out
+}
+
+func (k *KafkaCluster) node(e *Env, name string) (kafkaClusterNode, Node, error) {
+	for i, n := range k.Nodes(e) {
+		if n.Name == name {
+			return kafkaClusterNodes[i], n, nil
+		}
+	}
+	return kafkaClusterNode{}, Node{}, fmt.Errorf("kafka has no node %q: its nodes are %s", name, strings.Join(nodeNames(k.Nodes(e)), ", "))
+}
+
+// NodeStatus implements Cluster: a node is healthy when its process runs
+// and the cluster lists it as a broker; its role is its place in the
+// metadata quorum (leader or follower), and the detail how many
+// partitions it leads.
+func (k *KafkaCluster) NodeStatus(ctx context.Context, e *Env) []NodeStatus {
+	nodes := k.Nodes(e)
+	out := make([]NodeStatus, len(nodes))
+	for i, n := range nodes {
+		out[i] = NodeStatus{Node: n}
+	}
+	cl, adm, err := k.client(e)
+	if err != nil {
+		for i := range out {
+			out[i].Detail = err.Error()
+		}
+		return out
+	}
+	defer cl.Close()
+	md, mdErr := adm.Metadata(ctx)
+	quorumLeader := kafkaQuorumLeader(ctx, cl)
+	led := map[int32]int{}
+	total := 0
+	for _, t := range md.Topics {
+		for _, p := range t.Partitions {
+			led[p.Leader]++
+			total++
+		}
+	}
+	for i, n := range kafkaClusterNodes {
+		s := &out[i]
+		pid, alive := s.Proc.PID()
+		registered := slices.Contains(md.Brokers.NodeIDs(), int32(n.id))
+		switch {
+		case !alive:
+			s.Detail = "not running"
+		case mdErr != nil:
+			s.Detail = mdErr.Error()
+		case !registered:
+			s.Detail = fmt.Sprintf("pid %d, not registered with the cluster (starting, or fenced)", pid)
+		default:
+			s.Healthy = true
+			s.Detail = fmt.Sprintf("pid %d, leads %d of %d partitions", pid, led[int32(n.id)], total)
+		}
+		switch {
+		case !alive:
+		case quorumLeader == int32(n.id):
+			s.Role = "leader"
+		case quorumLeader >= 0:
+			s.Role = "follower"
+		}
+	}
+	return out
+}
+
+// kafkaQuorumLeader asks the metadata quorum for its leader (DescribeQuorum,
+// which a broker forwards to the controllers); -1 when unknown.
+func kafkaQuorumLeader(ctx context.Context, cl *kgo.Client) int32 {
+	req := kmsg.NewPtrDescribeQuorumRequest()
+	t := kmsg.NewDescribeQuorumRequestTopic()
+	t.Topic = "__cluster_metadata"
+	p := kmsg.NewDescribeQuorumRequestTopicPartition()
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil || resp.ErrorCode != 0 || len(resp.Topics) == 0 || len(resp.Topics[0].Partitions) == 0 {
+		return -1
+	}
+	return resp.Topics[0].Partitions[0].LeaderID
+}
+
+// Leaders implements Cluster: the nodes leading partitions of the topic
+// resource (or of every topic whose name starts with it; of all topics
+// for ""), the one leading the most first.
+func (k *KafkaCluster) Leaders(ctx context.Context, e *Env, resource string) ([]Node, error) {
+	cl, adm, err := k.client(e)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	tds, err := adm.ListTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: metadata: %w", err)
+	}
+	led := map[int32]int{}
+	for name, td := range tds {
+		if resource != "" && name != resource && !strings.HasPrefix(name, resource) {
+			continue
+		}
+		for _, p := range td.Partitions {
+			if p.Leader >= 0 {
+				led[p.Leader]++
+			}
+		}
+	}
+	var out []Node
+	for i, n := range k.Nodes(e) {
+		if led[int32(kafkaClusterNodes[i].id)] > 0 {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("kafka: no node leads a partition of %q", resource)
+	}
+	slices.SortStableFunc(out, func(a, b Node) int { return led[kafkaNodeID(b)] - led[kafkaNodeID(a)] })
+	return out, nil
+}
+
+func kafkaNodeID(n Node) int32 {
+	id, _ := strconv.Atoi(strings.TrimPrefix(n.Name, "kafka-"))
+	return int32(id)
+}
+
+// StartNode implements Cluster: it starts the node when its process is
+// not running, then waits until the cluster lists it and it is back in
+// the in-sync set of every partition it holds a replica of (caught up):
+// only then can a rolling restart take the next node without leaving a
+// partition below min.insync.replicas.
+func (k *KafkaCluster) StartNode(ctx context.Context, e *Env, name string) error {
+	n, node, err := k.node(e, name)
+	if err != nil {
+		return err
+	}
+	if !node.Proc.Running() {
+		if err := k.startNode(ctx, e, n); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	var last error
+	for time.Now().Before(deadline) {
+		if !node.Proc.Running() {
+			return fmt.Errorf("%s exited while starting: read %s", name, node.Proc.LogFile)
+		}
+		if last = k.caughtUp(ctx, int32(n.id)); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last: %v)", name, ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s was not counted back in within 3m: %v", name, last)
+}
+
+// caughtUp checks that broker id is registered and in the in-sync set of
+// every partition it holds a replica of.
+func (k *KafkaCluster) caughtUp(ctx context.Context, id int32) error {
+	cl, adm, err := k.client(nil)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	md, err := adm.Metadata(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(md.Brokers.NodeIDs(), id) {
+		return fmt.Errorf("broker %d not registered yet", id)
+	}
+	behind := 0
+	for _, t := range md.Topics {
+		for _, p := range t.Partitions {
+			if slices.Contains(p.Replicas, id) && !slices.Contains(p.ISR, id) {
+				behind++
+			}
+		}
+	}
+	if behind > 0 {
+		return fmt.Errorf("broker %d not yet in the in-sync set of %d partitions", id, behind)
+	}
+	return nil
+}
+
+// StopNode implements NodeStopper: SIGTERM, Kafka's controlled shutdown
+// (leadership moves away first), SIGKILL after a minute.
+func (k *KafkaCluster) StopNode(ctx context.Context, e *Env, name string) error {
+	_, node, err := k.node(e, name)
+	if err != nil {
+		return err
+	}
+	return node.Proc.Kill(ctx, time.Minute)
+}
+
+// FailureTimeout implements FailureDetector: the broker session timeout.
+func (*KafkaCluster) FailureTimeout() time.Duration { return kafkaSessionTimeout }
+
+// WeakSetting implements Weakener: acks=1, the leader alone confirms (the
+// idempotent producer is then off).
+func (*KafkaCluster) WeakSetting() Weakness {
+	return Weakness{Name: "acks=1 (the leader alone confirms a record)",
+		Settings: map[string]string{kafkabroker.SettingAcks: kafkabroker.AcksLeader}}
+}
+
+func nodeNames(ns []Node) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.Name)
+	}
+	return out
+}

@@ -1,0 +1,29 @@
+package results
+
+// Window is how a steady-state cell was measured: it warmed up until its
+// rate settled (or WarmupMax passed), then measured for the window asked.
+type Window struct {
+	// WarmupS is how long the warm-up lasted; Settled says it ended
+	// because the rate settled rather than at the workload's warmup_max.
+	WarmupS float64 `json:"warmup_s"`
+	Settled bool    `json:"settled"`
+	// AskedS is the window the workload asked for (measure), MeasuredS
+	// the one measured, from the end of the warm-up to the end of
+	// publishing; StartS is its start from the start of the cell.
+	AskedS    float64 `json:"asked_s"`
+	MeasuredS float64 `json:"measured_s"`
+	StartS    float64 `json:"start_s"`
+	// Events took effect in the window.
+	Events int64 `json:"events"`
+	// RateCV is the coefficient of variation of the per-second effect
+	// rate over the window; Trend is the least-squares line's change over
+	// the window relative to the mean rate (+0.2: it rose by a fifth).
+	RateCV float64 `json:"rate_cv"`
+	Trend  float64 `json:"trend"`
+	// Steady is false when the window is shorter than asked, holds too
+	// few events, or its rate still trends (or, at a fixed rate, falls
+	// behind it); Why says which. Such a figure is never silently
+	// averaged with steady ones: reports mark it.
+	Steady bool   `json:"steady"`
+	Why    string `json:"why,omitempty"`
+}
