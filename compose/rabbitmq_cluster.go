@@ -15,6 +15,7 @@ package compose
 //   - The first `up` boots node 1, then nodes 2 and 3, and joins them to
 //     node 1 (rabbitmqctl stop_app, join_cluster, start_app); later boots
 //     find the cluster in their data and rejoin by themselves.
+//   - cluster_partition_handling = pause_minority (see rabbitClusterConf).
 //   - net_ticktime 15 s (60 s by default): a paused node is declared down
 //     within 11-19 s instead of about a minute, so a zombie leader's
 //     clients and consumers are dropped at a time a failover scenario
@@ -24,7 +25,6 @@ package compose
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -45,9 +45,11 @@ import (
 type RabbitMQCluster struct{}
 
 var (
-	_ Cluster    = (*RabbitMQCluster)(nil)
-	_ Endpointer = (*RabbitMQCluster)(nil)
-	_ Stopper    = (*RabbitMQCluster)(nil)
+	_ Cluster         = (*RabbitMQCluster)(nil)
+	_ Endpointer      = (*RabbitMQCluster)(nil)
+	_ Stopper         = (*RabbitMQCluster)(nil)
+	_ FailureDetector = (*RabbitMQCluster)(nil)
+	_ Weakener        = (*RabbitMQCluster)(nil)
 )
 
 // rabbitClusterPorts are the nodes' AMQP ports; each node's distribution
@@ -123,9 +125,34 @@ func (c *RabbitMQCluster) Ports(e *Env) []Port {
 	return append(out, Port{Port: epmdPort, What: "epmd (shared by every Erlang node of the host)"})
 }
 
-// Endpoints implements Endpointer: the driver's URL list, one per node.
+// Endpoints implements Endpointer: the driver's URL list, one per node,
+// and quorum queues of one member per node, which the driver declares
+// and verifies (its durability report).
 func (c *RabbitMQCluster) Endpoints(e *Env) (map[string]string, error) {
-	return map[string]string{rabbitmqbroker.SettingURL: strings.Join(c.urls(e), ",")}, nil
+	return map[string]string{
+		rabbitmqbroker.SettingURL:        strings.Join(c.urls(e), ","),
+		rabbitmqbroker.SettingQuorumSize: strconv.Itoa(len(rabbitClusterPorts)),
+	}, nil
+}
+
+// FailureTimeout implements FailureDetector: the nodes' net_ticktime (a
+// paused node is declared down within 11-19 s) and the driver's
+// heartbeat (a client gives up a silent node after 15 s), whichever ends
+// last; a quorum queue elects a new leader sooner (its own failure
+// detector, aten).
+func (*RabbitMQCluster) FailureTimeout() time.Duration { return 20 * time.Second }
+
+// WeakSetting implements Weakener: classic queues, which live on the one
+// node that declared them, published to without the mandatory flag.
+// While that node is down, RabbitMQ routes a message for such a queue
+// nowhere and, without mandatory, confirms it and drops it: every
+// message published during the outage is confirmed and lost. (With the
+// mandatory flag, the driver's default, it is returned and sent again,
+// and nothing is lost: a classic queue's confirmed messages are on its
+// node's disk and come back with it.)
+func (*RabbitMQCluster) WeakSetting() Weakness {
+	return Weakness{Name: "classic queues without the mandatory flag (a message for a queue whose node is down is confirmed and dropped)",
+		Settings: map[string]string{rabbitmqbroker.SettingQueueType: rabbitmqbroker.QueueClassic, rabbitmqbroker.SettingMandatory: "false"}}
 }
 
 func (c *RabbitMQCluster) urls(e *Env) []string {
@@ -360,46 +387,39 @@ func (c *RabbitMQCluster) nodeNames(e *Env) []string {
 
 // rabbitQueue is one queue as rabbitmqctl list_queues shows it.
 type rabbitQueue struct {
-	Name   string `json:"name"`
-	Type   string `json:"type"`
-	Leader string `json:"leader"` // quorum queues
-	Pid    string `json:"pid"`    // classic queues: <node.N.N.N>
+	Name, Type string
+	Leader     string // the node leading a quorum queue, or running a classic one
 }
 
 // queues lists the vhost's queues with their leaders (a classic queue's
 // leader is the node its process runs on), asking the first node that
-// answers.
+// answers. The CLI's JSON prints pids without their node, so the
+// tab-separated table is read.
 func (c *RabbitMQCluster) queues(ctx context.Context, e *Env) ([]rabbitQueue, error) {
 	var errs []error
 	for _, n := range c.nodes(e) {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		out, err := n.ctl(cctx, "list_queues", "-q", "-p", rabbitVhost, "--formatter", "json", "name", "type", "leader", "pid")
+		out, err := n.ctl(cctx, "list_queues", "-q", "--no-table-headers", "-p", rabbitVhost, "name", "type", "leader", "pid")
 		cancel()
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		var qs []rabbitQueue
-		if err := json.Unmarshal([]byte(jsonPart(out)), &qs); err != nil {
-			errs = append(errs, fmt.Errorf("%s: list_queues: %w in %.200q", n.label, err, out))
-			continue
-		}
-		for i := range qs {
-			if qs[i].Leader == "" || qs[i].Type != "quorum" {
-				qs[i].Leader = pidNode(qs[i].Pid)
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Split(line, "\t")
+			if len(f) != 4 {
+				continue
 			}
+			q := rabbitQueue{Name: f[0], Type: f[1], Leader: f[2]}
+			if q.Leader == "" || q.Type != "quorum" {
+				q.Leader = pidNode(f[3])
+			}
+			qs = append(qs, q)
 		}
 		return qs, nil
 	}
 	return nil, errors.Join(errs...)
-}
-
-// jsonPart skips whatever the CLI prints before its JSON document.
-func jsonPart(s string) string {
-	if i := strings.IndexAny(s, "[{"); i >= 0 {
-		return s[i:]
-	}
-	return s
 }
 
 // pidNode is the node of an Erlang pid as the CLI prints it
@@ -432,8 +452,16 @@ func (n rabbitNode) startIfStopped() error {
 	if _, alive := n.proc(n.label).PID(); alive {
 		return nil
 	}
-	return n.start(n.label, "")
+	return n.start(n.label, rabbitClusterConf)
 }
+
+// rabbitClusterConf is what the cluster's nodes add to the plain node's
+// rabbitmq.conf. pause_minority: a node that finds itself cut off from
+// the majority (a paused VM resumed after the others declared it down)
+// stops serving until it reaches them again, then rejoins; with the
+// default (ignore) the partition stays, and clients of the minority node
+// see the quorum queues as unroutable until it is restarted by hand.
+const rabbitClusterConf = "cluster_partition_handling = pause_minority\n"
 
 // probe opens an AMQP connection and a channel on the node and returns
 // its version and the name of the cluster it belongs to.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,5 +261,38 @@ func TestConfirmTimeoutOption(t *testing.T) {
 	}
 	if _, err := rabbitmq.New(context.Background(), cfg, brokers.Options{rabbitmq.OptConfirmTimeout: "500ms"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReplicatedFailoverLeaderKill publishes with confirms while the
+// leader of the topic's quorum queues is killed (kill -9) and started
+// again: every confirmed message must be delivered, the publisher and
+// the consumer moving to the surviving nodes. Needs the replicated stack
+// (`bench stack up --topology replicated rabbitmq`).
+func TestReplicatedFailoverLeaderKill(t *testing.T) {
+	replicatedFailover(t, syscall.SIGKILL, 8*time.Second)
+}
+
+// TestReplicatedFailoverLeaderPause pauses the leader's VM (SIGSTOP)
+// past the cluster's failure detection, then resumes it: a zombie
+// leader must lose no confirmed message either.
+func TestReplicatedFailoverLeaderPause(t *testing.T) {
+	replicatedFailover(t, syscall.SIGSTOP, 25*time.Second)
+}
+
+func replicatedFailover(t *testing.T, sig syscall.Signal, down time.Duration) {
+	cfg, e, cluster := brokertest.Replicated(t, "rabbitmq")
+	b, err := rabbitmq.New(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	res := brokertest.Failover(t, brokertest.FailoverSpec{
+		Broker: b, Env: e, Cluster: cluster, Shards: 4, Rate: 200, Signal: sig,
+		Resource: func(topic string) string { return topic + "." },
+		Before:   5 * time.Second, Down: down, After: 10 * time.Second,
+	})
+	if res.Published == 0 || res.Delivered < res.Published {
+		t.Errorf("delivered %d of %d confirmed", res.Delivered, res.Published)
 	}
 }

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -68,6 +69,41 @@ func checkURL(v string) error {
 		if uri.Vhost != first.Vhost || uri.Username != first.Username || uri.Password != first.Password || uri.Scheme != first.Scheme {
 			return fmt.Errorf("%s differs from the first in its scheme, user, password or vhost: several URLs are the nodes of one cluster, the same but for host and port", which)
 		}
+	}
+	return nil
+}
+
+// Queue types (SettingQueueType).
+const (
+	QueueQuorum  = "quorum"
+	QueueClassic = "classic"
+)
+
+// The shard queues' kind and how publishes are sent: the safe defaults
+// (replicated quorum queues, mandatory publishes), and the weak setting a
+// failover control runs with (compose's RabbitMQ cluster, WeakSetting).
+var (
+	SettingQueueType = config.Register(config.Setting{Key: "rabbitmq.queue-type", Flag: "rabbitmq-queue-type", Env: "INBOXBENCH_RABBITMQ_QUEUE_TYPE",
+		Default: QueueQuorum, Check: checkQueueType,
+		Usage: "the shard queues the driver declares: quorum (replicated, Raft; the default) or classic (durable, on the one node that declared it, not replicated)"})
+	SettingQuorumSize = config.Register(config.Setting{Key: "rabbitmq.quorum-size", Flag: "rabbitmq-quorum-size", Env: "INBOXBENCH_RABBITMQ_QUORUM_SIZE",
+		Check: checkQuorumSize,
+		Usage: "members of each quorum queue (x-quorum-initial-group-size), declared and verified by the driver; empty: the cluster's default (quorum_cluster_size, 3, capped at its nodes)"})
+	SettingMandatory = config.Register(config.Setting{Key: "rabbitmq.mandatory", Flag: "rabbitmq-mandatory", Env: "INBOXBENCH_RABBITMQ_MANDATORY",
+		Kind: config.Bool, Default: "true",
+		Usage: "publish with the mandatory flag (the default): a message no queue takes is returned and fails; without it RabbitMQ confirms and drops it (a classic queue whose node is down)"})
+)
+
+func checkQueueType(v string) error {
+	if v == QueueQuorum || v == QueueClassic {
+		return nil
+	}
+	return fmt.Errorf("use %s or %s", QueueQuorum, QueueClassic)
+}
+
+func checkQuorumSize(v string) error {
+	if n, err := strconv.Atoi(v); err != nil || n < 1 {
+		return fmt.Errorf("want a number of members, at least 1")
 	}
 	return nil
 }
