@@ -15,7 +15,7 @@ package compose
 //   - The first `up` boots node 1, then nodes 2 and 3, and joins them to
 //     node 1 (rabbitmqctl stop_app, join_cluster, start_app); later boots
 //     find the cluster in their data and rejoin by themselves.
-//   - cluster_partition_handling = pause_minority (see rabbitClusterConf).
+//   - cluster_partition_handling = autoheal (see rabbitClusterConf).
 //   - net_ticktime 15 s (60 s by default): a paused node is declared down
 //     within 11-19 s instead of about a minute, so a zombie leader's
 //     clients and consumers are dropped at a time a failover scenario
@@ -25,6 +25,7 @@ package compose
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -259,7 +260,42 @@ func (c *RabbitMQCluster) Ready(ctx context.Context, e *Env) (string, error) {
 	if err := errors.Join(errs...); err != nil {
 		return "", err
 	}
+	if err := c.whole(ctx, e); err != nil {
+		return "", err
+	}
 	return fmt.Sprintf("RabbitMQ %s, %d-node cluster", version, len(rabbitClusterPorts)), nil
+}
+
+// whole asks the first node that answers whether every node runs as a
+// member and no partition is known: a partitioned cluster's nodes all
+// answer AMQP and name the cluster, each side with its own metadata.
+func (c *RabbitMQCluster) whole(ctx context.Context, e *Env) error {
+	var errs []error
+	for _, n := range c.nodes(e) {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := n.ctl(cctx, "-q", "cluster_status", "--formatter", "json")
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var st struct {
+			Running    []string       `json:"running_nodes"`
+			Partitions map[string]any `json:"partitions"`
+		}
+		if err := json.Unmarshal([]byte(jsonPart(out)), &st); err != nil {
+			errs = append(errs, fmt.Errorf("%s: cluster_status: %w", n.label, err))
+			continue
+		}
+		if len(st.Partitions) > 0 {
+			return fmt.Errorf("rabbitmq: the cluster is partitioned (%v, as %s sees it): autoheal restarts one side; if it stays, restart the nodes of the smaller side", st.Partitions, n.label)
+		}
+		if len(st.Running) < len(rabbitClusterPorts) {
+			return fmt.Errorf("rabbitmq: %s counts %d running nodes of %d (%s): a node is not (yet) a running member", n.label, len(st.Running), len(rabbitClusterPorts), strings.Join(st.Running, ", "))
+		}
+		return nil
+	}
+	return errors.Join(errs...)
 }
 
 // Stop stops the nodes together: each waits for the others' quorum
@@ -372,7 +408,22 @@ func (c *RabbitMQCluster) StartNode(ctx context.Context, e *Env, name string) er
 		if _, cluster, err := n.probe(ctx); err != nil || cluster != rabbitClusterName {
 			return fmt.Errorf("%s came back, but not as a member of the cluster (it names it %q; %v)", name, cluster, err)
 		}
-		return nil
+		// Counted as running by the cluster, without a partition.
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			err := c.whole(ctx, e)
+			if err == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s came back: %w", name, err)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
 	}
 	return fmt.Errorf("rabbitmq: no node %q: the nodes are %s", name, strings.Join(c.nodeNames(e), ", "))
 }
@@ -456,12 +507,15 @@ func (n rabbitNode) startIfStopped() error {
 }
 
 // rabbitClusterConf is what the cluster's nodes add to the plain node's
-// rabbitmq.conf. pause_minority: a node that finds itself cut off from
-// the majority (a paused VM resumed after the others declared it down)
-// stops serving until it reaches them again, then rejoins; with the
-// default (ignore) the partition stays, and clients of the minority node
-// see the quorum queues as unroutable until it is restarted by hand.
-const rabbitClusterConf = "cluster_partition_handling = pause_minority\n"
+// rabbitmq.conf. A paused node resumed after the others declared it down
+// (net_ticktime) finds the cluster partitioned: its metadata (queue
+// records) and theirs go separate ways. With the default (ignore) the
+// partition stays until a node is restarted by hand; pause_minority does
+// not heal it either (the paused node never saw the others go down, so
+// it never counts itself a minority: measured). autoheal restarts the
+// nodes of the partition with fewer clients, which rejoin the others;
+// quorum queues keep their messages in Raft logs, which survive it.
+const rabbitClusterConf = "cluster_partition_handling = autoheal\n"
 
 // probe opens an AMQP connection and a channel on the node and returns
 // its version and the name of the cluster it belongs to.
@@ -521,4 +575,12 @@ func (n rabbitNode) join(ctx context.Context, first rabbitNode) error {
 		}
 	}
 	return nil
+}
+
+// jsonPart skips whatever the CLI prints before its JSON document.
+func jsonPart(s string) string {
+	if i := strings.IndexAny(s, "[{"); i >= 0 {
+		return s[i:]
+	}
+	return s
 }

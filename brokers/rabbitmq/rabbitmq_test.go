@@ -281,18 +281,64 @@ func TestReplicatedFailoverLeaderPause(t *testing.T) {
 }
 
 func replicatedFailover(t *testing.T, sig syscall.Signal, down time.Duration) {
+	replicatedFailoverWith(t, sig, down, 0, false)
+}
+
+// replicatedFailoverWith hits the leader after pausing its followers for
+// lag (0: not), with the cluster's weak setting when weak.
+func replicatedFailoverWith(t *testing.T, sig syscall.Signal, down, lag time.Duration, weak bool) brokertest.FailoverResult {
 	cfg, e, cluster := brokertest.Replicated(t, "rabbitmq")
+	if weak {
+		var name string
+		cfg, name = brokertest.Weaken(t, cfg, e, cluster)
+		t.Logf("weak setting: %s", name)
+	}
 	b, err := rabbitmq.New(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { _ = b.Close() }) // after the topic's clean-up
 	res := brokertest.Failover(t, brokertest.FailoverSpec{
 		Broker: b, Env: e, Cluster: cluster, Shards: 4, Rate: 200, Signal: sig,
 		Resource: func(topic string) string { return topic + "." },
-		Before:   5 * time.Second, Down: down, After: 10 * time.Second,
+		Before:   5 * time.Second, Down: down, After: 10 * time.Second, Lag: lag, Lossy: weak,
 	})
-	if res.Published == 0 || res.Delivered < res.Published {
+	if res.Published == 0 || (!weak && res.Delivered < res.Published) {
 		t.Errorf("delivered %d of %d confirmed", res.Delivered, res.Published)
+	}
+	return res
+}
+
+// TestReplicatedDurability: on the replicated stack the driver declares
+// three-member quorum queues and verifies them, and sees three nodes of
+// one cluster.
+func TestReplicatedDurability(t *testing.T) {
+	cfg, _, _ := brokertest.Replicated(t, "rabbitmq")
+	b, err := rabbitmq.New(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	m := brokertest.Durability(t, b, "queue type", "quorum members", "nodes", "replication")
+	if !strings.HasPrefix(m["quorum members"], "3 (verified") || !strings.Contains(m["nodes"], "3 given") || !strings.Contains(m["nodes"], "3 answering") {
+		t.Errorf("want 3 verified quorum members and 3 nodes answering: %v", m)
+	}
+}
+
+// TestReplicatedFailoverLaggingFollowers pauses the followers for 5 s,
+// kills the leader and resumes them: a quorum queue confirms nothing
+// without a majority, so nothing confirmed is lost.
+func TestReplicatedFailoverLaggingFollowers(t *testing.T) {
+	replicatedFailoverWith(t, syscall.SIGKILL, 8*time.Second, 5*time.Second, false)
+}
+
+// TestReplicatedWeakLosesConfirmed is the failover control: classic
+// queues published to without the mandatory flag lose every message
+// published while their node is down (RabbitMQ confirms and drops it),
+// every time.
+func TestReplicatedWeakLosesConfirmed(t *testing.T) {
+	res := replicatedFailoverWith(t, syscall.SIGKILL, 8*time.Second, 5*time.Second, true)
+	if len(res.Lost) == 0 {
+		t.Errorf("the weak setting lost no confirmed message: the control does not show what it should")
 	}
 }

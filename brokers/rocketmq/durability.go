@@ -39,12 +39,17 @@ func BrokerConfig(ctx context.Context, broker string) (map[string]string, error)
 }
 
 // Durability implements brokers.DurabilityReporter with the first master
-// broker's flushDiskType and brokerRole (GET_BROKER_CONFIG over remoting)
-// and the send mode of the driver. SYNC_FLUSH answers a send after the
-// commit log was flushed to disk; ASYNC_FLUSH answers from the page cache
-// and flushes every flushIntervalCommitLog ms. brokerRole SYNC_MASTER
-// would also wait for a slave; ASYNC_MASTER does not. The topic does not
-// change any of this.
+// broker's settings (GET_BROKER_CONFIG over remoting) and the send mode of
+// the driver. SYNC_FLUSH answers a send after the commit log was flushed
+// to disk; ASYNC_FLUSH answers from the page cache and flushes every
+// flushIntervalCommitLog ms. brokerRole SYNC_MASTER would also wait for a
+// slave; ASYNC_MASTER does not. In controller mode (enableControllerMode)
+// the controller elects the master from the SyncStateSet, the replicas
+// that caught up with it: with allAckInSyncStateSet a send is answered
+// once every one of them has the message (inSyncReplicas otherwise), and
+// minInSyncReplicas is the fewest the set may shrink to before sends are
+// refused; the report adds the group's brokers and the controller's
+// SyncStateSet. The topic does not change any of this.
 func (b *Broker) Durability(ctx context.Context, _ string) (map[string]string, error) {
 	out := map[string]string{"send": "synchronous (the client waits for the broker's SEND_OK)"}
 	masters, err := b.masters(ctx)
@@ -68,5 +73,41 @@ func (b *Broker) Durability(ctx context.Context, _ string) (map[string]string, e
 	default:
 		out[brokers.FsyncKey] = "unknown: flushDiskType=" + cfg["flushDiskType"]
 	}
+	if cfg["enableControllerMode"] == "true" {
+		b.replication(ctx, cfg, out)
+	}
 	return out, nil
+}
+
+// replication adds controller mode's settings, the master's group and
+// its SyncStateSet to out.
+func (b *Broker) replication(ctx context.Context, cfg, out map[string]string) {
+	for _, k := range []string{"enableControllerMode", "allAckInSyncStateSet", "inSyncReplicas", "minInSyncReplicas", "haMaxTimeSlaveNotCatchup"} {
+		if v, ok := cfg[k]; ok {
+			out[k] = v
+		}
+	}
+	group := cfg["brokerName"]
+	if ci, err := b.clusterInfo(ctx); err == nil {
+		for _, g := range ci.BrokerAddrTable {
+			if g.BrokerName == group {
+				out["replicas"] = fmt.Sprintf("%d brokers in group %s (1 master)", len(g.BrokerAddrs), group)
+			}
+		}
+	}
+	ctl := strings.Split(cfg["controllerAddr"], ";")[0]
+	if ctl == "" {
+		return
+	}
+	sync, err := SyncStateSet(ctx, ctl, group)
+	if err != nil {
+		out["in-sync replicas"] = "unknown: " + err.Error()
+		return
+	}
+	out["in-sync replicas"] = fmt.Sprintf("%d (SyncStateSet of %s: %s)", len(sync.InSync), group, strings.Join(sync.InSync, ", "))
+	if cfg["allAckInSyncStateSet"] == "true" {
+		out["replication"] = "a send is answered once every replica of the SyncStateSet has it (at least minInSyncReplicas=" + cfg["minInSyncReplicas"] + "); the controller elects the next master from the set"
+	} else {
+		out["replication"] = "a send is answered once inSyncReplicas=" + cfg["inSyncReplicas"] + " replicas have it (allAckInSyncStateSet=false): a master switch can lose what the new master had not copied"
+	}
 }

@@ -144,8 +144,7 @@ func (b *Broker) senders(ctx context.Context, topic string) ([]*queueSender, err
 	if dropped {
 		return nil, fmt.Errorf("rocketmq: publish to %s: the topic was deleted or the broker closed", topic)
 	}
-	p, err := b.producer()
-	if err != nil {
+	if _, err := b.producer(); err != nil {
 		return nil, err
 	}
 	mqs, err := b.publishQueues(ctx, topic)
@@ -167,7 +166,7 @@ func (b *Broker) senders(ctx context.Context, topic string) ([]*queueSender, err
 	}
 	qs = make([]*queueSender, len(mqs))
 	for i, mq := range mqs {
-		qs[i] = &queueSender{b: b, ts: ts, p: p, mq: mq, window: make(chan struct{}, b.window),
+		qs[i] = &queueSender{b: b, ts: ts, mq: mq, window: make(chan struct{}, b.window),
 			wake: make(chan struct{}, 1), stop: make(chan struct{})}
 		b.sending.Add(1)
 		go qs[i].run()
@@ -192,7 +191,6 @@ func (ts *topicState) dropSenders() {
 type queueSender struct {
 	b      *Broker
 	ts     *topicState
-	p      producerAPI
 	mq     *primitive.MessageQueue
 	window chan struct{} // a token per message handed over and not settled
 	wake   chan struct{} // the buffer grew (capacity 1)
@@ -312,7 +310,7 @@ func (q *queueSender) send(ctx context.Context, batch []queued) {
 	if !warm {
 		ts.mu.Lock()
 	}
-	err := q.b.sendBatch(ctx, q.p, msgs)
+	err := q.b.sendWith(ctx, msgs)
 	if !warm {
 		if err == nil {
 			ts.warm.Store(true)
@@ -390,21 +388,62 @@ func (b *Broker) sendBatch(ctx context.Context, p producerAPI, msgs []*primitive
 	}
 }
 
+// errNotDurable marks a send the broker stored but answered with another
+// status than SEND_OK (a flush or slave timeout): not as durable as
+// configured.
+var errNotDurable = errors.New("not durable as configured")
+
 func checkStatus(res *primitive.SendResult) error {
 	if res.Status != primitive.SendOK {
-		return fmt.Errorf("broker answered status %d (flush or slave timeout): not durable as configured", res.Status)
+		return fmt.Errorf("broker answered status %d (flush or slave timeout): %w", res.Status, errNotDurable)
 	}
 	return nil
 }
 
+// sendWith sends msgs with the producer in use; a failure the route could
+// explain replaces it (producer.go), for the messages' next attempt.
+// A send to a group whose master is lost meanwhile is cancelled at once
+// (watch.go).
+func (b *Broker) sendWith(ctx context.Context, msgs []*primitive.Message) error {
+	p, err := b.producer()
+	if err != nil {
+		return err
+	}
+	sctx := ctx
+	var lost <-chan struct{}
+	if msgs[0].Queue != nil {
+		lost = b.masterLost(msgs[0].Queue.BrokerName)
+	}
+	if lost != nil {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-lost:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+	}
+	err = b.sendBatch(sctx, p, msgs)
+	if err != nil && lost != nil && ctx.Err() == nil && sctx.Err() != nil {
+		err = fmt.Errorf("the master of %s was lost during the send (%v)", msgs[0].Queue.BrokerName, err)
+	}
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errNotDurable) && !strings.HasPrefix(err.Error(), brokerBusy) {
+		b.refreshProducer(p)
+	}
+	return err
+}
+
 // send publishes one message (a dead-letter copy) with the hash selector.
-func (b *Broker) send(ctx context.Context, p producerAPI, topic string, m brokers.Message, extra map[string]string) error {
+func (b *Broker) send(ctx context.Context, topic string, m brokers.Message, extra map[string]string) error {
 	ts := b.topic(topic)
 	if !ts.warm.Load() {
 		ts.mu.Lock()
 		defer ts.mu.Unlock()
 	}
-	if err := b.sendBatch(ctx, p, []*primitive.Message{b.message(topic, m, extra)}); err != nil {
+	if err := b.sendWith(ctx, []*primitive.Message{b.message(topic, m, extra)}); err != nil {
 		return fmt.Errorf("rocketmq: publish %s to %s: %w", m.ID, topic, err)
 	}
 	ts.warm.Store(true)

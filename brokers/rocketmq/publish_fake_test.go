@@ -64,7 +64,8 @@ func fakeProducerBroker(t *testing.T, window int) (*Broker, *fakeProducer) {
 		t.Fatal(err)
 	}
 	f := &fakeProducer{sends: make(chan *fakeSend, 64)}
-	b.prodOnce.Do(func() { b.prod = f })
+	b.producers.make = func() (producerAPI, error) { return f, nil }
+	b.noWatch = true
 	mqs := []*primitive.MessageQueue{{Topic: "t", BrokerName: "a", QueueId: 0}, {Topic: "t", BrokerName: "a", QueueId: 1}}
 	ts := b.topic("t")
 	ts.mqs.Store(&mqs)

@@ -119,6 +119,11 @@ const remotingVersion = 317
 // the response body; a non-zero response code is an error carrying the
 // server's remark. For the occasional admin call; consumers keep a conn.
 func remotingCall(ctx context.Context, addr string, code int, ext map[string]string) ([]byte, error) {
+	return remotingCallBody(ctx, addr, code, ext, nil)
+}
+
+// remotingCallBody is remotingCall with a request body.
+func remotingCallBody(ctx context.Context, addr string, code int, ext map[string]string, body []byte) ([]byte, error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(5 * time.Second)
@@ -134,7 +139,7 @@ func remotingCall(ctx context.Context, addr string, code int, ext map[string]str
 	defer stop()
 
 	h := remotingHeader{Code: code, Language: "GO", Version: remotingVersion, Opaque: rmqOpaque.Add(1), ExtFields: ext}
-	if err := writeFrame(conn, h, nil); err != nil {
+	if err := writeFrame(conn, h, body); err != nil {
 		return nil, err
 	}
 	for {

@@ -93,7 +93,6 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
-	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 
 	"github.com/inboxbench/inboxbench/brokers"
@@ -157,9 +156,14 @@ type Broker struct {
 	seq         atomic.Int64
 	topics      sync.Map // topic → *topicState, see publish.go
 
-	prodOnce sync.Once
-	prod     producerAPI
-	prodErr  error
+	producers producers // see producer.go
+	// The masters sends go to, followed over connections of their own
+	// (watch.go) until watchStop.
+	watches   sync.Map // broker group → *masterWatch
+	watching  sync.WaitGroup
+	watchCtx  context.Context
+	watchStop context.CancelFunc
+	noWatch   bool // tests with a fake producer and no broker
 
 	mu     sync.Mutex
 	adm    admin.Admin
@@ -203,6 +207,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		instance:    fmt.Sprintf("inboxbench-%d", time.Now().UnixNano()),
 		subs:        map[*subscription]struct{}{},
 	}
+	b.watchCtx, b.watchStop = context.WithCancel(context.Background())
 	if v, ok := opts[OptSendTimeout]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -276,52 +281,52 @@ func (b *Broker) admin() (admin.Admin, error) {
 	return a, nil
 }
 
-func (b *Broker) producer() (producerAPI, error) {
-	b.prodOnce.Do(func() {
-		opts := []producer.Option{
-			producer.WithNsResolver(b.resolver()),
-			producer.WithQueueSelector(queueSelector{}),
-			producer.WithInstanceName(b.uniqueName("producer")),
-			producer.WithGroupName("inboxbench-producer"),
-			producer.WithRetry(2),
-			producer.WithSendMsgTimeout(b.sendTimeout),
-		}
-		if b.creds.AccessKey != "" {
-			opts = append(opts, producer.WithCredentials(b.creds))
-		}
-		p, err := producer.NewDefaultProducer(opts...)
-		if err != nil {
-			b.prodErr = fmt.Errorf("rocketmq: create producer: %w", err)
-			return
-		}
-		if err := p.Start(); err != nil {
-			b.prodErr = fmt.Errorf("rocketmq: start producer: %w", err)
-			return
-		}
-		b.prod = p
-	})
-	return b.prod, b.prodErr
+// masters returns the master broker addresses.
+func (b *Broker) masters(ctx context.Context) ([]string, error) {
+	all, _, err := b.brokerSet(ctx)
+	if err != nil || len(b.brokerAddrs) > 0 {
+		return all, err
+	}
+	ci, err := b.clusterInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ci.Masters(), nil
 }
 
-// masters returns the master broker addresses topics are created on.
-func (b *Broker) masters(ctx context.Context) ([]string, error) {
+// brokerSet returns the addresses topics are created on, and how many
+// broker groups (masters) they make: every broker the name server knows,
+// slaves included (in controller mode a slave becomes the master, and
+// must have the topic then: slaves copy the master's topics only every
+// 10 s), or the brokers of option broker-addrs, each a group.
+func (b *Broker) brokerSet(ctx context.Context) ([]string, int, error) {
 	if len(b.brokerAddrs) > 0 {
-		return b.brokerAddrs, nil
+		return b.brokerAddrs, len(b.brokerAddrs), nil
 	}
+	ci, err := b.clusterInfo(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return ci.BrokerAddrs(), len(ci.Masters()), nil
+}
+
+// clusterInfo asks the name servers in turn for the cluster table, which
+// must show a master.
+func (b *Broker) clusterInfo(ctx context.Context) (*ClusterInfoResult, error) {
 	var errs []error
 	for _, ns := range b.namesrv {
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		ci, err := ClusterInfo(cctx, ns)
 		cancel()
 		if err == nil {
-			if addrs := ci.Masters(); len(addrs) > 0 {
-				return addrs, nil
+			if len(ci.Masters()) > 0 {
+				return ci, nil
 			}
 			err = errors.New("no master broker registered")
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", ns, err))
 	}
-	return nil, fmt.Errorf("rocketmq: find master brokers from the name server (set option %s to skip): %w", OptBrokerAddrs, errors.Join(errs...))
+	return nil, fmt.Errorf("rocketmq: find the brokers from the name server (set option %s to skip): %w", OptBrokerAddrs, errors.Join(errs...))
 }
 
 // queues returns the number of the topic's publish queues from a route
@@ -348,16 +353,16 @@ func (b *Broker) queues(ctx context.Context, topic string) (int, error) {
 }
 
 // Setup creates topic and topic-DLQ with shards read/write queues on every
-// master broker and waits until the name server routes them.
+// broker (brokerSet) and waits until the name server routes them.
 func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 	if shards < 1 {
 		return fmt.Errorf("rocketmq: setup %s: shards must be at least 1, got %d", topic, shards)
 	}
-	masters, err := b.masters(ctx)
+	addrs, groups, err := b.brokerSet(ctx)
 	if err != nil {
 		return err
 	}
-	want := shards * len(masters)
+	want := shards * groups
 	if n, err := b.queues(ctx, topic); err != nil {
 		return fmt.Errorf("rocketmq: setup %s: %w", topic, err)
 	} else if n != 0 && n != want {
@@ -369,7 +374,7 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 		return err
 	}
 	for _, t := range []string{topic, topic + DLQSuffix} {
-		for _, addr := range masters {
+		for _, addr := range addrs {
 			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 			err := a.CreateTopic(cctx,
 				admin.WithTopicCreate(t),
@@ -402,7 +407,7 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 
 // DeleteTopic implements brokers.TopicDeleter.
 func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
-	masters, err := b.masters(ctx)
+	addrs, _, err := b.brokerSet(ctx)
 	if err != nil {
 		return err
 	}
@@ -414,7 +419,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 		v.(*topicState).dropSenders()
 	}
 	for _, t := range []string{topic, topic + DLQSuffix} {
-		for _, addr := range masters {
+		for _, addr := range addrs {
 			if err := a.DeleteTopic(ctx, admin.WithTopicDelete(t), admin.WithBrokerAddrDelete(addr), admin.WithNameSrvAddr(b.namesrv)); err != nil {
 				return fmt.Errorf("rocketmq: delete topic %s on %s: %w", t, addr, err)
 			}
@@ -443,9 +448,12 @@ func (b *Broker) Close() error {
 		errs = append(errs, errors.New("rocketmq: the queue senders did not stop within 15s"))
 	}
 	b.calls.Close(errors.New("broker is closed"), 5*time.Second)
-	b.prodOnce.Do(func() {}) // no producer may start after Close
-	if b.prod != nil && !driverutil.Bounded(15*time.Second, func() { _ = b.prod.Shutdown() }) {
-		errs = append(errs, errors.New("rocketmq: producer shutdown did not finish within 15s"))
+	if err := b.closeProducers(); err != nil {
+		errs = append(errs, err)
+	}
+	b.watchStop()
+	if !driverutil.Bounded(15*time.Second, b.watching.Wait) {
+		errs = append(errs, errors.New("rocketmq: following the masters did not stop within 15s"))
 	}
 	if a != nil && !driverutil.Bounded(15*time.Second, func() { _ = a.Close() }) {
 		errs = append(errs, errors.New("rocketmq: admin shutdown did not finish within 15s"))
