@@ -84,8 +84,13 @@ type FailoverSpec struct {
 	// before the leader is hit, and resumes them right after: followers
 	// that fell behind the leader while staying its replicas (inside
 	// Kafka's ISR window, RocketMQ's SyncStateSet), the moment a weak
-	// setting loses what the leader alone confirmed.
+	// setting loses what the leader alone confirmed. A cluster that
+	// implements compose.Lagger detaches its followers instead (Detach).
 	Lag time.Duration
+	// StopConsumer closes the consumer for the Lag and subscribes again
+	// after the hit: a consumer that lags behind reads nothing of what
+	// the leader alone has before it is lost.
+	StopConsumer bool
 	// Lossy says the cluster runs with its weak setting (Weaken): lost
 	// messages are the expected outcome, reported rather than failed.
 	Lossy bool
@@ -132,7 +137,8 @@ func Failover(t *testing.T, spec FailoverSpec) FailoverResult {
 		res       FailoverResult
 		errSeen   = map[string]bool{}
 	)
-	sub, err := b.Subscribe(context.Background(), topic, UniqueName(t, "g"), brokers.SubscribeOptions{MaxBatch: 16}, func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
+	group := UniqueName(t, "g")
+	handle := func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
 		mu.Lock()
 		defer mu.Unlock()
 		vs := make([]brokers.Verdict, len(ds))
@@ -146,11 +152,47 @@ func Failover(t *testing.T, spec FailoverSpec) FailoverResult {
 			vs[i] = brokers.Ack
 		}
 		return vs
-	})
-	if err != nil {
+	}
+	var (
+		subMu sync.Mutex
+		sub   brokers.Subscription
+	)
+	subscribe := func() error {
+		s, err := b.Subscribe(context.Background(), topic, group, brokers.SubscribeOptions{MaxBatch: 16}, handle)
+		if err != nil {
+			return err
+		}
+		subMu.Lock()
+		sub = s
+		subMu.Unlock()
+		return nil
+	}
+	if err := subscribe(); err != nil {
 		t.Fatalf("%s: subscribe %s: %v", b.Name(), topic, err)
 	}
-	defer sub.Close()
+	defer func() {
+		subMu.Lock()
+		defer subMu.Unlock()
+		if sub != nil {
+			sub.Close()
+		}
+	}()
+	// resubscribe subscribes again until a node takes it, for up to 2
+	// minutes (in its own goroutine: the cluster may still be electing).
+	resubscribe := func() {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			err := subscribe()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s: subscribe %s again: %v", b.Name(), topic, err)
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -224,14 +266,42 @@ func Failover(t *testing.T, spec FailoverSpec) FailoverResult {
 			}
 		}
 	}
-	if spec.Lag > 0 {
-		for _, n := range followers {
-			if err := n.Signal(syscall.SIGSTOP); err != nil {
-				resume()
-				t.Fatalf("%s: pause %s: %v", b.Name(), n.Name, err)
-			}
+	if spec.Lag > 0 && spec.StopConsumer {
+		subMu.Lock()
+		if err := sub.Close(); err != nil {
+			t.Errorf("%s: close the subscription for the lag: %v", b.Name(), err)
 		}
-		t.Logf("%s: followers %s paused for %s", b.Name(), nodeNames(followers), spec.Lag)
+		sub = nil
+		subMu.Unlock()
+	}
+	if spec.Lag > 0 {
+		if l, ok := spec.Cluster.(compose.Lagger); ok {
+			// Followers that keep what was already sent to them while
+			// paused are cut off by the cluster's own means.
+			dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+			undo, err := l.Detach(dctx, spec.Env, leader)
+			dcancel()
+			resume = func() {
+				rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
+				defer rcancel()
+				if err := undo(rctx); err != nil {
+					t.Errorf("%s: let the followers of %s copy again: %v", b.Name(), leader.Name, err)
+				}
+			}
+			if err != nil {
+				resume()
+				t.Fatalf("%s: detach the followers of %s: %v", b.Name(), leader.Name, err)
+			}
+			t.Logf("%s: followers of %s detached for %s", b.Name(), leader.Name, spec.Lag)
+		} else {
+			for _, n := range followers {
+				if err := n.Signal(syscall.SIGSTOP); err != nil {
+					resume()
+					t.Fatalf("%s: pause %s: %v", b.Name(), n.Name, err)
+				}
+			}
+			t.Logf("%s: followers %s paused for %s", b.Name(), nodeNames(followers), spec.Lag)
+		}
 		time.Sleep(spec.Lag)
 	}
 	faultAt := time.Now()
@@ -241,6 +311,9 @@ func Failover(t *testing.T, spec FailoverSpec) FailoverResult {
 	}
 	if err != nil {
 		t.Fatalf("%s: %v", b.Name(), err)
+	}
+	if spec.Lag > 0 && spec.StopConsumer {
+		go resubscribe() // to whichever node took over, once one has
 	}
 	back := func() {
 		if spec.Signal == syscall.SIGSTOP {

@@ -301,7 +301,7 @@ func replicatedFailoverWith(t *testing.T, sig syscall.Signal, down, lag time.Dur
 	res := brokertest.Failover(t, brokertest.FailoverSpec{
 		Broker: b, Env: e, Cluster: cluster, Shards: 4, Rate: 200, Signal: sig,
 		Resource: func(topic string) string { return topic + "." },
-		Before:   5 * time.Second, Down: down, After: 10 * time.Second, Lag: lag, Lossy: weak,
+		Before:   5 * time.Second, Down: down, After: 10 * time.Second, Lag: lag, StopConsumer: lag > 0, Lossy: weak,
 	})
 	if res.Published == 0 || (!weak && res.Delivered < res.Published) {
 		t.Errorf("delivered %d of %d confirmed", res.Delivered, res.Published)
