@@ -20,6 +20,13 @@ type DurabilityReporter interface {
 // when the confirm comes from memory or the page cache.
 const FsyncKey = "fsync before confirm"
 
+// ReplicatedKey is the replication verdict a DurabilityReporter fills in
+// where the server says: "yes …" when a confirm waits for copies on other
+// nodes (Kafka acks=all with min.insync.replicas ≥ 2, a quorum queue's
+// majority, RocketMQ's in-sync set), "no …" when one node's word is the
+// confirm. Reports show it beside FsyncKey.
+const ReplicatedKey = "replicated before confirm"
+
 // DurabilityOf returns what b reports through DurabilityReporter, nil when
 // the driver does not implement it, and {"error": …} when asking failed,
 // so a result can always record something.

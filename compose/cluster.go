@@ -132,3 +132,17 @@ type Weakness struct {
 	// (PostgreSQL: synchronous_standby_names emptied on the primary).
 	Apply func(ctx context.Context, e *Env) (restore func(context.Context) error, err error)
 }
+
+// ContinueIfStopped sends SIGCONT to the node's process group when its
+// process is stopped (a pause fault whose bench was killed before it
+// resumed the node): a stopped node would never answer, and starting it
+// again is what every caller of this wants.
+func (n Node) ContinueIfStopped() {
+	pid, err := n.Proc.recorded()
+	if err != nil || !alive(pid) {
+		return
+	}
+	if q, ok := readProc(pid); ok && (q.state == 'T' || q.state == 't') && n.Proc.Identify(pid) == nil {
+		_ = n.Signal(syscall.SIGCONT)
+	}
+}

@@ -37,6 +37,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
 )
@@ -177,6 +178,7 @@ func PostgresDurability(ctx context.Context, url string) (map[string]string, err
 		}
 		out[k] = v
 	}
+	out["standbys"], out[brokers.ReplicatedKey] = pgReplication(ctx, conn, out)
 	switch {
 	case out["fsync"] != "on":
 		out["fsync before confirm"] = "no: fsync=off (a crash can corrupt the cluster)"
@@ -186,6 +188,36 @@ func PostgresDurability(ctx context.Context, url string) (map[string]string, err
 		out["fsync before confirm"] = "yes: COMMIT returns after its WAL was flushed (" + out["wal_sync_method"] + ")"
 	}
 	return out, nil
+}
+
+// pgReplication reads the server's standbys (pg_stat_replication: name,
+// state, sync state) and says whether a COMMIT waits for one of them.
+func pgReplication(ctx context.Context, conn *pgx.Conn, show map[string]string) (standbys, verdict string) {
+	rows, err := conn.Query(ctx, "SELECT application_name, state, sync_state FROM pg_stat_replication ORDER BY application_name")
+	var list []string
+	if err == nil {
+		for rows.Next() {
+			var app, state, sync string
+			if rows.Scan(&app, &state, &sync) == nil {
+				list = append(list, fmt.Sprintf("%s %s (%s)", app, state, sync))
+			}
+		}
+		rows.Close()
+	}
+	standbys = strings.Join(list, ", ")
+	if standbys == "" {
+		standbys = "none"
+	}
+	names, commit := show["synchronous_standby_names"], show["synchronous_commit"]
+	switch {
+	case len(list) == 0:
+		return standbys, "no: no standby streams from this server"
+	case names == "unset" || names == "":
+		return standbys, "no: asynchronous replication (synchronous_standby_names is empty): a COMMIT returns before a standby has its WAL"
+	case commit == "off" || commit == "local":
+		return standbys, "no: synchronous_commit=" + commit + " does not wait for the synchronous standby"
+	}
+	return standbys, fmt.Sprintf("yes: a COMMIT returns once the synchronous standby %s has its WAL (synchronous_commit=%s)", names, commit)
 }
 
 // FillDurability records in env what a PostgreSQL commit means (from the

@@ -181,18 +181,24 @@ func (k *KafkaCluster) writeConfig(e *Env, n kafkaClusterNode) error {
 	return os.MkdirAll(filepath.Join(dir, "logs"), 0o755)
 }
 
-// Start starts every node that is not running (a node that died is
-// started alone; the others keep running).
+// Start starts every node that is not running, side by side (a node that
+// died is started alone; the others keep running).
 func (k *KafkaCluster) Start(ctx context.Context, e *Env) error {
-	for _, n := range kafkaClusterNodes {
+	var wg sync.WaitGroup
+	errs := make([]error, len(kafkaClusterNodes))
+	for i, n := range kafkaClusterNodes {
+		k.Nodes(e)[i].ContinueIfStopped()
 		if k.proc(e, n).Running() {
 			continue
 		}
-		if err := k.startNode(ctx, e, n); err != nil {
-			return err
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = k.startNode(ctx, e, n)
+		}()
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // startNode writes a node's configuration, formats its storage once and
@@ -428,6 +434,7 @@ func (k *KafkaCluster) StartNode(ctx context.Context, e *Env, name string) error
 	if err != nil {
 		return err
 	}
+	node.ContinueIfStopped()
 	if !node.Proc.Running() {
 		if err := k.startNode(ctx, e, n); err != nil {
 			return err
@@ -439,8 +446,10 @@ func (k *KafkaCluster) StartNode(ctx context.Context, e *Env, name string) error
 		if !node.Proc.Running() {
 			return fmt.Errorf("%s exited while starting: read %s", name, node.Proc.LogFile)
 		}
-		if last = k.caughtUp(ctx, int32(n.id)); last == nil {
-			return nil
+		if last = k.answers(ctx, n); last == nil {
+			if last = k.caughtUp(ctx, int32(n.id)); last == nil {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -449,6 +458,27 @@ func (k *KafkaCluster) StartNode(ctx context.Context, e *Env, name string) error
 		}
 	}
 	return fmt.Errorf("%s was not counted back in within 3m: %v", name, last)
+}
+
+// answers checks that the node's own listener serves requests: the node
+// the cluster may still list is the one killed until it is fenced, so
+// only an answer from its address shows the new process is up.
+func (k *KafkaCluster) answers(ctx context.Context, n kafkaClusterNode) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(n.broker), kgo.DialTimeout(2*time.Second), kgo.RequestRetries(0))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	seeds := cl.SeedBrokers()
+	if len(seeds) == 0 {
+		return errors.New("no seed broker")
+	}
+	if _, err := seeds[0].Request(rctx, kmsg.NewPtrApiVersionsRequest()); err != nil {
+		return fmt.Errorf("%s does not answer at %s yet: %w", kafkaNodeName(n.id), n.broker, err)
+	}
+	return nil
 }
 
 // caughtUp checks that broker id is registered and in the in-sync set of

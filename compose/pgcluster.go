@@ -231,6 +231,7 @@ func (c *PostgresCluster) Start(ctx context.Context, e *Env) error {
 		return err
 	}
 	for _, n := range pgClusterNodes {
+		c.nodeOf(e, n).ContinueIfStopped()
 		if err := c.prepare(e, n, cred); err != nil {
 			return err
 		}

@@ -247,6 +247,7 @@ func (c *PostgresCluster) StartNode(ctx context.Context, e *Env, name string) er
 	if err != nil {
 		return err
 	}
+	c.nodeOf(e, n).ContinueIfStopped()
 	if err := c.prepare(e, n, cred); err != nil {
 		return err
 	}
@@ -305,7 +306,13 @@ func (c *PostgresCluster) describe(ctx context.Context, e *Env, n pgClusterNode)
 		if err != nil {
 			return "standby", "receiving no WAL", true
 		}
-		return "standby", status + " from " + strings.TrimSuffix(sender, ":"), true
+		from := strings.TrimSuffix(sender, ":")
+		for _, p := range pgClusterNodes {
+			if strings.HasPrefix(from, filepath.Join(c.dir(e, p), "run")+":") {
+				from = p.name
+			}
+		}
+		return "standby", status + " from " + from, true
 	}
 	var sync string
 	_ = conn.QueryRow(ctx, "SELECT current_setting('synchronous_standby_names')").Scan(&sync)

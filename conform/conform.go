@@ -51,6 +51,11 @@ type Outcome struct {
 	Line  string
 	Notes []string
 	Err   error
+	// Faults are the faults the scenario's cell injected, with their
+	// outage; Control names the weak setting it ran under.
+	Faults   []results.Fault
+	Timeline *results.Timeline
+	Control  string
 	// crashes counts the crash faults that fired (processes killed in
 	// worker mode).
 	crashes int64
@@ -80,7 +85,18 @@ type Scenario struct {
 	// and judges the service's call log; the others run every other
 	// scenario. A strategy is run only in the scenarios of its kind.
 	External bool
-	Run      func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome
+	// Where, when set, says why the scenario cannot run against this
+	// stack for this broker ("" when it can): the failover scenarios need
+	// the replicated topology. Such rows are N/A with that reason.
+	Where func(e *Env, broker string) string
+	// MustShow, when set, makes the scenario a control run under a weak
+	// setting: every strategy is expected to FAIL, naming this anomaly.
+	MustShow string
+	// Exclusive scenarios run alone, never beside another cell: they
+	// disturb what every cell shares (PostgreSQL failing over, the
+	// machine's cores while a cluster recovers).
+	Exclusive bool
+	Run       func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome
 }
 
 var registry []*Scenario
@@ -172,7 +188,7 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 						return
 					}
 					var row results.ConformRow
-					if why := notApplicable(sc, bc, b, st); why != "" {
+					if why := notApplicable(&o.Env, sc, bc, b, st); why != "" {
 						row = results.ConformRow{Scenario: sc.Name, Broker: b, Strategy: st.Name(), Broken: st.Broken(),
 							Expected: results.VerdictNA, Verdict: results.VerdictNA, Reason: why}
 					} else {
@@ -222,6 +238,16 @@ func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.S
 	if st.Broken() && slices.Contains(sc.Catches, st.Name()) {
 		row.Expected = results.VerdictFail
 	}
+	if sc.MustShow != "" {
+		row.Expected, row.MustShow = results.VerdictFail, sc.MustShow
+	}
+	if sc.Exclusive {
+		exclusive.Lock()
+		defer exclusive.Unlock()
+	} else {
+		exclusive.RLock()
+		defer exclusive.RUnlock()
+	}
 	ctx, cancel := context.WithTimeout(ctx, sc.Timeout)
 	defer cancel()
 	start := time.Now()
@@ -233,6 +259,7 @@ func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.S
 	}()
 	out := sc.Run(ctx, e, broker, st)
 	row.Verdict, row.Anomalies, row.Examples, row.Line, row.Notes = out.Verdict, out.Anomalies, out.Examples, out.Line, out.Notes
+	row.Faults, row.Timeline, row.Control = out.Faults, out.Timeline, out.Control
 	if out.Err != nil {
 		row.Verdict = results.VerdictError
 		row.Error = out.Err.Error()
@@ -245,6 +272,10 @@ func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.S
 	}
 	return row
 }
+
+// exclusive lets an Exclusive scenario's cell run alone: the others hold
+// it shared.
+var exclusive sync.RWMutex
 
 func anomalySuffix(r results.ConformRow) string {
 	if r.Error != "" {
@@ -285,7 +316,12 @@ func caps(cfg config.Config, broker string) brokers.Capabilities {
 
 // notApplicable says why a scenario does not apply to a broker and a
 // strategy, or "" when it does.
-func notApplicable(sc *Scenario, c brokers.Capabilities, broker string, st inbox.Strategy) string {
+func notApplicable(e *Env, sc *Scenario, c brokers.Capabilities, broker string, st inbox.Strategy) string {
+	if sc.Where != nil {
+		if why := sc.Where(e, broker); why != "" {
+			return why
+		}
+	}
 	if sc.Needs != nil {
 		if why := sc.Needs(c); why != "" {
 			return broker + " " + why

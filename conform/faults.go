@@ -154,7 +154,7 @@ func runStream(ctx context.Context, e *Env, name, broker string, st inbox.Strate
 		return fail(fmt.Errorf("%s", c.Error))
 	}
 	out := Outcome{Verdict: c.Invariants.Verdict, Anomalies: c.Invariants.Anomalies, Examples: c.Invariants.Examples, Notes: c.Notes,
-		crashes: c.Counters.Crashes}
+		crashes: c.Counters.Crashes, Faults: c.Faults, Timeline: c.Timeline}
 	if c.Error != "" {
 		out.Notes = append(out.Notes, c.Error)
 	}

@@ -50,6 +50,16 @@ type ConformRow struct {
 	Notes []string `json:"notes,omitempty"`
 	// Reason says why a row is N/A.
 	Reason string `json:"reason,omitempty"`
+	// MustShow is the anomaly a control run under a weak setting must
+	// show (Control names the setting): it is as expected only when it
+	// FAILs naming it.
+	MustShow string `json:"must_show,omitempty"`
+	Control  string `json:"control,omitempty"`
+	// Faults are the faults the scenario injected, each with its outage
+	// (the failover scenarios), and Timeline the per-second series of its
+	// stream they were measured on.
+	Faults   []Fault   `json:"faults,omitempty"`
+	Timeline *Timeline `json:"timeline,omitempty"`
 }
 
 // AsExpected reports whether the row's verdict matches its expectation.
@@ -58,6 +68,9 @@ type ConformRow struct {
 func (r ConformRow) AsExpected() bool {
 	if r.Error != "" {
 		return false
+	}
+	if r.MustShow != "" {
+		return r.Verdict == VerdictFail && r.Anomalies[r.MustShow] > 0
 	}
 	return r.Verdict == r.Expected || (r.Broken && r.Verdict == VerdictFail)
 }

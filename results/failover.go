@@ -41,14 +41,21 @@ type Outage struct {
 	ConsumeOutageS   *float64 `json:"consume_outage_s"`
 	PublishRecovered bool     `json:"publish_recovered"`
 	ConsumeRecovered bool     `json:"consume_recovered"`
-	// WindowS is the span the counts below cover, in seconds after the
-	// stream started: from the fault to the next fault, or to the end of
-	// the timeline.
-	WindowS [2]float64 `json:"window_s"`
+	// PublishDegradedS and ConsumeDegradedS count the whole seconds below
+	// half the pre-fault rate from the second the fault hit in to the
+	// later of its recovery and the end of its action: a fault of several
+	// steps (a rolling restart) dips more than once.
+	PublishDegradedS int `json:"publish_degraded_s"`
+	ConsumeDegradedS int `json:"consume_degraded_s"`
+	// WindowFromS and WindowToS are the span the counts below cover, in
+	// seconds after the stream started: from the fault to the next fault,
+	// or to the end of the timeline.
+	WindowFromS float64 `json:"window_from_s"`
+	WindowToS   float64 `json:"window_to_s"`
 	// PublishErrors are messages whose confirm failed, PublishRetries the
 	// batches sent again, Redeliveries deliveries the broker marked as
 	// redelivered, Duplicates deliveries the inbox recognised and
-	// absorbed (DUPLICATE): each counted over WindowS, whatever caused
+	// absorbed (DUPLICATE): each counted over the window, whatever caused
 	// them.
 	PublishErrors  int64 `json:"publish_errors"`
 	PublishRetries int64 `json:"publish_retries"`
@@ -61,10 +68,12 @@ type Outage struct {
 	E2EP999 int64 `json:"e2e_p999_us"`
 }
 
-// Timeline is a cell's per-second series beside Throughput.Series (the
-// events that took effect): second i covers [i, i+1) seconds after the
-// stream started. Kept for cells that injected faults.
+// Timeline is a cell's per-second series: second i covers [i, i+1)
+// seconds after the stream started. Kept for cells that injected faults
+// (Effects is the cell's Throughput.Series again, so that a conformance
+// row, which has no throughput, can draw its faults too).
 type Timeline struct {
+	Effects        []int64 `json:"effects"`         // events that took effect (consumed)
 	Published      []int64 `json:"published"`       // confirmed by the broker
 	PublishErrors  []int64 `json:"publish_errors"`  // messages whose confirm failed
 	PublishRetries []int64 `json:"publish_retries"` // batches sent again
@@ -76,22 +85,22 @@ type Timeline struct {
 // average.
 const PreSeconds = 10
 
-// ComputeOutage measures the outage of a fault at atS seconds after the
-// stream started, whose counting window ends at endS (the next fault, or
-// the end of the series), from the per-second series: published and
-// consumed (events taking effect) per second and the timeline's counts.
-// Pure: the same series give the same figures. The e2e percentile needs
-// the latencies themselves and is the caller's.
-func ComputeOutage(tl Timeline, consumed []float64, atS, endS float64) Outage {
-	published := make([]float64, len(tl.Published))
-	for i, v := range tl.Published {
-		published[i] = float64(v)
-	}
-	o := Outage{WindowS: [2]float64{atS, endS}}
+// ComputeOutage measures the outage of a fault that hit at atS seconds
+// after the stream started and whose action ended at actionEndS, with its
+// counting window ending at endS (the next fault, or the end of the
+// series), from the timeline's per-second series: published and consumed
+// (events taking effect) per second, and its counts. Pure: the same
+// series give the same figures. The e2e percentile needs the latencies
+// themselves and is the caller's.
+func ComputeOutage(tl Timeline, atS, actionEndS, endS float64) Outage {
+	published, consumed := floatSeries(tl.Published), floatSeries(tl.Effects)
+	o := Outage{WindowFromS: atS, WindowToS: endS}
 	o.PrePublishPerS = preRate(published, atS)
 	o.PreConsumePerS = preRate(consumed, atS)
 	o.PublishOutageS, o.PublishRecovered = recovery(published, o.PrePublishPerS, atS)
 	o.ConsumeOutageS, o.ConsumeRecovered = recovery(consumed, o.PreConsumePerS, atS)
+	o.PublishDegradedS = degraded(published, o.PrePublishPerS, atS, actionEndS, o.PublishOutageS, endS)
+	o.ConsumeDegradedS = degraded(consumed, o.PreConsumePerS, atS, actionEndS, o.ConsumeOutageS, endS)
 	o.PublishErrors = sumWindow(tl.PublishErrors, atS, endS)
 	o.PublishRetries = sumWindow(tl.PublishRetries, atS, endS)
 	o.Redeliveries = sumWindow(tl.Redeliveries, atS, endS)
@@ -123,20 +132,53 @@ func preRate(series []float64, atS float64) float64 {
 // rate is at least half of pre: the outage lasts from atS to its start.
 // A fault that did not slow the stream still costs the rest of the second
 // it hit in (the first whole second after it is back). Not recovered
-// (nil, false) when no such second follows; a stream with no rate before
-// the fault has nothing to lose (0, true).
+// (nil, false) when no such second follows before the series' last
+// active second; a stream with no rate before the fault, or none after
+// it (publishing had ended), has nothing to lose (0, true).
 func recovery(series []float64, pre, atS float64) (*float64, bool) {
-	if pre <= 0 {
-		zero := 0.0
+	zero := 0.0
+	if pre <= 0 || active(series) <= int(math.Ceil(atS)) {
 		return &zero, true
 	}
-	for i := int(math.Ceil(atS)); i < len(series); i++ {
+	for i := int(math.Ceil(atS)); i < active(series); i++ {
 		if series[i] >= pre/2 {
 			d := float64(i) - atS
 			return &d, true
 		}
 	}
 	return nil, false
+}
+
+// degraded counts the seconds below half of pre from the one atS falls in
+// to the later of the recovery and actionEndS, within endS and the
+// series' active span (after publishing ended, nothing is published, and
+// that is no outage).
+func degraded(series []float64, pre, atS, actionEndS float64, outage *float64, endS float64) int {
+	to := actionEndS
+	if outage != nil {
+		to = max(to, atS+*outage)
+	} else {
+		to = endS // not recovered: every second left
+	}
+	to = min(to, endS, float64(active(series)))
+	n := 0
+	for i := max(0, int(math.Floor(atS))); i < len(series) && float64(i) < to; i++ {
+		if series[i] < pre/2 {
+			n++
+		}
+	}
+	return n
+}
+
+// active is the length of the series up to its last nonzero second: the
+// seconds after it are the stream's end (everything published, or
+// everything consumed), not an outage.
+func active(series []float64) int {
+	n := len(series)
+	for n > 0 && series[n-1] == 0 {
+		n--
+	}
+	return n
 }
 
 // sumWindow adds the seconds from the one fromS falls in up to the one
@@ -150,4 +192,12 @@ func sumWindow(series []int64, fromS, toS float64) int64 {
 		n += series[i]
 	}
 	return n
+}
+
+func floatSeries(s []int64) []float64 {
+	out := make([]float64, len(s))
+	for i, v := range s {
+		out[i] = float64(v)
+	}
+	return out
 }

@@ -369,7 +369,11 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 		return streamed{err: errors.Join(err, cons.stop(ctx))}
 	}
 	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
-	acts := newActions(c.actions(), info, c.o.Spec.Faults.ConsumerRestarts, f.total(), f.total()+int64(len(pub.poison)), cons, t, ns)
+	list, err := c.actions()
+	if err != nil {
+		return streamed{err: errors.Join(err, cons.stop(ctx))}
+	}
+	acts := newActions(list, info, c.o.Spec.Faults.ConsumerRestarts, f.total(), f.total()+int64(len(pub.poison)), cons, t, ns)
 	w := &waiter{t: t, in: in, st: c.strategy, consumer: c.consumer, stall: max(c.o.Limits.Stall, b.Capabilities().RedeliveryDelay+10*time.Second),
 		acts: acts, cons: cons, notes: ns,
 		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}

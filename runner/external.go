@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -192,12 +193,19 @@ func (x *cellExternal) setHooks(h hooks) {
 
 // actions are the cell's mid-stream faults: the run's, and the external
 // service's outage.
-func (c *cell) actions() []Action {
-	acts := c.o.Stream.Actions
+func (c *cell) actions() ([]Action, error) {
+	acts := append([]Action(nil), c.o.Stream.Actions...)
 	if a := c.ext.unavailable(c.o.Spec); a != nil {
-		acts = append(append([]Action(nil), acts...), *a)
+		acts = append(acts, *a)
 	}
-	return acts
+	fo, err := c.failoverActions()
+	if err != nil {
+		return nil, err
+	}
+	acts = append(acts, fo...)
+	// They fire in this order (actions.fireDue): by their share.
+	sort.SliceStable(acts, func(i, j int) bool { return acts[i].At < acts[j].At })
+	return acts, nil
 }
 
 // startRelay runs the strategy's outbox relay beside the consumers, in

@@ -129,7 +129,15 @@ type Stream struct {
 	// published messages has been answered (fault injection: restart the
 	// broker, kill database connections …).
 	Actions []Action
+	// Failover makes the action of each failover fault of the workload's
+	// plan (workload.Faults.Failover), which then runs with Actions:
+	// package failover hits the nodes of the local replicated stack. A
+	// plan with failover faults needs it.
+	Failover FailoverInjector
 }
+
+// FailoverInjector returns the action that carries out a failover fault.
+type FailoverInjector func(f workload.FailoverFault) (Action, error)
 
 // Workers run each cell's consumers as `bench worker` processes instead
 // of goroutines (fleet.go); their count replaces the workload's consumer
@@ -262,8 +270,13 @@ func (o *Options) validateExternal() error {
 // a few attempts (DefaultRetryBound's five take about a second).
 func (o *Options) failoverDefaults() error {
 	f := o.Spec.Faults
-	if len(f.Failover) == 0 {
+	switch {
+	case len(f.Failover) == 0:
 		return nil
+	case o.Search != nil:
+		return config.Invalid(KeySearch, nil, "workload %s has failover faults (faults.failover), and the rate search runs its steps without mid-stream faults: run it without the rate search", o.Spec.Name)
+	case o.Stream.Failover == nil:
+		return fmt.Errorf("runner: workload %s has failover faults (faults.failover) and nothing injects them (Options.Stream.Failover)", o.Spec.Name)
 	}
 	if o.Limits.Retry.Attempts == 0 {
 		o.Limits.Retry.Attempts = failoverRetryAttempts

@@ -59,6 +59,7 @@ func sampleTimeline(ctx context.Context, t *tally, detail bool) <-chan *timeline
 			tl.effects = append(tl.effects, float64(d(0)))
 			if detail {
 				c := &tl.counts
+				c.Effects = append(c.Effects, d(0))
 				c.Published = append(c.Published, d(1))
 				c.PublishErrors = append(c.PublishErrors, d(2))
 				c.PublishRetries = append(c.PublishRetries, d(3))
@@ -158,11 +159,11 @@ func (l *faultLog) results(start time.Time, tl *timeline) []results.Fault {
 			f.Error = r.err.Error()
 		}
 		if tl != nil && len(tl.counts.Published) > 0 {
-			end := float64(len(tl.effects))
+			end := float64(len(tl.counts.Published))
 			if i+1 < len(l.faults) {
 				end = l.faults[i+1].hit.Sub(start).Seconds()
 			}
-			o := results.ComputeOutage(tl.counts, tl.effects, f.AtS, end)
+			o := results.ComputeOutage(tl.counts, f.AtS, max(f.EndS, f.AtS), end)
 			o.E2EP999 = tl.p999Around(f.AtS, 30)
 			f.Outage = &o
 		}

@@ -33,7 +33,7 @@ func TestParseRejectsUnknownAndBadFields(t *testing.T) {
 }
 
 func TestShippedWorkloadsParse(t *testing.T) {
-	for _, name := range []string{"smoke", "default", "contention", "faults"} {
+	for _, name := range []string{"smoke", "default", "contention", "faults", "failover"} {
 		s, err := Load("../workloads/" + name + ".yaml")
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

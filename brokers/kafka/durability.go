@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
@@ -67,6 +68,7 @@ func (b *Broker) Durability(ctx context.Context, topic string) (map[string]strin
 		pick(out, rcs, "", topicDurabilityKeys)
 		flush = out["flush.messages"]
 	}
+	out[brokers.ReplicatedKey] = replicated(out)
 	if flush == "1" {
 		out[brokers.FsyncKey] = "yes: flush.messages=1 fsyncs the log after every append, before the produce response"
 	} else {
@@ -97,4 +99,28 @@ func pick(out map[string]string, rcs kadm.ResourceConfigs, prefix string, keys [
 		}
 		return
 	}
+}
+
+// replicated is the replication verdict: acks=all waits for the in-sync
+// replicas, and min.insync.replicas (the topic's, else the broker's)
+// bounds how few of them may answer.
+func replicated(out map[string]string) string {
+	rf := out["replication.factor"]
+	if rf == "" {
+		rf = out["broker default.replication.factor"]
+	}
+	isr := out["min.insync.replicas"]
+	if isr == "" {
+		isr = out["broker min.insync.replicas"]
+	}
+	n, _ := strconv.Atoi(isr)
+	switch {
+	case !strings.HasPrefix(out["acks"], "all"):
+		return "no: acks=1, the leader alone confirms (replication factor " + rf + ")"
+	case rf == "1":
+		return "no: replication factor 1, one copy"
+	case n < 2:
+		return "no: acks=all, but min.insync.replicas=" + isr + " lets the leader alone confirm when the others fall behind (replication factor " + rf + ")"
+	}
+	return "yes: acks=all waits for the in-sync replicas, at least min.insync.replicas=" + isr + " of replication factor " + rf
 }

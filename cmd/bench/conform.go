@@ -31,11 +31,15 @@ snapshots, idempotency conflicts, retention shorter than the replay window,
 killed database connections, poison messages, a broker restart) and the
 faults of an external call (external-*: timeouts after the service applied
 the call, a handler dying between the call and the commit, the service
-unavailable) — on every broker × strategy, and compares each outcome with
+unavailable) and failovers on the replicated stack (leader-kill, leader-pause,
+rolling-restart, leader-kill-after-lag of the broker's cluster, pg-* of
+PostgreSQL's primary; N/A elsewhere) — on every broker × strategy, and compares each outcome with
 the expectation declared in code: every correct strategy passes every
 scenario of its kind (the external strategies the external-* scenarios,
 the database-only ones the others); every negative control (broken-*) is
-caught by the scenarios that target it.
+caught by the scenarios that target it; every *-weak control (a cluster's
+weak setting: Kafka acks=1, asynchronous PostgreSQL replication) must FAIL
+with lost-effect.
 
 Prints the matrix, the article's lines, and the mutation score (negative
 controls caught / run); writes OUT/RUN_ID/conform.json for 'bench report'.
@@ -44,7 +48,8 @@ failure of the suite.`,
 		Example: `  bench conform --list
   bench conform --brokers rabbitmq --scenarios duplicate --strategies tx
   bench conform --brokers kafka,rocketmq --scenarios order,reorder
-  bench conform --brokers none,kafka --scenarios 'external-*'`,
+  bench conform --brokers none,kafka --scenarios 'external-*'
+  bench conform --topology replicated --brokers kafka --scenarios 'leader-*,pg-leader-*'`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if fl.list {
@@ -137,6 +142,7 @@ func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
 		return err
 	}
 	_ = render.WriteMatrix(os.Stdout, rows)
+	_ = render.WriteConformFaults(os.Stdout, rows)
 	sum := results.Summarize(rows)
 	fmt.Printf("\n%d of %d cells as expected; mutation score %d/%d", sum.AsExpected, sum.Rows, sum.BrokenCaught, sum.BrokenTotal)
 	if sum.BrokenTotal > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/failover"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/results/render"
@@ -53,6 +54,13 @@ failure of each kind.
 --brokers none drives the same events straight into the inbox with the same
 concurrency: the database-only baseline to compare broker cells with.
 
+A workload's faults.failover (workloads/failover.yaml) hits nodes of the
+replicated stack mid-stream (--topology replicated): the leader of the cell's
+partitions or queues, or PostgreSQL's primary, killed, paused or restarted in
+turn. Each fault's publish and consume outage, errors, retries, redeliveries,
+duplicates and e2e p99.9 are printed under the summary and recorded in
+result.json.
+
 Consumers run as goroutines of this process by default. With --workers N
 they are N 'bench worker' processes (a crash fault is then a real kill -9,
 and a dead worker is replaced); with --remote-workers M each cell also
@@ -66,7 +74,8 @@ check; negative controls (broken-*) are expected to fail.`,
   bench run --brokers rabbitmq,kafka,rocketmq --workload workloads/faults.yaml --strategies tx,batch
   bench run --brokers kafka --workload smoke --strategies broken-split
   bench run --brokers none,kafka --workload smoke --strategies tx --strategy-file my-inbox.sql
-  bench run --brokers rabbitmq,kafka,rocketmq --workload faults --workers 3`,
+  bench run --brokers rabbitmq,kafka,rocketmq --workload faults --workers 3
+  bench run --topology replicated --brokers kafka --workload failover`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if c.Flags().Changed("partition-interval") && !fl.partitioned {
@@ -138,7 +147,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&fl.replace, "replace", false, "reuse --run-id: drop the schemas, topics and results an earlier run of it left, first")
 	f.BoolVar(&fl.noMeasure, "no-measure", false, "record no latency histograms (to measure what measuring costs)")
 	f.BoolVar(&fl.noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only); the same as --audit off")
-	f.StringVar(&fl.audit, "audit", string(inbox.AuditAuto), "how the audit log is captured: auto (wal where the server allows it, else statement), wal (decoded from the write-ahead log after the cell: wal_level=logical, a role with REPLICATION), statement (a statement trigger into an unlogged table), row (a row trigger, for comparison), or off (the same as --no-audit)")
+	f.StringVar(&fl.audit, "audit", string(inbox.AuditAuto), "how the audit log is captured: auto (wal where the server allows it, else statement; logged when the workload fails PostgreSQL over), wal (decoded from the write-ahead log after the cell: wal_level=logical, a role with REPLICATION), statement (a statement trigger into an unlogged table), row (a row trigger, for comparison), logged (the statement trigger into a logged table, which survives a failover), or off (the same as --no-audit)")
 	f.DurationVar(&fl.stall, "stall-timeout", 30*time.Second, "end a cell in which no delivery was acked or dead-lettered for this long")
 	f.IntVar(&fl.retryAttempts, "retry-attempts", runner.DefaultRetryBound.Attempts, "dead-letter a delivery whose event failed with a retryable error this many times (lock timeouts, serialization failures …; permanent errors are dead-lettered at once)")
 	f.DurationVar(&fl.retryFor, "retry-for", runner.DefaultRetryBound.For, "…or this long after its first failure, whichever comes first")
@@ -221,6 +230,9 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 	if fl.findMax || len(fl.search.Rates) > 0 {
 		o.Search = &fl.search
 	}
+	if err := failoverPlan(&o, cfg); err != nil {
+		return o, err
+	}
 	if fl.workers > 0 {
 		if o.Workers.Cmd, err = workerCommand(); err != nil {
 			return o, err
@@ -230,6 +242,30 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 		o.RunID = runner.NewRunID()
 	}
 	return o, nil
+}
+
+// failoverPlan lets the runner inject the workload's failover faults into
+// the stack the endpoints point at, after checking that every fault can
+// hit a replicated service for every broker of the run.
+func failoverPlan(o *runner.Options, cfg *config.Config) error {
+	faults := o.Spec.Faults.Failover
+	if len(faults) == 0 {
+		return nil
+	}
+	dir, err := compose.AbsDir(cfg.StackDir)
+	if err != nil {
+		return err
+	}
+	stack := failover.Stack{Cfg: *cfg, Dir: dir}
+	for _, b := range o.Brokers {
+		for i, f := range faults {
+			if err := stack.Check(f.Target, b); err != nil {
+				return usagef("workload %s: faults.failover[%d] (%s) with broker %s: %v", o.Spec.Name, i, f.Name(), b, err)
+			}
+		}
+	}
+	o.Stream.Failover = stack.Injector()
+	return nil
 }
 
 func startCPUProfile(path string) (stop func(), err error) {

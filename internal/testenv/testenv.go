@@ -7,6 +7,7 @@ package testenv
 import (
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,16 +42,26 @@ func Config(t testing.TB) config.Config {
 func Require(t testing.TB, services ...string) config.Config {
 	t.Helper()
 	c := Config(t)
+	RequireIn(t, c, "bench stack up", services...)
+	return c
+}
+
+// RequireIn checks, as Require does, that each named service accepts TCP
+// connections at every address c configures for it (each node of a
+// replicated service), failing the test by name otherwise; up is the
+// command that starts the stack c points at ("bench stack up --topology
+// replicated").
+func RequireIn(t testing.TB, c config.Config, up string, services ...string) {
+	t.Helper()
 	for _, s := range services {
 		for _, addr := range Addrs(c, s) {
 			conn, err := net.DialTimeout("tcp", addr, 3*time.Second)
 			if err != nil {
-				t.Fatalf("%s is not reachable at %s (%v): start the local stack with `bench stack up` (or `make stack-up`), or point %s at a running server", s, addr, err, envName(s))
+				t.Fatalf("%s is not reachable at %s (%v): start the local stack with `%s %s`, or point %s at a running server", s, addr, err, up, s, envName(s))
 			}
 			conn.Close()
 		}
 	}
-	return c
 }
 
 // settingOf names the configuration key holding each service's address.
@@ -70,7 +81,13 @@ func Addrs(c config.Config, service string) []string {
 		if err != nil {
 			return []string{config.Redact(v)}
 		}
-		return []string{net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))}
+		out := []string{net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))}
+		for _, f := range cc.Fallbacks { // the other hosts of a multi-host URL
+			if a := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+		return out
 	}
 	if !strings.Contains(v, "://") {
 		return c.List(settingOf[service])

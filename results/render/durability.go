@@ -11,6 +11,10 @@ import (
 // its one-line verdict (brokers.FsyncKey; results does not import brokers).
 const durabilityVerdictKey = "fsync before confirm"
 
+// replicationVerdictKey is the replication verdict beside it
+// (brokers.ReplicatedKey), where the service reports one.
+const replicationVerdictKey = "replicated before confirm"
+
 // durabilityRows is the durability table: one row per service (PostgreSQL
 // first, then the brokers by name) with its verdict and its settings as
 // key=value pairs, so unlike settings stand side by side.
@@ -33,23 +37,26 @@ func durabilityRows(e results.Env) [][]string {
 		m := settings[s]
 		var settings []string
 		for _, k := range sortedKeys(m) {
-			if k != durabilityVerdictKey {
+			if k != durabilityVerdictKey && k != replicationVerdictKey {
 				settings = append(settings, fmt.Sprintf("%s=%s", k, m[k]))
 			}
 		}
-		verdict := m[durabilityVerdictKey]
-		if verdict == "" {
-			verdict = "-"
-		}
-		rows = append(rows, []string{s, verdict, strings.Join(settings, "; ")})
+		rows = append(rows, []string{s, dashIfEmpty(m[durabilityVerdictKey]), dashIfEmpty(m[replicationVerdictKey]), strings.Join(settings, "; ")})
 	}
 	return rows
 }
 
-var durabilityHeader = []string{"service", "fsync before confirm / commit", "settings (read from the server where it tells)"}
+var durabilityHeader = []string{"service", "fsync before confirm / commit", "replicated before confirm / commit", "settings (read from the server where it tells)"}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
 
 func durabilityIntro(e results.Env) string {
-	t := "What a broker's confirm and a PostgreSQL commit meant in this run: a figure measured without an fsync before the confirm is not comparable with one measured with it."
+	t := "What a broker's confirm and a PostgreSQL commit meant in this run: a figure measured without an fsync, or without a copy on another node, before the confirm is not comparable with one measured with it."
 	if e.Durability != nil && e.Durability.Profile != "" {
 		t += fmt.Sprintf(" Stack durability profile: %s (bench stack up --durability).", e.Durability.Profile)
 	}
@@ -68,5 +75,5 @@ func (m *mdWriter) durability(e results.Env) {
 		return
 	}
 	m.p("## Durability\n\n%s\n\n", durabilityIntro(e))
-	m.table(durabilityHeader, "lll", durabilityRows(e))
+	m.table(durabilityHeader, "llll", durabilityRows(e))
 }

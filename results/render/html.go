@@ -76,6 +76,10 @@ type htmlView struct {
 	CalibLatency *calibratedLatencyView
 	Durability   *durabilityView
 	Rates        *rateView
+	// Faults are the run's faults and their outage, ConformFaults the
+	// conformance rows' (failover.go).
+	Faults        *faultView
+	ConformFaults *faultView
 	// Rounds are every round of a run of several (RoundRows).
 	Rounds       [][]string
 	RoundsHeader []string
@@ -224,6 +228,10 @@ func newHTMLView(r *results.Report) (*htmlView, error) {
 	if r.Conform != nil {
 		v.Conform = newConformView(r.Conform)
 		v.Banners = append(v.Banners, banner{OK: v.Conform.OK, Text: v.Conform.Summary})
+		var err error
+		if v.ConformFaults, err = newConformFaultView(r.Conform.Rows); err != nil {
+			return nil, err
+		}
 	}
 	return v, nil
 }
@@ -250,6 +258,9 @@ func (v *htmlView) fillRun(run *results.Run) error {
 		return err
 	}
 	v.Rates = newRateView(run)
+	if v.Faults, err = newRunFaultView(run); err != nil {
+		return err
+	}
 	if v.Rounds = RoundRows(run); len(v.Rounds) > 0 {
 		v.RoundsHeader, v.RoundsIntro = RoundsHeader, roundsIntro
 	}
@@ -345,7 +356,7 @@ func newConformView(c *results.Conformance) *conformView {
 		cv.Rows = append(cv.Rows, row)
 	}
 	for _, r := range c.Rows {
-		d := conformDetailView{Scenario: r.Scenario, Broker: r.Broker, Strategy: r.Strategy, Expected: string(r.Expected), Got: string(r.Verdict),
+		d := conformDetailView{Scenario: r.Scenario, Broker: r.Broker, Strategy: r.Strategy, Expected: expectedText(r), Got: string(r.Verdict),
 			Anomalies: anomalyList(r.Anomalies), Time: formatSeconds(r.DurationS), Class: conformClass(&r)}
 		if r.Error != "" {
 			d.Got, d.Anomalies = string(results.VerdictError), r.Error

@@ -109,6 +109,7 @@ func (m *mdWriter) run(run *results.Run) {
 	m.rates(run)
 	m.rounds(run)
 	m.throughput(run)
+	m.faults(FaultRows(run))
 	m.latency(run)
 	m.counters(run)
 	m.external(run)
@@ -461,9 +462,23 @@ func (m *mdWriter) conform(c *results.Conformance) {
 		for _, a := range sortedKeys(r.Examples) {
 			ex = append(ex, r.Examples[a]...)
 		}
-		rows = append(rows, []string{r.Scenario, r.Broker, r.Strategy, string(r.Expected), string(got), detail, examplesText(ex, 2), formatSeconds(r.DurationS)})
+		rows = append(rows, []string{r.Scenario, r.Broker, r.Strategy, expectedText(r), string(got), detail, examplesText(ex, 2), formatSeconds(r.DurationS)})
 	}
 	m.table([]string{"scenario", "broker", "strategy", "expected", "got", "anomalies", "examples", "time"}, "llllllll", rows)
+	m.faults(ConformFaultRows(c.Rows))
+}
+
+// expectedText is a row's expectation, with the anomaly a weak-setting
+// control must show and the setting.
+func expectedText(r results.ConformRow) string {
+	if r.MustShow == "" {
+		return string(r.Expected)
+	}
+	t := fmt.Sprintf("%s with %s", r.Expected, r.MustShow)
+	if r.Control != "" {
+		t += " under " + r.Control
+	}
+	return t
 }
 
 func mutationText(s results.ConformSummary) string {

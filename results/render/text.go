@@ -61,6 +61,9 @@ func WriteSummary(w io.Writer, run *results.Run) error {
 			return err
 		}
 	}
+	if err := writeFaultTable(w, FaultRows(run)); err != nil {
+		return err
+	}
 	if n := roundsNote(run); n != "" {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}
