@@ -24,7 +24,7 @@ REPLICATED_PKGS = ./compose ./failover ./conform
 STACK_CYCLES ?= 3
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build bench test test-deps test-replicated fmt-check vet fuzz stack-up stack-down stack-status clean
+.PHONY: all build bench test test-deps test-replicated test-replicated-brokers fmt-check vet fuzz stack-up stack-down stack-status clean
 
 all: build
 
@@ -75,6 +75,7 @@ test: fmt-check vet test-deps stack-up
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(LIB_CONSUMER_TESTS)' $(RACE_PKGS)
 	INBOXBENCH_TEST_STACK_CYCLES=$(STACK_CYCLES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SOLO_TESTS)' $(RACE_PKGS)
 	@$(MAKE) --no-print-directory test-replicated
+	@$(MAKE) --no-print-directory test-replicated-brokers
 	@$(MAKE) --no-print-directory fuzz
 
 # One short failover per family on the replicated stack (docs/testing.md):
@@ -87,6 +88,23 @@ test-replicated: build
 	$(GO) test -count=1 -timeout 20m -p 1 -run '$(REPLICATED_TESTS)' $(REPLICATED_PKGS) || status=$$?; \
 	$(BENCH) stack down --topology replicated || status=$$?; \
 	exit $$status
+
+# The RabbitMQ and RocketMQ families of the replicated stack, one at a time
+# (two cores; docs/testing.md): each is started, its drivers' leader-kill
+# failover test and replicated durability report run against it, and it is
+# stopped again, pass or fail. A family that does not start, or a node that
+# does not answer, fails by name (the tests never skip).
+REPLICATED_FAMILIES = rabbitmq rocketmq
+REPLICATED_FAMILY_TESTS = ^TestReplicated(FailoverLeaderKill|FailoverMasterKill|Durability)$$
+test-replicated-brokers: build
+	@status=0; for f in $(REPLICATED_FAMILIES); do \
+	  start=$$(date +%s); \
+	  if $(BENCH) stack up --topology replicated $$f; then \
+	    $(GO) test -count=1 -timeout 8m -run '$(REPLICATED_FAMILY_TESTS)' ./brokers/$$f || status=1; \
+	  else status=1; fi; \
+	  $(BENCH) stack down --topology replicated $$f || status=1; \
+	  echo "replicated $$f: $$(( $$(date +%s) - start )) s"; \
+	done; exit $$status
 
 # The parsers of untrusted input, fuzzed briefly on every `make test` from
 # their committed seed corpora (PKG/testdata/fuzz/NAME); a crasher is

@@ -349,17 +349,18 @@ func (c *RabbitMQCluster) NodeStatus(ctx context.Context, e *Env) []NodeStatus {
 	return out
 }
 
-// Leaders implements Cluster: the nodes leading the queues whose names
-// start with resource (the driver's "<topic>." shard queues and its
-// "<topic>.dlq"), the node leading the most first.
+// Leaders implements Cluster: the nodes leading the queues of topic
+// resource (the driver's shard queues "<topic>.N" and its "<topic>.dlq"),
+// the node leading the most first.
 func (c *RabbitMQCluster) Leaders(ctx context.Context, e *Env, resource string) ([]Node, error) {
 	qs, err := c.queues(ctx, e)
 	if err != nil {
 		return nil, err
 	}
 	led := map[string]int{}
+	prefix := strings.TrimSuffix(resource, ".") + "."
 	for _, q := range qs {
-		if strings.HasPrefix(q.Name, resource) && q.Leader != "" {
+		if (q.Name == resource || strings.HasPrefix(q.Name, prefix)) && q.Leader != "" {
 			led[q.Leader]++
 		}
 	}

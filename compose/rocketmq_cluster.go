@@ -476,13 +476,18 @@ func (c *RocketMQBrokerGroup) WeakSetting() Weakness {
 // set to zero bytes per second at run time (UPDATE_BROKER_CONFIG:
 // haFlowControlEnable, maxHaTransferByteInSecond): the slaves stay
 // connected and in the SyncStateSet for haMaxTimeSlaveNotCatchup (15 s)
-// while they receive nothing. resume lifts it (a killed master restarts
-// from its configuration file, which the stack rewrites without it).
+// while they receive nothing. A RocketMQ master also serves what it
+// stored to consumers at once, so a consumer that keeps up would read
+// what the slaves lack before it is lost (measured: none of 1,000 such
+// messages went missing from the consumer's view): the master is made
+// write-only meanwhile (brokerPermission=2), as a consumer backlog would
+// hold them back. resume lifts both (a killed master restarts from its
+// configuration file, which the stack rewrites without them).
 func (c *RocketMQBrokerGroup) Detach(ctx context.Context, e *Env, leader Node) (func(context.Context) error, error) {
 	set := func(ctx context.Context, on bool) error {
-		kv := map[string]string{"haFlowControlEnable": "false", "maxHaTransferByteInSecond": "104857600"}
+		kv := map[string]string{"haFlowControlEnable": "false", "maxHaTransferByteInSecond": "104857600", "brokerPermission": "6"}
 		if on {
-			kv = map[string]string{"maxHaTransferByteInSecond": "0", "haFlowControlEnable": "true"}
+			kv = map[string]string{"maxHaTransferByteInSecond": "0", "haFlowControlEnable": "true", "brokerPermission": "2"}
 		}
 		return rocketmqbroker.UpdateBrokerConfig(ctx, leader.Addr, kv)
 	}

@@ -51,6 +51,18 @@ func (b *Broker) Durability(ctx context.Context, topic string) (map[string]strin
 	if b.queueType == QueueQuorum && b.quorumSize == 0 {
 		out["quorum members"] = "the cluster's default (quorum_cluster_size, 3 unless configured, capped at the cluster's nodes): not readable over AMQP 0-9-1"
 	}
+	switch {
+	case b.queueType == QueueClassic:
+		out[brokers.ReplicatedKey] = "no: a classic queue is on one node"
+	case b.quorumSize >= 2:
+		out[brokers.ReplicatedKey] = fmt.Sprintf("yes: a quorum queue of %d members confirms once %d of them have the message", b.quorumSize, b.quorumSize/2+1)
+	case b.quorumSize == 1:
+		out[brokers.ReplicatedKey] = "no: quorum queues of one member"
+	case len(b.urls) == 1:
+		out[brokers.ReplicatedKey] = "no: one node given (rabbitmq.url), so its quorum queues have that one member unless the URL leads to a cluster (set rabbitmq.quorum-size to declare and verify the members)"
+	default:
+		out[brokers.ReplicatedKey] = "yes: quorum queues of the cluster's default size (3, capped at its nodes) confirm once a majority has the message"
+	}
 	conn, err := b.connection()
 	if err != nil {
 		return out, err

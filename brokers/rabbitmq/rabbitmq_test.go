@@ -320,7 +320,7 @@ func TestReplicatedDurability(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	m := brokertest.Durability(t, b, "queue type", "quorum members", "nodes", "replication")
-	if !strings.HasPrefix(m["quorum members"], "3 (verified") || !strings.Contains(m["nodes"], "3 given") || !strings.Contains(m["nodes"], "3 answering") {
+	if !strings.HasPrefix(m["quorum members"], "3 (verified") || !strings.Contains(m["nodes"], "3 given") || !strings.Contains(m["nodes"], "3 answering") || !strings.HasPrefix(m[brokers.ReplicatedKey], "yes") {
 		t.Errorf("want 3 verified quorum members and 3 nodes answering: %v", m)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/inboxbench/inboxbench/brokers"
@@ -73,8 +74,13 @@ func (b *Broker) Durability(ctx context.Context, _ string) (map[string]string, e
 	default:
 		out[brokers.FsyncKey] = "unknown: flushDiskType=" + cfg["flushDiskType"]
 	}
-	if cfg["enableControllerMode"] == "true" {
+	switch {
+	case cfg["enableControllerMode"] == "true":
 		b.replication(ctx, cfg, out)
+	case cfg["brokerRole"] == "SYNC_MASTER":
+		out[brokers.ReplicatedKey] = "yes: brokerRole=SYNC_MASTER answers a send once a slave has it"
+	default:
+		out[brokers.ReplicatedKey] = "no: brokerRole=" + cfg["brokerRole"] + ", the master alone answers a send"
 	}
 	return out, nil
 }
@@ -109,5 +115,16 @@ func (b *Broker) replication(ctx context.Context, cfg, out map[string]string) {
 		out["replication"] = "a send is answered once every replica of the SyncStateSet has it (at least minInSyncReplicas=" + cfg["minInSyncReplicas"] + "); the controller elects the next master from the set"
 	} else {
 		out["replication"] = "a send is answered once inSyncReplicas=" + cfg["inSyncReplicas"] + " replicas have it (allAckInSyncStateSet=false): a master switch can lose what the new master had not copied"
+	}
+	min, _ := strconv.Atoi(cfg["minInSyncReplicas"])
+	switch {
+	case cfg["allAckInSyncStateSet"] != "true" && cfg["inSyncReplicas"] == "1":
+		out[brokers.ReplicatedKey] = "no: allAckInSyncStateSet=false and inSyncReplicas=1, the master alone answers a send"
+	case cfg["allAckInSyncStateSet"] != "true":
+		out[brokers.ReplicatedKey] = "yes: inSyncReplicas=" + cfg["inSyncReplicas"] + " replicas have a send before it is answered"
+	case min < 2:
+		out[brokers.ReplicatedKey] = "no: allAckInSyncStateSet=true, but minInSyncReplicas=" + cfg["minInSyncReplicas"] + " lets the master alone answer once the SyncStateSet shrinks to it"
+	default:
+		out[brokers.ReplicatedKey] = "yes: every replica of the SyncStateSet has a send before it is answered, at least minInSyncReplicas=" + cfg["minInSyncReplicas"]
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/brokertest"
 	"github.com/inboxbench/inboxbench/brokers/rocketmq"
 )
@@ -67,7 +68,7 @@ func TestReplicatedDurability(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	m := brokertest.Durability(t, b, "allAckInSyncStateSet", "minInSyncReplicas", "in-sync replicas", "replicas", "replication")
-	if m["allAckInSyncStateSet"] != "true" || m["minInSyncReplicas"] != "2" || !strings.HasPrefix(m["in-sync replicas"], "3 ") {
+	if m["allAckInSyncStateSet"] != "true" || m["minInSyncReplicas"] != "2" || !strings.HasPrefix(m["in-sync replicas"], "3 ") || !strings.HasPrefix(m[brokers.ReplicatedKey], "yes") {
 		t.Errorf("want allAckInSyncStateSet=true, minInSyncReplicas=2 and 3 in-sync replicas: %v", m)
 	}
 }
