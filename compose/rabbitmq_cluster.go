@@ -51,6 +51,7 @@ var (
 	_ Stopper         = (*RabbitMQCluster)(nil)
 	_ FailureDetector = (*RabbitMQCluster)(nil)
 	_ Weakener        = (*RabbitMQCluster)(nil)
+	_ NodeStopper     = (*RabbitMQCluster)(nil)
 )
 
 // rabbitClusterPorts are the nodes' AMQP ports; each node's distribution
@@ -424,6 +425,18 @@ func (c *RabbitMQCluster) StartNode(ctx context.Context, e *Env, name string) er
 				return ctx.Err()
 			case <-time.After(time.Second):
 			}
+		}
+	}
+	return fmt.Errorf("rabbitmq: no node %q: the nodes are %s", name, strings.Join(c.nodeNames(e), ", "))
+}
+
+// StopNode implements NodeStopper: rabbitmqctl stop (the node hands its
+// quorum queues' leadership over and flushes their state), then whatever
+// is left is killed.
+func (c *RabbitMQCluster) StopNode(ctx context.Context, e *Env, name string) error {
+	for _, n := range c.nodes(e) {
+		if n.label == name {
+			return n.stop(ctx, n.label)
 		}
 	}
 	return fmt.Errorf("rabbitmq: no node %q: the nodes are %s", name, strings.Join(c.nodeNames(e), ", "))
