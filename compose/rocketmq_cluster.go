@@ -205,6 +205,13 @@ func (c *RocketMQBrokerGroup) Start(ctx context.Context, e *Env) error {
 		if err := c.startBroker(java, e, b); err != nil {
 			return err
 		}
+		// A broker still running keeps what a control changed at run
+		// time: set the stack's settings back.
+		if _, err := rocketmqbroker.BrokerVersion(ctx, b.addr()); err == nil {
+			if err := rocketmqbroker.UpdateBrokerConfig(ctx, b.addr(), rocketmqSafe); err != nil {
+				return fmt.Errorf("%s: %w", b.name, err)
+			}
+		}
 	}
 	return nil
 }
@@ -289,8 +296,30 @@ func (c *RocketMQBrokerGroup) Ready(ctx context.Context, e *Env) (string, error)
 			return "", err
 		}
 		version = v
+		if err := safe(ctx, addr); err != nil {
+			return "", err
+		}
 	}
 	return fmt.Sprintf("RocketMQ %s, controller mode, %d brokers in sync", version, len(sync.InSync)), nil
+}
+
+// rocketmqSafe are the settings the failover controls change at run time
+// (WeakSetting, Detach), as the stack starts the brokers with them.
+var rocketmqSafe = map[string]string{"allAckInSyncStateSet": "true", "brokerPermission": "6", "haFlowControlEnable": "false"}
+
+// safe says which setting of the broker at addr a control left changed
+// (its restore failed, or the run was interrupted).
+func safe(ctx context.Context, addr string) error {
+	cfg, err := rocketmqbroker.BrokerConfig(ctx, addr)
+	if err != nil {
+		return err
+	}
+	for k, v := range rocketmqSafe {
+		if cfg[k] != v {
+			return fmt.Errorf("rocketmq broker %s runs with %s=%s, not %s (a failover control's change left behind): `bench stack up --topology replicated rocketmq` sets it back", addr, k, cfg[k], v)
+		}
+	}
+	return nil
 }
 
 // Stop stops the brokers, then the name server.
@@ -461,10 +490,11 @@ func (c *RocketMQBrokerGroup) WeakSetting() Weakness {
 				}
 				return errors.Join(errs...)
 			}
+			restore := func(ctx context.Context) error { return set(ctx, "true") }
 			if err := set(ctx, "false"); err != nil {
-				return nil, err
+				return restore, err // undo it where it took
 			}
-			return func(ctx context.Context) error { return set(ctx, "true") }, nil
+			return restore, nil
 		}}
 }
 
@@ -496,10 +526,19 @@ func (c *RocketMQBrokerGroup) Detach(ctx context.Context, e *Env, leader Node) (
 		if !leader.Proc.Running() {
 			return nil // killed: nothing to lift
 		}
-		if err := set(ctx, false); err != nil && leader.Proc.Running() {
-			return err
+		err := set(ctx, false)
+		if err == nil {
+			return nil
 		}
-		return nil // it died meanwhile
+		// A master killed a moment ago still runs while it dies: its
+		// refusal is not an error once it is gone.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			if !leader.Proc.Running() {
+				return nil
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return err
 	}
 	return resume, set(ctx, true)
 }

@@ -417,16 +417,18 @@ func Weaken(t *testing.T, cfg config.Config, e *compose.Env, c compose.Cluster) 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		restore, err := weak.Apply(ctx, e)
+		if restore != nil {
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := restore(ctx); err != nil {
+					t.Errorf("%s: undo %s: %v", c.Name(), weak.Name, err)
+				}
+			})
+		}
 		if err != nil {
 			t.Fatalf("%s: apply %s: %v", c.Name(), weak.Name, err)
 		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := restore(ctx); err != nil {
-				t.Errorf("%s: undo %s: %v", c.Name(), weak.Name, err)
-			}
-		})
 	}
 	return cfg, weak.Name
 }
