@@ -352,6 +352,13 @@ func (cc *confirmChan) settle(e *entry, acked bool) {
 		err = fmt.Errorf("rabbitmq: publish %s to %s: the channel closed before the broker confirmed the message (connection lost?)", e.id, topic)
 	default:
 		err = fmt.Errorf("rabbitmq: publish %s to %s: broker nacked the message", e.id, topic)
+		// A quorum queue nacks what it could not enqueue while its
+		// leader was lost; the channel's view of the queue may stay
+		// behind the new leader (measured: a channel went on being
+		// nacked for seconds while a new one was confirmed), so the
+		// next message of the queue opens a channel afresh.
+		cc.retire()
+		go cc.ch.Close() //nolint:errcheck // see queuePub.close
 	}
 	e.p.Settle(e.i, err)
 	<-cc.q.window
