@@ -18,13 +18,22 @@ LIB_CONSUMER_TESTS = LibConsumer
 SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns|StackRestartsBackToBack
 # Tests named Replicated need the replicated stack (three Kafka nodes, a
 # PostgreSQL primary and its synchronous standby) and kill its nodes: they
-# run last, in test-replicated, which starts that stack and stops it after.
+# run in test-replicated, which starts that stack and stops it after.
 REPLICATED_TESTS = Replicated
 REPLICATED_PKGS = ./compose ./failover ./conform
 STACK_CYCLES ?= 3
 TEST_TIMEOUT ?= 30m
+# Tests of what the secure stack's servers refuse (TestSecure…) run in the
+# secure stage only, against `bench stack up --secure`.
+SECURE_TESTS = TestSecure
+# The secret search (every process's command line sampled while bench
+# run, conform, calibrate, calibrate-db, report and publish run against the
+# secure stack, then every file they wrote) and the vendor tools' server
+# verification run after the other secure tests, alone: the search would
+# see their processes, and the JVM tools time out on a host they saturate.
+SECRETS_TESTS = TestSecureNoSecretAnywhere|TestSecureVendorToolsVerifyTheServer
 
-.PHONY: all build bench test test-deps test-replicated test-replicated-brokers fmt-check vet fuzz stack-up stack-down stack-status clean
+.PHONY: all build bench test test-deps test-secure test-replicated test-replicated-brokers fmt-check vet fuzz stack-up stack-down stack-status clean
 
 all: build
 
@@ -71,21 +80,49 @@ vet:
 
 # Unit and integration tests against the real services started by stack-up.
 test: fmt-check vet test-deps stack-up
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(LIB_CONSUMER_TESTS)|$(SOLO_TESTS)|$(REPLICATED_TESTS)' $(RACE_PKGS)
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -skip '$(LIB_CONSUMER_TESTS)|$(SOLO_TESTS)|$(SECURE_TESTS)|$(REPLICATED_TESTS)' $(RACE_PKGS)
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(LIB_CONSUMER_TESTS)' $(RACE_PKGS)
 	INBOXBENCH_TEST_STACK_CYCLES=$(STACK_CYCLES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SOLO_TESTS)' $(RACE_PKGS)
+	@$(MAKE) --no-print-directory test-secure
 	@$(MAKE) --no-print-directory test-replicated
 	@$(MAKE) --no-print-directory test-replicated-brokers
 	@$(MAKE) --no-print-directory fuzz
 
+# The secure stage (docs/testing.md): the secure stack beside the plain
+# one (TLS and authentication on every service, its own ports and
+# directory), the drivers' conformance suites and the refusals over TLS
+# with authentication, pgbench over TLS (calibrate-db's twins), the
+# PostgreSQL inbox over TLS with verify-full
+# (INBOXBENCH_SECURE points the tests at it through compose.ApplyVariant;
+# without -race, which the main stage runs them under: 32 goroutines of
+# its stress test under the race detector and TLS starve a shared 2-core
+# host into lock timeouts), a smoke run and a short conform; the secure
+# stack is stopped whatever failed. About 8 minutes on the 2-core target.
+SECURE_OUT ?= results
+test-secure: build
+	@status=0; \
+	$(BENCH) stack up --secure || status=1; \
+	if [ $$status = 0 ]; then \
+	  INBOXBENCH_SECURE=true $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run 'TestConformance$$|TestLargestWorkloadMessage|TestDurability$$|TestTwinsRunAsTheStrategies|$(SECURE_TESTS)' \
+	    -skip '$(SECRETS_TESTS)' ./brokers/rabbitmq ./brokers/kafka ./brokers/rocketmq ./compose ./cmd/bench ./dbcalib || status=1; \
+	  INBOXBENCH_SECURE=true $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./inbox || status=1; \
+	  $(BENCH) run --secure --brokers none,rabbitmq,kafka,rocketmq --workload smoke --out $(SECURE_OUT) || status=1; \
+	  $(BENCH) conform --secure --brokers rabbitmq,kafka,rocketmq --scenarios duplicate,consumer-crash --strategies tx --out $(SECURE_OUT) || status=1; \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SECRETS_TESTS)' ./calibrate ./cmd/bench || status=1; \
+	fi; \
+	$(BENCH) stack down --secure || status=1; \
+	exit $$status
+
 # One short failover per family on the replicated stack (docs/testing.md):
 # it is started here and stopped after, pass or fail, so the two cores are
-# back to the plain stack's tests; a node that does not answer fails the
-# tests by name.
+# back to the other stages; a node that does not answer fails the tests by
+# name. About 5 minutes on the 2-core target.
 test-replicated: build
-	$(BENCH) stack up --topology replicated kafka postgres
 	@status=0; \
-	$(GO) test -count=1 -timeout 20m -p 1 -run '$(REPLICATED_TESTS)' $(REPLICATED_PKGS) || status=$$?; \
+	$(BENCH) stack up --topology replicated kafka postgres || status=$$?; \
+	if [ $$status = 0 ]; then \
+	  $(GO) test -count=1 -timeout 20m -p 1 -run '$(REPLICATED_TESTS)' $(REPLICATED_PKGS) || status=$$?; \
+	fi; \
 	$(BENCH) stack down --topology replicated || status=$$?; \
 	exit $$status
 

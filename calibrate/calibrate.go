@@ -140,11 +140,15 @@ func (o *Options) Validate() error {
 type runner struct {
 	Options
 	java, classpath, logDir string
+	// privDir holds the files with secrets the vendor tools read
+	// (secure.go); secrets are the passwords the runner made for them.
+	privDir string
+	secrets []string
 }
 
 func (r *runner) say(format string, a ...any) {
 	if r.Progress != nil {
-		fmt.Fprintf(r.Progress, format+"\n", a...)
+		fmt.Fprintln(r.Progress, r.redact(fmt.Sprintf(format, a...)))
 	}
 }
 
@@ -190,6 +194,7 @@ func Run(ctx context.Context, o Options) (*results.Calibration, error) {
 // every second one.
 func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibration {
 	v, _ := vendorFor(name)
+	defer r.removePrivate()
 	row := results.BrokerCalibration{Broker: name, Server: serverVersion(ctx, r.Stack, name), Notes: shapeNotes(v, r.Shape)}
 	row.Vendor.Tool = v.tool()
 	row.Driver.Tool = driverTool(name)
@@ -197,7 +202,7 @@ func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibrat
 	r.say("%-9s fetching %s (cached under %s)", name, strings.Join(coords, ", "), r.Stack.Path("calibrate", name))
 	cp, err := compose.FetchJavaTool(ctx, r.Stack, "calibrate/"+name, "calibrate-"+name, version, coords...)
 	if err != nil {
-		row.Error = err.Error()
+		row.Error = r.redact(err.Error())
 		return row
 	}
 	r.classpath = cp
@@ -225,7 +230,7 @@ func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibrat
 		}
 		for _, side := range sides {
 			if err := side(); err != nil && one.Error == "" {
-				one.Error = err.Error()
+				one.Error = r.redact(err.Error())
 			}
 		}
 		one.Ratios()

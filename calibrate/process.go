@@ -21,6 +21,7 @@ import (
 type toolRun struct {
 	name    string   // for errors and the log file: "kafka-producer"
 	args    []string // java arguments after the launcher
+	env     []string // NAME=value beside this process's environment
 	timeout time.Duration
 	// until is called with every stdout line; true stops the tool. A tool
 	// with one runs until killed: being stopped, by until or the timeout,
@@ -28,29 +29,52 @@ type toolRun struct {
 	until func(line string) bool
 }
 
-// runTool starts java with r.args, tees stdout and stderr to
+// runTool starts java with t.args and t.env, tees stdout and stderr to
 // <logDir>/<name>.log, and returns stdout.
-func runTool(ctx context.Context, java, logDir string, r toolRun) (string, error) {
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
+//
+// No secret is on the tool's command line, which `ps` shows to every
+// user of the host: the arguments (an access key's secret, a key store's
+// password) are in an argument file of mode 0600 in r's private
+// directory, which the java launcher reads (java @file), and the process
+// is `java @file`. The log (mode 0600, in a directory of mode 0700)
+// starts with the command line and holds the tool's output, both with
+// every secret masked, and so does the error that quotes its tail.
+func (r *runner) runTool(ctx context.Context, t toolRun) (string, error) {
+	if err := privateDir(r.logDir); err != nil {
 		return "", err
 	}
-	logPath := filepath.Join(logDir, r.name+".log")
-	logf, err := os.Create(logPath)
+	logPath := filepath.Join(r.logDir, t.name+".log")
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return "", err
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "$ %s %s\n", java, strings.Join(r.args, " "))
-	cmd := exec.Command(java, r.args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := logf.Chmod(0o600); err != nil { // a log an older version wrote 0644
+		return "", err
+	}
+	argfile, err := r.argfile(t.name, t.args)
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(argfile)
 	var logMu sync.Mutex
-	cmd.Stderr = lockedWriter{&logMu, logf}
+	logLine := func(line string) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		fmt.Fprintln(logf, r.redact(line))
+	}
+	logLine("$ " + strings.Join(r.redactArgs(append(append(envPrefix(t.env), r.java), t.args...)), " "))
+	cmd := exec.Command(r.java, "@"+argfile)
+	cmd.Env = append(os.Environ(), t.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stderr := &lineWriter{line: logLine}
+	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", err
 	}
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("%s: start %s: %w", r.name, java, err)
+		return "", fmt.Errorf("%s: start %s: %w", t.name, r.java, err)
 	}
 	var (
 		out     strings.Builder
@@ -67,7 +91,7 @@ func runTool(ctx context.Context, java, logDir string, r toolRun) (string, error
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		time.AfterFunc(5*time.Second, func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	}
-	timer := time.AfterFunc(r.timeout, stop)
+	timer := time.AfterFunc(t.timeout, stop)
 	defer timer.Stop()
 	cancelStop := context.AfterFunc(ctx, stop)
 	defer cancelStop()
@@ -78,44 +102,75 @@ func runTool(ctx context.Context, java, logDir string, r toolRun) (string, error
 		line := sc.Text()
 		out.WriteString(line)
 		out.WriteByte('\n')
-		logMu.Lock()
-		fmt.Fprintln(logf, line)
-		logMu.Unlock()
-		if r.until != nil && r.until(line) {
+		logLine(line)
+		if t.until != nil && t.until(line) {
 			stop()
 		}
 	}
 	_, _ = io.Copy(io.Discard, stdout)
 	werr := cmd.Wait()
+	stderr.flush()
 	stopMu.Lock()
 	wasStopped := stopped
 	stopMu.Unlock()
 	switch {
 	case ctx.Err() != nil:
 		return out.String(), ctx.Err()
-	case wasStopped && r.until == nil:
-		return out.String(), fmt.Errorf("%s: still running after %s: stopped (log: %s)", r.name, r.timeout, logPath)
+	case wasStopped && t.until == nil:
+		return out.String(), fmt.Errorf("%s: still running after %s: stopped (log: %s)", t.name, t.timeout, logPath)
 	case wasStopped:
 		return out.String(), nil
 	case werr != nil:
 		var ee *exec.ExitError
 		if errors.As(werr, &ee) {
-			return out.String(), fmt.Errorf("%s exited with %v; last lines of %s:\n%s", r.name, werr, logPath, tail(logPath, 8))
+			return out.String(), fmt.Errorf("%s exited with %v; last lines of %s:\n%s", t.name, werr, logPath, r.redact(tail(logPath, 8)))
 		}
 		return out.String(), werr
 	}
 	return out.String(), nil
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+// privateDir makes dir (and its parents) and leaves it readable by this
+// user only.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
 }
 
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+// envPrefix is env as the leading NAME=value words of a shell command.
+func envPrefix(env []string) []string { return append([]string(nil), env...) }
+
+// lineWriter hands what is written to it to line, a line at a time, so
+// that a secret is never split between two writes.
+type lineWriter struct {
+	mu   sync.Mutex
+	buf  []byte
+	line func(string)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.line(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+}
+
+func (w *lineWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		w.line(string(w.buf))
+		w.buf = nil
+	}
 }
 
 func tail(path string, n int) string {

@@ -2,10 +2,10 @@ package calibrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
@@ -64,13 +64,14 @@ func (r *runner) atRates(ctx context.Context, name string, v vendor) []results.R
 				f, cmd, err := st.run(ctx)
 				f.First = k == 0
 				if err != nil {
+					err = errors.New(r.redact(err.Error()))
 					f.Error = err.Error()
 					if rc.Error == "" {
 						rc.Error = err.Error()
 					}
 				}
 				if len(cmd) > 0 && len(st.side.Command) == 0 {
-					st.side.Command = redactArgs(cmd)
+					st.side.Command = r.redactArgs(cmd)
 				}
 				st.side.Rounds = append(st.side.Rounds, f)
 				r.say("%-9s %s at %s msgs/s: achieved %s, publish p50 %s p99 %s, e2e p50 %s p99 %s%s", name, sideName(st.side == &rc.Vendor),
@@ -205,11 +206,11 @@ func (kafkaVendor) atRate(ctx context.Context, r *runner, topic string, rate flo
 		return results.RateFigures{}, nil, err
 	}
 	n := int64(math.Ceil(rate * r.Duration.Seconds()))
-	cmd := r.javaCmd("org.apache.kafka.tools.ProducerPerformance",
-		"--topic", topic, "--num-records", strconv.FormatInt(n, 10), "--record-size", strconv.Itoa(kafkadriver.RecordBytes(m)),
-		"--throughput", strconv.FormatFloat(rate, 'f', -1, 64),
-		"--producer-props", "bootstrap.servers="+strings.Join(r.Cfg.List(kafkadriver.SettingBrokers), ","), "acks=all", "linger.ms=0")
-	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "kafka-producer-rate", args: cmd[1:], timeout: r.Duration + toolSlack})
+	cmd, err := r.kafkaProducerCmd(topic, n, kafkadriver.RecordBytes(m), strconv.FormatFloat(rate, 'f', -1, 64), "acks=all", "linger.ms=0")
+	if err != nil {
+		return results.RateFigures{}, nil, err
+	}
+	out, err := r.runTool(ctx, toolRun{name: "kafka-producer-rate", args: cmd[1:], timeout: r.Duration + toolSlack})
 	if err != nil {
 		return results.RateFigures{}, cmd, err
 	}
@@ -240,14 +241,17 @@ func (rabbitVendor) atRate(ctx context.Context, r *runner, topic string, rate fl
 	pch := (s.Shards + s.Producers - 1) / s.Producers
 	cch := (s.Shards + s.Consumers - 1) / s.Consumers
 	perChannel := rate / float64(s.Producers*pch)
-	args := []string{"--uri", r.perfTestURI(), "--producers", strconv.Itoa(s.Producers), "--producer-channel-count", strconv.Itoa(pch),
+	args := []string{"--producers", strconv.Itoa(s.Producers), "--producer-channel-count", strconv.Itoa(pch),
 		"--consumers", strconv.Itoa(s.Consumers), "--consumer-channel-count", strconv.Itoa(cch), "--qos", strconv.Itoa(s.Prefetch),
 		"--rate", strconv.FormatFloat(perChannel, 'f', -1, 64), "--confirm", strconv.Itoa(s.Batch),
 		"--size", strconv.Itoa(s.MessageSize), "--flag", "persistent",
 		"--time", strconv.Itoa(int(math.Ceil(r.Duration.Seconds()))), "--id", "calibrate-rate",
 		"--message-properties", perfTestProperties(m, time.Now())}
-	cmd := r.javaCmd("com.rabbitmq.perf.PerfTest", append(args, r.perfTestQueues(topic)...)...)
-	out, err := runTool(ctx, r.java, r.logDir, toolRun{name: "rabbitmq-perftest-rate", args: cmd[1:], timeout: r.Duration + toolSlack})
+	cmd, env, err := r.perfTestCmd(append(args, r.perfTestQueues(topic)...)...)
+	if err != nil {
+		return results.RateFigures{}, nil, err
+	}
+	out, err := r.runTool(ctx, toolRun{name: "rabbitmq-perftest-rate", args: cmd[1:], env: env, timeout: r.Duration + toolSlack})
 	if err != nil {
 		return results.RateFigures{}, cmd, err
 	}

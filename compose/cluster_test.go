@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	kafkabroker "github.com/inboxbench/inboxbench/brokers/kafka"
-	"github.com/inboxbench/inboxbench/internal/testenv"
+	"github.com/inboxbench/inboxbench/internal/testenv/core"
 )
 
 // replicatedEnv is the Env of the replicated stack the tests' stack
@@ -22,12 +22,14 @@ import (
 // Replicated, which run apart).
 func replicatedEnv(t *testing.T, services ...string) *Env {
 	t.Helper()
-	cfg, err := ApplyVariant(testenv.Config(t).With(SettingTopology, TopologyReplicated))
+	c := core.Config(t)
+	dir := core.StackDir(t, c)
+	cfg, err := ApplyVariant(c.With("stack.dir", dir).With(SettingTopology, TopologyReplicated))
 	if err != nil {
 		t.Fatalf("the replicated stack's endpoints: %v", err)
 	}
-	testenv.RequireIn(t, cfg, "bench stack up --topology replicated", services...)
-	return &Env{Dir: testenv.StackDir(t, cfg), Variant: VariantReplicated, Cfg: cfg, Out: testWriter{t}}
+	core.Reachable(t, cfg, VariantFlag(VariantReplicated), services...)
+	return &Env{Dir: dir, Variant: VariantReplicated, Cfg: cfg, Out: testWriter{t}}
 }
 
 // TestReplicatedKafkaCluster: the three nodes are healthy with one quorum
@@ -35,7 +37,7 @@ func replicatedEnv(t *testing.T, services ...string) *Env {
 // created with the broker's default replication factor lives on all three
 // nodes with min.insync.replicas 2 — the settings failover relies on.
 func TestReplicatedKafkaCluster(t *testing.T) {
-	e := replicatedEnv(t, testenv.Kafka)
+	e := replicatedEnv(t, core.Kafka)
 	k := &KafkaCluster{}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -109,7 +111,7 @@ func TestReplicatedKafkaCluster(t *testing.T) {
 // synchronous standby waits for its flush; it is read there once
 // replayed).
 func TestReplicatedPostgresCluster(t *testing.T) {
-	e := replicatedEnv(t, testenv.Postgres)
+	e := replicatedEnv(t, core.Postgres)
 	c := &PostgresCluster{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/config"
-	"github.com/inboxbench/inboxbench/internal/testenv"
+	testenv "github.com/inboxbench/inboxbench/internal/testenv/core"
 	"github.com/inboxbench/inboxbench/results"
 )
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -81,4 +82,24 @@ func javaPackages() []Package {
 		}},
 		{Deb: "maven", Found: func() bool { _, err := exec.LookPath("mvn"); return err == nil }},
 	}
+}
+
+// WriteJavaArgFile writes args as an argument file of the java launcher
+// (JDK 9+: `java @path`), mode 0600: one argument a line, quoted, so
+// spaces, quotes and backslashes survive. A JVM started as `java @path`
+// shows only that on its command line, which `ps` shows to every user of
+// the host, so an argument holding a secret (a password a tool takes only
+// as an argument) stays in the file.
+func WriteJavaArgFile(path string, args []string) error {
+	return os.WriteFile(path, []byte(JavaArgFileText(args)), 0o600)
+}
+
+// JavaArgFileText is the text WriteJavaArgFile writes.
+func JavaArgFileText(args []string) string {
+	var b strings.Builder
+	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`)
+	for _, a := range args {
+		b.WriteString(`"` + esc.Replace(a) + `"` + "\n")
+	}
+	return b.String()
 }

@@ -56,7 +56,38 @@ const (
 var kafkaHeap = []string{"-Xms256m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m"}
 
 // Kafka is the native single-node KRaft Kafka of the local stack.
-type Kafka struct{}
+type Kafka struct {
+	// inst is the node this service runs; nil: the plain stack's
+	// (plainKafka). The secure variant's is in secure_kafka.go.
+	inst *kafkaInstance
+}
+
+// kafkaInstance is what differs between the stacks' Kafka nodes.
+type kafkaInstance struct {
+	broker     string // the client listener when the configuration names none on loopback
+	controller string
+	// listeners is server.properties' listener section for the client
+	// listener addr; format adds arguments to the storage format (SCRAM
+	// users), into a file the JVM reads, so none is on a command line.
+	listeners func(e *Env, addr string) (string, error)
+	format    func(e *Env) ([]string, error)
+}
+
+var plainKafka = &kafkaInstance{broker: kafkabroker.DefaultBrokers, controller: KafkaControllerAddr,
+	listeners: func(_ *Env, addr string) (string, error) {
+		return "listeners=PLAINTEXT://" + addr + ",CONTROLLER://" + KafkaControllerAddr + "\n" +
+			"advertised.listeners=PLAINTEXT://" + addr + "\n" +
+			"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n" +
+			"controller.listener.names=CONTROLLER\n" +
+			"inter.broker.listener.name=PLAINTEXT", nil
+	}}
+
+func (k *Kafka) instance() *kafkaInstance {
+	if k.inst == nil {
+		return plainKafka
+	}
+	return k.inst
+}
 
 var _ Service = (*Kafka)(nil)
 
@@ -113,9 +144,9 @@ func (*Kafka) durabilitySettings(profile string) string {
 }
 
 // Ports implements Porter: the broker and the KRaft controller listeners.
-func (*Kafka) Ports(e *Env) []Port {
+func (k *Kafka) Ports(e *Env) []Port {
 	var out []Port
-	for _, a := range []string{kafkaBrokerAddr(e), KafkaControllerAddr} {
+	for _, a := range []string{k.brokerAddr(e), k.instance().controller} {
 		if _, p, err := net.SplitHostPort(a); err == nil {
 			n, _ := strconv.Atoi(p)
 			out = append(out, Port{Port: n, What: "Kafka"})
@@ -128,10 +159,10 @@ func (k *Kafka) Logs(e *Env) []string {
 	return []string{k.proc(e).LogFile, e.Path("kafka", "logs", "server.log"), e.Path("kafka", "logs", "controller.log"), e.Path("logs", "kafka-format.log")}
 }
 
-// kafkaBrokerAddr is the listener the native broker binds: the first
-// configured seed when it is a loopback address, else the default.
-func kafkaBrokerAddr(e *Env) string {
-	return loopbackOr(e.Cfg.List(kafkabroker.SettingBrokers), kafkabroker.DefaultBrokers)
+// brokerAddr is the listener the native broker binds: the first
+// configured seed when it is a loopback address, else the instance's.
+func (k *Kafka) brokerAddr(e *Env) string {
+	return loopbackOr(e.Cfg.List(kafkabroker.SettingBrokers), k.instance().broker)
 }
 
 // kafkaCommand is the broker's JVM command line.
@@ -152,12 +183,17 @@ func (k *Kafka) command(java string, e *Env) *exec.Cmd {
 	return cmd
 }
 
-// writeConfig renders server.properties and log4j2.xml.
-func (*Kafka) writeConfig(e *Env) error {
+// writeConfig renders server.properties (0600: a secure node's holds
+// its own login) and log4j2.xml.
+func (k *Kafka) writeConfig(e *Env) error {
 	dir := e.Path("kafka")
+	listeners, err := k.instance().listeners(e, k.brokerAddr(e))
+	if err != nil {
+		return err
+	}
 	data := map[string]string{
-		"BrokerAddr":         kafkaBrokerAddr(e),
-		"ControllerAddr":     KafkaControllerAddr,
+		"Listeners":          listeners,
+		"ControllerAddr":     k.instance().controller,
 		"DataDir":            filepath.Join(dir, "data"),
 		"DurabilitySettings": "",
 	}
@@ -167,6 +203,9 @@ func (*Kafka) writeConfig(e *Env) error {
 			"# on replication, which a single node does not have).\nlog.flush.interval.messages=1"
 	}
 	if err := writeTemplate(filepath.Join(dir, "config", "server.properties"), "kafka-server.properties", data); err != nil {
+		return err
+	}
+	if err := os.Chmod(filepath.Join(dir, "config", "server.properties"), 0o600); err != nil {
 		return err
 	}
 	if err := writeTemplate(filepath.Join(dir, "config", "log4j2.xml"), "kafka-log4j2.xml", map[string]string{}); err != nil {
@@ -191,14 +230,30 @@ func (k *Kafka) Start(ctx context.Context, e *Env) error {
 	if _, err := os.Stat(filepath.Join(dir, "data", "meta.properties")); errors.Is(err, os.ErrNotExist) {
 		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(fctx, java, "-Xmx256m",
-			"-Dlog4j2.configurationFile="+filepath.Join(dir, "config", "log4j2.xml"),
-			"-Dkafka.logs.dir="+filepath.Join(dir, "logs"),
+		args := []string{"-Xmx256m",
+			"-Dlog4j2.configurationFile=" + filepath.Join(dir, "config", "log4j2.xml"),
+			"-Dkafka.logs.dir=" + filepath.Join(dir, "logs"),
 			"-cp", classpath(filepath.Join(dir, "lib")),
 			"kafka.tools.StorageTool", "format",
 			"--cluster-id", kafkaClusterID,
 			"--config", filepath.Join(dir, "config", "server.properties"),
-			"--ignore-formatted")
+			"--ignore-formatted"}
+		if f := k.instance().format; f != nil {
+			more, err := f(e)
+			if err != nil {
+				return fmt.Errorf("kafka: format storage: %w", err)
+			}
+			args = append(args, more...)
+		}
+		// The arguments go in a file the launcher reads (@argfile, 0600,
+		// removed after): a SCRAM user's password must not be on a
+		// command line, where every user of the host can read it.
+		argfile := filepath.Join(dir, "config", "format.args")
+		if err := WriteJavaArgFile(argfile, args); err != nil {
+			return fmt.Errorf("kafka: format storage: %w", err)
+		}
+		defer os.Remove(argfile)
+		cmd := exec.CommandContext(fctx, java, "@"+argfile)
 		cmd.Dir = dir
 		if err := RunLogged(fctx, e.Path("logs", "kafka-format.log"), cmd); err != nil {
 			return fmt.Errorf("kafka: format storage: %w", err)
@@ -227,7 +282,7 @@ func (k *Kafka) Ready(ctx context.Context, e *Env) (string, error) {
 	adm := kadm.NewClient(cl)
 	md, err := adm.BrokerMetadata(ctx)
 	if err != nil {
-		return "", fmt.Errorf("kafka metadata from %s: %w", k.Addr(e), err)
+		return "", fmt.Errorf("kafka metadata from %s: %w", k.Addr(e), kafkabroker.Explain(e.Cfg, err))
 	}
 	if len(md.Brokers) == 0 {
 		return "", fmt.Errorf("kafka at %s: metadata lists no broker", k.Addr(e))

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/config"
-	"github.com/inboxbench/inboxbench/internal/testenv"
+	testenv "github.com/inboxbench/inboxbench/internal/testenv/core"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/inboxbench/inboxbench/internal/testenv"
+	testenv "github.com/inboxbench/inboxbench/internal/testenv/core"
 )
 
 func TestParseProcAddr(t *testing.T) {

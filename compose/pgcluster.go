@@ -153,7 +153,9 @@ func (c *PostgresCluster) nodeOf(e *Env, n pgClusterNode) Node {
 	return Node{Name: n.name, Addr: "127.0.0.1:" + strconv.Itoa(n.port), Proc: c.proc(e, n)}
 }
 
-// Ready asks the node accepting writes for its version.
+// Ready asks the node accepting writes for its version, and requires
+// every other node streaming from it: a cluster with its standby down is
+// not ready (up then starts the node that is missing).
 func (*PostgresCluster) Ready(ctx context.Context, e *Env) (string, error) {
 	conn, err := pgx.Connect(ctx, pgClusterURL)
 	if err != nil {
@@ -161,9 +163,12 @@ func (*PostgresCluster) Ready(ctx context.Context, e *Env) (string, error) {
 	}
 	defer conn.Close(context.Background())
 	var v string
-	var port int
-	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version'), inet_server_port()").Scan(&v, &port); err != nil {
+	var port, streaming int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version'), inet_server_port(), (SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming')").Scan(&v, &port, &streaming); err != nil {
 		return "", err
+	}
+	if streaming < len(pgClusterNodes)-1 {
+		return "", fmt.Errorf("the primary on %d has %d of %d standbys streaming", port, streaming, len(pgClusterNodes)-1)
 	}
 	return fmt.Sprintf("PostgreSQL %s, primary on %d", v, port), nil
 }
@@ -245,7 +250,16 @@ func (c *PostgresCluster) Start(ctx context.Context, e *Env) error {
 			return err
 		}
 	}
-	if err := (&Postgres{}).provision(ctx, filepath.Join(c.dir(e, primary), "run"), primary.port, c.proc(e, primary)); err != nil {
+	// The primary may still name a synchronous standby that is not
+	// running (stopped with the stack): every commit, provisioning's
+	// first, would wait for it forever. Name only the running ones until
+	// the others joined.
+	if err := c.setSync(ctx, e, primary); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := (&Postgres{}).provision(pctx, filepath.Join(c.dir(e, primary), "run"), c.proc(e, primary), c.instance(primary)); err != nil {
 		return err
 	}
 	for _, n := range pgClusterNodes {
@@ -265,7 +279,7 @@ func (c *PostgresCluster) prepare(e *Env, n pgClusterNode, cred *syscall.Credent
 	if err := os.MkdirAll(filepath.Join(d, "run"), 0o755); err != nil {
 		return err
 	}
-	if err := writePGAuth(d, cred); err != nil {
+	if err := writePGAuth(d, cred, c.instance(n).tcp); err != nil {
 		return fmt.Errorf("%s: %w", n.name, err)
 	}
 	// The standby's pg_basebackup and pg_rewind connect as the superuser
@@ -382,7 +396,7 @@ func (c *PostgresCluster) startServer(ctx context.Context, e *Env, n pgClusterNo
 	// primary back as a standby; wal_keep_size keeps the WAL a standby
 	// stopped for a while needs to catch up, without a slot that could
 	// fill the disk.
-	cmd := asOwner(pgCommand(server, c.dir(e, n), n.port, startProfile(e, c),
+	cmd := asOwner(pgClusterCommand(server, c.dir(e, n), n.port, startProfile(e, c),
 		"shared_buffers=128MB", "hot_standby=on", "max_wal_senders=10", "wal_log_hints=on", "wal_keep_size=512MB",
 		"wal_receiver_status_interval=1s"), cred)
 	p := c.proc(e, n)
@@ -404,6 +418,37 @@ func (c *PostgresCluster) startServer(ctx context.Context, e *Env, n pgClusterNo
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// instance is what provisioning and the authentication rules need of a
+// node: the plain stack's application role, password and TCP rules.
+func (*PostgresCluster) instance(n pgClusterNode) pgInstance {
+	return pgInstance{port: n.port, password: pgPassword,
+		tcp: "host   all  all  127.0.0.1/32  scram-sha-256\n" +
+			"host   all  all  ::1/128       scram-sha-256\n"}
+}
+
+// pgClusterCommand is a node's server command line: the plain stack's
+// settings (compose/postgres.go says why each) for the cluster in
+// dir/data, its socket in dir/run and its authentication files in dir,
+// on port, with extra -c settings (the node's memory, replication).
+func pgClusterCommand(server, dir string, port int, profile string, extra ...string) *exec.Cmd {
+	args := []string{"-D", filepath.Join(dir, "data"),
+		"-c", "synchronous_commit=" + pgSynchronousCommit(profile),
+		"-p", strconv.Itoa(port), "-k", filepath.Join(dir, "run"), "-c", "listen_addresses=127.0.0.1",
+		"-c", "hba_file=" + filepath.Join(dir, "pg_hba.conf"),
+		"-c", "ident_file=" + filepath.Join(dir, "pg_ident.conf"),
+		"-c", "shared_preload_libraries=pg_stat_statements",
+		"-c", "pg_stat_statements.track=all",
+		"-c", "track_io_timing=on",
+		"-c", "max_connections=200",
+		"-c", "wal_level=logical",
+		"-c", "unix_socket_permissions=0770",
+	}
+	for _, x := range extra {
+		args = append(args, "-c", x)
+	}
+	return exec.Command(server, args...)
 }
 
 // Stop stops the standbys first, then the primary (fast shutdown: SIGINT).

@@ -2,6 +2,7 @@ package compose
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -11,10 +12,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inboxbench/inboxbench/config"
 )
 
 // Postgres runs a PostgreSQL cluster from Debian's package, initialised in
@@ -41,7 +46,7 @@ func (*Postgres) Name() string { return "postgres" }
 func (*Postgres) Addr(e *Env) string {
 	c, err := pgx.ParseConfig(e.Cfg.PGURL)
 	if err != nil {
-		return e.Cfg.PGURL
+		return config.Redact(e.Cfg.PGURL)
 	}
 	return fmt.Sprintf("%s:%d", c.Host, c.Port)
 }
@@ -60,7 +65,7 @@ func (p *Postgres) Procs(e *Env) []Proc {
 func (p *Postgres) Logs(e *Env) []string { return []string{e.Path("pg", "postgres.log")} }
 
 // Ports implements Porter.
-func (*Postgres) Ports(e *Env) []Port { return []Port{{Port: pgListenPort(e), What: "SQL"}} }
+func (*Postgres) Ports(e *Env) []Port { return []Port{{Port: pgListenPort(e, pgPort), What: "SQL"}} }
 
 // DataDirs are removed by `bench stack down --wipe`.
 func (p *Postgres) DataDirs(e *Env) []string { return []string{e.Path("pg")} }
@@ -141,6 +146,27 @@ func pgSynchronousCommit(profile string) string {
 }
 
 func (p *Postgres) Start(ctx context.Context, e *Env) error {
+	return p.start(ctx, e, pgInstance{
+		port:     pgListenPort(e, pgPort),
+		password: pgPassword,
+		tcp: "host   all  all  127.0.0.1/32  scram-sha-256\n" +
+			"host   all  all  ::1/128       scram-sha-256\n",
+	})
+}
+
+// pgInstance is what differs between the stacks' servers (the plain one
+// above, the secure variant's in secure_postgres.go).
+type pgInstance struct {
+	port     int
+	password string   // the application role's
+	tcp      string   // the TCP lines of pg_hba.conf
+	args     []string // more server settings (-c name=value)
+	// prepare runs before the server starts, on the service's directory
+	// (it is then given to the server's user): e.g. to place its TLS files.
+	prepare func(dir string) error
+}
+
+func (p *Postgres) start(ctx context.Context, e *Env, inst pgInstance) error {
 	cred, err := pgOwner()
 	if err != nil {
 		return err
@@ -156,8 +182,13 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	if err := removeIfExists(filepath.Join(dir, "superuser.pw")); err != nil {
 		return err
 	}
-	if err := writePGAuth(dir, cred); err != nil {
+	if err := writePGAuth(dir, cred, inst.tcp); err != nil {
 		return fmt.Errorf("postgres: %w", err)
+	}
+	if inst.prepare != nil {
+		if err := inst.prepare(dir); err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
 	}
 	// The server user must be able to reach its directory through the
 	// checkout's parents; fail with a clear message rather than a cryptic
@@ -182,43 +213,32 @@ func (p *Postgres) Start(ctx context.Context, e *Env) error {
 	if err != nil {
 		return err
 	}
-	cmd := asOwner(pgCommand(server, dir, pgListenPort(e), startProfile(e, p), "shared_buffers=256MB"), cred)
-	proc := p.Procs(e)[0]
-	if err := StartDetached(proc, cmd); err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
-	return p.provision(ctx, sock, pgListenPort(e), proc)
-}
-
-// pgCommand is the server's command line for the cluster in dir/data,
-// its socket in dir/run and its authentication files in dir, on port;
-// extra are more -c settings (the node's memory, replication).
-//
-// Sized for a 2-core, shared machine: the plain stack's 256 MB of shared
-// buffers keeps the whole stack well under 4 GiB. Durability settings
-// stay at their defaults (fsync, synchronous_commit on) except in the os
-// profile, which turns synchronous_commit off (fsync stays on: see
-// durability.go). wal_level=logical lets the checker's audit be decoded
-// from the WAL after a cell instead of written by triggers inside it
-// (inbox/auditwal.go); it costs the full new image of an updated row in
-// the WAL instead of its changed part.
-func pgCommand(server, dir string, port int, profile string, extra ...string) *exec.Cmd {
-	args := []string{"-D", filepath.Join(dir, "data"),
-		"-c", "synchronous_commit=" + pgSynchronousCommit(profile),
-		"-p", strconv.Itoa(port), "-k", filepath.Join(dir, "run"), "-c", "listen_addresses=127.0.0.1",
+	// Sized for a 2-core, shared machine: 256 MB of shared buffers keeps
+	// the whole stack well under 4 GiB. Durability settings stay at their
+	// defaults (fsync, synchronous_commit on) except in the os profile,
+	// which turns synchronous_commit off (fsync stays on: see
+	// durability.go). wal_level=logical lets the checker's audit be
+	// decoded from the WAL after a cell instead of written by triggers
+	// inside it (inbox/auditwal.go); it costs the full new image of an
+	// updated row in the WAL instead of its changed part.
+	cmd := asOwner(exec.Command(server, append([]string{"-D", data,
+		"-c", "synchronous_commit=" + pgSynchronousCommit(startProfile(e, p)),
+		"-p", strconv.Itoa(inst.port), "-k", sock, "-c", "listen_addresses=127.0.0.1",
 		"-c", "hba_file=" + filepath.Join(dir, "pg_hba.conf"),
 		"-c", "ident_file=" + filepath.Join(dir, "pg_ident.conf"),
 		"-c", "shared_preload_libraries=pg_stat_statements",
 		"-c", "pg_stat_statements.track=all",
 		"-c", "track_io_timing=on",
 		"-c", "max_connections=200",
+		"-c", "shared_buffers=256MB",
 		"-c", "wal_level=logical",
 		"-c", "unix_socket_permissions=0770",
+	}, inst.args...)...), cred)
+	proc := p.Procs(e)[0]
+	if err := StartDetached(proc, cmd); err != nil {
+		return fmt.Errorf("postgres: %w", err)
 	}
-	for _, x := range extra {
-		args = append(args, "-c", x)
-	}
-	return exec.Command(server, args...)
+	return p.provision(ctx, sock, proc, inst)
 }
 
 // writePGAuth writes the cluster's authentication rules, rewritten on
@@ -227,8 +247,8 @@ func pgCommand(server, dir string, port int, profile string, extra ...string) *e
 // own user), checked by the kernel (peer); that is how the stack sets up
 // roles and extensions. Every role connects over loopback TCP with a
 // password (scram-sha-256): the application role's is in its documented
-// URL.
-func writePGAuth(dir string, cred *syscall.Credential) error {
+// URL. tcp are the rules for TCP connections.
+func writePGAuth(dir string, cred *syscall.Credential, tcp string) error {
 	osUsers := map[string]bool{}
 	if u, err := user.Current(); err == nil {
 		osUsers[u.Username] = true
@@ -243,9 +263,7 @@ func writePGAuth(dir string, cred *syscall.Credential) error {
 		ident += fmt.Sprintf("stack  %s  %s\n", u, pgSuperuser)
 	}
 	hba := "# written by bench stack up\n" +
-		"local  all  " + pgSuperuser + "  peer  map=stack\n" +
-		"host   all  all  127.0.0.1/32  scram-sha-256\n" +
-		"host   all  all  ::1/128       scram-sha-256\n"
+		"local  all  " + pgSuperuser + "  peer  map=stack\n" + tcp
 	if err := os.WriteFile(filepath.Join(dir, "pg_ident.conf"), []byte(ident), 0o600); err != nil {
 		return err
 	}
@@ -262,20 +280,21 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 // pgListenPort is the port the native server listens on: the configured
-// URL's port when it points at loopback, else the default.
-func pgListenPort(e *Env) int {
+// URL's port when it points at loopback, else def.
+func pgListenPort(e *Env, def int) int {
 	c, err := pgx.ParseConfig(e.Cfg.PGURL)
 	if err == nil && c.Port != 0 {
 		if ip := net.ParseIP(c.Host); ip != nil && ip.IsLoopback() {
 			return int(c.Port)
 		}
 	}
-	return pgPort
+	return def
 }
 
 // provision creates the application role and database once the server
 // accepts connections on its socket.
-func (p *Postgres) provision(ctx context.Context, sock string, port int, proc Proc) error {
+func (p *Postgres) provision(ctx context.Context, sock string, proc Proc, inst pgInstance) error {
+	port := inst.port
 	dsn := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable", sock, port, pgSuperuser)
 	var conn *pgx.Conn
 	deadline := time.Now().Add(60 * time.Second)
@@ -296,12 +315,20 @@ func (p *Postgres) provision(ctx context.Context, sock string, port int, proc Pr
 		time.Sleep(250 * time.Millisecond)
 	}
 	defer conn.Close(context.Background())
+	verifier, err := pgPasswordVerifier(inst.password)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
 	stmts := []string{
 		fmt.Sprintf(`DO $$ BEGIN
 		  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '%[1]s') THEN
-		    CREATE ROLE %[1]s LOGIN PASSWORD '%[2]s' NOSUPERUSER NOCREATEROLE;
+		    CREATE ROLE %[1]s LOGIN NOSUPERUSER NOCREATEROLE;
 		  END IF;
-		END $$`, pgAppRole, pgPassword),
+		END $$`, pgAppRole),
+		// The role's password as this stack knows it (a role of an
+		// earlier start keeps it otherwise), as its SCRAM verifier: the
+		// password itself is in no statement the server records.
+		fmt.Sprintf("ALTER ROLE %s PASSWORD '%s'", pgAppRole, verifier),
 		"GRANT pg_monitor TO " + pgAppRole,
 		// A password older stacks set; the superuser logs in by peer only.
 		"ALTER ROLE " + pgSuperuser + " PASSWORD NULL",
@@ -341,7 +368,7 @@ func (p *Postgres) provision(ctx context.Context, sock string, port int, proc Pr
 func (*Postgres) Ready(ctx context.Context, e *Env) (string, error) {
 	conn, err := pgx.Connect(ctx, e.Cfg.PGURL)
 	if err != nil {
-		return "", err
+		return "", ExplainPostgres(e.Cfg.PGURL, err)
 	}
 	defer conn.Close(context.Background())
 	var v string
@@ -360,3 +387,50 @@ func (p *Postgres) Stop(ctx context.Context, e *Env) error {
 	}
 	return proc.Kill(ctx, 30*time.Second)
 }
+
+// ExplainPostgres turns what pgx returns when the server refuses the
+// connection settings of pgURL (TLS, password, pg_hba.conf rules,
+// privileges) into an error naming postgres.url and what to change in
+// it, keeping the server's words; any other error comes back unchanged.
+func ExplainPostgres(pgURL string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *config.SettingError
+	if errors.As(err, &se) {
+		return err
+	}
+	user := "?"
+	if c, perr := pgx.ParseConfig(pgURL); perr == nil {
+		user = c.User
+	}
+	var (
+		pe       *pgconn.PgError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+	)
+	msg := err.Error()
+	switch {
+	case errors.As(err, &pe) && pe.Code == "28P01":
+		return config.Invalid(pgURLKey, nil, "the server refused the password of user %q (%v): check the password in the URL", user, err)
+	case errors.As(err, &pe) && pe.Code == "28000" && strings.Contains(pe.Message, "no encryption"):
+		return config.Invalid(pgURLKey, nil, "the server accepts this login only over TLS (%v): set sslmode=verify-full and sslrootcert=<its CA file> in the URL", err)
+	case errors.As(err, &pe) && pe.Code == "28000":
+		return config.Invalid(pgURLKey, nil, "the server's pg_hba.conf has no rule for this login (%v): log in as a user, database and encryption it allows", err)
+	case errors.As(err, &pe) && pe.Code == "42501":
+		return config.Invalid(pgURLKey, nil, "user %q lacks a privilege (%v): the suite creates its own schemas in the URL's database, so grant it CREATE there", user, err)
+	case errors.As(err, &unknown):
+		return config.Invalid(pgURLKey, nil, "the server's certificate is not signed by the CA in sslrootcert (%v): set sslrootcert in the URL to the CA file of the server", err)
+	case errors.As(err, &hostname):
+		return config.Invalid(pgURLKey, nil, "the server's certificate does not name the URL's host (%v): connect by a name the certificate holds (sslmode=verify-full checks it)", err)
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return config.Invalid(pgURLKey, nil, "the server's certificate has expired (%v): the server must renew it", err)
+	case strings.Contains(msg, "server refused TLS connection"):
+		return config.Invalid(pgURLKey, nil, "the server does not speak TLS (%v): use sslmode=disable for a plaintext server, or connect to its TLS port", err)
+	}
+	return err
+}
+
+// pgURLKey is the configuration key of the PostgreSQL URL.
+const pgURLKey = "postgres.url"

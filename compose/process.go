@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/inboxbench/inboxbench/config"
 )
 
 // Proc is one detached process of a service: its pid file and log file live
@@ -357,10 +359,13 @@ func removeIfExists(path string) error {
 	return nil
 }
 
-// CommandLine renders cmd for error messages and logs.
+// CommandLine renders cmd for error messages and logs, its credentials
+// masked (config.RedactArgs): a setup command may carry one (Kafka's
+// storage format takes its SCRAM users' passwords as arguments), and the
+// logs it goes to are read by whoever debugs the stack.
 func CommandLine(cmd *exec.Cmd) string {
 	var b strings.Builder
-	for i, a := range cmd.Args {
+	for i, a := range config.RedactArgs(cmd.Args) {
 		if i > 0 {
 			b.WriteByte(' ')
 		}

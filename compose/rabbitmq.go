@@ -9,19 +9,14 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
-	"github.com/inboxbench/inboxbench/config"
-
-	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // RabbitMQ runs a node from Debian's rabbitmq-server package as its own
@@ -29,11 +24,64 @@ import (
 // holds its Erlang cookie), so it neither needs nor disturbs the system
 // service. The vhost, user and permissions come from a definitions file
 // imported at boot, which makes provisioning declarative and idempotent.
-type RabbitMQ struct{}
+type RabbitMQ struct {
+	// inst is the node this service runs; nil: the plain stack's
+	// (plainRabbit). The secure variant's is in secure_rabbitmq.go.
+	inst *rabbitInstance
+}
+
+// rabbitInstance is what differs between the stacks' nodes.
+type rabbitInstance struct {
+	node       string
+	port, dist int    // AMQP (or AMQPS) and Erlang distribution ports
+	tcpPort    bool   // the AMQP port is the plain TCP listener (RABBITMQ_NODE_PORT)
+	what       string // the AMQP port in status ("AMQP", "AMQPS")
+	// conf is rabbitmq.conf's listener and authentication section;
+	// plugins is enabled_plugins; defs the boot definitions.
+	conf    func(e *Env) (string, error)
+	plugins string
+	defs    func(e *Env) (string, error)
+	// dir is the node's directory under the stack's ("rabbitmq" when
+	// empty), label its process's name in messages ("rabbitmq"), erlArgs
+	// more arguments for its Erlang VM, extraConf more of rabbitmq.conf
+	// (the replicated stack's nodes: rabbitmq_cluster.go).
+	dir, label, erlArgs, extraConf string
+}
+
+// path joins elem under the node's directory.
+func (r *RabbitMQ) path(e *Env, elem ...string) string {
+	dir := r.instance().dir
+	if dir == "" {
+		dir = "rabbitmq"
+	}
+	return e.Path(append([]string{dir}, elem...)...)
+}
+
+// procName is the node's process name in messages.
+func (r *RabbitMQ) procName() string {
+	if l := r.instance().label; l != "" {
+		return l
+	}
+	return "rabbitmq"
+}
+
+var plainRabbit = &rabbitInstance{node: rabbitNode, port: rabbitPort, dist: rabbitDistPort, tcpPort: true, what: "AMQP",
+	conf: func(*Env) (string, error) {
+		return fmt.Sprintf("listeners.tcp.1 = 127.0.0.1:%d\n", rabbitPort), nil
+	},
+	plugins: "[].\n",
+	defs:    func(*Env) (string, error) { return rabbitDefinitions(rabbitPassword, []string{"administrator"}) }}
+
+func (r *RabbitMQ) instance() *rabbitInstance {
+	if r.inst == nil {
+		return plainRabbit
+	}
+	return r.inst
+}
 
 const (
 	rabbitBin      = "/usr/lib/rabbitmq/bin"
-	rabbitNodeName = "inboxbench@localhost"
+	rabbitNode     = "inboxbench@localhost"
 	rabbitPort     = 55672
 	rabbitDistPort = 55673 // the default (AMQP port + 20000) would be out of range
 	epmdPort       = 4369  // Erlang's port mapper, started by the node
@@ -47,90 +95,54 @@ func init() { register(2, &RabbitMQ{}) }
 func (*RabbitMQ) Name() string { return "rabbitmq" }
 
 func (*RabbitMQ) Addr(e *Env) string {
-	raw := e.Cfg.Get(rabbitmqbroker.SettingURL)
-	u, err := url.Parse(raw)
-	if err != nil {
-		return config.Redact(raw)
+	if a := rabbitmqbroker.Addr(e.Cfg.Get(rabbitmqbroker.SettingURL)); a != "" {
+		return a
 	}
-	if u.Port() == "" {
-		return net.JoinHostPort(u.Hostname(), "5672")
-	}
-	return u.Host
+	return "(" + rabbitmqbroker.SettingURL + " is not a valid AMQP URL)"
 }
 
 func (*RabbitMQ) Packages() []Package {
 	return []Package{{Deb: "rabbitmq-server", Found: func() bool { return isExecutable(rabbitBin + "/rabbitmq-server") }}}
 }
 
-func (r *RabbitMQ) Procs(e *Env) []Proc { return []Proc{r.node(e).proc("rabbitmq")} }
+func (r *RabbitMQ) Procs(e *Env) []Proc {
+	return []Proc{{Name: r.procName(), PIDFile: r.path(e, "server.pid"), LogFile: r.path(e, "server.log"),
+		Match: []string{rabbitBin + "/rabbitmq-server"}, Home: r.path(e)}}
+}
 
-func (r *RabbitMQ) Logs(e *Env) []string { return r.node(e).logs() }
+func (r *RabbitMQ) Logs(e *Env) []string {
+	return []string{r.path(e, "server.log"), r.path(e, "log", "node.log")}
+}
 
-func (r *RabbitMQ) DataDirs(e *Env) []string { return []string{e.Path("rabbitmq")} }
+func (r *RabbitMQ) DataDirs(e *Env) []string { return []string{r.path(e)} }
 
 // Ports implements Porter: AMQP, the node's Erlang distribution port
 // (rabbitmqctl and clustering) and epmd, which the node starts.
-func (*RabbitMQ) Ports(*Env) []Port {
-	return []Port{{Port: rabbitPort, What: "AMQP"}, {Port: rabbitDistPort, What: "Erlang distribution"}, {Port: epmdPort, What: "epmd"}}
+func (r *RabbitMQ) Ports(*Env) []Port {
+	in := r.instance()
+	return []Port{{Port: in.port, What: in.what}, {Port: in.dist, What: "Erlang distribution"}, {Port: epmdPort, What: "epmd"}}
 }
 
-func (*RabbitMQ) Install(ctx context.Context, e *Env) error { return rabbitInstalled() }
-
-func rabbitInstalled() error {
+func (*RabbitMQ) Install(ctx context.Context, e *Env) error {
 	if !isExecutable(rabbitBin + "/rabbitmq-server") {
 		return fmt.Errorf("%s/rabbitmq-server not found: install the Debian package rabbitmq-server", rabbitBin)
 	}
 	return nil
 }
 
-// node is the plain stack's one node.
-func (*RabbitMQ) node(e *Env) rabbitNode {
-	return rabbitNode{name: rabbitNodeName, port: rabbitPort, dist: rabbitDistPort, dir: e.Path("rabbitmq"), label: "rabbitmq"}
-}
-
 // env is the node's environment; rabbitmqctl needs the same to reach it.
-func (r *RabbitMQ) env(e *Env) []string { return r.node(e).env() }
-
-func (r *RabbitMQ) Start(ctx context.Context, e *Env) error {
-	if err := r.node(e).start("rabbitmq", ""); err != nil {
-		return fmt.Errorf("rabbitmq: %w", err)
+func (r *RabbitMQ) env(e *Env) []string {
+	d := r.path(e)
+	in := r.instance()
+	env := os.Environ()
+	if in.tcpPort {
+		env = append(env, "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1", fmt.Sprintf("RABBITMQ_NODE_PORT=%d", in.port))
 	}
-	return nil
-}
-
-// rabbitNode is one RabbitMQ node the stack runs from Debian's package: its
-// Erlang node name, AMQP and distribution ports, and the directory that
-// holds its configuration, data, logs and HOME (whose .erlang.cookie
-// rabbitmqctl authenticates with).
-type rabbitNode struct {
-	name       string // "inboxbench@localhost"
-	port, dist int
-	dir        string
-	label      string // its process's name in messages: "rabbitmq", "rabbitmq-2"
-	erlArgs    string // more arguments for the Erlang VM
-}
-
-func (n rabbitNode) proc(label string) Proc {
-	return Proc{Name: label, PIDFile: filepath.Join(n.dir, "server.pid"), LogFile: filepath.Join(n.dir, "server.log"),
-		Match: []string{rabbitBin + "/rabbitmq-server"}, Home: n.dir}
-}
-
-func (n rabbitNode) logs() []string {
-	return []string{filepath.Join(n.dir, "server.log"), filepath.Join(n.dir, "log", "node.log")}
-}
-
-func (n rabbitNode) home() string { return filepath.Join(n.dir, "home") }
-
-// env is the node's environment; rabbitmqctl needs the same to reach it.
-func (n rabbitNode) env() []string {
-	d := n.dir
-	return append(os.Environ(),
-		"HOME="+n.home(),
-		"RABBITMQ_CONF_ENV_FILE="+d+"/rabbitmq-env.conf",
-		"RABBITMQ_NODENAME="+n.name,
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		fmt.Sprintf("RABBITMQ_NODE_PORT=%d", n.port),
-		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", n.dist),
+	return append(env,
+		"HOME="+r.path(e, "home"),
+		"RABBITMQ_CONF_ENV_FILE="+r.path(e, "rabbitmq-env.conf"),
+		"RABBITMQ_NODENAME="+in.node,
+		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", in.dist),
 		"RABBITMQ_CONFIG_FILE="+d+"/rabbitmq.conf",
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+d+"/enabled_plugins",
 		"RABBITMQ_MNESIA_BASE="+d+"/mnesia",
@@ -142,29 +154,32 @@ func (n rabbitNode) env() []string {
 		// port (rabbitmqctl talks to the node through it) listens on every
 		// interface unless the kernel is told which one: set at boot, before
 		// the node starts distribution.
-		strings.TrimSpace("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 -kernel inet_dist_use_interface {127,0,0,1} "+n.erlArgs),
+		strings.TrimSpace("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 -kernel inet_dist_use_interface {127,0,0,1} "+in.erlArgs),
 	)
 }
 
-// start writes the node's files and starts it detached; extraConf is
-// appended to its rabbitmq.conf.
-func (n rabbitNode) start(label, extraConf string) error {
+func (r *RabbitMQ) Start(ctx context.Context, e *Env) error {
+	d := r.path(e)
 	for _, sub := range []string{"home", "log", "mnesia"} {
-		if err := os.MkdirAll(filepath.Join(n.dir, sub), 0o755); err != nil {
+		if err := os.MkdirAll(r.path(e, sub), 0o755); err != nil {
 			return err
 		}
 	}
-	defs, err := rabbitDefinitions()
+	in := r.instance()
+	defs, err := in.defs(e)
+	if err != nil {
+		return err
+	}
+	listeners, err := in.conf(e)
 	if err != nil {
 		return err
 	}
 	files := map[string]string{
 		"rabbitmq-env.conf": "# inboxbench: the node's settings come from the environment\n",
-		"enabled_plugins":   "[].\n",
+		"enabled_plugins":   in.plugins,
 		"definitions.json":  defs,
 		"rabbitmq.conf": fmt.Sprintf(`# written by bench stack up
-listeners.tcp.1 = 127.0.0.1:%d
-load_definitions = %s/definitions.json
+%sload_definitions = %s/definitions.json
 loopback_users = none
 # Small, shared machine: keep memory bounded and let the disk alarm trip
 # late. Quorum queues keep their write-ahead log in memory until it rolls
@@ -176,32 +191,36 @@ raft.wal_max_size_bytes = 67108864
 disk_free_limit.absolute = 100MB
 log.console = false
 log.file.level = info
-`, n.port, n.dir, RabbitMQMemoryWatermark) + extraConf,
+`, listeners, d, RabbitMQMemoryWatermark) + in.extraConf,
 	}
 	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(content), 0o644); err != nil {
+		// 0600: the definitions hold the password's salted hash.
+		if err := os.WriteFile(r.path(e, name), []byte(content), 0o600); err != nil {
 			return err
 		}
 	}
 	cmd := exec.Command(rabbitBin + "/rabbitmq-server")
-	cmd.Env = n.env()
-	cmd.Dir = n.dir
-	return StartDetached(n.proc(label), cmd)
+	cmd.Env = r.env(e)
+	cmd.Dir = d
+	if err := StartDetached(r.Procs(e)[0], cmd); err != nil {
+		return fmt.Errorf("%s: %w", r.procName(), err)
+	}
+	return nil
 }
 
 // rabbitDefinitions renders the boot-time definitions: one vhost, one user
-// with a salted SHA-256 password hash (RabbitMQ's own scheme), full
-// permissions on that vhost.
-func rabbitDefinitions() (string, error) {
+// with a salted SHA-256 hash of password (RabbitMQ's own scheme) and
+// tags, full permissions on that vhost.
+func rabbitDefinitions(password string, tags []string) (string, error) {
 	salt := make([]byte, 4)
 	if _, err := rand.Read(salt); err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(append(append([]byte{}, salt...), rabbitPassword...))
+	sum := sha256.Sum256(append(append([]byte{}, salt...), password...))
 	hash := base64.StdEncoding.EncodeToString(append(salt, sum[:]...))
 	defs := map[string]any{
 		"users": []map[string]any{{"name": rabbitUser, "password_hash": hash,
-			"hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []string{"administrator"}}},
+			"hashing_algorithm": "rabbit_password_hashing_sha256", "tags": append([]string{}, tags...)}},
 		"vhosts": []map[string]any{{"name": rabbitVhost}},
 		"permissions": []map[string]any{{"user": rabbitUser, "vhost": rabbitVhost,
 			"configure": ".*", "write": ".*", "read": ".*"}},
@@ -215,7 +234,7 @@ func (*RabbitMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		d = time.Until(dl)
 	}
-	conn, err := amqp.DialConfig(e.Cfg.Get(rabbitmqbroker.SettingURL), amqp.Config{Dial: amqp.DefaultDial(d)})
+	conn, err := rabbitmqbroker.Dial(e.Cfg, "inboxbench-stack-status", d)
 	if err != nil {
 		return "", err
 	}
@@ -237,19 +256,14 @@ const RabbitMQMemoryWatermark = "1GiB"
 // Ctl runs rabbitmqctl against the stack's node, with the node's
 // environment (its HOME holds the Erlang cookie), and returns the output.
 func (r *RabbitMQ) Ctl(ctx context.Context, e *Env, args ...string) (string, error) {
-	return r.node(e).ctl(ctx, args...)
+	return r.tool(ctx, e, "rabbitmqctl", args...)
 }
 
-// ctl runs rabbitmqctl against the node with its environment.
-func (n rabbitNode) ctl(ctx context.Context, args ...string) (string, error) {
-	return n.tool(ctx, "rabbitmqctl", args...)
-}
-
-// tool runs one of the package's CLI tools (rabbitmqctl, rabbitmq-queues,
-// rabbitmq-diagnostics) against the node with its environment.
-func (n rabbitNode) tool(ctx context.Context, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, rabbitBin+"/"+name, append([]string{"-n", n.name}, args...)...)
-	cmd.Env = n.env()
+// tool runs one of the package's CLI tools (rabbitmqctl,
+// rabbitmq-diagnostics, rabbitmq-queues) against the node.
+func (r *RabbitMQ) tool(ctx context.Context, e *Env, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, rabbitBin+"/"+name, append([]string{"-n", r.instance().node}, args...)...)
+	cmd.Env = r.env(e)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s: %w: %s", CommandLine(cmd), err, strings.TrimSpace(string(out)))
@@ -260,24 +274,20 @@ func (n rabbitNode) tool(ctx context.Context, name string, args ...string) (stri
 // Stop asks the node to stop cleanly (flushing quorum queue state), then
 // makes sure its processes are gone and that epmd no longer lists the
 // node: a node started right after would otherwise find its name taken.
-func (r *RabbitMQ) Stop(ctx context.Context, e *Env) error { return r.node(e).stop(ctx, "rabbitmq") }
-
-// stop asks the node to stop cleanly, kills what is left, and waits until
-// epmd no longer lists it.
-func (n rabbitNode) stop(ctx context.Context, label string) error {
-	proc := n.proc(label)
+func (r *RabbitMQ) Stop(ctx context.Context, e *Env) error {
+	proc := r.Procs(e)[0]
 	_, running := proc.PID()
 	if running {
 		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		cmd := exec.CommandContext(cctx, rabbitBin+"/rabbitmqctl", "-n", n.name, "stop")
-		cmd.Env = n.env()
+		cmd := exec.CommandContext(cctx, rabbitBin+"/rabbitmqctl", "-n", r.instance().node, "stop")
+		cmd.Env = r.env(e)
 		_ = RunLogged(cctx, proc.LogFile, cmd)
 		cancel()
 	}
 	if err := proc.Kill(ctx, 30*time.Second); err != nil || !running {
 		return err
 	}
-	return waitUnregistered(ctx, epmdAddr, strings.Split(n.name, "@")[0], 10*time.Second)
+	return waitUnregistered(ctx, epmdAddr, strings.Split(r.instance().node, "@")[0], 10*time.Second)
 }
 
 // epmdAddr is the epmd the node registers with (ERL_EPMD_ADDRESS).

@@ -76,25 +76,52 @@ func (c *RabbitMQCluster) Addr(e *Env) string {
 
 func (*RabbitMQCluster) Packages() []Package { return (&RabbitMQ{}).Packages() }
 
-func (*RabbitMQCluster) Install(context.Context, *Env) error { return rabbitInstalled() }
+func (*RabbitMQCluster) Install(ctx context.Context, e *Env) error {
+	return (&RabbitMQ{}).Install(ctx, e)
+}
+
+// rabbitClusterNode is one node of the cluster: the RabbitMQ service that runs
+// it (rabbitmq.go, with the node's own name, ports and directory), bound
+// to the stack's Env.
+type rabbitClusterNode struct {
+	*RabbitMQ
+	e          *Env
+	name       string // the Erlang node name
+	label      string // rabbitmq-1 …
+	port, dist int
+}
 
 // nodes are the cluster's nodes in a fixed order; the first is the one
 // the others join.
-func (*RabbitMQCluster) nodes(e *Env) []rabbitNode {
-	out := make([]rabbitNode, len(rabbitClusterPorts))
+func (*RabbitMQCluster) nodes(e *Env) []rabbitClusterNode {
+	out := make([]rabbitClusterNode, len(rabbitClusterPorts))
 	for i, p := range rabbitClusterPorts {
-		out[i] = rabbitNode{name: fmt.Sprintf("inboxbench-r%d@localhost", i+1), port: p, dist: p + 1,
-			dir: e.Path("rabbitmq", fmt.Sprintf("n%d", i+1)), label: fmt.Sprintf("rabbitmq-%d", i+1),
-			erlArgs: "-kernel net_ticktime 15 +sbwt none +sbwtdcpu none +sbwtdio none"}
+		name, label := fmt.Sprintf("inboxbench-r%d@localhost", i+1), fmt.Sprintf("rabbitmq-%d", i+1)
+		listener := fmt.Sprintf("listeners.tcp.1 = 127.0.0.1:%d\n", p)
+		r := &RabbitMQ{inst: &rabbitInstance{node: name, port: p, dist: p + 1, tcpPort: true, what: "AMQP",
+			conf:    func(*Env) (string, error) { return listener, nil },
+			plugins: plainRabbit.plugins, defs: plainRabbit.defs,
+			dir: filepath.Join("rabbitmq", fmt.Sprintf("n%d", i+1)), label: label,
+			erlArgs:   "-kernel net_ticktime 15 +sbwt none +sbwtdcpu none +sbwtdio none",
+			extraConf: rabbitClusterConf}}
+		out[i] = rabbitClusterNode{RabbitMQ: r, e: e, name: name, label: label, port: p, dist: p + 1}
 	}
 	return out
+}
+
+func (n rabbitClusterNode) proc() Proc                     { return n.Procs(n.e)[0] }
+func (n rabbitClusterNode) logs() []string                 { return n.Logs(n.e) }
+func (n rabbitClusterNode) home() string                   { return n.path(n.e, "home") }
+func (n rabbitClusterNode) stop(ctx context.Context) error { return n.RabbitMQ.Stop(ctx, n.e) }
+func (n rabbitClusterNode) ctl(ctx context.Context, args ...string) (string, error) {
+	return n.Ctl(ctx, n.e, args...)
 }
 
 // Nodes implements Cluster.
 func (c *RabbitMQCluster) Nodes(e *Env) []Node {
 	var out []Node
 	for _, n := range c.nodes(e) {
-		out = append(out, Node{Name: n.label, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)), Proc: n.proc(n.label)})
+		out = append(out, Node{Name: n.label, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)), Proc: n.proc()})
 	}
 	return out
 }
@@ -102,7 +129,7 @@ func (c *RabbitMQCluster) Nodes(e *Env) []Node {
 func (c *RabbitMQCluster) Procs(e *Env) []Proc {
 	var out []Proc
 	for _, n := range c.nodes(e) {
-		out = append(out, n.proc(n.label))
+		out = append(out, n.proc())
 	}
 	return out
 }
@@ -179,21 +206,21 @@ func (c *RabbitMQCluster) Start(ctx context.Context, e *Env) error {
 	}
 	if _, err := os.Stat(c.formedMarker(e)); err == nil {
 		for _, n := range nodes {
-			if err := n.startIfStopped(); err != nil {
+			if err := n.startIfStopped(ctx); err != nil {
 				return fmt.Errorf("%s: %w", n.label, err)
 			}
 		}
 		return nil
 	}
 	first := nodes[0]
-	if err := first.startIfStopped(); err != nil {
+	if err := first.startIfStopped(ctx); err != nil {
 		return fmt.Errorf("%s: %w", first.label, err)
 	}
 	if err := first.waitAMQP(ctx, 150*time.Second); err != nil {
 		return err
 	}
 	for _, n := range nodes[1:] {
-		if err := n.startIfStopped(); err != nil {
+		if err := n.startIfStopped(ctx); err != nil {
 			return fmt.Errorf("%s: %w", n.label, err)
 		}
 	}
@@ -214,7 +241,7 @@ func (c *RabbitMQCluster) Start(ctx context.Context, e *Env) error {
 
 // writeCookie gives every node's HOME the cluster's one Erlang cookie
 // (generated on the first start, kept in <stack>/replicated/rabbitmq/cookie).
-func (*RabbitMQCluster) writeCookie(e *Env, nodes []rabbitNode) error {
+func (*RabbitMQCluster) writeCookie(e *Env, nodes []rabbitClusterNode) error {
 	path := e.Path("rabbitmq", "cookie")
 	cookie, err := os.ReadFile(path)
 	if err != nil {
@@ -306,7 +333,7 @@ func (c *RabbitMQCluster) Stop(ctx context.Context, e *Env) error {
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
-		wg.Go(func() { errs[i] = n.stop(ctx, n.label) })
+		wg.Go(func() { errs[i] = n.stop(ctx) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -401,7 +428,7 @@ func (c *RabbitMQCluster) StartNode(ctx context.Context, e *Env, name string) er
 		if n.label != name {
 			continue
 		}
-		if err := n.startIfStopped(); err != nil {
+		if err := n.startIfStopped(ctx); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if err := n.waitAMQP(ctx, 150*time.Second); err != nil {
@@ -436,7 +463,7 @@ func (c *RabbitMQCluster) StartNode(ctx context.Context, e *Env, name string) er
 func (c *RabbitMQCluster) StopNode(ctx context.Context, e *Env, name string) error {
 	for _, n := range c.nodes(e) {
 		if n.label == name {
-			return n.stop(ctx, n.label)
+			return n.stop(ctx)
 		}
 	}
 	return fmt.Errorf("rabbitmq: no node %q: the nodes are %s", name, strings.Join(c.nodeNames(e), ", "))
@@ -508,16 +535,16 @@ func pidNode(pid string) string {
 }
 
 // url is the driver's AMQP URL of the node.
-func (n rabbitNode) url() string {
+func (n rabbitClusterNode) url() string {
 	return fmt.Sprintf("amqp://%s:%s@127.0.0.1:%d/%s", rabbitUser, rabbitPassword, n.port, rabbitVhost)
 }
 
 // startIfStopped boots the node unless its recorded process runs.
-func (n rabbitNode) startIfStopped() error {
-	if _, alive := n.proc(n.label).PID(); alive {
+func (n rabbitClusterNode) startIfStopped(ctx context.Context) error {
+	if _, alive := n.proc().PID(); alive {
 		return nil
 	}
-	return n.start(n.label, rabbitClusterConf)
+	return n.RabbitMQ.Start(ctx, n.e)
 }
 
 // rabbitClusterConf is what the cluster's nodes add to the plain node's
@@ -533,7 +560,7 @@ const rabbitClusterConf = "cluster_partition_handling = autoheal\n"
 
 // probe opens an AMQP connection and a channel on the node and returns
 // its version and the name of the cluster it belongs to.
-func (n rabbitNode) probe(ctx context.Context) (version, cluster string, err error) {
+func (n rabbitClusterNode) probe(ctx context.Context) (version, cluster string, err error) {
 	d := 3 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))
@@ -555,14 +582,14 @@ func (n rabbitNode) probe(ctx context.Context) (version, cluster string, err err
 
 // waitAMQP waits until the node answers AMQP, failing early when its
 // process exits.
-func (n rabbitNode) waitAMQP(ctx context.Context, d time.Duration) error {
+func (n rabbitClusterNode) waitAMQP(ctx context.Context, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		_, _, err := n.probe(ctx)
 		if err == nil {
 			return nil
 		}
-		if !n.proc(n.label).Running() {
+		if !n.proc().Running() {
 			return fmt.Errorf("%s exited during startup (last check: %v); read %s", n.label, err, strings.Join(n.logs(), " and "))
 		}
 		if time.Now().After(deadline) {
@@ -577,7 +604,7 @@ func (n rabbitNode) waitAMQP(ctx context.Context, d time.Duration) error {
 }
 
 // join makes the node a member of first's cluster (once: the first boot).
-func (n rabbitNode) join(ctx context.Context, first rabbitNode) error {
+func (n rabbitClusterNode) join(ctx context.Context, first rabbitClusterNode) error {
 	if err := n.waitAMQP(ctx, 150*time.Second); err != nil {
 		return err
 	}

@@ -26,13 +26,13 @@ func TestRabbitMQClusterNodes(t *testing.T) {
 	c := &RabbitMQCluster{}
 	seen := map[string]bool{}
 	for _, n := range c.nodes(e) {
-		for _, k := range []string{n.name, n.dir, n.label} {
+		for _, k := range []string{n.name, n.path(e), n.label} {
 			if seen[k] {
 				t.Errorf("%s shared by two nodes", k)
 			}
 			seen[k] = true
 		}
-		env := strings.Join(n.env(), "\n")
+		env := strings.Join(n.env(e), "\n")
 		if !strings.Contains(env, "net_ticktime 15") || !strings.Contains(env, "inet_dist_use_interface {127,0,0,1}") {
 			t.Errorf("%s: Erlang arguments missing from %q", n.label, env)
 		}

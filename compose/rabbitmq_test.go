@@ -14,7 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	rabbitmqbroker "github.com/inboxbench/inboxbench/brokers/rabbitmq"
-	"github.com/inboxbench/inboxbench/internal/testenv"
+	testenv "github.com/inboxbench/inboxbench/internal/testenv/core"
 )
 
 // TestRabbitMQSmoke publishes to a quorum queue with a publisher confirm

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inboxbench/inboxbench/internal/testenv"
+	testenv "github.com/inboxbench/inboxbench/internal/testenv/core"
 )
 
 // restartCyclesEnv asks TestStackRestartsBackToBack for that many
@@ -70,7 +70,7 @@ func TestStackRestartsBackToBack(t *testing.T) {
 				}
 			}
 		}
-		if names, err := epmdNames(ctx, epmdAddr); err == nil && slices.Contains(names, strings.Split(rabbitNodeName, "@")[0]) {
+		if names, err := epmdNames(ctx, epmdAddr); err == nil && slices.Contains(names, strings.Split(rabbitNode, "@")[0]) {
 			t.Errorf("cycle %d: epmd still lists the RabbitMQ node after down: %v", i, names)
 		}
 		t1 := time.Now()

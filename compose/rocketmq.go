@@ -87,7 +87,29 @@ var (
 )
 
 // RocketMQ is the native name server + broker of the local stack.
-type RocketMQ struct{}
+type RocketMQ struct {
+	// inst is what this service runs; nil: the plain stack's
+	// (plainRocketMQ). The secure variant's is in secure_rocketmq.go.
+	inst *rocketmqInstance
+}
+
+// rocketmqInstance is what differs between the stacks' RocketMQs.
+type rocketmqInstance struct {
+	namesrv                 string // when the configuration names none on loopback
+	broker, fast, ha        int    // the broker's ports (fast = broker-2, HA = broker+1)
+	what                    string // how status names the remoting ports
+	jvm                     func(e *Env) []string
+	namesrvConf, brokerConf func(e *Env) (string, error) // appended to the rendered files
+}
+
+var plainRocketMQ = &rocketmqInstance{namesrv: rocketmqbroker.DefaultNamesrv, broker: 50911, fast: 50909, ha: 50912, what: ""}
+
+func (r *RocketMQ) instance() *rocketmqInstance {
+	if r.inst == nil {
+		return plainRocketMQ
+	}
+	return r.inst
+}
 
 var _ Service = (*RocketMQ)(nil)
 
@@ -147,11 +169,12 @@ const RocketMQHAExposure = "RocketMQ 5.3.3 has no bind setting for its HA port; 
 
 // Ports implements Porter: the name server, the broker's remoting port and
 // fast port, and its HA port, which RocketMQ binds to every interface.
-func (*RocketMQ) Ports(e *Env) []Port {
-	_, ns, _ := net.SplitHostPort(rocketmqNamesrvAddr(e))
+func (r *RocketMQ) Ports(e *Env) []Port {
+	in := r.instance()
+	_, ns, _ := net.SplitHostPort(r.namesrvAddr(e))
 	nsPort, _ := strconv.Atoi(ns)
-	return []Port{{Port: nsPort, What: "name server"}, {Port: 50911, What: "broker"}, {Port: 50909, What: "broker fast port"},
-		{Port: 50912, What: "broker HA", AllInterfaces: RocketMQHAExposure}}
+	return []Port{{Port: nsPort, What: "name server" + in.what}, {Port: in.broker, What: "broker" + in.what}, {Port: in.fast, What: "broker fast port" + in.what},
+		{Port: in.ha, What: "broker HA", AllInterfaces: RocketMQHAExposure}}
 }
 
 func (r *RocketMQ) Logs(e *Env) []string {
@@ -162,11 +185,11 @@ func (r *RocketMQ) Logs(e *Env) []string {
 	}
 }
 
-// rocketmqNamesrvAddr is the address the native name server binds: the
-// first configured name server when it is a loopback address, else the
-// default.
-func rocketmqNamesrvAddr(e *Env) string {
-	return loopbackOr(e.Cfg.List(rocketmqbroker.SettingNamesrv), rocketmqbroker.DefaultNamesrv)
+// namesrvAddr is the address the native name server binds: the first
+// configured name server when it is a loopback address, else the
+// instance's.
+func (r *RocketMQ) namesrvAddr(e *Env) string {
+	return loopbackOr(e.Cfg.List(rocketmqbroker.SettingNamesrv), r.instance().namesrv)
 }
 
 // durabilitySettings: the fsync profile sets flushDiskType=SYNC_FLUSH.
@@ -179,22 +202,43 @@ func rocketmqFlushDiskType(profile string) string {
 	return "ASYNC_FLUSH"
 }
 
-func (*RocketMQ) writeConfig(e *Env) error {
+func (r *RocketMQ) writeConfig(e *Env) error {
+	in := r.instance()
 	home := e.Path("rocketmq")
-	nsAddr := rocketmqNamesrvAddr(e)
+	nsAddr := r.namesrvAddr(e)
 	_, nsPort, _ := net.SplitHostPort(nsAddr)
 	host, _, _ := net.SplitHostPort(RocketMQBrokerAddr)
+	extra := func(f func(*Env) (string, error)) (string, error) {
+		if f == nil {
+			return "", nil
+		}
+		return f(e)
+	}
+	nsExtra, err := extra(in.namesrvConf)
+	if err != nil {
+		return err
+	}
+	brokerExtra, err := extra(in.brokerConf)
+	if err != nil {
+		return err
+	}
 	if err := writeTemplate(filepath.Join(home, "conf", "namesrv.properties"), "rocketmq-namesrv.properties", map[string]string{
-		"Home": home, "NamesrvPort": nsPort, "Host": "127.0.0.1",
+		"Home": home, "NamesrvPort": nsPort, "Host": "127.0.0.1", "Extra": nsExtra,
 	}); err != nil {
 		return err
 	}
-	return writeTemplate(filepath.Join(home, "conf", "broker.conf"), "rocketmq-broker.conf", map[string]string{
+	// 0600: a secure broker's holds its initial user.
+	conf := filepath.Join(home, "conf", "broker.conf")
+	if err := writeTemplate(conf, "rocketmq-broker.conf", map[string]string{
 		"Home": home, "NamesrvAddr": nsAddr, "Host": host,
-		"BrokerPort": "50911", "FastPort": "50909", "HAPort": "50912",
+		"BrokerPort": strconv.Itoa(in.broker), "FastPort": strconv.Itoa(in.fast), "HAPort": strconv.Itoa(in.ha),
 		"StoreDir":      filepath.Join(home, "store"),
 		"FlushDiskType": rocketmqFlushDiskType(startProfile(e, &RocketMQ{})),
-	})
+		"Extra":         brokerExtra,
+	}); err != nil {
+		return err
+	}
+	return os.Chmod(conf, 0o600)
 }
 
 func (r *RocketMQ) command(java string, e *Env, heap []string, mainClass, conf, logback string) *exec.Cmd {
@@ -204,9 +248,12 @@ func (r *RocketMQ) command(java string, e *Env, heap []string, mainClass, conf, 
 // commandLogging is command with user.home at logHome: the JVM's logback
 // logs go to logHome/logs/rocketmqlogs (the replicated stack's brokers
 // each have their own).
-func (*RocketMQ) commandLogging(java string, e *Env, heap []string, mainClass, conf, logback, logHome string) *exec.Cmd {
+func (r *RocketMQ) commandLogging(java string, e *Env, heap []string, mainClass, conf, logback, logHome string) *exec.Cmd {
 	home := e.Path("rocketmq")
 	args := append([]string{}, heap...)
+	if f := r.instance().jvm; f != nil {
+		args = append(args, f(e)...)
+	}
 	args = append(args, "-server",
 		"-XX:+UseG1GC", "-XX:G1HeapRegionSize=4m", "-XX:InitiatingHeapOccupancyPercent=30",
 		"-XX:SoftRefLRUPolicyMSPerMB=0", "-XX:-OmitStackTraceInFastThrow", "-XX:+ExitOnOutOfMemoryError",
@@ -261,7 +308,7 @@ func (r *RocketMQ) Start(ctx context.Context, e *Env) error {
 			return fmt.Errorf("rocketmq: %w", err)
 		}
 	}
-	nsAddr := rocketmqNamesrvAddr(e)
+	nsAddr := r.namesrvAddr(e)
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for {
@@ -296,9 +343,13 @@ func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
 	if len(e.Cfg.List(rocketmqbroker.SettingNamesrv)) == 0 {
 		return "", config.Invalid(rocketmqbroker.SettingNamesrv, nil, "no name server configured")
 	}
+	rm, err := rocketmqbroker.NewRemoting(e.Cfg)
+	if err != nil {
+		return "", err
+	}
 	var errs []error
 	for _, ns := range e.Cfg.List(rocketmqbroker.SettingNamesrv) {
-		ci, err := rocketmqbroker.ClusterInfo(ctx, ns)
+		ci, err := rm.ClusterInfo(ctx, ns)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -313,7 +364,7 @@ func (r *RocketMQ) Ready(ctx context.Context, e *Env) (string, error) {
 		// still proves it is up.
 		answered := false
 		for _, a := range addrs {
-			v, err := rocketmqbroker.BrokerVersion(ctx, a)
+			v, err := rm.BrokerVersion(ctx, a)
 			if err == nil && v != "" {
 				return "RocketMQ " + v, nil
 			}

@@ -32,9 +32,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	rocketmqbroker "github.com/inboxbench/inboxbench/brokers/rocketmq"
+	"github.com/inboxbench/inboxbench/config"
 )
 
 // RocketMQBrokerGroup is the replicated stack's RocketMQ: one broker group
@@ -56,6 +58,17 @@ const (
 	// brokers share the name.
 	RocketMQGroup = "broker-a"
 )
+
+// rocketmqRemoting reaches the replicated stack's name server, controller
+// and brokers: plaintext and unsigned, whatever the configuration says of
+// other RocketMQs (the stack runs without TLS and ACLs).
+var rocketmqRemoting = sync.OnceValue(func() *rocketmqbroker.Remoting {
+	rm, err := rocketmqbroker.NewRemoting(config.Default())
+	if err != nil {
+		panic(fmt.Sprintf("compose: the defaults make no RocketMQ remoting: %v", err)) // a programming error
+	}
+	return rm
+})
 
 // rocketmqClusterPorts are the brokers' listen ports.
 var rocketmqClusterPorts = []int{51011, 51111, 51211}
@@ -207,8 +220,8 @@ func (c *RocketMQBrokerGroup) Start(ctx context.Context, e *Env) error {
 		}
 		// A broker still running keeps what a control changed at run
 		// time: set the stack's settings back.
-		if _, err := rocketmqbroker.BrokerVersion(ctx, b.addr()); err == nil {
-			if err := rocketmqbroker.UpdateBrokerConfig(ctx, b.addr(), rocketmqSafe); err != nil {
+		if _, err := rocketmqRemoting().BrokerVersion(ctx, b.addr()); err == nil {
+			if err := rocketmqRemoting().UpdateBrokerConfig(ctx, b.addr(), rocketmqSafe); err != nil {
 				return fmt.Errorf("%s: %w", b.name, err)
 			}
 		}
@@ -257,7 +270,7 @@ func waitListening(ctx context.Context, addr string, p Proc, d time.Duration) er
 // group is the broker group as the name server sees it: broker id →
 // address (id 0 is the master).
 func (*RocketMQBrokerGroup) group(ctx context.Context) (map[string]string, error) {
-	ci, err := rocketmqbroker.ClusterInfo(ctx, rocketmqClusterNamesrv)
+	ci, err := rocketmqRemoting().ClusterInfo(ctx, rocketmqClusterNamesrv)
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +295,7 @@ func (c *RocketMQBrokerGroup) Ready(ctx context.Context, e *Env) (string, error)
 	if group["0"] == "" {
 		return "", fmt.Errorf("rocketmq: no master of %s registered with the name server yet (%d brokers registered)", RocketMQGroup, len(group))
 	}
-	sync, err := rocketmqbroker.SyncStateSet(ctx, rocketmqClusterController, RocketMQGroup)
+	sync, err := rocketmqRemoting().SyncStateSet(ctx, rocketmqClusterController, RocketMQGroup)
 	if err != nil {
 		return "", err
 	}
@@ -291,7 +304,7 @@ func (c *RocketMQBrokerGroup) Ready(ctx context.Context, e *Env) (string, error)
 	}
 	var version string
 	for _, addr := range sync.InSync {
-		v, err := rocketmqbroker.BrokerVersion(ctx, addr)
+		v, err := rocketmqRemoting().BrokerVersion(ctx, addr)
 		if err != nil {
 			return "", err
 		}
@@ -310,7 +323,7 @@ var rocketmqSafe = map[string]string{"allAckInSyncStateSet": "true", "brokerPerm
 // safe says which setting of the broker at addr a control left changed
 // (its restore failed, or the run was interrupted).
 func safe(ctx context.Context, addr string) error {
-	cfg, err := rocketmqbroker.BrokerConfig(ctx, addr)
+	cfg, err := rocketmqRemoting().BrokerConfig(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -338,10 +351,10 @@ func (c *RocketMQBrokerGroup) NodeStatus(ctx context.Context, e *Env) []NodeStat
 	nodes := c.Nodes(e)
 	out := make([]NodeStatus, len(nodes))
 	group, gerr := c.group(ctx)
-	sync, serr := rocketmqbroker.SyncStateSet(ctx, rocketmqClusterController, RocketMQGroup)
+	sync, serr := rocketmqRemoting().SyncStateSet(ctx, rocketmqClusterController, RocketMQGroup)
 	for i, n := range nodes {
 		out[i].Node = n
-		if _, err := rocketmqbroker.BrokerVersion(ctx, n.Addr); err != nil {
+		if _, err := rocketmqRemoting().BrokerVersion(ctx, n.Addr); err != nil {
 			out[i].Detail = err.Error()
 			continue
 		}
@@ -382,7 +395,7 @@ func mapValues(m map[string]string) []string {
 // for the group's master.
 func (c *RocketMQBrokerGroup) Leaders(ctx context.Context, e *Env, resource string) ([]Node, error) {
 	if resource != "" {
-		n, err := rocketmqbroker.RouteQueues(ctx, rocketmqClusterNamesrv, resource)
+		n, err := rocketmqRemoting().RouteQueues(ctx, rocketmqClusterNamesrv, resource)
 		if err != nil {
 			return nil, err
 		}
@@ -447,7 +460,7 @@ func (c *RocketMQBrokerGroup) StartNode(ctx context.Context, e *Env, name string
 func (c *RocketMQBrokerGroup) counted(ctx context.Context, b rocketmqBroker) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := rocketmqbroker.BrokerVersion(cctx, b.addr()); err != nil {
+	if _, err := rocketmqRemoting().BrokerVersion(cctx, b.addr()); err != nil {
 		return err
 	}
 	group, err := c.group(cctx)
@@ -457,7 +470,7 @@ func (c *RocketMQBrokerGroup) counted(ctx context.Context, b rocketmqBroker) err
 	if !slices.Contains(mapValues(group), b.addr()) {
 		return fmt.Errorf("%s is not registered with the name server", b.name)
 	}
-	sync, err := rocketmqbroker.SyncStateSet(cctx, rocketmqClusterController, RocketMQGroup)
+	sync, err := rocketmqRemoting().SyncStateSet(cctx, rocketmqClusterController, RocketMQGroup)
 	if err != nil {
 		return err
 	}
@@ -484,7 +497,7 @@ func (c *RocketMQBrokerGroup) WeakSetting() Weakness {
 			set := func(ctx context.Context, v string) error {
 				var errs []error
 				for _, b := range c.brokers(e) {
-					if err := rocketmqbroker.UpdateBrokerConfig(ctx, b.addr(), map[string]string{"allAckInSyncStateSet": v}); err != nil {
+					if err := rocketmqRemoting().UpdateBrokerConfig(ctx, b.addr(), map[string]string{"allAckInSyncStateSet": v}); err != nil {
 						errs = append(errs, fmt.Errorf("%s: %w", b.name, err))
 					}
 				}
@@ -520,7 +533,7 @@ func (c *RocketMQBrokerGroup) Detach(ctx context.Context, e *Env, leader Node) (
 		if on {
 			kv = map[string]string{"maxHaTransferByteInSecond": "0", "haFlowControlEnable": "true", "brokerPermission": "2"}
 		}
-		return rocketmqbroker.UpdateBrokerConfig(ctx, leader.Addr, kv)
+		return rocketmqRemoting().UpdateBrokerConfig(ctx, leader.Addr, kv)
 	}
 	resume := func(ctx context.Context) error {
 		if !leader.Proc.Running() {

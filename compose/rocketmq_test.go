@@ -17,7 +17,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/inboxbench/inboxbench/config"
-	"github.com/inboxbench/inboxbench/internal/testenv"
+	testenv "github.com/inboxbench/inboxbench/internal/testenv/core"
 )
 
 // TestRocketMQStackLibConsumer is an integration smoke test of the running
@@ -41,7 +41,11 @@ func TestRocketMQStackLibConsumer(t *testing.T) {
 	}
 	t.Logf("rocketmq version: %s", version)
 
-	ci, err := rocketmqbroker.ClusterInfo(ctx, cfg.List(rocketmqbroker.SettingNamesrv)[0])
+	rm, err := rocketmqbroker.NewRemoting(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := rm.ClusterInfo(ctx, cfg.List(rocketmqbroker.SettingNamesrv)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +84,7 @@ func TestRocketMQStackLibConsumer(t *testing.T) {
 	// The name server must route the new topic (the broker registers it).
 	queues := 0
 	for queues == 0 {
-		n, err := rocketmqbroker.RouteQueues(ctx, cfg.List(rocketmqbroker.SettingNamesrv)[0], topic)
+		n, err := rm.RouteQueues(ctx, cfg.List(rocketmqbroker.SettingNamesrv)[0], topic)
 		if err != nil {
 			t.Fatalf("route of %s: %v", topic, err)
 		}

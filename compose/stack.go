@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/inboxbench/inboxbench/config"
 )
 
 // ErrUsage marks errors the user fixes by running something or changing
@@ -173,6 +175,13 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 	if err := s.Start(ctx, e); err != nil {
 		return serviceError(e, s, err)
 	}
+	// A variant's first start wrote what its endpoints need (a password,
+	// a CA): the readiness check dials with them.
+	if applied, err := ApplyVariant(e.Cfg); err == nil {
+		n := *e
+		n.Cfg = applied
+		e = &n
+	}
 	timeout := readyTimeout(s)
 	deadline := time.Now().Add(timeout)
 	var last error
@@ -212,7 +221,10 @@ func startedHere(e *Env, s Service) bool {
 func ready(ctx context.Context, e *Env, s Service) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return s.Ready(cctx, e)
+	// A client library may quote what it was given (a URL that does not
+	// parse, password included): its error is shown by status and up.
+	v, err := s.Ready(cctx, e)
+	return v, e.Cfg.RedactError(err)
 }
 
 // serviceError names the service, the command it ran and the logs to read.
@@ -228,10 +240,11 @@ func serviceError(e *Env, s Service, err error) error {
 			fmt.Fprintf(&b, "\n%s", indent(tail, "    | "))
 		}
 	}
+	text := e.Cfg.RedactSecrets(b.String())
 	if errors.Is(err, ErrUsage) {
-		return usageErr{b.String()}
+		return usageErr{text}
 	}
-	return errors.New(b.String())
+	return errors.New(text)
 }
 
 // Down stops the selected services' processes that Up started (found by
@@ -274,6 +287,10 @@ type StatusRow struct {
 	Service, Version, Address string
 	Healthy                   bool
 	Detail                    string // error when unhealthy, or who runs it
+	// Err is why the check failed; a *config.SettingError in it means the
+	// service answered and refused the configured settings (TLS,
+	// credentials, permissions), which starting it would not change.
+	Err error
 	// Durability is the profile this stack started the service with, ""
 	// when it did not start it.
 	Durability string
@@ -284,6 +301,13 @@ type StatusRow struct {
 	// Nodes are a replicated service's nodes with their roles and health
 	// (Cluster); nil for a single-node service.
 	Nodes []NodeStatus
+}
+
+// Refused reports whether the service answered and refused the
+// configured settings.
+func (r StatusRow) Refused() bool {
+	var se *config.SettingError
+	return errors.As(r.Err, &se)
 }
 
 // Exposed lists the listening addresses reachable from beyond this host
@@ -313,7 +337,7 @@ func Status(ctx context.Context, e *Env, svcs []Service) []StatusRow {
 				}
 			}
 			v, err := ready(ctx, e, s)
-			r.Version, r.Healthy = v, err == nil
+			r.Version, r.Healthy, r.Err = v, err == nil, err
 			if err != nil {
 				r.Detail = err.Error()
 			} else {

@@ -1,6 +1,7 @@
 package compose
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -89,9 +90,22 @@ type Endpointer interface {
 	Endpoints(e *Env) (map[string]string, error)
 }
 
-// Endpoints merges the settings of every service of e's variant.
+// Addresser is implemented by the services of a variant whose endpoints
+// need files `bench stack up` writes: what they are without those files
+// (addresses, certificate paths, users; no password), so that the stack
+// commands bind and dial the variant's ports, never the plain stack's,
+// before its first start.
+type Addresser interface {
+	Addresses(e *Env) map[string]string
+}
+
+// Endpoints merges the settings of every service of e's variant. When a
+// service's endpoints are not there yet, the error says so, and the map
+// still holds what could be had: every other service's endpoints and that
+// service's addresses (Addresser).
 func Endpoints(e *Env) (map[string]string, error) {
 	out := map[string]string{}
+	var errs []error
 	for _, s := range Services(e.Variant) {
 		ep, ok := s.(Endpointer)
 		if !ok {
@@ -99,20 +113,23 @@ func Endpoints(e *Env) (map[string]string, error) {
 		}
 		vals, err := ep.Endpoints(e)
 		if err != nil {
-			return nil, fmt.Errorf("%s stack: %s: %w", e.Variant, s.Name(), err)
+			errs = append(errs, fmt.Errorf("%s stack: %s: %w", e.Variant, s.Name(), err))
+			if a, ok := s.(Addresser); ok {
+				vals = a.Addresses(e)
+			}
 		}
 		for k, v := range vals {
 			out[k] = v
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // ApplyVariant returns cfg with the endpoints of the variant it selects in
 // place of every setting the user did not set (cfg unchanged for the
 // plain stack). The error says when the variant's stack has not written
 // what its endpoints need yet; the returned configuration is then as
-// complete as it could be made.
+// complete as it could be made (the variant's addresses at least).
 func ApplyVariant(cfg config.Config) (config.Config, error) {
 	e, err := NewEnv(cfg, nil)
 	if err != nil || e.Variant == VariantPlain {
@@ -123,7 +140,7 @@ func ApplyVariant(cfg config.Config) (config.Config, error) {
 	}
 	vals, err := Endpoints(e)
 	if err != nil {
-		return cfg, usageErrorf("%v: start it with 'bench stack up%s'", err, VariantFlag(e.Variant))
+		return cfg.WithDefaults(vals), usageErrorf("%v: start it with 'bench stack up%s'", err, VariantFlag(e.Variant))
 	}
 	return cfg.WithDefaults(vals), nil
 }

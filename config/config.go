@@ -64,7 +64,20 @@ type Setting struct {
 var (
 	registryMu sync.RWMutex
 	registry   = map[string]Setting{}
+	checks     []func(Config) error
 )
+
+// RegisterCheck adds a check of several settings together, which a
+// setting's own Check cannot see: half of a key pair, a user without the
+// mechanism that would send it. The package that owns the settings
+// registers it, next to them; Validate runs every check after each
+// setting's own, and a check's error should be a *SettingError naming
+// the setting to change.
+func RegisterCheck(check func(Config) error) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	checks = append(checks, check)
+}
 
 // Register adds a driver setting and returns its key. It panics on a
 // duplicate key, flag or variable, as a programming error found at start-up.
@@ -231,7 +244,10 @@ func FromEnv() (Config, error) {
 			c.markGiven(s.Key)
 		}
 	}
-	return c, c.Validate()
+	// Each setting on its own: the checks of settings together run in
+	// Validate, once a command has taken what a variant of the local
+	// stack supplies (a user's half of a key pair may be completed there).
+	return c, c.validateEach()
 }
 
 // BindFlags registers one flag per setting on fs, defaulting to the current
@@ -304,9 +320,27 @@ func (v *flagValue) Type() string {
 	return "string"
 }
 
-// Validate checks values that can be checked without a network; the error
-// is a *SettingError naming the setting's key.
+// Validate checks values that can be checked without a network (a file a
+// setting names is read): each setting's own Check, then the checks of
+// settings together (RegisterCheck). The error is a *SettingError naming
+// the setting's key.
 func (c *Config) Validate() error {
+	if err := c.validateEach(); err != nil {
+		return err
+	}
+	registryMu.RLock()
+	cs := append([]func(Config) error(nil), checks...)
+	registryMu.RUnlock()
+	for _, check := range cs {
+		if err := check(*c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateEach runs each setting's own Check.
+func (c *Config) validateEach() error {
 	for _, s := range Settings() {
 		v := c.Get(s.Key)
 		var err error
@@ -317,11 +351,7 @@ func (c *Config) Validate() error {
 			err = s.Check(v)
 		}
 		if err != nil {
-			shown := v
-			if s.Secret {
-				shown = "***"
-			}
-			return &SettingError{Key: s.Key, Value: shown, Err: fmt.Errorf("%v (%s)", err, s.Usage)}
+			return &SettingError{Key: s.Key, Value: Shown(v, s.Secret), Err: fmt.Errorf("%v (%s)", err, s.Usage)}
 		}
 	}
 	return nil

@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,5 +122,105 @@ func TestWithDefaultsKeepsWhatTheUserGave(t *testing.T) {
 	}
 	if !got.Given(testSecret) || got.Given(testSeeds) {
 		t.Errorf("Given: password %v (set by env), seeds %v (not set)", got.Given(testSecret), got.Given(testSeeds))
+	}
+}
+
+// testURL is a URL setting with a check, like rabbitmq.url.
+var testURL = Register(Setting{Key: "test.url", Flag: "test-url", Env: "INBOXBENCH_TEST_URL", Usage: "test URL",
+	Default: "amqp://guest:guest@127.0.0.1:1/", Check: func(v string) error {
+		if _, err := url.Parse(v); err != nil || !strings.HasPrefix(v, "amqp://") {
+			return errors.New("not an amqp:// URL")
+		}
+		return nil
+	}})
+
+// TestValidateNeverShowsAPassword: a URL setting that is refused is shown
+// in its error with the password masked, or not at all when it cannot be
+// told apart: a malformed URL (an unescaped '%' in the password) or one
+// without its scheme.
+func TestValidateNeverShowsAPassword(t *testing.T) {
+	for _, v := range []string{"amqp://u:pa%zzSECRET@host:1/v", "amqps:/u:SECRET@host/v", "u:SECRET@host:5672", "amqp://u:SE CRET@host/"} {
+		c := Default().With(testURL, v)
+		err := c.Validate()
+		if err == nil {
+			t.Fatalf("%q was accepted", v)
+		}
+		if strings.Contains(err.Error(), "SECRET") || strings.Contains(err.Error(), "CRET") {
+			t.Errorf("the error shows the password: %v", err)
+		}
+		if !strings.Contains(err.Error(), testURL) {
+			t.Errorf("the error does not name the setting: %v", err)
+		}
+	}
+}
+
+// TestSecretsAndRedactSecrets: every secret setting's value and every
+// password in a URL or DSN is masked in any text, also percent-encoded,
+// also from a malformed URL; the stack's documented default password is
+// not a secret.
+func TestSecretsAndRedactSecrets(t *testing.T) {
+	c := Default().With(testSecret, "flag-Secret1").With(testURL, "amqp://u:p%25ss@word@h:1/v")
+	c.PGURL = "host=db user=app password='pg sec\\'ret' dbname=x"
+	got := c.Secrets()
+	for _, want := range []string{"flag-Secret1", "p%ss@word", "p%25ss@word", "pg sec'ret"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("Secrets() = %q lacks %q", got, want)
+		}
+	}
+	if slices.Contains(Default().Secrets(), "guest") {
+		t.Errorf("the default URL's password counts as a secret: %q", Default().Secrets())
+	}
+	text := "java -Dk=flag-Secret1 uri=amqp://x:p%25ss%40word@h pw=p%ss@word 'pg sec'ret' user u"
+	out := c.RedactSecrets(text)
+	for _, s := range []string{"flag-Secret1", "p%25ss%40word", "p%ss@word", "pg sec'ret"} {
+		if strings.Contains(out, s) {
+			t.Errorf("%q survived: %s", s, out)
+		}
+	}
+	if !strings.Contains(out, "user u") {
+		t.Errorf("masked more than the secrets: %s", out)
+	}
+	args := c.RedactSecretArgs([]string{"-sk", "flag-Secret1", "--uri", "amqp://u:p%25ss@word@h:1/v"})
+	if strings.Contains(strings.Join(args, " "), "Secret1") || strings.Contains(strings.Join(args, " "), "word@") {
+		t.Errorf("RedactSecretArgs: %q", args)
+	}
+}
+
+func TestPlaintextPasswordAllowed(t *testing.T) {
+	c := Default()
+	for addrs, want := range map[string]bool{"127.0.0.1:1": true, "localhost": true, "[::1]:5672": true, "127.0.0.1:1,db.example:2": false, "10.0.0.1:5672": false} {
+		if got := c.PlaintextPasswordAllowed(strings.Split(addrs, ",")); got != want {
+			t.Errorf("%s: %v, want %v", addrs, got, want)
+		}
+	}
+	if !c.With(SettingAllowPlaintextPasswords, "true").PlaintextPasswordAllowed([]string{"db.example:2"}) {
+		t.Error("allowed explicitly, still refused")
+	}
+}
+
+// TestChecksOfSettingsTogether: a registered check of several settings
+// runs in Validate, after each setting's own, and not in FromEnv (a
+// variant of the local stack may complete the pair first).
+func TestChecksOfSettingsTogether(t *testing.T) {
+	pairA := Register(Setting{Key: "test.pair-a", Flag: "test-pair-a", Env: "INBOXBENCH_TEST_PAIR_A", Usage: "a"})
+	pairB := Register(Setting{Key: "test.pair-b", Flag: "test-pair-b", Env: "INBOXBENCH_TEST_PAIR_B", Usage: "b"})
+	RegisterCheck(func(c Config) error {
+		if (c.Get(pairA) == "") != (c.Get(pairB) == "") {
+			return Invalid(pairB, nil, "comes with %s", pairA)
+		}
+		return nil
+	})
+	t.Setenv("INBOXBENCH_TEST_PAIR_A", "x")
+	c, err := FromEnv()
+	if err != nil {
+		t.Fatalf("FromEnv ran the check of settings together: %v", err)
+	}
+	var se *SettingError
+	if err := c.Validate(); !errors.As(err, &se) || se.Key != pairB {
+		t.Fatalf("Validate: %v, want a setting error naming %s", err, pairB)
+	}
+	whole := c.With(pairB, "y")
+	if err := whole.Validate(); err != nil {
+		t.Fatalf("Validate of the whole pair: %v", err)
 	}
 }

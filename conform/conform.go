@@ -266,6 +266,8 @@ func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.S
 		if ctx.Err() != nil {
 			row.Error = fmt.Sprintf("timed out after %s: %v", sc.Timeout, out.Err)
 		}
+		// A client library may quote its endpoint, credentials and all.
+		row.Error = e.Cfg.RedactSecrets(row.Error)
 	}
 	if row.Line != "" && e.Out != nil {
 		fmt.Fprintln(e.Out, row.Line)

@@ -77,7 +77,8 @@ func failoverScenario(name, proves string, f workload.FailoverFault, weak bool) 
 func failoverWhere(e *Env, target, broker string, weak bool) string {
 	s := failover.Stack{Cfg: e.Cfg, Dir: e.StackDir}
 	if err := s.Check(target, broker); err != nil {
-		return strings.TrimPrefix(err.Error(), failover.ErrNotReplicated.Error()+": ")
+		why := strings.TrimPrefix(err.Error(), failover.ErrNotReplicated.Error()+": ")
+		return strings.TrimPrefix(why, failover.ErrNotRunHere.Error()+": ")
 	}
 	if weak {
 		_, cl, _ := s.Cluster(failover.Service(target, broker))

@@ -6,18 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/runner"
 )
 
-// TestFailoverScenariosNeedTheReplicatedStack: on the single-node stack
+// TestFailoverScenariosNAOnTheSingleNodeStack: on the single-node stack
 // every failover scenario is N/A with the reason (never ERROR, never left
 // out), and a broker that runs as no service has nothing to fail over.
 // Nothing runs, so no server is needed.
-func TestFailoverScenariosNeedTheReplicatedStack(t *testing.T) {
+func TestFailoverScenariosNAOnTheSingleNodeStack(t *testing.T) {
 	scs, err := Select([]string{"leader-kill", "pg-leader-kill", "leader-kill-weak"})
 	if err != nil {
 		t.Fatal(err)
@@ -46,11 +45,7 @@ func TestFailoverScenariosNeedTheReplicatedStack(t *testing.T) {
 // replication, the standby's WAL receiver stopped before the kill)
 // FAILing with lost-effect.
 func TestReplicatedFailoverScenarios(t *testing.T) {
-	cfg, err := compose.ApplyVariant(testenv.Config(t).With(compose.SettingTopology, compose.TopologyReplicated))
-	if err != nil {
-		t.Fatalf("the replicated stack's endpoints: %v", err)
-	}
-	testenv.RequireIn(t, cfg, "bench stack up --topology replicated", testenv.Postgres, testenv.Kafka)
+	cfg := testenv.Replicated(t, testenv.Postgres, testenv.Kafka)
 	env := Env{Cfg: cfg, StackDir: testenv.StackDir(t, cfg)}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

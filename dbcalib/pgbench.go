@@ -82,8 +82,16 @@ func RunPGBench(ctx context.Context, bin, pgURL string, s Shape, warmup, measure
 	}
 	args = append(args, "-f", f.Name())
 	run := PGBenchRun{Command: append([]string{bin}, append(args, "$INBOXBENCH_PG_URL")...)}
-	cmd := exec.CommandContext(ctx, bin, append(args, pgURL)...)
+	conn, passfile, err := withoutPassword(pgURL)
+	if err != nil {
+		return run, fmt.Errorf("pgbench (twin of %s): %w", s.Strategy, err)
+	}
+	cmd := exec.CommandContext(ctx, bin, append(args, conn)...)
 	cmd.Env = append(os.Environ(), "PGAPPNAME="+pgbenchAppName)
+	if passfile != "" {
+		defer os.Remove(passfile)
+		cmd.Env = append(cmd.Env, "PGPASSFILE="+passfile)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

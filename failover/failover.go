@@ -65,8 +65,19 @@ func (s Stack) Cluster(service string) (*compose.Env, compose.Cluster, error) {
 		}
 		return nil, nil, fmt.Errorf("%w: the %s stack runs one node of %s: failover needs the replicated stack (--topology replicated)", ErrNotReplicated, stack, service)
 	}
-	return env, c, nil
+	for _, n := range c.Nodes(env) {
+		if _, ours := n.Proc.PID(); ours {
+			return env, c, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: no node of %s runs from the stack in %s (%s answers there, started elsewhere, or nothing does): failover hits only nodes this stack started; start them with 'bench stack up%s %s'",
+		ErrNotRunHere, service, env.Path(), c.Addr(env), compose.VariantFlag(variant), service)
 }
+
+// ErrNotRunHere marks a replicated service whose nodes this stack did not
+// start (another checkout's stack on the same ports, or none running):
+// its processes are not this stack's to kill.
+var ErrNotRunHere = errors.New("not run by this stack")
 
 // Service is the stack service a fault on target hits in a cell of
 // broker: the broker's own (brokers.Info.Service), or postgres.

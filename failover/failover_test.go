@@ -22,10 +22,11 @@ import (
 	_ "github.com/inboxbench/inboxbench/brokers/all"
 )
 
-// TestCheckNeedsTheReplicatedStack: on the single-node stack a fault has
+// TestCheckRefusesTheSingleNodeStack: on the single-node stack a fault has
 // nothing to fail over to, and says what to run instead; a broker that
-// runs as no service has no node at all. No server is needed.
-func TestCheckNeedsTheReplicatedStack(t *testing.T) {
+// runs as no service has no node at all; a replicated stack whose nodes
+// this stack did not start is not hit. No server is needed.
+func TestCheckRefusesTheSingleNodeStack(t *testing.T) {
 	s := Stack{Cfg: config.Default(), Dir: t.TempDir()}
 	err := s.Check(workload.TargetBroker, "kafka")
 	if !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), "--topology replicated") {
@@ -37,10 +38,13 @@ func TestCheckNeedsTheReplicatedStack(t *testing.T) {
 	if err := s.Check(workload.TargetBroker, "none"); !errors.Is(err, ErrNotReplicated) || !strings.Contains(err.Error(), "none runs as no service") {
 		t.Errorf("Check(broker, none) = %v, want none named as running no service", err)
 	}
+	// A replicated stack whose directory ran nothing: its nodes (or
+	// another checkout's on the same ports) are not this stack's to hit.
 	r := Stack{Cfg: config.Default().With(compose.SettingTopology, compose.TopologyReplicated), Dir: t.TempDir()}
 	for _, c := range []struct{ target, broker string }{{workload.TargetBroker, "kafka"}, {workload.TargetPostgres, "none"}} {
-		if err := r.Check(c.target, c.broker); err != nil {
-			t.Errorf("Check(%s, %s) on the replicated stack: %v", c.target, c.broker, err)
+		err := r.Check(c.target, c.broker)
+		if !errors.Is(err, ErrNotRunHere) || !strings.Contains(err.Error(), "bench stack up --topology replicated") {
+			t.Errorf("Check(%s, %s) on a replicated stack that runs nothing: %v, want ErrNotRunHere naming the command", c.target, c.broker, err)
 		}
 	}
 	if Service(workload.TargetPostgres, "kafka") != "postgres" || Service(workload.TargetBroker, "kafka") != "kafka" {
@@ -52,11 +56,7 @@ func TestCheckNeedsTheReplicatedStack(t *testing.T) {
 // holds, failing by name when a node of services does not answer.
 func replicated(t *testing.T, services ...string) Stack {
 	t.Helper()
-	cfg, err := compose.ApplyVariant(testenv.Config(t).With(compose.SettingTopology, compose.TopologyReplicated))
-	if err != nil {
-		t.Fatalf("the replicated stack's endpoints: %v", err)
-	}
-	testenv.RequireIn(t, cfg, "bench stack up --topology replicated", services...)
+	cfg := testenv.Replicated(t, services...)
 	return Stack{Cfg: cfg, Dir: testenv.StackDir(t, cfg)}
 }
 

@@ -35,7 +35,7 @@ func TestAuditModesSeeTheSameTransitions(t *testing.T) {
 		{"a", 0, 1, 0, 5}, {"b", 0, 1, 0, 3}, {"a", 1, 2, 5, 7},
 		{"a", 2, 4, 7, 8}, {"b", 1, 3, 3, 5}, {"c", 0, 1, 0, 3},
 	}
-	for _, mode := range []AuditMode{AuditRow, AuditStatement, AuditWAL} {
+	for _, mode := range []AuditMode{AuditRow, AuditStatement, AuditLogged, AuditWAL} {
 		t.Run(string(mode), func(t *testing.T) {
 			in := newInbox(t, nil)
 			ctx := context.Background()
@@ -125,6 +125,39 @@ func TestAuditLostInACrashIsRefused(t *testing.T) {
 	}
 }
 
+// TestLoggedAuditSurvivesWhatUnloggedDoesNot: the logged mode writes the
+// log into a logged table (a standby has its rows after a promotion;
+// TestAuditModesSeeTheSameTransitions holds its transitions to the
+// others').
+func TestLoggedAuditSurvivesWhatUnloggedDoesNot(t *testing.T) {
+	in := newInbox(t, nil)
+	ctx := context.Background()
+	if err := InstallAudit(ctx, in.pool, in.Schema(), AuditLogged); err != nil {
+		t.Fatal(err)
+	}
+	var persistence string
+	if err := in.pool.QueryRow(ctx, `SELECT relpersistence FROM pg_class WHERE oid = $1::regclass`,
+		in.Schema()+".account_audit").Scan(&persistence); err != nil {
+		t.Fatal(err)
+	}
+	if persistence != "p" {
+		t.Fatalf("account_audit persistence %q, want p (logged)", persistence)
+	}
+	if _, err := in.pool.Exec(ctx, "INSERT INTO "+in.Schema()+".account (id, balance, version) VALUES ('acct-1', 10, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := ReadSnapshot(ctx, in.pool, in.Schema(), "c", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Transitions) != 1 || snap.Transitions[0].NewVersion != 1 || snap.Transitions[0].NewBalance != 10 {
+		t.Errorf("transitions %+v, want acct-1 v0 → v1 (+10)", snap.Transitions)
+	}
+	if AuditLogged.Describe() != "statement-trigger, logged" {
+		t.Errorf("Describe = %q", AuditLogged.Describe())
+	}
+}
+
 func TestAuditModeNames(t *testing.T) {
 	for _, m := range AuditModes {
 		got, err := ParseAuditMode(string(m))
@@ -132,7 +165,7 @@ func TestAuditModeNames(t *testing.T) {
 			t.Errorf("ParseAuditMode(%q) = %q, %v", m, got, err)
 		}
 	}
-	if _, err := ParseAuditMode("rows"); err == nil || !strings.Contains(err.Error(), "statement, row, off") {
+	if _, err := ParseAuditMode("rows"); err == nil || !strings.Contains(err.Error(), "statement, row, logged, off") {
 		t.Errorf("ParseAuditMode(rows): %v, want an error listing the modes", err)
 	}
 }

@@ -86,7 +86,7 @@ func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strat
 	res := results.Cell{Broker: broker, Strategy: strategy, Consumer: "balance-" + id, Schema: id}
 	st, err := lookupStrategy(*o, strategy)
 	if err != nil {
-		res.Error = err.Error()
+		res.Error = o.Cfg.RedactSecrets(err.Error())
 		res.Invariants.Verdict = results.VerdictError
 		return res, nil
 	}
@@ -96,7 +96,8 @@ func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strat
 	}
 	c := &cell{o: o, plan: plan, broker: broker, id: id, consumer: res.Consumer, strategy: st, fleet: fl, askDurability: askDurability}
 	if err := c.run(ctx, &res); err != nil {
-		res.Error = err.Error()
+		// A client library may quote its endpoint, credentials and all.
+		res.Error = o.Cfg.RedactSecrets(err.Error())
 		if res.Invariants.Verdict == "" {
 			res.Invariants.Verdict = results.VerdictError
 		}

@@ -37,12 +37,9 @@ package kafka
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -58,6 +55,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/internal/tlsfiles"
 )
 
 // Driver names.
@@ -128,6 +126,7 @@ type Broker struct {
 	rf             int16
 	commitInterval time.Duration
 	fake           *kfake.Cluster // kafka-embedded only
+	cfg            config.Config  // what Explain reads the brokers' refusals against
 
 	prod  *kgo.Client
 	adm   *kadm.Client
@@ -185,26 +184,20 @@ func parseOptions(driver string, opts brokers.Options) (settings, error) {
 }
 
 // ClientOpts turns the endpoint configuration into franz-go options:
-// seeds, TLS (system roots, or the CA file; a CA file implies TLS) and SASL
-// (plain, SCRAM). The stack's readiness check uses it too, so a cluster
-// that `bench stack status` reaches is one the driver reaches.
+// seeds, TLS (system roots or the CA file, a client certificate, the
+// server name; any of them implies TLS) and SASL (plain, SCRAM). The
+// stack's readiness check uses it too, so a cluster that `bench stack
+// status` reaches is one the driver reaches.
 func ClientOpts(cfg config.Config) ([]kgo.Opt, error) {
-	seeds, caFile := cfg.List(SettingBrokers), cfg.Get(SettingCAFile)
+	seeds := cfg.List(SettingBrokers)
 	if len(seeds) == 0 {
 		return nil, config.Invalid(SettingBrokers, nil, "no seed brokers configured")
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(seeds...)}
-	if cfg.Bool(SettingTLS) || caFile != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if caFile != "" {
-			pem, err := os.ReadFile(caFile)
-			if err != nil {
-				return nil, &config.SettingError{Key: SettingCAFile, Value: caFile, Err: err}
-			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, config.Invalid(SettingCAFile, caFile, "holds no PEM certificate")
-			}
+	if useTLS(cfg) {
+		tc, err := tlsfiles.Config(cfg, tlsKeys)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
@@ -235,7 +228,12 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		return nil, err
 	}
 	s.acks = cfg.Get(SettingAcks)
-	return newBroker(Name, base, s, nil)
+	b, err := newBroker(Name, base, s, nil)
+	if err != nil {
+		return nil, err
+	}
+	b.cfg = cfg
+	return b, nil
 }
 
 // NewEmbedded starts an in-process kfake cluster (one node, random port)
@@ -316,7 +314,17 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 	return c
 }
 
+// errorf prefixes the driver's name; an error among args that is the
+// brokers refusing the connection settings (TLS, SASL, ACLs) is
+// explained, naming the setting to change.
 func (b *Broker) errorf(format string, args ...any) error {
+	if b.fake == nil {
+		for i, a := range args {
+			if err, ok := a.(error); ok {
+				args[i] = Explain(b.cfg, err)
+			}
+		}
+	}
 	return fmt.Errorf(b.name+": "+format, args...)
 }
 

@@ -82,7 +82,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,6 +161,7 @@ func init() {
 
 // Broker is the RabbitMQ driver.
 type Broker struct {
+	cfg config.Config // the URL(s), TLS files and SASL mechanism (dial.go)
 	// urls are the nodes of one cluster (SettingURL); a connection goes to
 	// the one at prefer first, the last one a connection was made to.
 	urls           []string
@@ -209,9 +209,13 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 			return nil, fmt.Errorf("rabbitmq: option %s=%q: want a positive number of messages", OptPublishWindow, v)
 		}
 	}
-	urls := URLs(cfg.Get(SettingURL))
+	// amqp091 would return a URL that does not parse in its error, with
+	// the password; ParseURL's error holds neither (checkURL uses it).
 	if err := checkURL(cfg.Get(SettingURL)); err != nil {
-		return nil, config.Invalid(SettingURL, config.Redact(cfg.Get(SettingURL)), "%v", err)
+		return nil, config.Invalid(SettingURL, nil, "%v", err)
+	}
+	if _, err := DialConfig(cfg, dialTimeout); err != nil {
+		return nil, err
 	}
 	qt := cfg.Get(SettingQueueType)
 	if err := checkQueueType(qt); err != nil {
@@ -224,7 +228,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		}
 		size, _ = strconv.Atoi(v)
 	}
-	return &Broker{urls: urls, queueType: qt, quorumSize: size, mandatory: cfg.Bool(SettingMandatory),
+	return &Broker{cfg: cfg, urls: URLs(cfg.Get(SettingURL)), queueType: qt, quorumSize: size, mandatory: cfg.Bool(SettingMandatory),
 		window: n, confirmTimeout: confirmTimeout, shards: map[string]int{},
 		subs: map[*subscription]struct{}{}, pubs: map[string][]*queuePub{}}, nil
 }
@@ -247,92 +251,10 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 	}
 }
 
-// heartbeat is the AMQP heartbeat the driver asks for: a node that stops
-// answering (a paused VM, a dead host) is given up after three missed
-// heartbeats (15 s), and the driver moves to another node.
-const heartbeat = 5 * time.Second
-
-// staggerDial is how long a connection attempt to one node goes
-// unanswered before the next node is tried as well.
-const staggerDial = time.Second
-
-// dial connects to one of the broker's nodes, the preferred one first:
-// a node that refuses, or has not finished the AMQP handshake within
-// staggerDial, is joined by an attempt on the next one, and the first
-// connection made wins (the others are closed as they finish). The node
-// that answered becomes the preferred one.
+// dial connects to one of the broker's nodes (dialAny), the one that
+// answered last first.
 func (b *Broker) dial(ctx context.Context, name string) (*amqp.Connection, error) {
-	type result struct {
-		conn *amqp.Connection
-		i    int
-		err  error
-	}
-	n := len(b.urls)
-	results := make(chan result, n)
-	start := int(b.prefer.Load())
-	launched, finished := 0, 0
-	launch := func() {
-		i := (start + launched) % n
-		launched++
-		go func() {
-			conn, err := amqp.DialConfig(b.urls[i], amqp.Config{
-				Dial:       dialer(ctx),
-				Heartbeat:  heartbeat,
-				Properties: amqp.Table{"connection_name": name},
-			})
-			results <- result{conn, i, err}
-		}()
-	}
-	launch()
-	stagger := time.NewTimer(staggerDial)
-	defer stagger.Stop()
-	var errs []error
-	for finished < n {
-		select {
-		case r := <-results:
-			finished++
-			if r.err == nil {
-				b.prefer.Store(int32(r.i))
-				go func(left int) { // the slower attempts: close what they open
-					for range left {
-						if l := <-results; l.err == nil {
-							_ = l.conn.Close()
-						}
-					}
-				}(launched - finished)
-				return r.conn, nil
-			}
-			errs = append(errs, fmt.Errorf("%s: %w", config.Redact(b.urls[r.i]), r.err))
-			if launched < n {
-				launch()
-				stagger.Reset(staggerDial)
-			}
-		case <-stagger.C:
-			if launched < n {
-				launch()
-				stagger.Reset(staggerDial)
-			}
-		}
-	}
-	return nil, errors.Join(errs...)
-}
-
-// dialer opens the TCP connection of one attempt, bounded by ctx and
-// dialTimeout; the deadline also bounds the AMQP handshake, and amqp091
-// clears it once the connection is open (heartbeats take over).
-func dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
-	return func(network, addr string) (net.Conn, error) {
-		d := net.Dialer{Timeout: dialTimeout}
-		conn, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		if err := conn.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
-			conn.Close()
-			return nil, err
-		}
-		return conn, nil
-	}
+	return dialAny(ctx, b.cfg, b.urls, &b.prefer, name)
 }
 
 // connection returns the shared publishing/topology connection, dialling
@@ -425,13 +347,13 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 	defer ch.Close()
 	dlq := topic + DLQSuffix
 	if _, err := ch.QueueDeclare(dlq, true, false, false, false, b.dlqArgs()); err != nil {
-		return fmt.Errorf("rabbitmq: declare %s: %w", dlq, err)
+		return errorf(b.cfg, "rabbitmq: declare %s: %w", dlq, err)
 	}
 	for i := 0; i < shards; i++ {
 		q := queueName(topic, i)
 		_, err := ch.QueueDeclare(q, true, false, false, false, b.shardQueueArgs(topic))
 		if err != nil {
-			return fmt.Errorf("rabbitmq: declare %s: %w", q, err)
+			return errorf(b.cfg, "rabbitmq: declare %s: %w", q, err)
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("rabbitmq: setup %s: %w", topic, ctx.Err())
@@ -491,7 +413,7 @@ func (b *Broker) queueExists(q string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("check queue %s: %w", q, err)
+		return false, errorf(b.cfg, "check queue %s: %w", q, err)
 	}
 	return true, nil
 }

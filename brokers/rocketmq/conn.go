@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -83,17 +84,18 @@ type conn struct {
 
 	wmu sync.Mutex // one frame at a time on the wire
 
-	mu      sync.Mutex
-	pending map[int32]chan frame
-	err     error         // why it closed
-	closed  chan struct{} // closed with err set
+	mu       sync.Mutex
+	pending  map[int32]chan frame
+	answered bool          // a response came: the server speaks the protocol
+	err      error         // why it closed
+	closed   chan struct{} // closed with err set
 }
 
-func dialConn(ctx context.Context, addr string, onRequest func(int, map[string]string)) (*conn, error) {
-	var d net.Dialer
+// dialConn connects to addr as r says (TLS), within 5 s.
+func (r *Remoting) dialConn(ctx context.Context, addr string, onRequest func(int, map[string]string)) (*conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	nc, err := d.DialContext(dctx, "tcp", addr)
+	nc, err := r.dial(dctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +116,7 @@ func (c *conn) readLoop() {
 			continue
 		}
 		c.mu.Lock()
+		c.answered = true
 		ch := c.pending[f.Opaque]
 		delete(c.pending, f.Opaque)
 		c.mu.Unlock()
@@ -147,6 +150,9 @@ func (c *conn) fail(err error) {
 	defer c.mu.Unlock()
 	if c.err != nil {
 		return
+	}
+	if !c.answered && errors.Is(err, io.EOF) {
+		err = &closedError{err: err} // hung up on the first request
 	}
 	c.err = err
 	close(c.closed)
@@ -208,4 +214,79 @@ func (c *conn) closedErr() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
+}
+
+// pool keeps one connection per server address, dialled on demand and
+// again after a failure; every request goes signed (Remoting).
+type pool struct {
+	r         *Remoting
+	onRequest func(code int, ext map[string]string) // requests from the servers
+
+	mu     sync.Mutex
+	conns  map[string]*conn
+	closed bool
+}
+
+func newPool(r *Remoting, onRequest func(int, map[string]string)) *pool {
+	return &pool{r: r, onRequest: onRequest, conns: map[string]*conn{}}
+}
+
+// fresh reports whether a call to addr would open a new connection (a
+// broker then does not know this client yet: a consumer heartbeats first).
+func (p *pool) fresh(addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.conns[addr]
+	return c == nil || c.broken()
+}
+
+func (p *pool) conn(ctx context.Context, addr string) (*conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("client closed")
+	}
+	if c := p.conns[addr]; c != nil && !c.broken() {
+		return c, nil
+	}
+	c, err := p.r.dialConn(ctx, addr, p.onRequest)
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+// call sends a signed request to addr and returns the response; codes
+// other than 0 and those in ok are errors. A refusal of the connection
+// settings is explained (Explain).
+func (p *pool) call(ctx context.Context, addr string, code int, ext map[string]string, body []byte, ok ...int) (frame, error) {
+	f, err := p.callOnce(ctx, addr, code, ext, body, ok...)
+	return f, Explain(p.r.cfg, err, p.r.tls != nil)
+}
+
+func (p *pool) callOnce(ctx context.Context, addr string, code int, ext map[string]string, body []byte, ok ...int) (frame, error) {
+	c, err := p.conn(ctx, addr)
+	if err != nil {
+		return frame{}, err
+	}
+	f, err := c.call(ctx, code, signed(p.r.creds, ext, body), body)
+	if err != nil {
+		return frame{}, err
+	}
+	if f.Code != 0 && !slices.Contains(ok, f.Code) {
+		return f, &RemotingError{Code: f.Code, Remark: f.Remark}
+	}
+	return f, nil
+}
+
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = map[string]*conn{}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
 }

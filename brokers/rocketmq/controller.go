@@ -32,12 +32,12 @@ type SyncState struct {
 
 // SyncStateSet asks the controller at addr for group's SyncStateSet
 // (what `mqadmin getSyncStateSet` prints).
-func SyncStateSet(ctx context.Context, controller, group string) (SyncState, error) {
+func (r *Remoting) SyncStateSet(ctx context.Context, controller, group string) (SyncState, error) {
 	body, err := json.Marshal([]string{group})
 	if err != nil {
 		return SyncState{}, err
 	}
-	resp, err := remotingCallBody(ctx, controller, rmqControllerSyncStates, nil, body)
+	resp, err := r.call(ctx, controller, rmqControllerSyncStates, nil, body)
 	if err != nil {
 		return SyncState{}, fmt.Errorf("rocketmq controller %s: SyncStateSet of %s: %w", controller, group, err)
 	}
@@ -74,12 +74,12 @@ func SyncStateSet(ctx context.Context, controller, group string) (SyncState, err
 // UpdateBrokerConfig changes settings of a running broker
 // (UPDATE_BROKER_CONFIG, what `mqadmin updateBrokerConfig` sends); the
 // broker applies them at once and writes them to its configuration file.
-func UpdateBrokerConfig(ctx context.Context, broker string, kv map[string]string) error {
+func (r *Remoting) UpdateBrokerConfig(ctx context.Context, broker string, kv map[string]string) error {
 	var b strings.Builder
 	for k, v := range kv {
 		fmt.Fprintf(&b, "%s=%s\n", k, v)
 	}
-	if _, err := remotingCallBody(ctx, broker, rmqUpdateBrokerConfig, nil, []byte(b.String())); err != nil {
+	if _, err := r.call(ctx, broker, rmqUpdateBrokerConfig, nil, []byte(b.String())); err != nil {
 		return fmt.Errorf("rocketmq broker %s: update broker config: %w", broker, err)
 	}
 	return nil

@@ -19,8 +19,8 @@ const rmqGetBrokerConfig = 26
 
 // BrokerConfig asks a broker for its configuration (GET_BROKER_CONFIG,
 // what `mqadmin getBrokerConfig` prints).
-func BrokerConfig(ctx context.Context, broker string) (map[string]string, error) {
-	body, err := remotingCall(ctx, broker, rmqGetBrokerConfig, nil)
+func (r *Remoting) BrokerConfig(ctx context.Context, broker string) (map[string]string, error) {
+	body, err := r.call(ctx, broker, rmqGetBrokerConfig, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq broker %s: get broker config: %w", broker, err)
 	}
@@ -57,7 +57,7 @@ func (b *Broker) Durability(ctx context.Context, _ string) (map[string]string, e
 	if err != nil {
 		return out, err
 	}
-	cfg, err := BrokerConfig(ctx, masters[0])
+	cfg, err := b.rm.BrokerConfig(ctx, masters[0])
 	if err != nil {
 		return out, err
 	}
@@ -105,7 +105,7 @@ func (b *Broker) replication(ctx context.Context, cfg, out map[string]string) {
 	if ctl == "" {
 		return
 	}
-	sync, err := SyncStateSet(ctx, ctl, group)
+	sync, err := b.rm.SyncStateSet(ctx, ctl, group)
 	if err != nil {
 		out["in-sync replicas"] = "unknown: " + err.Error()
 		return

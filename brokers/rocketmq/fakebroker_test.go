@@ -244,7 +244,7 @@ func storedMessage(topic string, offset int64, body string) []byte {
 // own consumer, retrying in place every 20 ms.
 func fakeSubscription(t *testing.T, fb *fakeBroker, h brokers.Handler) *subscription {
 	t.Helper()
-	b := &Broker{namesrv: []string{fb.addr}, instance: "fake", sendTimeout: time.Second, subs: map[*subscription]struct{}{}}
+	b := &Broker{namesrv: []string{fb.addr}, rm: &Remoting{}, instance: "fake", sendTimeout: time.Second, subs: map[*subscription]struct{}{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := b.subscribe(ctx, fb.topic, "g", brokers.SubscribeOptions{RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond}, h)

@@ -19,7 +19,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
@@ -58,25 +57,31 @@ type queue struct {
 
 func (q queue) String() string { return q.BrokerName + ":" + strconv.Itoa(q.QueueID) }
 
-// topicRoute is what the name server says about a topic: its read queues
-// (sorted by broker name, then id) and each broker's master address.
+// topicRoute is what the name server says about a topic: its read
+// queues and its write queues (each sorted by broker name, then id, on
+// brokers with a master) and each broker's master address.
 type topicRoute struct {
 	queues  []queue
+	writes  []queue
 	masters map[string]string // broker name → address
 }
 
-func fetchRoute(ctx context.Context, namesrvs []string, topic string) (*topicRoute, error) {
+// fetchRoute asks the name servers, in turn, for topic's route. A topic
+// no name server routes is an error from each (TOPIC_NOT_EXIST).
+func (r *Remoting) fetchRoute(ctx context.Context, namesrvs []string, topic string) (*topicRoute, error) {
 	var errs []error
 	for _, ns := range namesrvs {
-		body, err := remotingCall(ctx, ns, rmqGetRouteInfoByTopic, map[string]string{"topic": topic})
+		body, err := r.call(ctx, ns, rmqGetRouteInfoByTopic, map[string]string{"topic": topic}, nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", ns, err))
 			continue
 		}
 		var raw struct {
 			QueueDatas []struct {
-				BrokerName    string `json:"brokerName"`
-				ReadQueueNums int    `json:"readQueueNums"`
+				BrokerName     string `json:"brokerName"`
+				ReadQueueNums  int    `json:"readQueueNums"`
+				WriteQueueNums int    `json:"writeQueueNums"`
+				Perm           int    `json:"perm"`
 			} `json:"queueDatas"`
 			BrokerDatas []struct {
 				BrokerName  string            `json:"brokerName"`
@@ -87,34 +92,47 @@ func fetchRoute(ctx context.Context, namesrvs []string, topic string) (*topicRou
 			errs = append(errs, fmt.Errorf("%s: route of %s: %w", ns, topic, err))
 			continue
 		}
-		r := &topicRoute{masters: map[string]string{}}
+		rt := &topicRoute{masters: map[string]string{}}
 		for _, bd := range raw.BrokerDatas {
 			if a := bd.BrokerAddrs["0"]; a != "" {
-				r.masters[bd.BrokerName] = a
+				rt.masters[bd.BrokerName] = a
 			}
 		}
 		for _, qd := range raw.QueueDatas {
-			if r.masters[qd.BrokerName] == "" {
-				continue // no master: nothing to lock or pull there
+			if rt.masters[qd.BrokerName] == "" {
+				continue // no master: nothing to lock, pull or send there
 			}
 			for i := range qd.ReadQueueNums {
-				r.queues = append(r.queues, queue{Topic: topic, BrokerName: qd.BrokerName, QueueID: i})
+				rt.queues = append(rt.queues, queue{Topic: topic, BrokerName: qd.BrokerName, QueueID: i})
+			}
+			if qd.Perm&permWrite != 0 {
+				for i := range qd.WriteQueueNums {
+					rt.writes = append(rt.writes, queue{Topic: topic, BrokerName: qd.BrokerName, QueueID: i})
+				}
 			}
 		}
-		sort.Slice(r.queues, func(i, j int) bool {
-			a, b := r.queues[i], r.queues[j]
-			if a.BrokerName != b.BrokerName {
-				return a.BrokerName < b.BrokerName
-			}
-			return a.QueueID < b.QueueID
-		})
-		if len(r.queues) == 0 {
+		sortQueues(rt.queues)
+		sortQueues(rt.writes)
+		if len(rt.queues) == 0 {
 			errs = append(errs, fmt.Errorf("%s: topic %s has no readable queue on a master broker", ns, topic))
 			continue
 		}
-		return r, nil
+		return rt, nil
 	}
 	return nil, errors.Join(errs...)
+}
+
+// permWrite is PermName.PERM_WRITE of a queue's perm.
+const permWrite = 2
+
+func sortQueues(qs []queue) {
+	sort.Slice(qs, func(i, j int) bool {
+		a, b := qs[i], qs[j]
+		if a.BrokerName != b.BrokerName {
+			return a.BrokerName < b.BrokerName
+		}
+		return a.QueueID < b.QueueID
+	})
 }
 
 // allocate gives member me its share of queues (sorted) among members
@@ -138,79 +156,22 @@ func allocate(queues []queue, members []string, me string) []queue {
 }
 
 // groupClient speaks for one consumer (clientID) of a group, with one
-// connection per broker address, dialled on demand and again after a
-// failure.
+// connection per broker address (a pool).
 type groupClient struct {
+	*pool
 	group    string
 	clientID string
-	creds    primitive.Credentials // ACL: requests are signed when AccessKey is set
-	onNotify func()                // the broker says the group's membership changed
-
-	mu     sync.Mutex
-	conns  map[string]*conn
-	closed bool
+	onNotify func() // the broker says the group's membership changed
 }
 
-func newGroupClient(group, clientID string, creds primitive.Credentials, onNotify func()) *groupClient {
-	return &groupClient{group: group, clientID: clientID, creds: creds, onNotify: onNotify, conns: map[string]*conn{}}
-}
-
-// fresh reports whether a call to addr would open a new connection (the
-// broker then does not know this consumer yet: heartbeat first).
-func (g *groupClient) fresh(addr string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	c := g.conns[addr]
-	return c == nil || c.broken()
-}
-
-func (g *groupClient) conn(ctx context.Context, addr string) (*conn, error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return nil, errors.New("consumer closed")
-	}
-	if c := g.conns[addr]; c != nil && !c.broken() {
-		return c, nil
-	}
-	c, err := dialConn(ctx, addr, func(code int, ext map[string]string) {
+func newGroupClient(r *Remoting, group, clientID string, onNotify func()) *groupClient {
+	g := &groupClient{group: group, clientID: clientID, onNotify: onNotify}
+	g.pool = newPool(r, func(code int, ext map[string]string) {
 		if code == rmqNotifyIDsChanged && ext["consumerGroup"] == g.group {
 			g.onNotify()
 		}
 	})
-	if err != nil {
-		return nil, err
-	}
-	g.conns[addr] = c
-	return c, nil
-}
-
-// call sends a request to addr and returns the response; codes other
-// than 0 and those in ok are errors.
-func (g *groupClient) call(ctx context.Context, addr string, code int, ext map[string]string, body []byte, ok ...int) (frame, error) {
-	c, err := g.conn(ctx, addr)
-	if err != nil {
-		return frame{}, err
-	}
-	f, err := c.call(ctx, code, signed(g.creds, ext, body), body)
-	if err != nil {
-		return frame{}, err
-	}
-	if f.Code != 0 && !slices.Contains(ok, f.Code) {
-		return f, &RemotingError{Code: f.Code, Remark: f.Remark}
-	}
-	return f, nil
-}
-
-func (g *groupClient) close() {
-	g.mu.Lock()
-	g.closed = true
-	conns := g.conns
-	g.conns = map[string]*conn{}
-	g.mu.Unlock()
-	for _, c := range conns {
-		c.close()
-	}
+	return g
 }
 
 // heartbeat registers the consumer and its subscription of topic with

@@ -109,7 +109,7 @@ func fakeServer(t *testing.T) (addr string, stop func()) {
 func TestConnMatchesCrossedResponses(t *testing.T) {
 	addr, stop := fakeServer(t)
 	notified := make(chan map[string]string, 1)
-	c, err := dialConn(context.Background(), addr, func(code int, ext map[string]string) {
+	c, err := (&Remoting{}).dialConn(context.Background(), addr, func(code int, ext map[string]string) {
 		if code == rmqNotifyIDsChanged {
 			notified <- ext
 		}
@@ -203,7 +203,7 @@ func TestFrameOverTheLimitIsRefused(t *testing.T) {
 			time.Sleep(5 * time.Second)
 		}
 	}()
-	c, err := dialConn(context.Background(), ln.Addr().String(), nil)
+	c, err := (&Remoting{}).dialConn(context.Background(), ln.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

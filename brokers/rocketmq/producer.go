@@ -1,157 +1,152 @@
 package rocketmq
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"strconv"
 	"time"
 
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 
-	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
+	"github.com/inboxbench/inboxbench/config"
 )
 
-// The producer the queue senders share, and its replacement after a
-// failed send. The client library resolves a queue's broker from a route
-// it refreshes every 30 s, and offers no way to refresh it sooner: after
-// a master switch (controller mode) every send would go to the lost
-// master for up to 30 s. So a send that fails for a reason the broker's
-// route could explain (anything but a busy broker, a flush or slave
-// timeout, or the caller's context) replaces the producer with a new one
-// (a client instance of its own, which fetches the route afresh on its
-// first send), at most once per refreshEvery; the caller sends the
-// failed messages again with their ids. The replaced producer is shut
-// down once the sends it has in flight are over (sendTimeout).
+// Request and response codes of sending.
+const (
+	rmqSendMessage      = 10
+	rmqSendBatchMessage = 320
 
-// refreshEvery bounds how often a failed send replaces the producer
-// (while the name server has no master for the group yet, each new one
-// finds none, and the next failure tries again).
-const refreshEvery = time.Second
+	resFlushDiskTimeout  = 10
+	resSlaveNotAvailable = 11
+	resFlushSlaveTimeout = 12
+	resSystemBusy        = 2
+)
 
-type producers struct {
-	mu      sync.Mutex
-	cur     producerAPI
-	madeAt  time.Time
-	retired map[producerAPI]bool // replaced, not shut down yet
-	closed  bool
-	// make creates a started producer (the client library's; tests put
-	// a fake in its place).
-	make func() (producerAPI, error)
-	// refreshed counts replacements (the durability report and tests).
-	refreshed int
+// producerGroup is the producer group every send names (the broker keeps
+// producer groups for transactions only, which the driver does not use).
+const producerGroup = "inboxbench-producer"
+
+// sendAttempts is how often a send is tried before its error is the
+// send's (as the client library's producer did with its two retries): a
+// connection lost to a broker restart is dialled again for the next. A
+// refusal of the connection settings (TLS, signature, permission) is not
+// tried again.
+const sendAttempts = 3
+
+// remotingProducer sends messages over the driver's own connections, one
+// per broker (Remoting: TLS as configured, every request signed), with
+// the request the client library's producer sends: SEND_MESSAGE for one
+// message, SEND_BATCH_MESSAGE (the compact V2 header) for several of one
+// queue, the batch encoded by the library (producer.MarshalMessageBatch).
+// Bodies go uncompressed.
+type remotingProducer struct {
+	b    *Broker
+	pool *pool
 }
 
-// producer returns the producer in use, creating it on first use.
-func (b *Broker) producer() (producerAPI, error) {
-	ps := &b.producers
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.closed {
-		return nil, errors.New("rocketmq: broker is closed")
+var _ producerAPI = (*remotingProducer)(nil)
+
+func newRemotingProducer(b *Broker) *remotingProducer {
+	return &remotingProducer{b: b, pool: newPool(b.rm, nil)}
+}
+
+// SendSync sends msgs (one topic; several only to one chosen queue) in one
+// request to the queue's master broker and returns the broker's answer: a
+// flush or slave timeout is a result with that status, any other refusal
+// an error (SYSTEM_BUSY as a *RemotingError with code 2).
+func (p *remotingProducer) SendSync(ctx context.Context, msgs ...*primitive.Message) (*primitive.SendResult, error) {
+	if len(msgs) == 0 {
+		return nil, errors.New("nothing to send")
 	}
-	if ps.cur != nil {
-		return ps.cur, nil
+	m0 := msgs[0]
+	mq := m0.Queue
+	if mq == nil {
+		mqs, err := p.b.publishQueues(ctx, m0.Topic)
+		if err != nil {
+			return nil, err
+		}
+		mq = queueSelector{}.Select(m0, mqs, "")
+	} else if len(msgs) > 1 {
+		for _, m := range msgs[1:] {
+			if m.Topic != m0.Topic {
+				return nil, fmt.Errorf("a batch goes to one topic: %s and %s", m0.Topic, m.Topic)
+			}
+		}
 	}
-	p, err := ps.maker(b)()
+	var err error
+	for range sendAttempts {
+		var res *primitive.SendResult
+		res, err = p.sendOnce(ctx, mq, msgs)
+		var se *config.SettingError
+		var re *RemotingError
+		if err != nil && ctx.Err() == nil && !errors.As(err, &se) && (!errors.As(err, &re) || re.Code != resSystemBusy) {
+			// The master named by the cached route is gone, or is no
+			// master any more (controller mode switched it: a demoted
+			// one refuses sends): the next attempt, and the caller's,
+			// go by a fresh route instead of the cached one.
+			_, _ = p.b.publishRoute(ctx, mq.Topic, true)
+		}
+		if err == nil || ctx.Err() != nil || errors.As(err, &se) || errors.As(err, &re) {
+			return res, err
+		}
+	}
+	return nil, err
+}
+
+func (p *remotingProducer) sendOnce(ctx context.Context, mq *primitive.MessageQueue, msgs []*primitive.Message) (*primitive.SendResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.b.sendTimeout)
+	defer cancel()
+	addr, err := p.b.masterOf(ctx, mq.Topic, mq.BrokerName)
 	if err != nil {
 		return nil, err
 	}
-	ps.cur, ps.madeAt = p, time.Now()
-	return p, nil
-}
-
-func (ps *producers) maker(b *Broker) func() (producerAPI, error) {
-	if ps.make != nil {
-		return ps.make
-	}
-	return b.newClientProducer
-}
-
-// newClientProducer starts one of the client library's producers under
-// a client instance name of its own.
-func (b *Broker) newClientProducer() (producerAPI, error) {
-	opts := []producer.Option{
-		producer.WithNsResolver(b.resolver()),
-		producer.WithQueueSelector(queueSelector{}),
-		producer.WithInstanceName(b.uniqueName("producer")),
-		producer.WithGroupName("inboxbench-producer"),
-		producer.WithRetry(2),
-		producer.WithSendMsgTimeout(b.sendTimeout),
-	}
-	if b.creds.AccessKey != "" {
-		opts = append(opts, producer.WithCredentials(b.creds))
-	}
-	p, err := producer.NewDefaultProducer(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("rocketmq: create producer: %w", err)
-	}
-	if err := p.Start(); err != nil {
-		return nil, fmt.Errorf("rocketmq: start producer: %w", err)
-	}
-	return p, nil
-}
-
-// refreshProducer replaces stale, the producer a send failed on, unless
-// it was replaced already or was made less than refreshEvery ago.
-func (b *Broker) refreshProducer(stale producerAPI) {
-	ps := &b.producers
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	if ps.closed || ps.cur != stale || time.Since(ps.madeAt) < refreshEvery {
-		return
-	}
-	p, err := ps.maker(b)()
-	if err != nil {
-		ps.madeAt = time.Now() // try again after refreshEvery
-		return
-	}
-	ps.cur, ps.madeAt = p, time.Now()
-	ps.refreshed++
-	if p == stale {
-		return // a fake that stays the same
-	}
-	if ps.retired == nil {
-		ps.retired = map[producerAPI]bool{}
-	}
-	ps.retired[stale] = true
-	time.AfterFunc(b.sendTimeout, func() {
-		ps.mu.Lock()
-		ours := ps.retired[stale]
-		delete(ps.retired, stale)
-		ps.mu.Unlock()
-		if ours {
-			_ = stale.Shutdown()
+	m0 := msgs[0]
+	code, body, props, batch := rmqSendMessage, m0.Body, "", len(msgs) > 1
+	if batch {
+		code, body = rmqSendBatchMessage, producer.MarshalMessageBatch(msgs...)
+	} else {
+		if m0.GetProperty(primitive.PropertyUniqueClientMessageIdKeyIndex) == "" {
+			m0.WithProperty(primitive.PropertyUniqueClientMessageIdKeyIndex, primitive.CreateUniqID())
 		}
-	})
-}
-
-// Refreshes reports how many times a failed send replaced the producer.
-func (b *Broker) Refreshes() int {
-	b.producers.mu.Lock()
-	defer b.producers.mu.Unlock()
-	return b.producers.refreshed
-}
-
-// closeProducers shuts down the producer in use and the replaced ones;
-// no producer is made after it.
-func (b *Broker) closeProducers() error {
-	ps := &b.producers
-	ps.mu.Lock()
-	ps.closed = true
-	all := []producerAPI{}
-	if ps.cur != nil {
-		all = append(all, ps.cur)
+		props = m0.MarshallProperties()
 	}
-	for p := range ps.retired {
-		all = append(all, p)
+	born := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	var ext map[string]string
+	if batch { // SendMessageRequestHeaderV2's one-letter fields
+		ext = map[string]string{"a": producerGroup, "b": mq.Topic, "c": "TBW102", "d": "4", "e": strconv.Itoa(mq.QueueId),
+			"f": "0", "g": born, "h": "0", "i": props, "j": "0", "k": "false", "l": "0", "m": "true", "n": mq.BrokerName}
+	} else {
+		ext = map[string]string{"producerGroup": producerGroup, "topic": mq.Topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+			"queueId": strconv.Itoa(mq.QueueId), "sysFlag": "0", "bornTimestamp": born, "flag": strconv.Itoa(int(m0.Flag)),
+			"properties": props, "reconsumeTimes": "0", "unitMode": "false", "maxReconsumeTimes": "0", "batch": "false", "bname": mq.BrokerName}
 	}
-	ps.retired = nil
-	ps.mu.Unlock()
-	var errs []error
-	for _, p := range all {
-		if !driverutil.Bounded(15*time.Second, func() { _ = p.Shutdown() }) {
-			errs = append(errs, errors.New("rocketmq: producer shutdown did not finish within 15s"))
+	f, err := p.pool.call(ctx, addr, code, ext, body, resFlushDiskTimeout, resSlaveNotAvailable, resFlushSlaveTimeout)
+	if err != nil {
+		return nil, err
+	}
+	res := &primitive.SendResult{Status: primitive.SendOK, OffsetMsgID: f.ExtFields["msgId"], MessageQueue: mq}
+	switch f.Code {
+	case resFlushDiskTimeout:
+		res.Status = primitive.SendFlushDiskTimeout
+	case resFlushSlaveTimeout:
+		res.Status = primitive.SendFlushSlaveTimeout
+	case resSlaveNotAvailable:
+		res.Status = primitive.SendSlaveNotAvailable
+	}
+	res.QueueOffset, _ = strconv.ParseInt(f.ExtFields["queueOffset"], 10, 64)
+	for i, m := range msgs {
+		if i > 0 {
+			res.MsgID += ","
 		}
+		res.MsgID += m.GetProperty(primitive.PropertyUniqueClientMessageIdKeyIndex)
 	}
-	return errors.Join(errs...)
+	return res, nil
+}
+
+// Shutdown closes the connections.
+func (p *remotingProducer) Shutdown() error {
+	p.pool.close()
+	return nil
 }

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
-	"github.com/apache/rocketmq-client-go/v2/producer"
 
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
@@ -45,21 +43,20 @@ func (queueSelector) Select(m *primitive.Message, mqs []*primitive.MessageQueue,
 	return mqs[0]
 }
 
-var _ producer.QueueSelector = queueSelector{}
-
 // topicState is what the driver keeps per topic it publishes to.
 type topicState struct {
-	mqs atomic.Pointer[[]*primitive.MessageQueue] // see publishQueues
-	// The client hands a new topic's route to concurrent senders before
-	// it records the brokers' addresses, so a send racing the first one
-	// fails with "route info not found": the first send to a topic runs
-	// alone (under mu), until one succeeded (warm).
-	mu   sync.Mutex
-	warm atomic.Bool
+	route atomic.Pointer[publishRoute] // see publishQueues
 
 	smu     sync.Mutex
 	senders []*queueSender // one per write queue, started on first use
 	dropped bool           // DeleteTopic or Close: no senders any more
+}
+
+// publishRoute is a topic's write queues, as the selector sees them, and
+// the master address of each broker name.
+type publishRoute struct {
+	mqs     []*primitive.MessageQueue
+	masters map[string]string
 }
 
 func (b *Broker) topic(topic string) *topicState {
@@ -70,27 +67,52 @@ func (b *Broker) topic(topic string) *topicState {
 	return v.(*topicState)
 }
 
-// publishQueues returns the topic's write queues in the order the
-// producer's selector sees them (both come from the same route
-// conversion: sorted by broker name, then queue id), cached per topic.
-func (b *Broker) publishQueues(ctx context.Context, topic string) ([]*primitive.MessageQueue, error) {
+// publishRoute returns the topic's route for sending, from the name
+// servers on first use (or again with refresh), cached per topic.
+func (b *Broker) publishRoute(ctx context.Context, topic string, refresh bool) (*publishRoute, error) {
 	ts := b.topic(topic)
-	if p := ts.mqs.Load(); p != nil {
-		return *p, nil
+	if p := ts.route.Load(); p != nil && !refresh {
+		return p, nil
 	}
-	a, err := b.admin()
-	if err != nil {
-		return nil, err
-	}
-	mqs, err := a.FetchPublishMessageQueues(ctx, topic)
+	rt, err := b.rm.fetchRoute(ctx, b.namesrv, topic)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq: route of %s: %w", topic, err)
 	}
-	if len(mqs) == 0 {
+	if len(rt.writes) == 0 {
 		return nil, fmt.Errorf("rocketmq: route of %s has no write queues (run Setup first)", topic)
 	}
-	ts.mqs.Store(&mqs)
-	return mqs, nil
+	pr := &publishRoute{masters: rt.masters}
+	for _, q := range rt.writes {
+		pr.mqs = append(pr.mqs, &primitive.MessageQueue{Topic: topic, BrokerName: q.BrokerName, QueueId: q.QueueID})
+	}
+	ts.route.Store(pr)
+	return pr, nil
+}
+
+// publishQueues returns the topic's write queues in the order the
+// selector sees them: sorted by broker name, then queue id.
+func (b *Broker) publishQueues(ctx context.Context, topic string) ([]*primitive.MessageQueue, error) {
+	pr, err := b.publishRoute(ctx, topic, false)
+	if err != nil {
+		return nil, err
+	}
+	return pr.mqs, nil
+}
+
+// masterOf returns the address of the master broker named brokerName
+// that topic's route names, asking the name servers again when the
+// cached route has none.
+func (b *Broker) masterOf(ctx context.Context, topic, brokerName string) (string, error) {
+	for _, refresh := range []bool{false, true} {
+		pr, err := b.publishRoute(ctx, topic, refresh)
+		if err != nil {
+			return "", err
+		}
+		if a := pr.masters[brokerName]; a != "" {
+			return a, nil
+		}
+	}
+	return "", fmt.Errorf("rocketmq: the route of %s names no master for broker %s", topic, brokerName)
 }
 
 // Publish implements brokers.Broker: PublishAsync and a wait.
@@ -144,7 +166,8 @@ func (b *Broker) senders(ctx context.Context, topic string) ([]*queueSender, err
 	if dropped {
 		return nil, fmt.Errorf("rocketmq: publish to %s: the topic was deleted or the broker closed", topic)
 	}
-	if _, err := b.producer(); err != nil {
+	p, err := b.producer()
+	if err != nil {
 		return nil, err
 	}
 	mqs, err := b.publishQueues(ctx, topic)
@@ -166,7 +189,7 @@ func (b *Broker) senders(ctx context.Context, topic string) ([]*queueSender, err
 	}
 	qs = make([]*queueSender, len(mqs))
 	for i, mq := range mqs {
-		qs[i] = &queueSender{b: b, ts: ts, mq: mq, window: make(chan struct{}, b.window),
+		qs[i] = &queueSender{b: b, p: p, mq: mq, window: make(chan struct{}, b.window),
 			wake: make(chan struct{}, 1), stop: make(chan struct{})}
 		b.sending.Add(1)
 		go qs[i].run()
@@ -190,7 +213,7 @@ func (ts *topicState) dropSenders() {
 // at a time.
 type queueSender struct {
 	b      *Broker
-	ts     *topicState
+	p      producerAPI
 	mq     *primitive.MessageQueue
 	window chan struct{} // a token per message handed over and not settled
 	wake   chan struct{} // the buffer grew (capacity 1)
@@ -305,18 +328,7 @@ func (q *queueSender) send(ctx context.Context, batch []queued) {
 		}
 		msgs[k] = m
 	}
-	ts := q.ts
-	warm := ts.warm.Load()
-	if !warm {
-		ts.mu.Lock()
-	}
-	err := q.b.sendWith(ctx, msgs)
-	if !warm {
-		if err == nil {
-			ts.warm.Store(true)
-		}
-		ts.mu.Unlock()
-	}
+	err := q.b.sendBatch(ctx, q.p, msgs)
 	for _, e := range batch {
 		var eerr error
 		if err != nil {
@@ -356,12 +368,14 @@ func (b *Broker) message(topic string, m brokers.Message, extra map[string]strin
 	return msg
 }
 
-// brokerBusy is how the client reports SYSTEM_BUSY: the broker dropped
-// the request from its send queue unprocessed (it waited there longer
-// than waitTimeMillsInSendQueue, 200 ms by default: a CPU-starved
-// broker) and asks the client to back off. The client has no typed error
-// for it and does not retry it.
-const brokerBusy = "CODE: 2,"
+// busy reports SYSTEM_BUSY: the broker dropped the request from its send
+// queue unprocessed (it waited there longer than
+// waitTimeMillsInSendQueue, 200 ms by default: a CPU-starved broker) and
+// asks the client to back off.
+func busy(err error) bool {
+	var re *RemotingError
+	return errors.As(err, &re) && re.Code == resSystemBusy
+}
 
 // sendBatch sends msgs (one topic, one queue) in one request and checks
 // the confirmation. A send the broker refused as busy never reached its
@@ -374,7 +388,7 @@ func (b *Broker) sendBatch(ctx context.Context, p producerAPI, msgs []*primitive
 			return err
 		}
 		res, err := p.SendSync(ctx, msgs...)
-		if err != nil && strings.HasPrefix(err.Error(), brokerBusy) && time.Now().Add(pause).Before(deadline) {
+		if busy(err) && time.Now().Add(pause).Before(deadline) {
 			if !ctxtime.Sleep(ctx, pause) {
 				return err
 			}
@@ -388,64 +402,17 @@ func (b *Broker) sendBatch(ctx context.Context, p producerAPI, msgs []*primitive
 	}
 }
 
-// errNotDurable marks a send the broker stored but answered with another
-// status than SEND_OK (a flush or slave timeout): not as durable as
-// configured.
-var errNotDurable = errors.New("not durable as configured")
-
 func checkStatus(res *primitive.SendResult) error {
 	if res.Status != primitive.SendOK {
-		return fmt.Errorf("broker answered status %d (flush or slave timeout): %w", res.Status, errNotDurable)
+		return fmt.Errorf("broker answered status %d (flush or slave timeout): not durable as configured", res.Status)
 	}
 	return nil
 }
 
-// sendWith sends msgs with the producer in use; a failure the route could
-// explain replaces it (producer.go), for the messages' next attempt.
-// A send to a group whose master is lost meanwhile is cancelled at once
-// (watch.go).
-func (b *Broker) sendWith(ctx context.Context, msgs []*primitive.Message) error {
-	p, err := b.producer()
-	if err != nil {
-		return err
-	}
-	sctx := ctx
-	var lost <-chan struct{}
-	if msgs[0].Queue != nil {
-		lost = b.masterLost(msgs[0].Queue.BrokerName)
-	}
-	if lost != nil {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-lost:
-				cancel()
-			case <-sctx.Done():
-			}
-		}()
-	}
-	err = b.sendBatch(sctx, p, msgs)
-	if err != nil && lost != nil && ctx.Err() == nil && sctx.Err() != nil {
-		err = fmt.Errorf("the master of %s was lost during the send (%v)", msgs[0].Queue.BrokerName, err)
-	}
-	if err != nil && ctx.Err() == nil && !errors.Is(err, errNotDurable) && !strings.HasPrefix(err.Error(), brokerBusy) {
-		b.refreshProducer(p)
-	}
-	return err
-}
-
 // send publishes one message (a dead-letter copy) with the hash selector.
-func (b *Broker) send(ctx context.Context, topic string, m brokers.Message, extra map[string]string) error {
-	ts := b.topic(topic)
-	if !ts.warm.Load() {
-		ts.mu.Lock()
-		defer ts.mu.Unlock()
-	}
-	if err := b.sendWith(ctx, []*primitive.Message{b.message(topic, m, extra)}); err != nil {
+func (b *Broker) send(ctx context.Context, p producerAPI, topic string, m brokers.Message, extra map[string]string) error {
+	if err := b.sendBatch(ctx, p, []*primitive.Message{b.message(topic, m, extra)}); err != nil {
 		return fmt.Errorf("rocketmq: publish %s to %s: %w", m.ID, topic, err)
 	}
-	ts.warm.Store(true)
 	return nil
 }

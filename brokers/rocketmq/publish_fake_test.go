@@ -64,12 +64,9 @@ func fakeProducerBroker(t *testing.T, window int) (*Broker, *fakeProducer) {
 		t.Fatal(err)
 	}
 	f := &fakeProducer{sends: make(chan *fakeSend, 64)}
-	b.producers.make = func() (producerAPI, error) { return f, nil }
-	b.noWatch = true
+	b.prodOnce.Do(func() { b.prod = f })
 	mqs := []*primitive.MessageQueue{{Topic: "t", BrokerName: "a", QueueId: 0}, {Topic: "t", BrokerName: "a", QueueId: 1}}
-	ts := b.topic("t")
-	ts.mqs.Store(&mqs)
-	ts.warm.Store(true)
+	b.topic("t").route.Store(&publishRoute{mqs: mqs, masters: map[string]string{"a": "127.0.0.1:1"}})
 	t.Cleanup(func() { _ = b.Close() })
 	return b, f
 }
@@ -190,7 +187,7 @@ func TestQueueSenderWithLateOutOfOrderConfirms(t *testing.T) {
 			t.Fatal(errs)
 		}
 	}
-	pending.reply <- errors.New(brokerBusy + " busy") // refused: sent again, before anything later
+	pending.reply <- &RemotingError{Code: resSystemBusy, Remark: "busy"} // refused: sent again, before anything later
 	again := f.next(t)
 	if !slices.Equal(again.ids, pending.ids) {
 		t.Fatalf("after a busy refusal queue 0 sent %v, want %v again", again.ids, pending.ids)

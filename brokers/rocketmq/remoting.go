@@ -2,23 +2,31 @@ package rocketmq
 
 // One-shot remoting calls for the driver's admin needs and the local
 // stack's readiness check: the name server's cluster table, a topic's
-// route and a broker's runtime info. rocketmq-client-go exposes none of
-// them (the cluster call is commented out in admin.Admin; the
-// implementation is internal). The frame format and the consumer's
-// persistent connections are in conn.go.
+// route and a broker's runtime info (admin.go: topics, users, ACLs).
+// rocketmq-client-go exposes few of them, and its own connections cannot
+// verify a server: with TLS on, it dials with InsecureSkipVerify and no
+// client certificate (internal/remote/tcp_conn.go of the module). The
+// frame format and the persistent connections are in conn.go.
 
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/internal/tlsfiles"
 )
 
 // ClusterInfoResult is the name server's answer to
@@ -68,9 +76,59 @@ const (
 	rmqGetRouteInfoByTopic  = 105
 )
 
+// Remoting reaches name servers and brokers as the configuration says:
+// over TLS (rocketmq.tls, or any of the TLS files, verified against the
+// CA file or the system roots) and with every request signed by the
+// access key. The driver's own admin calls, producer and consumer, and the
+// local stack's readiness check all go through it, so nothing of the
+// driver dials plain TCP or sends an unsigned request when the
+// configuration asks otherwise.
+type Remoting struct {
+	tls   *tls.Config // nil: plaintext
+	creds primitive.Credentials
+	cfg   config.Config // what Explain reads a refusal against
+}
+
+// NewRemoting checks cfg's TLS files and credentials and returns the
+// Remoting they describe.
+func NewRemoting(cfg config.Config) (*Remoting, error) {
+	r := &Remoting{cfg: cfg, creds: primitive.Credentials{AccessKey: cfg.Get(SettingAccessKey), SecretKey: cfg.Get(SettingSecretKey)}}
+	if useTLS(cfg) {
+		tc, err := tlsfiles.Config(cfg, tlsKeys)
+		if err != nil {
+			return nil, err
+		}
+		r.tls = tc
+	}
+	return r, nil
+}
+
+// dial connects to addr, with the TLS handshake done before ctx ends.
+func (r *Remoting) dial(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || r.tls == nil {
+		return nc, err
+	}
+	tc := r.tls.Clone()
+	if tc.ServerName == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		tc.ServerName = host
+	}
+	conn := tls.Client(nc, tc)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
 // ClusterInfo sends GET_BROKER_CLUSTER_INFO to a name server.
-func ClusterInfo(ctx context.Context, namesrv string) (*ClusterInfoResult, error) {
-	body, err := remotingCall(ctx, namesrv, rmqGetBrokerClusterInfo, nil)
+func (r *Remoting) ClusterInfo(ctx context.Context, namesrv string) (*ClusterInfoResult, error) {
+	body, err := r.call(ctx, namesrv, rmqGetBrokerClusterInfo, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq name server %s: cluster info: %w", namesrv, err)
 	}
@@ -83,8 +141,8 @@ func ClusterInfo(ctx context.Context, namesrv string) (*ClusterInfoResult, error
 
 // BrokerVersion asks a broker for its runtime info and returns its
 // version ("5.3.3" from brokerVersionDesc "V5_3_3").
-func BrokerVersion(ctx context.Context, broker string) (string, error) {
-	body, err := remotingCall(ctx, broker, rmqGetBrokerRuntimeInfo, nil)
+func (r *Remoting) BrokerVersion(ctx context.Context, broker string) (string, error) {
+	body, err := r.call(ctx, broker, rmqGetBrokerRuntimeInfo, nil, nil)
 	if err != nil {
 		return "", fmt.Errorf("rocketmq broker %s: runtime info: %w", broker, err)
 	}
@@ -115,21 +173,23 @@ type remotingHeader struct {
 // rocketmq-client-go sends).
 const remotingVersion = 317
 
-// remotingCall sends one request over a connection of its own and returns
+// call sends one signed request over a connection of its own and returns
 // the response body; a non-zero response code is an error carrying the
-// server's remark. For the occasional admin call; consumers keep a conn.
-func remotingCall(ctx context.Context, addr string, code int, ext map[string]string) ([]byte, error) {
-	return remotingCallBody(ctx, addr, code, ext, nil)
+// server's remark. For the occasional admin call; consumers and the
+// producer keep a conn. A failure is explained (Explain).
+func (r *Remoting) call(ctx context.Context, addr string, code int, ext map[string]string, body []byte) ([]byte, error) {
+	out, err := r.callOnce(ctx, addr, code, ext, body)
+	return out, Explain(r.cfg, err, r.tls != nil)
 }
 
-// remotingCallBody is remotingCall with a request body.
-func remotingCallBody(ctx context.Context, addr string, code int, ext map[string]string, body []byte) ([]byte, error) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(5 * time.Second)
+func (r *Remoting) callOnce(ctx context.Context, addr string, code int, ext map[string]string, body []byte) ([]byte, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 	}
-	d := net.Dialer{Deadline: deadline}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	deadline, _ := ctx.Deadline()
+	conn, err := r.dial(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -138,13 +198,16 @@ func remotingCallBody(ctx context.Context, addr string, code int, ext map[string
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 
-	h := remotingHeader{Code: code, Language: "GO", Version: remotingVersion, Opaque: rmqOpaque.Add(1), ExtFields: ext}
+	h := remotingHeader{Code: code, Language: "GO", Version: remotingVersion, Opaque: rmqOpaque.Add(1), ExtFields: signed(r.creds, ext, body)}
 	if err := writeFrame(conn, h, body); err != nil {
 		return nil, err
 	}
-	for {
+	for first := true; ; first = false {
 		f, err := readFrame(conn)
 		if err != nil {
+			if first && errors.Is(err, io.EOF) {
+				return nil, &closedError{err: err}
+			}
 			return nil, err
 		}
 		if f.Opaque != h.Opaque || f.Flag&flagResponse == 0 {
@@ -156,6 +219,16 @@ func remotingCallBody(ctx context.Context, addr string, code int, ext map[string
 		return f.body, nil
 	}
 }
+
+// closedError is a server that closed the connection before answering
+// the first request on it: what a TLS-enforcing server does with a
+// plaintext client.
+type closedError struct{ err error }
+
+func (e *closedError) Error() string {
+	return "the server closed the connection without answering the first request (" + e.err.Error() + ")"
+}
+func (e *closedError) Unwrap() error { return e.err }
 
 // RemotingError is a response with a non-zero code: the server answered
 // but refused or failed the request.
@@ -179,8 +252,8 @@ func FastJSONToJSON(b []byte) []byte {
 
 // RouteQueues asks a name server for topic's route and returns its number
 // of write queues (0 when the name server does not route the topic yet).
-func RouteQueues(ctx context.Context, namesrv, topic string) (int, error) {
-	body, err := remotingCall(ctx, namesrv, rmqGetRouteInfoByTopic, map[string]string{"topic": topic})
+func (r *Remoting) RouteQueues(ctx context.Context, namesrv, topic string) (int, error) {
+	body, err := r.call(ctx, namesrv, rmqGetRouteInfoByTopic, map[string]string{"topic": topic}, nil)
 	if err != nil {
 		var re *RemotingError
 		if errors.As(err, &re) {

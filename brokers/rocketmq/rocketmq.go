@@ -1,8 +1,14 @@
 // Package rocketmq is the RocketMQ driver (classic remoting protocol),
-// registered as "rocketmq". It publishes with apache/rocketmq-client-go/v2's
-// producer and consumes with an orderly consumer of its own (worker.go,
-// group.go, conn.go) that speaks the remoting protocol's consumer-group
-// requests directly.
+// registered as "rocketmq". It speaks the remoting protocol itself over
+// connections it dials (Remoting: TLS verified as configured, every
+// request signed by the access key): the sends (producer.go, the
+// requests of apache/rocketmq-client-go/v2's producer, whose message
+// types and batch encoding it uses), topic creation and deletion
+// (admin.go), routes, and an orderly consumer of its own (worker.go,
+// group.go, conn.go). The library's own connections cannot verify a
+// server (its TLS skips verification and offers no client certificate),
+// and its admin client neither signs nor reads the answer to a topic
+// creation.
 //
 // Publishing: a message goes to the queue its ordering key hashes to
 // (FNV-1a over the topic's write queues, as the client's hash selector
@@ -70,13 +76,14 @@
 // flag (ReconsumeTimes stays 0: the broker never learns of a local
 // attempt); the same msgId and queue offset are the evidence.
 //
-// Topics are created with the admin API on every master broker found in
-// the name server's cluster info (or the brokers given as option
+// Topics are created (UPDATE_AND_CREATE_TOPIC) on every master broker
+// found in the name server's cluster info (or the brokers given as option
 // "broker-addrs"), and Setup returns only once a route query shows the
-// queues. The client library logs only errors unless option "log-level"
-// says otherwise (the setting is process-wide: it is the library's own
-// global); the consumer logs a failure it retries (broker unreachable)
-// at most once per 10 s per subscription.
+// queues; a refusal (authentication, a missing permission) ends it at
+// once, explained (Explain). The client library logs only errors unless
+// option "log-level" says otherwise (the setting is process-wide: it is
+// the library's own global); the consumer logs a failure it retries
+// (broker unreachable) at most once per 10 s per subscription.
 package rocketmq
 
 import (
@@ -84,14 +91,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 
@@ -146,8 +151,8 @@ func init() {
 // Broker is the RocketMQ driver.
 type Broker struct {
 	namesrv     []string
-	creds       primitive.Credentials
-	brokerAddrs []string // from options; else discovered in Setup
+	rm          *Remoting // TLS and signing of every request
+	brokerAddrs []string  // from options; else discovered in Setup
 	sendTimeout time.Duration
 	window      int
 	calls       driverutil.Calls
@@ -156,22 +161,17 @@ type Broker struct {
 	seq         atomic.Int64
 	topics      sync.Map // topic → *topicState, see publish.go
 
-	producers producers // see producer.go
-	// The masters sends go to, followed over connections of their own
-	// (watch.go) until watchStop.
-	watches   sync.Map // broker group → *masterWatch
-	watching  sync.WaitGroup
-	watchCtx  context.Context
-	watchStop context.CancelFunc
-	noWatch   bool // tests with a fake producer and no broker
+	prodOnce sync.Once
+	prod     producerAPI
+	prodErr  error
 
 	mu     sync.Mutex
-	adm    admin.Admin
 	subs   map[*subscription]struct{}
 	closed bool
 }
 
-// producerAPI is the part of the client's producer the driver uses.
+// producerAPI is how the driver sends (remotingProducer; a fake in
+// tests).
 type producerAPI interface {
 	SendSync(ctx context.Context, msgs ...*primitive.Message) (*primitive.SendResult, error)
 	Shutdown() error
@@ -199,15 +199,18 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		}
 	}
 	rlog.SetLogLevel(level)
+	rm, err := NewRemoting(cfg)
+	if err != nil {
+		return nil, err
+	}
 	b := &Broker{
 		namesrv:     cfg.List(SettingNamesrv),
-		creds:       primitive.Credentials{AccessKey: cfg.Get(SettingAccessKey), SecretKey: cfg.Get(SettingSecretKey)},
+		rm:          rm,
 		sendTimeout: 10 * time.Second,
 		window:      DefaultPublishWindow,
 		instance:    fmt.Sprintf("inboxbench-%d", time.Now().UnixNano()),
 		subs:        map[*subscription]struct{}{},
 	}
-	b.watchCtx, b.watchStop = context.WithCancel(context.Background())
 	if v, ok := opts[OptSendTimeout]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -258,34 +261,24 @@ func (b *Broker) uniqueName(role string) string {
 	return fmt.Sprintf("%s-%s-%d", b.instance, role, b.seq.Add(1))
 }
 
-func (b *Broker) resolver() primitive.NsResolver { return primitive.NewPassthroughResolver(b.namesrv) }
-
-func (b *Broker) admin() (admin.Admin, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return nil, errors.New("rocketmq: broker is closed")
-	}
-	if b.adm != nil {
-		return b.adm, nil
-	}
-	opts := []admin.AdminOption{admin.WithResolver(b.resolver())}
-	if b.creds.AccessKey != "" {
-		opts = append(opts, admin.WithCredentials(b.creds))
-	}
-	a, err := admin.NewAdmin(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("rocketmq: admin client: %w", err)
-	}
-	b.adm = a
-	return a, nil
+// producer returns the driver's producer, made on first use.
+func (b *Broker) producer() (producerAPI, error) {
+	b.prodOnce.Do(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.closed {
+			b.prodErr = errors.New("rocketmq: broker is closed")
+			return
+		}
+		b.prod = newRemotingProducer(b)
+	})
+	return b.prod, b.prodErr
 }
 
 // masters returns the master broker addresses.
 func (b *Broker) masters(ctx context.Context) ([]string, error) {
-	all, _, err := b.brokerSet(ctx)
-	if err != nil || len(b.brokerAddrs) > 0 {
-		return all, err
+	if len(b.brokerAddrs) > 0 {
+		return b.brokerAddrs, nil
 	}
 	ci, err := b.clusterInfo(ctx)
 	if err != nil {
@@ -295,10 +288,11 @@ func (b *Broker) masters(ctx context.Context) ([]string, error) {
 }
 
 // brokerSet returns the addresses topics are created on, and how many
-// broker groups (masters) they make: every broker the name server knows,
+// broker groups (masters) they make: every broker the name servers know,
 // slaves included (in controller mode a slave becomes the master, and
 // must have the topic then: slaves copy the master's topics only every
-// 10 s), or the brokers of option broker-addrs, each a group.
+// 10 s, and a master without the topic refuses every send), or the
+// brokers of option broker-addrs, each a group.
 func (b *Broker) brokerSet(ctx context.Context) ([]string, int, error) {
 	if len(b.brokerAddrs) > 0 {
 		return b.brokerAddrs, len(b.brokerAddrs), nil
@@ -316,7 +310,7 @@ func (b *Broker) clusterInfo(ctx context.Context) (*ClusterInfoResult, error) {
 	var errs []error
 	for _, ns := range b.namesrv {
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		ci, err := ClusterInfo(cctx, ns)
+		ci, err := b.rm.ClusterInfo(cctx, ns)
 		cancel()
 		if err == nil {
 			if len(ci.Masters()) > 0 {
@@ -330,26 +324,17 @@ func (b *Broker) clusterInfo(ctx context.Context) (*ClusterInfoResult, error) {
 }
 
 // queues returns the number of the topic's publish queues from a route
-// query; 0 when the name server does not know the topic. The topic list
-// is checked first because a route query for a missing topic makes the
-// client log an error.
+// query; 0 when the name servers do not route the topic.
 func (b *Broker) queues(ctx context.Context, topic string) (int, error) {
-	a, err := b.admin()
-	if err != nil {
-		return 0, err
+	var errs []error
+	for _, ns := range b.namesrv {
+		n, err := b.rm.RouteQueues(ctx, ns, topic)
+		if err == nil {
+			return n, nil
+		}
+		errs = append(errs, err)
 	}
-	list, err := a.FetchAllTopicList(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("rocketmq: list topics: %w", err)
-	}
-	if !slices.Contains(list.TopicList, topic) {
-		return 0, nil
-	}
-	mqs, err := a.FetchPublishMessageQueues(ctx, topic)
-	if err != nil {
-		return 0, err
-	}
-	return len(mqs), nil
+	return 0, fmt.Errorf("rocketmq: route of %s: %w", topic, errors.Join(errs...))
 }
 
 // Setup creates topic and topic-DLQ with shards read/write queues on every
@@ -369,22 +354,13 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 		// CreateTopic would silently re-size it and break key→queue mapping.
 		return fmt.Errorf("rocketmq: setup %s: topic exists with %d queues, the workload asks for %d: delete it or use another topic name", topic, n, want)
 	}
-	a, err := b.admin()
-	if err != nil {
-		return err
-	}
 	for _, t := range []string{topic, topic + DLQSuffix} {
 		for _, addr := range addrs {
 			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-			err := a.CreateTopic(cctx,
-				admin.WithTopicCreate(t),
-				admin.WithBrokerAddrCreate(addr),
-				admin.WithReadQueueNums(shards),
-				admin.WithWriteQueueNums(shards),
-			)
+			err := b.rm.CreateTopic(cctx, addr, t, shards)
 			cancel()
 			if err != nil {
-				return fmt.Errorf("rocketmq: create topic %s on broker %s: %w", t, addr, err)
+				return fmt.Errorf("rocketmq: %w", err)
 			}
 		}
 	}
@@ -411,18 +387,12 @@ func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 	if err != nil {
 		return err
 	}
-	a, err := b.admin()
-	if err != nil {
-		return err
-	}
 	if v, ok := b.topics.LoadAndDelete(topic); ok {
 		v.(*topicState).dropSenders()
 	}
 	for _, t := range []string{topic, topic + DLQSuffix} {
-		for _, addr := range addrs {
-			if err := a.DeleteTopic(ctx, admin.WithTopicDelete(t), admin.WithBrokerAddrDelete(addr), admin.WithNameSrvAddr(b.namesrv)); err != nil {
-				return fmt.Errorf("rocketmq: delete topic %s on %s: %w", t, addr, err)
-			}
+		if err := b.rm.DeleteTopic(ctx, addrs, b.namesrv, t); err != nil {
+			return fmt.Errorf("rocketmq: %w", err)
 		}
 	}
 	return nil
@@ -437,7 +407,6 @@ func (b *Broker) Close() error {
 	}
 	b.closed = true
 	subs := maps.Clone(b.subs)
-	a := b.adm
 	b.mu.Unlock()
 	errs := []error{driverutil.CloseAll(subs)}
 	b.topics.Range(func(_, v any) bool {
@@ -448,15 +417,9 @@ func (b *Broker) Close() error {
 		errs = append(errs, errors.New("rocketmq: the queue senders did not stop within 15s"))
 	}
 	b.calls.Close(errors.New("broker is closed"), 5*time.Second)
-	if err := b.closeProducers(); err != nil {
-		errs = append(errs, err)
-	}
-	b.watchStop()
-	if !driverutil.Bounded(15*time.Second, b.watching.Wait) {
-		errs = append(errs, errors.New("rocketmq: following the masters did not stop within 15s"))
-	}
-	if a != nil && !driverutil.Bounded(15*time.Second, func() { _ = a.Close() }) {
-		errs = append(errs, errors.New("rocketmq: admin shutdown did not finish within 15s"))
+	b.prodOnce.Do(func() {}) // no producer may start after Close
+	if b.prod != nil && !driverutil.Bounded(15*time.Second, func() { _ = b.prod.Shutdown() }) {
+		errs = append(errs, errors.New("rocketmq: producer shutdown did not finish within 15s"))
 	}
 	return errors.Join(errs...)
 }

@@ -98,7 +98,7 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 
 // subscribe joins group and starts consuming: Subscribe once the topic
 // and the producer are known to be there (the fake broker of the tests
-// has neither the client library's admin nor its producer).
+// serves neither topic queries nor sends).
 func (b *Broker) subscribe(ctx context.Context, topic, group string, opts brokers.SubscribeOptions, h brokers.Handler) (*subscription, error) {
 	host, _ := os.Hostname()
 	s := &subscription{
@@ -110,7 +110,7 @@ func (b *Broker) subscribe(ctx context.Context, topic, group string, opts broker
 		workers:   map[queue]*worker{},
 		releasing: map[queue]chan struct{}{},
 	}
-	s.gc = newGroupClient(group, s.clientID, b.creds, s.rebalanceSoon)
+	s.gc = newGroupClient(b.rm, group, s.clientID, s.rebalanceSoon)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// Register now, so a broker that cannot be reached fails Subscribe
 	// (bounded by ctx) instead of a consumer that never consumes.
@@ -265,7 +265,7 @@ func (s *subscription) routeFor(ctx context.Context) (*topicRoute, error) {
 	// Cleared before the query: a failure during it marks the new route
 	// stale again.
 	s.routeStale.Store(false)
-	r, err := fetchRoute(ctx, s.b.namesrv, s.topic)
+	r, err := s.b.rm.fetchRoute(ctx, s.b.namesrv, s.topic)
 	if err != nil {
 		s.routeStale.Store(true)
 		return nil, err

@@ -356,7 +356,7 @@ func (s *subscription) handleLoop(w *worker) {
 func (s *subscription) deadLetter(d *brokers.Delivery) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.b.sendTimeout)
 	defer cancel()
-	if err := s.b.send(ctx, s.topic+DLQSuffix, d.Message, map[string]string{propSource: d.TransportID}); err != nil {
+	if err := s.b.send(ctx, s.b.prod, s.topic+DLQSuffix, d.Message, map[string]string{propSource: d.TransportID}); err != nil {
 		return fmt.Errorf("dead-letter %s: %w", d.TransportID, err)
 	}
 	return nil

@@ -99,9 +99,6 @@ flags or these environment variables:
 		return usagef("%v (see '%s --help')", err, c.CommandPath())
 	})
 	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
-		if err := cfg.Validate(); err != nil {
-			return usageError{err}
-		}
 		// --topology/--secure: the endpoints of that local stack, under
 		// what the user set. `bench stack` starts the variant (and says
 		// what is wrong with the choice), so it needs none of them yet.
@@ -109,9 +106,21 @@ flags or these environment variables:
 		if err != nil && !under(c, "stack") {
 			return usageError{err}
 		}
-		if err == nil {
-			*cfg = applied
+		// After the variant: settings are checked together as the
+		// command will use them (a CA file the secure stack names must
+		// exist, a key pair must be whole). Before the variant's first
+		// start (a stack command) its files do not exist yet: what the
+		// user gave is checked.
+		check := applied
+		if err != nil {
+			check = *cfg
 		}
+		if err := check.Validate(); err != nil {
+			return usageError{err}
+		}
+		// Whole, or (stack commands, before the variant's first start)
+		// its addresses at least.
+		*cfg = applied
 		return nil
 	}
 	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newConformCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg), newPublishCmd(cfg), newWorkerCmd(cfg), newCalibrateCmd(cfg), newCalibrateDBCmd(cfg), newExternalCmd(cfg))

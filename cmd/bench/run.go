@@ -340,12 +340,25 @@ func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[st
 	defer cancel()
 	versions := map[string]string{}
 	var bad []string
+	var refused []error
 	for _, r := range compose.Status(ctx, e, svcs) {
-		if !r.Healthy {
+		switch {
+		case r.Refused():
+			refused = append(refused, fmt.Errorf("%s at %s: %w", r.Service, r.Address, r.Err))
+		case !r.Healthy:
 			bad = append(bad, fmt.Sprintf("%s at %s: %s", r.Service, r.Address, r.Detail))
-			continue
+		default:
+			versions[r.Service] = r.Version
 		}
-		versions[r.Service] = r.Version
+	}
+	if len(refused) > 0 {
+		// The services answered: a usage error (exit 2) naming each
+		// setting, not a service to start.
+		args := make([]any, len(refused))
+		for i, r := range refused {
+			args[i] = r
+		}
+		return nil, fmt.Errorf("refused the configured settings:"+strings.Repeat("\n  %w", len(refused)), args...)
 	}
 	if len(bad) > 0 {
 		return nil, fmt.Errorf("not reachable:\n  %s\nstart the local stack with 'bench stack up%s' or point the flags/INBOXBENCH_* variables at your servers", strings.Join(bad, "\n  "), compose.VariantFlag(e.Variant))

@@ -36,7 +36,10 @@ directories (<stack-dir>/<variant>), so both can run at once; the global
 flag that selects one also points every other command's endpoints at it
 (a setting given by flag or INBOXBENCH_* variable still wins):
   --topology replicated   several nodes per service, for failover
-  --secure                TLS and authentication on every service`,
+  --secure                TLS and authentication on every service: postgres
+                          57432, rabbitmq 57671 (AMQPS), kafka 57092 (SASL_SSL),
+                          rocketmq 57876 (broker 57911); CA, certificates and
+                          passwords in <stack-dir>/secure (docs/stack.md)`,
 	}
 	r := stackResolver{cfg}
 	cmd.AddCommand(newStackUpCmd(r), newStackDownCmd(r), newStackStatusCmd(r), newStackLogsCmd(r))
@@ -133,13 +136,16 @@ unhealthy or listens beyond loopback, except for the one documented case
 			rows := compose.Status(c.Context(), e, svcs)
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SERVICE\tVERSION\tADDRESS\tHEALTHY\tDURABILITY\tDETAIL")
-			bad := 0
+			bad, refused := 0, 0
 			for _, r := range rows {
-				h := "yes"
-				if !r.Healthy {
+				h, detail := "yes", r.Detail
+				switch {
+				case r.Refused():
+					h, refused, detail = "REFUSED", refused+1, describe(r.Err)
+				case !r.Healthy:
 					h, bad = "NO", bad+1
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, dash(r.Version), r.Address, h, dash(r.Durability), r.Detail)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, dash(r.Version), r.Address, h, dash(r.Durability), detail)
 			}
 			tw.Flush()
 			if len(args) == 0 {
@@ -147,6 +153,9 @@ unhealthy or listens beyond loopback, except for the one documented case
 			}
 			badNodes := printNodes(rows)
 			exposed := printListening(rows)
+			if refused > 0 {
+				return usagef("%d of %d services refused the configured settings (TLS, credentials or permissions: DETAIL says which setting); starting them would not change that", refused, len(rows))
+			}
 			if bad > 0 || badNodes > 0 {
 				return failure{fmt.Sprintf("%d of %d services unhealthy, %d nodes unhealthy: start them with 'bench stack up%s'", bad, len(rows), badNodes, compose.VariantFlag(e.Variant))}
 			}

@@ -1,4 +1,4 @@
-package testenv
+package core
 
 import (
 	"os/exec"
