@@ -76,11 +76,21 @@
 // flag (ReconsumeTimes stays 0: the broker never learns of a local
 // attempt); the same msgId and queue offset are the evidence.
 //
-// Topics are created (UPDATE_AND_CREATE_TOPIC) on every master broker
-// found in the name server's cluster info (or the brokers given as option
-// "broker-addrs"), and Setup returns only once a route query shows the
-// queues; a refusal (authentication, a missing permission) ends it at
-// once, explained (Explain). The client library logs only errors unless
+// Topics are created (UPDATE_AND_CREATE_TOPIC) on every broker found in
+// the name server's cluster info, slaves included (or the brokers given
+// as option "broker-addrs"), and Setup returns only once a route query
+// shows the queues; a refusal (authentication, a missing permission)
+// ends it at once, explained (Explain).
+//
+// A master switch (controller mode): a send that fails for anything but
+// a busy broker, a flush or slave timeout or a refused setting fetches
+// the topic's route again, so its next attempt goes to the master the
+// name server routes now; the consumer fetches its route again after any
+// failed call to a broker, locks its queues on the new master and moves
+// each worker there, committing the worker's finished offset to the new
+// master first. A slave that became master has the topic (created on
+// every broker) and the consumer offsets it copied from the master (every
+// 10 s): what was settled since is delivered again. The client library logs only errors unless
 // option "log-level" says otherwise (the setting is process-wide: it is
 // the library's own global); the consumer logs a failure it retries
 // (broker unreachable) at most once per 10 s per subscription.
