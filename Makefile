@@ -33,7 +33,7 @@ SECURE_TESTS = TestSecure
 # see their processes, and the JVM tools time out on a host they saturate.
 SECRETS_TESTS = TestSecureNoSecretAnywhere|TestSecureVendorToolsVerifyTheServer
 
-.PHONY: all build bench test test-deps test-secure test-replicated fmt-check vet fuzz stack-up stack-down stack-status clean
+.PHONY: all build bench test test-deps test-secure test-replicated test-replicated-brokers fmt-check vet fuzz stack-up stack-down stack-status clean
 
 all: build
 
@@ -85,6 +85,7 @@ test: fmt-check vet test-deps stack-up
 	INBOXBENCH_TEST_STACK_CYCLES=$(STACK_CYCLES) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -p 1 -run '$(SOLO_TESTS)' $(RACE_PKGS)
 	@$(MAKE) --no-print-directory test-secure
 	@$(MAKE) --no-print-directory test-replicated
+	@$(MAKE) --no-print-directory test-replicated-brokers
 	@$(MAKE) --no-print-directory fuzz
 
 # The secure stage (docs/testing.md): the secure stack beside the plain
@@ -124,6 +125,23 @@ test-replicated: build
 	fi; \
 	$(BENCH) stack down --topology replicated || status=$$?; \
 	exit $$status
+
+# The RabbitMQ and RocketMQ families of the replicated stack, one at a time
+# (two cores; docs/testing.md): each is started, its drivers' leader-kill
+# failover test and replicated durability report run against it, and it is
+# stopped again, pass or fail. A family that does not start, or a node that
+# does not answer, fails by name (the tests never skip).
+REPLICATED_FAMILIES = rabbitmq rocketmq
+REPLICATED_FAMILY_TESTS = ^TestReplicated(FailoverLeaderKill|FailoverMasterKill|Durability)$$
+test-replicated-brokers: build
+	@status=0; for f in $(REPLICATED_FAMILIES); do \
+	  start=$$(date +%s); \
+	  if $(BENCH) stack up --topology replicated $$f; then \
+	    $(GO) test -count=1 -timeout 8m -run '$(REPLICATED_FAMILY_TESTS)' ./brokers/$$f || status=1; \
+	  else status=1; fi; \
+	  $(BENCH) stack down --topology replicated $$f || status=1; \
+	  echo "replicated $$f: $$(( $$(date +%s) - start )) s"; \
+	done; exit $$status
 
 # The parsers of untrusted input, fuzzed briefly on every `make test` from
 # their committed seed corpora (PKG/testdata/fuzz/NAME); a crasher is

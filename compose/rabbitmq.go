@@ -41,6 +41,28 @@ type rabbitInstance struct {
 	conf    func(e *Env) (string, error)
 	plugins string
 	defs    func(e *Env) (string, error)
+	// dir is the node's directory under the stack's ("rabbitmq" when
+	// empty), label its process's name in messages ("rabbitmq"), erlArgs
+	// more arguments for its Erlang VM, extraConf more of rabbitmq.conf
+	// (the replicated stack's nodes: rabbitmq_cluster.go).
+	dir, label, erlArgs, extraConf string
+}
+
+// path joins elem under the node's directory.
+func (r *RabbitMQ) path(e *Env, elem ...string) string {
+	dir := r.instance().dir
+	if dir == "" {
+		dir = "rabbitmq"
+	}
+	return e.Path(append([]string{dir}, elem...)...)
+}
+
+// procName is the node's process name in messages.
+func (r *RabbitMQ) procName() string {
+	if l := r.instance().label; l != "" {
+		return l
+	}
+	return "rabbitmq"
 }
 
 var plainRabbit = &rabbitInstance{node: rabbitNode, port: rabbitPort, dist: rabbitDistPort, tcpPort: true, what: "AMQP",
@@ -84,15 +106,15 @@ func (*RabbitMQ) Packages() []Package {
 }
 
 func (r *RabbitMQ) Procs(e *Env) []Proc {
-	return []Proc{{Name: "rabbitmq", PIDFile: e.Path("rabbitmq", "server.pid"), LogFile: e.Path("rabbitmq", "server.log"),
-		Match: []string{rabbitBin + "/rabbitmq-server"}, Home: e.Path("rabbitmq")}}
+	return []Proc{{Name: r.procName(), PIDFile: r.path(e, "server.pid"), LogFile: r.path(e, "server.log"),
+		Match: []string{rabbitBin + "/rabbitmq-server"}, Home: r.path(e)}}
 }
 
 func (r *RabbitMQ) Logs(e *Env) []string {
-	return []string{e.Path("rabbitmq", "server.log"), e.Path("rabbitmq", "log", "node.log")}
+	return []string{r.path(e, "server.log"), r.path(e, "log", "node.log")}
 }
 
-func (r *RabbitMQ) DataDirs(e *Env) []string { return []string{e.Path("rabbitmq")} }
+func (r *RabbitMQ) DataDirs(e *Env) []string { return []string{r.path(e)} }
 
 // Ports implements Porter: AMQP, the node's Erlang distribution port
 // (rabbitmqctl and clustering) and epmd, which the node starts.
@@ -110,15 +132,15 @@ func (*RabbitMQ) Install(ctx context.Context, e *Env) error {
 
 // env is the node's environment; rabbitmqctl needs the same to reach it.
 func (r *RabbitMQ) env(e *Env) []string {
-	d := e.Path("rabbitmq")
+	d := r.path(e)
 	in := r.instance()
 	env := os.Environ()
 	if in.tcpPort {
 		env = append(env, "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1", fmt.Sprintf("RABBITMQ_NODE_PORT=%d", in.port))
 	}
 	return append(env,
-		"HOME="+e.Path("rabbitmq", "home"),
-		"RABBITMQ_CONF_ENV_FILE="+e.Path("rabbitmq", "rabbitmq-env.conf"),
+		"HOME="+r.path(e, "home"),
+		"RABBITMQ_CONF_ENV_FILE="+r.path(e, "rabbitmq-env.conf"),
 		"RABBITMQ_NODENAME="+in.node,
 		fmt.Sprintf("RABBITMQ_DIST_PORT=%d", in.dist),
 		"RABBITMQ_CONFIG_FILE="+d+"/rabbitmq.conf",
@@ -132,14 +154,14 @@ func (r *RabbitMQ) env(e *Env) []string {
 		// port (rabbitmqctl talks to the node through it) listens on every
 		// interface unless the kernel is told which one: set at boot, before
 		// the node starts distribution.
-		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 -kernel inet_dist_use_interface {127,0,0,1}",
+		strings.TrimSpace("RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=+S 2:2 -kernel inet_dist_use_interface {127,0,0,1} "+in.erlArgs),
 	)
 }
 
 func (r *RabbitMQ) Start(ctx context.Context, e *Env) error {
-	d := e.Path("rabbitmq")
+	d := r.path(e)
 	for _, sub := range []string{"home", "log", "mnesia"} {
-		if err := os.MkdirAll(e.Path("rabbitmq", sub), 0o755); err != nil {
+		if err := os.MkdirAll(r.path(e, sub), 0o755); err != nil {
 			return err
 		}
 	}
@@ -169,11 +191,11 @@ raft.wal_max_size_bytes = 67108864
 disk_free_limit.absolute = 100MB
 log.console = false
 log.file.level = info
-`, listeners, d, RabbitMQMemoryWatermark),
+`, listeners, d, RabbitMQMemoryWatermark) + in.extraConf,
 	}
 	for name, content := range files {
 		// 0600: the definitions hold the password's salted hash.
-		if err := os.WriteFile(e.Path("rabbitmq", name), []byte(content), 0o600); err != nil {
+		if err := os.WriteFile(r.path(e, name), []byte(content), 0o600); err != nil {
 			return err
 		}
 	}
@@ -181,7 +203,7 @@ log.file.level = info
 	cmd.Env = r.env(e)
 	cmd.Dir = d
 	if err := StartDetached(r.Procs(e)[0], cmd); err != nil {
-		return fmt.Errorf("rabbitmq: %w", err)
+		return fmt.Errorf("%s: %w", r.procName(), err)
 	}
 	return nil
 }
@@ -234,7 +256,13 @@ const RabbitMQMemoryWatermark = "1GiB"
 // Ctl runs rabbitmqctl against the stack's node, with the node's
 // environment (its HOME holds the Erlang cookie), and returns the output.
 func (r *RabbitMQ) Ctl(ctx context.Context, e *Env, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, rabbitBin+"/rabbitmqctl", append([]string{"-n", r.instance().node}, args...)...)
+	return r.tool(ctx, e, "rabbitmqctl", args...)
+}
+
+// tool runs one of the package's CLI tools (rabbitmqctl,
+// rabbitmq-diagnostics, rabbitmq-queues) against the node.
+func (r *RabbitMQ) tool(ctx context.Context, e *Env, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, rabbitBin+"/"+name, append([]string{"-n", r.instance().node}, args...)...)
 	cmd.Env = r.env(e)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -242,6 +242,13 @@ func (r *RocketMQ) writeConfig(e *Env) error {
 }
 
 func (r *RocketMQ) command(java string, e *Env, heap []string, mainClass, conf, logback string) *exec.Cmd {
+	return r.commandLogging(java, e, heap, mainClass, conf, logback, e.Path("rocketmq"))
+}
+
+// commandLogging is command with user.home at logHome: the JVM's logback
+// logs go to logHome/logs/rocketmqlogs (the replicated stack's brokers
+// each have their own).
+func (r *RocketMQ) commandLogging(java string, e *Env, heap []string, mainClass, conf, logback, logHome string) *exec.Cmd {
 	home := e.Path("rocketmq")
 	args := append([]string{}, heap...)
 	if f := r.instance().jvm; f != nil {
@@ -253,9 +260,9 @@ func (r *RocketMQ) command(java string, e *Env, heap []string, mainClass, conf, 
 		"-Djava.awt.headless=true")
 	args = append(args, rocketmqJava17...)
 	args = append(args,
-		"-Duser.home="+home,
+		"-Duser.home="+logHome,
 		"-Drocketmq.home.dir="+home,
-		"-Drocketmq.client.logRoot="+filepath.Join(home, "logs", "rocketmqlogs"),
+		"-Drocketmq.client.logRoot="+filepath.Join(logHome, "logs", "rocketmqlogs"),
 		// Both jars carry a logback config; without naming one the name
 		// server picks the broker's and writes into broker.log.
 		"-Drmq.logback.configurationFile="+logback,

@@ -78,6 +78,7 @@ func TestRedact(t *testing.T) {
 		{"host=db password='se cret\\' x' dbname=x", "host=db password=*** dbname=x"},
 		{"postgres://host/db", "postgres://host/db"},
 		{"no url here", "no url here"},
+		{"amqp://u:p1@h1:1/v,amqp://u:p,2@h2:2/v", "amqp://u:***@h1:1/v,amqp://u:***@h2:2/v"},
 	} {
 		if got := Redact(tc.in); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)

@@ -23,6 +23,28 @@ var dsnPassword = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|
 // password=… of a key=value DSN or URL query. Other text is unchanged.
 func Redact(s string) string {
 	s = dsnPassword.ReplaceAllString(s, "${1}"+mask)
+	// A list of URLs (the nodes of one cluster): each on its own, split
+	// at the commas that begin another URL.
+	parts := strings.Split(s, ",")
+	var urls []string
+	for _, p := range parts {
+		if len(urls) > 0 && !urlStart.MatchString(p) {
+			urls[len(urls)-1] += "," + p
+			continue
+		}
+		urls = append(urls, p)
+	}
+	for i, u := range urls {
+		urls[i] = redactURL(u)
+	}
+	return strings.Join(urls, ",")
+}
+
+// urlStart matches text that begins with a URL's scheme.
+var urlStart = regexp.MustCompile(`^\s*[A-Za-z][A-Za-z0-9+.-]*://`)
+
+// redactURL hides the password of the URL's userinfo.
+func redactURL(s string) string {
 	i := strings.Index(s, "://")
 	if i < 0 {
 		return s

@@ -12,7 +12,7 @@ import (
 // Durability checks a driver's brokers.DurabilityReporter against its real
 // server: on a fresh topic it reports every one of keys and a yes/no
 // verdict under brokers.FsyncKey.
-func Durability(t *testing.T, b brokers.Broker, keys ...string) {
+func Durability(t *testing.T, b brokers.Broker, keys ...string) map[string]string {
 	t.Helper()
 	topic := setup(t, b, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -30,4 +30,5 @@ func Durability(t *testing.T, b brokers.Broker, keys ...string) {
 		t.Errorf("%s = %q, want a yes/no verdict", brokers.FsyncKey, v)
 	}
 	t.Logf("%v", m)
+	return m
 }

@@ -1,11 +1,14 @@
 package rabbitmq
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,23 +55,126 @@ func TLSFiles(cfg config.Config) (ca, cert, key, serverName string) {
 
 // Dial opens a connection as cfg says, named name on the node (its
 // connection_name), within timeout; what the node refuses is explained
-// (Explain).
+// (Explain). With several node URLs it connects to one that answers
+// (dialAny), the first first.
 func Dial(cfg config.Config, name string, timeout time.Duration) (*amqp.Connection, error) {
-	ac, err := DialConfig(cfg, timeout)
+	// amqp091 would return a URL that does not parse in its error, with
+	// the password; ParseURL's error holds neither.
+	if err := checkURL(cfg.Get(SettingURL)); err != nil {
+		return nil, config.Invalid(SettingURL, nil, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return dialAny(ctx, cfg, URLs(cfg.Get(SettingURL)), nil, name)
+}
+
+// heartbeat is the AMQP heartbeat the driver asks for: a node that stops
+// answering (a paused VM, a dead host) is given up after three missed
+// heartbeats (15 s), and the driver moves to another node.
+const heartbeat = 5 * time.Second
+
+// staggerDial is how long a connection attempt to one node goes
+// unanswered before the next node is tried as well.
+const staggerDial = time.Second
+
+// dialAny connects to one of urls (the nodes of one cluster) as cfg says
+// (DialConfig), the one at prefer first (urls[0] when prefer is nil): a
+// node that refuses, or has not finished the AMQP handshake within
+// staggerDial, is joined by an attempt on the next one, and the first
+// connection made wins (the others are closed as they finish). The node
+// that answered becomes the preferred one. Each attempt is bounded by
+// ctx and dialTimeout; what every node refused is explained (Explain).
+func dialAny(ctx context.Context, cfg config.Config, urls []string, prefer *atomic.Int32, name string) (*amqp.Connection, error) {
+	base, err := DialConfig(cfg, dialTimeout)
 	if err != nil {
 		return nil, err
 	}
-	ac.Properties = amqp.Table{"connection_name": name}
-	// amqp091 would return a URL that does not parse in its error, with
-	// the password; ParseURL's error holds neither.
-	if _, err := ParseURL(cfg.Get(SettingURL)); err != nil {
-		return nil, config.Invalid(SettingURL, nil, "%v", err)
+	base.Dial = dialer(ctx)
+	base.Heartbeat = heartbeat
+	base.Properties = amqp.Table{"connection_name": name}
+	type result struct {
+		conn *amqp.Connection
+		i    int
+		err  error
 	}
-	conn, err := amqp.DialConfig(cfg.Get(SettingURL), ac)
-	if err != nil {
-		return nil, Explain(cfg, err)
+	n := len(urls)
+	results := make(chan result, n)
+	start := 0
+	if prefer != nil {
+		start = int(prefer.Load()) % n
 	}
-	return conn, nil
+	launched, finished := 0, 0
+	launch := func() {
+		i := (start + launched) % n
+		launched++
+		go func() {
+			conn, err := amqp.DialConfig(urls[i], base)
+			results <- result{conn, i, err}
+		}()
+	}
+	launch()
+	stagger := time.NewTimer(staggerDial)
+	defer stagger.Stop()
+	var errs []error
+	for finished < n {
+		select {
+		case r := <-results:
+			finished++
+			if r.err == nil {
+				if prefer != nil {
+					prefer.Store(int32(r.i))
+				}
+				go func(left int) { // the slower attempts: close what they open
+					for range left {
+						if l := <-results; l.err == nil {
+							_ = l.conn.Close()
+						}
+					}
+				}(launched - finished)
+				return r.conn, nil
+			}
+			err := Explain(cfg, r.err)
+			if n > 1 {
+				err = fmt.Errorf("%s: %w", config.Redact(urls[r.i]), err)
+			}
+			errs = append(errs, err)
+			if launched < n {
+				launch()
+				stagger.Reset(staggerDial)
+			}
+		case <-stagger.C:
+			if launched < n {
+				launch()
+				stagger.Reset(staggerDial)
+			}
+		}
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	return nil, errors.Join(errs...)
+}
+
+// dialer opens the TCP connection of one attempt, bounded by ctx and
+// dialTimeout; the deadline also bounds the TLS and AMQP handshakes, and
+// amqp091 clears it once the connection is open (heartbeats take over).
+func dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
+	return func(network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: dialTimeout}
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		deadline := time.Now().Add(dialTimeout)
+		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+			deadline = dl
+		}
+		if err := conn.SetDeadline(deadline); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
 }
 
 // Explain turns what amqp091 returns when the node refuses cfg's
@@ -87,6 +193,9 @@ func Explain(cfg config.Config, err error) error {
 		return e
 	}
 	raw := cfg.Get(SettingURL)
+	if urls := URLs(raw); len(urls) > 0 {
+		raw = urls[0] // a cluster's URLs share user and vhost (checkURL)
+	}
 	user, vhost := "guest", "/"
 	if u, perr := url.Parse(raw); perr == nil {
 		if u.User != nil {

@@ -188,7 +188,7 @@ func (q *queuePub) send(ctx context.Context, p *driverutil.Pending, i int, m *br
 	for k, v := range m.Headers {
 		h[k] = v
 	}
-	dc, err := cc.ch.PublishWithDeferredConfirm("", q.queue, true, false, amqp.Publishing{
+	dc, err := cc.ch.PublishWithDeferredConfirm("", q.queue, q.b.mandatory, false, amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		ContentType:  ContentType,
 		MessageId:    m.ID,
@@ -348,8 +348,17 @@ func (cc *confirmChan) settle(e *entry, acked bool) {
 		err = cc.q.b.timeoutError(e.id, topic, *cc.pc.timedOut.Load())
 	case e.err != nil:
 		err = e.err
+	case cc.ch.IsClosed():
+		err = fmt.Errorf("rabbitmq: publish %s to %s: the channel closed before the broker confirmed the message (connection lost?)", e.id, topic)
 	default:
-		err = fmt.Errorf("rabbitmq: publish %s to %s: broker nacked the message (or the channel closed before confirming)", e.id, topic)
+		err = fmt.Errorf("rabbitmq: publish %s to %s: broker nacked the message", e.id, topic)
+		// A quorum queue nacks what it could not enqueue while its
+		// leader was lost; the channel's view of the queue may stay
+		// behind the new leader (measured: a channel went on being
+		// nacked for seconds while a new one was confirmed), so the
+		// next message of the queue opens a channel afresh.
+		cc.retire()
+		go cc.ch.Close() //nolint:errcheck // see queuePub.close
 	}
 	e.p.Settle(e.i, err)
 	<-cc.q.window

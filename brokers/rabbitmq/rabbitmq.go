@@ -1,13 +1,15 @@
 // Package rabbitmq is the RabbitMQ driver (amqp091-go), registered as
 // "rabbitmq".
 //
-// Topology per topic: durable quorum queues "<topic>.0" … "<topic>.<N-1>",
-// each with single-active-consumer, and a quorum dead-letter queue
+// Topology per topic: durable quorum queues "<topic>.0" … "<topic>.<N-1>"
+// (classic queues with rabbitmq.queue-type=classic), each with
+// single-active-consumer, and a dead-letter queue of the same type
 // "<topic>.dlq" fed by the shard queues' dead-letter settings (default
 // exchange, at-least-once dead-lettering). Publishing goes through the
 // default exchange with the routing key of the shard queue; the driver
 // hashes the ordering key onto a shard (FNV-1a), so one key always lands in
-// one queue. Messages are persistent and mandatory.
+// one queue. Messages are persistent and mandatory (unless
+// rabbitmq.mandatory=false).
 //
 // Publishing: each shard queue has a confirm-mode channel of its own, so a
 // queue's messages reach it in hand-over order whichever goroutine calls.
@@ -57,6 +59,22 @@
 // Consumer groups are not modelled: every subscription of a topic competes
 // for the same shard queues (single-active-consumer picks one per queue),
 // whatever its group name.
+//
+// Clusters: rabbitmq.url may list the nodes of one cluster. A connection
+// goes to the node that last answered, or to the next one when it refuses
+// or does not finish the handshake within a second (several attempts run
+// at once; the first connection made wins). When the publishing
+// connection is lost, its unconfirmed messages fail (the caller sends them
+// again with the same id: the inbox deduplicates) and the next publish
+// connects again. A subscription outlives its connection: its running
+// Handler calls finish (their acks fail with the connection, so what they
+// finished is redelivered), the connection is closed, and it consumes
+// again from a node that answers, for up to two minutes; single active
+// consumer keeps one consumer per queue throughout. Heartbeats every 5 s
+// give up a silent (paused) node after 15 s. The queues' type
+// (rabbitmq.queue-type), the quorum queues' members
+// (rabbitmq.quorum-size) and the mandatory flag (rabbitmq.mandatory) are
+// settings; brokers/README.md says what each does on a failover.
 package rabbitmq
 
 import (
@@ -67,6 +85,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -102,18 +121,28 @@ const (
 	// DefaultPublishWindow).
 	OptPublishWindow = "publish-window"
 	// OptConfirmTimeout bounds how long a message may take from its
-	// hand-over to its confirm (Go duration, default 30s). Past it the
-	// publishing connection is closed and its unconfirmed messages fail,
-	// naming the resource alarm when the broker had blocked the
-	// connection.
+	// hand-over to its confirm (Go duration; default 30s, 10s with
+	// several node URLs). Past it the publishing connection is closed and
+	// its unconfirmed messages fail, naming the resource alarm when the
+	// broker had blocked the connection; the next connection may go to
+	// another node.
 	OptConfirmTimeout = "confirm-timeout"
 )
 
 // DefaultPublishWindow is OptPublishWindow's default.
 const DefaultPublishWindow = 256
 
-// DefaultConfirmTimeout is OptConfirmTimeout's default.
+// DefaultConfirmTimeout is OptConfirmTimeout's default with one node URL.
 const DefaultConfirmTimeout = 30 * time.Second
+
+// ClusterConfirmTimeout is OptConfirmTimeout's default with several node
+// URLs. A quorum queue whose leader's node is paused (a zombie) stalls
+// the channels that published to it: once the other nodes declared it
+// down (net_ticktime) and elected another leader, a new channel's
+// messages are confirmed, while the old channel's wait until the node
+// comes back (measured on RabbitMQ 3.10, docs/measurements.md). Giving
+// up the connection sooner bounds that stall.
+const ClusterConfirmTimeout = 10 * time.Second
 
 // ErrBlocked marks a publish that timed out while the broker blocked the
 // publishing connection (connection.blocked: a memory or disk alarm).
@@ -132,7 +161,15 @@ func init() {
 
 // Broker is the RabbitMQ driver.
 type Broker struct {
-	cfg            config.Config // the URL, TLS files and SASL mechanism (Dial)
+	cfg config.Config // the URL(s), TLS files and SASL mechanism (dial.go)
+	// urls are the nodes of one cluster (SettingURL); a connection goes to
+	// the one at prefer first, the last one a connection was made to.
+	urls           []string
+	prefer         atomic.Int32
+	queueType      string       // SettingQueueType
+	quorumSize     int          // SettingQuorumSize; 0: the cluster's default
+	mandatory      bool         // SettingMandatory
+	reconnects     atomic.Int64 // subscriptions' sessions opened after one was lost
 	window         int
 	confirmTimeout time.Duration
 	calls          driverutil.Calls
@@ -155,6 +192,9 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		return nil, err
 	}
 	confirmTimeout := DefaultConfirmTimeout
+	if len(URLs(cfg.Get(SettingURL))) > 1 {
+		confirmTimeout = ClusterConfirmTimeout
+	}
 	if v, ok := opts[OptConfirmTimeout]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -170,14 +210,26 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		}
 	}
 	// amqp091 would return a URL that does not parse in its error, with
-	// the password; ParseURL's error holds neither.
-	if _, err := ParseURL(cfg.Get(SettingURL)); err != nil {
+	// the password; ParseURL's error holds neither (checkURL uses it).
+	if err := checkURL(cfg.Get(SettingURL)); err != nil {
 		return nil, config.Invalid(SettingURL, nil, "%v", err)
 	}
 	if _, err := DialConfig(cfg, dialTimeout); err != nil {
 		return nil, err
 	}
-	return &Broker{cfg: cfg, window: n, confirmTimeout: confirmTimeout, shards: map[string]int{},
+	qt := cfg.Get(SettingQueueType)
+	if err := checkQueueType(qt); err != nil {
+		return nil, config.Invalid(SettingQueueType, qt, "%v", err)
+	}
+	size := 0
+	if v := cfg.Get(SettingQuorumSize); v != "" {
+		if err := checkQuorumSize(v); err != nil {
+			return nil, config.Invalid(SettingQuorumSize, v, "%v", err)
+		}
+		size, _ = strconv.Atoi(v)
+	}
+	return &Broker{cfg: cfg, urls: URLs(cfg.Get(SettingURL)), queueType: qt, quorumSize: size, mandatory: cfg.Bool(SettingMandatory),
+		window: n, confirmTimeout: confirmTimeout, shards: map[string]int{},
 		subs: map[*subscription]struct{}{}, pubs: map[string][]*queuePub{}}, nil
 }
 
@@ -189,12 +241,20 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 	return brokers.Capabilities{
 		PerKeyOrder:    true,
 		RedeliveryFlag: true,
-		DeliveryCount:  true,
-		DeadLetter:     true,
-		Description: "RabbitMQ via amqp091-go: key hashed onto N quorum queues with single-active-consumer, " +
+		// Quorum queues count deliveries (x-delivery-count); classic
+		// queues only flag a redelivery.
+		DeliveryCount: b.queueType == QueueQuorum,
+		DeadLetter:    true,
+		Description: "RabbitMQ via amqp091-go: key hashed onto N " + b.queueType + " queues with single-active-consumer, " +
 			"publisher confirms, manual acks, retry in place (a requeue would go to the back), " +
 			"Reject → <topic>.dlq via dead-lettering, Crash closes the connection unacked",
 	}
+}
+
+// dial connects to one of the broker's nodes (dialAny), the one that
+// answered last first.
+func (b *Broker) dial(ctx context.Context, name string) (*amqp.Connection, error) {
+	return dialAny(ctx, b.cfg, b.urls, &b.prefer, name)
 }
 
 // connection returns the shared publishing/topology connection, dialling
@@ -208,7 +268,7 @@ func (b *Broker) connection() (*amqp.Connection, error) {
 	if b.conn != nil && !b.conn.IsClosed() {
 		return b.conn, nil
 	}
-	conn, err := Dial(b.cfg, "inboxbench-publisher", dialTimeout)
+	conn, err := b.dial(context.Background(), "inboxbench-publisher")
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: connect: %w", err)
 	}
@@ -286,12 +346,12 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 	}
 	defer ch.Close()
 	dlq := topic + DLQSuffix
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, b.dlqArgs()); err != nil {
 		return errorf(b.cfg, "rabbitmq: declare %s: %w", dlq, err)
 	}
 	for i := 0; i < shards; i++ {
 		q := queueName(topic, i)
-		_, err := ch.QueueDeclare(q, true, false, false, false, shardQueueArgs(topic))
+		_, err := ch.QueueDeclare(q, true, false, false, false, b.shardQueueArgs(topic))
 		if err != nil {
 			return errorf(b.cfg, "rabbitmq: declare %s: %w", q, err)
 		}
@@ -306,16 +366,38 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 }
 
 // shardQueueArgs are the arguments of every shard queue of topic.
-func shardQueueArgs(topic string) amqp.Table {
-	return amqp.Table{
-		"x-queue-type":              "quorum",
+func (b *Broker) shardQueueArgs(topic string) amqp.Table {
+	args := amqp.Table{
+		"x-queue-type":              b.queueType,
 		"x-single-active-consumer":  true,
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": topic + DLQSuffix,
+		"x-overflow":                "reject-publish",
+	}
+	if b.queueType == QueueQuorum {
 		// at-least-once dead-lettering keeps a rejected message until
 		// the DLQ confirmed it; it requires reject-publish overflow.
-		"x-dead-letter-strategy": "at-least-once",
-		"x-overflow":             "reject-publish",
+		args["x-dead-letter-strategy"] = "at-least-once"
+		b.sizeArg(args)
+	}
+	return args
+}
+
+// dlqArgs are the dead-letter queue's arguments: the shard queues' type.
+func (b *Broker) dlqArgs() amqp.Table {
+	args := amqp.Table{"x-queue-type": b.queueType}
+	if b.queueType == QueueQuorum {
+		b.sizeArg(args)
+	}
+	return args
+}
+
+// sizeArg declares the quorum queue's members when SettingQuorumSize
+// asks for a number: RabbitMQ then refuses a redeclare with another one,
+// which is how Durability verifies it.
+func (b *Broker) sizeArg(args amqp.Table) {
+	if b.quorumSize > 0 {
+		args["x-quorum-initial-group-size"] = int32(b.quorumSize)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,5 +261,84 @@ func TestConfirmTimeoutOption(t *testing.T) {
 	}
 	if _, err := rabbitmq.New(context.Background(), cfg, brokers.Options{rabbitmq.OptConfirmTimeout: "500ms"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReplicatedFailoverLeaderKill publishes with confirms while the
+// leader of the topic's quorum queues is killed (kill -9) and started
+// again: every confirmed message must be delivered, the publisher and
+// the consumer moving to the surviving nodes. Needs the replicated stack
+// (`bench stack up --topology replicated rabbitmq`).
+func TestReplicatedFailoverLeaderKill(t *testing.T) {
+	replicatedFailover(t, syscall.SIGKILL, 8*time.Second)
+}
+
+// TestReplicatedFailoverLeaderPause pauses the leader's VM (SIGSTOP)
+// past the cluster's failure detection, then resumes it: a zombie
+// leader must lose no confirmed message either.
+func TestReplicatedFailoverLeaderPause(t *testing.T) {
+	replicatedFailover(t, syscall.SIGSTOP, 25*time.Second)
+}
+
+func replicatedFailover(t *testing.T, sig syscall.Signal, down time.Duration) {
+	replicatedFailoverWith(t, sig, down, 0, false)
+}
+
+// replicatedFailoverWith hits the leader after pausing its followers for
+// lag (0: not), with the cluster's weak setting when weak.
+func replicatedFailoverWith(t *testing.T, sig syscall.Signal, down, lag time.Duration, weak bool) brokertest.FailoverResult {
+	cfg, e, cluster := brokertest.Replicated(t, "rabbitmq")
+	if weak {
+		var name string
+		cfg, name = brokertest.Weaken(t, cfg, e, cluster)
+		t.Logf("weak setting: %s", name)
+	}
+	b, err := rabbitmq.New(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() }) // after the topic's clean-up
+	res := brokertest.Failover(t, brokertest.FailoverSpec{
+		Broker: b, Env: e, Cluster: cluster, Shards: 4, Rate: 200, Signal: sig,
+		Resource: func(topic string) string { return topic + "." },
+		Before:   5 * time.Second, Down: down, After: 10 * time.Second, Lag: lag, StopConsumer: lag > 0, Lossy: weak,
+	})
+	if res.Published == 0 || (!weak && res.Delivered < res.Published) {
+		t.Errorf("delivered %d of %d confirmed", res.Delivered, res.Published)
+	}
+	return res
+}
+
+// TestReplicatedDurability: on the replicated stack the driver declares
+// three-member quorum queues and verifies them, and sees three nodes of
+// one cluster.
+func TestReplicatedDurability(t *testing.T) {
+	cfg, _, _ := brokertest.Replicated(t, "rabbitmq")
+	b, err := rabbitmq.New(context.Background(), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	m := brokertest.Durability(t, b, "queue type", "quorum members", "nodes", "replication")
+	if !strings.HasPrefix(m["quorum members"], "3 (verified") || !strings.Contains(m["nodes"], "3 given") || !strings.Contains(m["nodes"], "3 answering") || !strings.HasPrefix(m[brokers.ReplicatedKey], "yes") {
+		t.Errorf("want 3 verified quorum members and 3 nodes answering: %v", m)
+	}
+}
+
+// TestReplicatedFailoverLaggingFollowers pauses the followers for 5 s,
+// kills the leader and resumes them: a quorum queue confirms nothing
+// without a majority, so nothing confirmed is lost.
+func TestReplicatedFailoverLaggingFollowers(t *testing.T) {
+	replicatedFailoverWith(t, syscall.SIGKILL, 8*time.Second, 5*time.Second, false)
+}
+
+// TestReplicatedWeakLosesConfirmed is the failover control: classic
+// queues published to without the mandatory flag lose every message
+// published while their node is down (RabbitMQ confirms and drops it),
+// every time.
+func TestReplicatedWeakLosesConfirmed(t *testing.T) {
+	res := replicatedFailoverWith(t, syscall.SIGKILL, 8*time.Second, 5*time.Second, true)
+	if len(res.Lost) == 0 {
+		t.Errorf("the weak setting lost no confirmed message: the control does not show what it should")
 	}
 }

@@ -24,7 +24,8 @@ const DefaultURL = "amqp://inboxbench:inboxbench@127.0.0.1:55672/inboxbench"
 // used only when none of them is set).
 var (
 	SettingURL = config.Register(config.Setting{Key: "rabbitmq.url", Flag: "rabbitmq-url", Env: "INBOXBENCH_RABBITMQ_URL",
-		Default: DefaultURL, Usage: "RabbitMQ AMQP URL (amqp:// or amqps:// for TLS, with vhost and credentials)", Check: checkURL})
+		Default: DefaultURL, Check: checkURL,
+		Usage: "RabbitMQ AMQP URL (amqp:// or amqps:// for TLS, with vhost and credentials); the nodes of one cluster as several URLs, comma separated: the driver connects to one and moves to another when it is lost"})
 	SettingCAFile = config.Register(config.Setting{Key: "rabbitmq.ca-file", Flag: "rabbitmq-ca-file", Env: "INBOXBENCH_RABBITMQ_CA_FILE",
 		Usage: "PEM file of CA certificates for RabbitMQ TLS (amqps://; default: system roots)"})
 	SettingCertFile = config.Register(config.Setting{Key: "rabbitmq.cert-file", Flag: "rabbitmq-cert-file", Env: "INBOXBENCH_RABBITMQ_CERT_FILE",
@@ -72,9 +73,54 @@ func checkTogether(c config.Config) error {
 	return tlsfiles.Check(c, tlsKeys)
 }
 
+// URLs splits a rabbitmq.url value into its URLs: at the commas that
+// begin another amqp:// or amqps:// URL, so a comma inside a URL (in a
+// password) stays where it is.
+func URLs(v string) []string {
+	var out []string
+	for _, part := range strings.Split(v, ",") {
+		p := strings.TrimSpace(part)
+		if len(out) > 0 && !hasScheme(p) {
+			out[len(out)-1] += "," + part
+			continue
+		}
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func hasScheme(u string) bool {
+	return strings.HasPrefix(u, "amqp://") || strings.HasPrefix(u, "amqps://")
+}
+
+// checkURL accepts one URL or several (the nodes of one cluster), each a
+// valid AMQP URI (ParseURL: an error holds no piece of the URL's
+// credentials), several differing only in host and port.
 func checkURL(v string) error {
-	_, err := ParseURL(v)
-	return err
+	urls := URLs(v)
+	if len(urls) == 0 {
+		return errors.New("no URL: give amqp://user:password@host:port/vhost")
+	}
+	var first amqp.URI
+	for i, u := range urls {
+		uri, err := ParseURL(u)
+		if err != nil {
+			if len(urls) > 1 {
+				return fmt.Errorf("URL %d of %d: %v", i+1, len(urls), err)
+			}
+			return err
+		}
+		if i == 0 {
+			first = uri
+			continue
+		}
+		if uri.Vhost != first.Vhost || uri.Username != first.Username || uri.Password != first.Password || uri.Scheme != first.Scheme {
+			return fmt.Errorf("URL %d of %d (%s) differs from the first in its scheme, user, password or vhost: several URLs are the nodes of one cluster, the same but for host and port", i+1, len(urls), config.Redact(u))
+		}
+	}
+	return nil
 }
 
 // ParseURL reads an AMQP URL as amqp091 does (its defaults: port 5672 for
@@ -119,20 +165,34 @@ func withoutUserinfo(raw string) string {
 }
 
 // Addr is the host:port the URL reaches, the scheme's default port
-// filled in (5671 for amqps://); "" when the URL does not parse.
+// filled in (5671 for amqps://), each of several URLs' comma separated;
+// "" when a URL does not parse.
 func Addr(raw string) string {
-	u, err := ParseURL(raw)
-	if err != nil {
-		return ""
+	var out []string
+	for _, one := range URLs(raw) {
+		u, err := ParseURL(one)
+		if err != nil {
+			return ""
+		}
+		out = append(out, net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
 	}
-	return net.JoinHostPort(u.Host, strconv.Itoa(u.Port))
+	return strings.Join(out, ",")
 }
 
 // plaintextRule refuses a password that AMQP PLAIN would send in clear:
 // an amqp:// URL (no TLS) with a password, to a host other than this one,
 // unless the user allowed it.
 func plaintextRule(c config.Config) error {
-	raw := c.Get(SettingURL)
+	for _, raw := range URLs(c.Get(SettingURL)) {
+		if err := plaintextRuleOne(c, raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// plaintextRuleOne is plaintextRule for one of the URLs.
+func plaintextRuleOne(c config.Config, raw string) error {
 	u, err := ParseURL(raw)
 	if err != nil || u.Scheme != "amqp" {
 		return nil
@@ -165,4 +225,39 @@ func checkSASL(v string) error {
 		return nil
 	}
 	return fmt.Errorf("not supported: use %s or %s", SASLPlain, SASLExternal)
+}
+
+// Queue types (SettingQueueType).
+const (
+	QueueQuorum  = "quorum"
+	QueueClassic = "classic"
+)
+
+// The shard queues' kind and how publishes are sent: the safe defaults
+// (replicated quorum queues, mandatory publishes), and the weak setting a
+// failover control runs with (compose's RabbitMQ cluster, WeakSetting).
+var (
+	SettingQueueType = config.Register(config.Setting{Key: "rabbitmq.queue-type", Flag: "rabbitmq-queue-type", Env: "INBOXBENCH_RABBITMQ_QUEUE_TYPE",
+		Default: QueueQuorum, Check: checkQueueType,
+		Usage: "the shard queues the driver declares: quorum (replicated, Raft; the default) or classic (durable, on the one node that declared it, not replicated)"})
+	SettingQuorumSize = config.Register(config.Setting{Key: "rabbitmq.quorum-size", Flag: "rabbitmq-quorum-size", Env: "INBOXBENCH_RABBITMQ_QUORUM_SIZE",
+		Check: checkQuorumSize,
+		Usage: "members of each quorum queue (x-quorum-initial-group-size), declared and verified by the driver; empty: the cluster's default (quorum_cluster_size, 3, capped at its nodes)"})
+	SettingMandatory = config.Register(config.Setting{Key: "rabbitmq.mandatory", Flag: "rabbitmq-mandatory", Env: "INBOXBENCH_RABBITMQ_MANDATORY",
+		Kind: config.Bool, Default: "true",
+		Usage: "publish with the mandatory flag (the default): a message no queue takes is returned and fails; without it RabbitMQ confirms and drops it (a classic queue whose node is down)"})
+)
+
+func checkQueueType(v string) error {
+	if v == QueueQuorum || v == QueueClassic {
+		return nil
+	}
+	return fmt.Errorf("use %s or %s", QueueQuorum, QueueClassic)
+}
+
+func checkQuorumSize(v string) error {
+	if n, err := strconv.Atoi(v); err != nil || n < 1 {
+		return fmt.Errorf("want a number of members, at least 1")
+	}
+	return nil
 }

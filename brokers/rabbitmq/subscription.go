@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,23 +14,43 @@ import (
 
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 )
 
 type subscription struct {
 	b     *Broker
 	topic string
+	n     int // shard queues
 	opts  brokers.SubscribeOptions
 	h     brokers.Handler
-	conn  *amqp.Connection
 	life  *driverutil.Lifecycle
 	stats brokers.Counters
 
 	ctx    context.Context // cancelled on Close, Crash or failure
 	cancel context.CancelFunc
 
-	crashed atomic.Bool
-	endOnce sync.Once
-	workers sync.WaitGroup
+	mu   sync.Mutex
+	sess *session // the current connection's consumers
+
+	crashed  atomic.Bool
+	endOnce  sync.Once
+	loopDone chan struct{} // the session loop returned: no worker runs
+}
+
+// session is one connection of a subscription with a consumer per shard
+// queue. It ends when the connection is lost (or a consumer is cancelled
+// by the broker), and the subscription then opens another, to any node
+// that answers.
+type session struct {
+	conn      *amqp.Connection
+	consumers []shardConsumer
+	ctx       context.Context // cancelled when the session ends
+	cancel    context.CancelFunc
+	workers   sync.WaitGroup
+
+	lostOnce sync.Once
+	lost     error // why it ended early (nil: the subscription ended it)
+	fatal    error // an error that ends the subscription
 }
 
 // shardConsumer is one shard queue's consumer: its own channel, so that
@@ -42,10 +63,18 @@ type shardConsumer struct {
 	closed chan *amqp.Error // the channel's close reason, if the broker closed it
 }
 
+// reconnectFor bounds how long a subscription whose connection was lost
+// keeps trying the nodes before it ends with the error.
+const reconnectFor = 2 * time.Minute
+
 // Subscribe implements brokers.Broker: one connection per subscription (so
 // Crash can drop exactly this consumer), one channel, consumer and
 // goroutine per shard queue, basic.qos prefetch per channel. group is
-// ignored (see the package doc).
+// ignored (see the package doc). A lost connection does not end the
+// subscription: once the running Handler calls returned (their acks fail
+// with the connection, so what they finished is redelivered), it connects
+// to a node that answers and consumes again, single-active-consumer
+// deciding when its consumers get deliveries.
 func (b *Broker) Subscribe(ctx context.Context, topic, _ string, opts brokers.SubscribeOptions, h brokers.Handler) (brokers.Subscription, error) {
 	n, err := b.shardCount(topic)
 	if err != nil {
@@ -54,20 +83,40 @@ func (b *Broker) Subscribe(ctx context.Context, topic, _ string, opts brokers.Su
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", topic, ctx.Err())
 	}
-	conn, err := Dial(b.cfg, "inboxbench-consumer-"+topic, dialTimeout)
+	s := &subscription{b: b, topic: topic, n: n, opts: opts.WithDefaults(), h: h, life: driverutil.NewLifecycle(), loopDone: make(chan struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	sess, err := s.connect(ctx)
+	if err != nil {
+		s.cancel()
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		s.cancel()
+		_ = sess.conn.Close()
+		return nil, errors.New("rabbitmq: subscribe: broker is closed")
+	}
+	b.subs[s] = struct{}{}
+	b.mu.Unlock()
+	go s.loop(sess)
+	return s, nil
+}
+
+// connect opens a connection to a node and a consumer per shard queue.
+func (s *subscription) connect(ctx context.Context) (*session, error) {
+	topic := s.topic
+	conn, err := s.b.dial(ctx, "inboxbench-consumer-"+topic)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: subscribe %s: connect: %w", topic, err)
 	}
-	s := &subscription{b: b, topic: topic, opts: opts.WithDefaults(), h: h, conn: conn, life: driverutil.NewLifecycle()}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	fail := func(err error) (brokers.Subscription, error) {
-		s.cancel()
+	sess := &session{conn: conn, consumers: make([]shardConsumer, s.n)}
+	fail := func(err error) (*session, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	consumers := make([]shardConsumer, n)
-	for i := range consumers {
-		c := &consumers[i]
+	for i := range sess.consumers {
+		c := &sess.consumers[i]
 		c.q = queueName(topic, i)
 		if ctx.Err() != nil {
 			return fail(fmt.Errorf("rabbitmq: subscribe %s: %w", topic, ctx.Err()))
@@ -86,36 +135,106 @@ func (b *Broker) Subscribe(ctx context.Context, topic, _ string, opts brokers.Su
 			return fail(fmt.Errorf("rabbitmq: subscribe %s: consume %s: %w", topic, c.q, err))
 		}
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return fail(errors.New("rabbitmq: subscribe: broker is closed"))
-	}
-	b.subs[s] = struct{}{}
-	b.mu.Unlock()
+	return sess, nil
+}
 
-	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+// gone reports whether a consume failed because the queue does not exist
+// (deleted), as opposed to one whose node is down or unreachable, which
+// comes back.
+func gone(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound && !strings.Contains(ae.Reason, "down or inaccessible")
+}
+
+// loop runs sessions until the subscription ends: when one is lost it
+// waits for its workers, then connects again (to any node), for up to
+// reconnectFor.
+func (s *subscription) loop(sess *session) {
+	defer close(s.loopDone)
+	for {
+		s.serve(sess)
+		if s.ctx.Err() != nil {
+			return
+		}
+		if sess.fatal != nil {
+			s.end(sess.fatal)
+			return
+		}
+		lost := sess.lost
+		since := time.Now()
+		backoff := 100 * time.Millisecond
+		for {
+			if !ctxtime.Sleep(s.ctx, backoff) {
+				return
+			}
+			next, err := s.connect(s.ctx)
+			if err == nil {
+				sess = next
+				s.b.reconnects.Add(1)
+				break
+			}
+			if s.ctx.Err() != nil {
+				return
+			}
+			if gone(err) || time.Since(since) > reconnectFor {
+				s.end(fmt.Errorf("rabbitmq: consumer of %s: %v; connecting again failed: %w", s.topic, lost, err))
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
+}
+
+// serve runs one session's workers until they all returned: the
+// subscription ended, or the session was lost.
+func (s *subscription) serve(sess *session) {
+	sess.ctx, sess.cancel = context.WithCancel(s.ctx)
+	defer sess.cancel()
+	s.mu.Lock()
+	s.sess = sess
+	crashed := s.crashed.Load()
+	s.mu.Unlock()
+	if crashed {
+		_ = sess.conn.Close()
+		return
+	}
+	closed := sess.conn.NotifyClose(make(chan *amqp.Error, 1))
 	go func() {
 		select {
 		case e, ok := <-closed:
-			if ok && e != nil && !s.crashed.Load() && s.ctx.Err() == nil {
-				s.end(fmt.Errorf("rabbitmq: consumer connection of %s lost: %w", topic, e))
+			if !ok || e == nil {
+				e = amqp.ErrClosed
 			}
-		case <-s.ctx.Done():
+			sess.end(fmt.Errorf("connection lost: %w", e), nil)
+		case <-sess.ctx.Done():
 		}
 	}()
-	for _, c := range consumers {
+	for _, c := range sess.consumers {
 		// amqp091 hands deliveries over an unbuffered channel, so a
 		// non-blocking receive finds nothing whenever its buffering
 		// goroutine has not looped back yet. The pump keeps what the
 		// broker already sent (at most Prefetch) in a buffered channel,
 		// filled while the handler runs, which is what a batch drains.
 		buf := make(chan amqp.Delivery, s.opts.Prefetch)
-		go pump(s.ctx, c.in, buf)
-		s.workers.Add(1)
-		go s.run(c, buf)
+		go pump(sess.ctx, c.in, buf)
+		sess.workers.Add(1)
+		go s.run(sess, c, buf)
 	}
-	return s, nil
+	sess.workers.Wait()
+	// Whatever ended it, the connection goes: its unacked deliveries
+	// return to their queues before this subscription consumes again.
+	if !sess.conn.IsClosed() {
+		_ = sess.conn.Close()
+	}
+}
+
+// end ends the session once: lost (the subscription connects again) or
+// fatal (the subscription ends with it).
+func (sess *session) end(lost, fatal error) {
+	sess.lostOnce.Do(func() {
+		sess.lost, sess.fatal = lost, fatal
+		sess.cancel()
+	})
 }
 
 // pump forwards deliveries until in closes (channel or connection closed)
@@ -143,24 +262,27 @@ func (s *subscription) Close() error {
 
 // end stops the subscription once. A clean end stops the workers, lets
 // running handlers finish and ack, then closes the connection, which
-// returns the remaining prefetched deliveries to the front of their queues. A crash
-// closes the connection first, so nothing more is acked.
+// returns the remaining prefetched deliveries to the front of their
+// queues. A crash closes the connection first, so nothing more is acked.
 func (s *subscription) end(cause error) {
 	s.endOnce.Do(func() {
 		crashed := errors.Is(cause, brokers.ErrCrashed)
+		s.mu.Lock()
+		sess := s.sess
+		s.mu.Unlock()
 		s.cancel()
-		if crashed {
-			_ = s.conn.Close()
+		if crashed && sess != nil {
+			_ = sess.conn.Close()
 		}
 		// No basic.cancel on a clean end: on RabbitMQ 3.10 quorum queues,
 		// deliveries in flight to a cancelled consumer are returned to the
 		// back of the queue, breaking per-key order, while the ones returned
 		// by closing the channel go back to the front, in order.
 		go func() {
-			s.workers.Wait()
+			<-s.loopDone
 			errs := []error{cause}
-			if !crashed && !s.conn.IsClosed() {
-				if err := s.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) && cause == nil {
+			if sess != nil && !crashed && !sess.conn.IsClosed() {
+				if err := sess.conn.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) && cause == nil {
 					errs = append(errs, fmt.Errorf("rabbitmq: close consumer of %s: %w", s.topic, err))
 				}
 			}
@@ -175,18 +297,18 @@ func (s *subscription) end(cause error) {
 // run handles one queue's deliveries in order, in batches: it waits for
 // one delivery, then takes whatever else is already buffered, up to
 // MaxBatch.
-func (s *subscription) run(c shardConsumer, buf <-chan amqp.Delivery) {
-	defer s.workers.Done()
+func (s *subscription) run(sess *session, c shardConsumer, buf <-chan amqp.Delivery) {
+	defer sess.workers.Done()
 	batch := make([]amqp.Delivery, 0, s.opts.MaxBatch)
 	for {
 		batch = batch[:0]
 		open := true
 		select {
-		case <-s.ctx.Done():
+		case <-sess.ctx.Done():
 			return
 		case d, ok := <-buf:
 			if !ok {
-				s.consumerEnded(c)
+				s.consumerEnded(sess, c)
 				return
 			}
 			batch = append(batch, d)
@@ -235,7 +357,7 @@ func (s *subscription) run(c shardConsumer, buf <-chan amqp.Delivery) {
 			}
 			return nil
 		}
-		switch out, err := driverutil.HandleBatch(s.ctx, s.h, ds, s.opts, &s.stats, settle); out {
+		switch out, err := driverutil.HandleBatch(sess.ctx, s.h, ds, s.opts, &s.stats, settle); out {
 		case driverutil.Settled:
 		case driverutil.Unfinished:
 			return // left unacked: returned to the queue when the connection closes
@@ -246,33 +368,49 @@ func (s *subscription) run(c shardConsumer, buf <-chan amqp.Delivery) {
 			}
 			return
 		default:
-			if !s.crashed.Load() {
-				s.end(fmt.Errorf("rabbitmq: %s: %w", c.q, err))
+			switch {
+			case s.crashed.Load():
+			case sess.conn.IsClosed():
+				// The ack went down with the connection: what the Handler
+				// finished is redelivered, and the inbox knows it.
+				sess.end(fmt.Errorf("%s: %w", c.q, err), nil)
+			default:
+				sess.end(nil, fmt.Errorf("rabbitmq: %s: %w", c.q, err))
 			}
 			return
 		}
 		if !open {
-			s.consumerEnded(c)
+			s.consumerEnded(sess, c)
 			return
 		}
 	}
 }
 
-// consumerEnded ends the subscription when a queue's delivery channel
-// closed by itself (not by Close or Crash).
-func (s *subscription) consumerEnded(c shardConsumer) {
-	if s.ctx.Err() != nil {
+// consumerEnded ends the session when a queue's delivery channel closed
+// by itself (not by Close or Crash): with the connection, or by a
+// basic.cancel (a classic queue whose node went down, or a deleted
+// queue: consuming again tells which), the subscription connects again;
+// a channel the broker closed with an error ends the subscription.
+func (s *subscription) consumerEnded(sess *session, c shardConsumer) {
+	if sess.ctx.Err() != nil {
 		return
 	}
-	var reason error = errors.New("consumer cancelled by the broker (queue deleted?)")
+	var closed *amqp.Error
 	select {
 	case e, ok := <-c.closed:
 		if ok && e != nil {
-			reason = e
+			closed = e
 		}
 	default:
 	}
-	s.end(fmt.Errorf("rabbitmq: consumer of %s ended: %w", c.q, reason))
+	switch {
+	case sess.conn.IsClosed():
+		sess.end(fmt.Errorf("consumer of %s: connection lost", c.q), nil)
+	case closed != nil:
+		sess.end(nil, fmt.Errorf("rabbitmq: consumer of %s ended: %w", c.q, closed))
+	default:
+		sess.end(fmt.Errorf("consumer of %s cancelled by the broker (its node down, or the queue deleted)", c.q), nil)
+	}
 }
 
 // delivery converts an AMQP delivery of queue q.

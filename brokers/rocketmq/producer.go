@@ -81,6 +81,13 @@ func (p *remotingProducer) SendSync(ctx context.Context, msgs ...*primitive.Mess
 		res, err = p.sendOnce(ctx, mq, msgs)
 		var se *config.SettingError
 		var re *RemotingError
+		if err != nil && ctx.Err() == nil && !errors.As(err, &se) && (!errors.As(err, &re) || re.Code != resSystemBusy) {
+			// The master named by the cached route is gone, or is no
+			// master any more (controller mode switched it: a demoted
+			// one refuses sends): the next attempt, and the caller's,
+			// go by a fresh route instead of the cached one.
+			_, _ = p.b.publishRoute(ctx, mq.Topic, true)
+		}
 		if err == nil || ctx.Err() != nil || errors.As(err, &se) || errors.As(err, &re) {
 			return res, err
 		}

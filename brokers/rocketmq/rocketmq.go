@@ -76,11 +76,21 @@
 // flag (ReconsumeTimes stays 0: the broker never learns of a local
 // attempt); the same msgId and queue offset are the evidence.
 //
-// Topics are created (UPDATE_AND_CREATE_TOPIC) on every master broker
-// found in the name server's cluster info (or the brokers given as option
-// "broker-addrs"), and Setup returns only once a route query shows the
-// queues; a refusal (authentication, a missing permission) ends it at
-// once, explained (Explain). The client library logs only errors unless
+// Topics are created (UPDATE_AND_CREATE_TOPIC) on every broker found in
+// the name server's cluster info, slaves included (or the brokers given
+// as option "broker-addrs"), and Setup returns only once a route query
+// shows the queues; a refusal (authentication, a missing permission)
+// ends it at once, explained (Explain).
+//
+// A master switch (controller mode): a send that fails for anything but
+// a busy broker, a flush or slave timeout or a refused setting fetches
+// the topic's route again, so its next attempt goes to the master the
+// name server routes now; the consumer fetches its route again after any
+// failed call to a broker, locks its queues on the new master and moves
+// each worker there, committing the worker's finished offset to the new
+// master first. A slave that became master has the topic (created on
+// every broker) and the consumer offsets it copied from the master (every
+// 10 s): what was settled since is delivered again. The client library logs only errors unless
 // option "log-level" says otherwise (the setting is process-wide: it is
 // the library's own global); the consumer logs a failure it retries
 // (broker unreachable) at most once per 10 s per subscription.
@@ -275,25 +285,52 @@ func (b *Broker) producer() (producerAPI, error) {
 	return b.prod, b.prodErr
 }
 
-// masters returns the master broker addresses topics are created on.
+// masters returns the master broker addresses.
 func (b *Broker) masters(ctx context.Context) ([]string, error) {
 	if len(b.brokerAddrs) > 0 {
 		return b.brokerAddrs, nil
 	}
+	ci, err := b.clusterInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ci.Masters(), nil
+}
+
+// brokerSet returns the addresses topics are created on, and how many
+// broker groups (masters) they make: every broker the name servers know,
+// slaves included (in controller mode a slave becomes the master, and
+// must have the topic then: slaves copy the master's topics only every
+// 10 s, and a master without the topic refuses every send), or the
+// brokers of option broker-addrs, each a group.
+func (b *Broker) brokerSet(ctx context.Context) ([]string, int, error) {
+	if len(b.brokerAddrs) > 0 {
+		return b.brokerAddrs, len(b.brokerAddrs), nil
+	}
+	ci, err := b.clusterInfo(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return ci.BrokerAddrs(), len(ci.Masters()), nil
+}
+
+// clusterInfo asks the name servers in turn for the cluster table, which
+// must show a master.
+func (b *Broker) clusterInfo(ctx context.Context) (*ClusterInfoResult, error) {
 	var errs []error
 	for _, ns := range b.namesrv {
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		ci, err := b.rm.ClusterInfo(cctx, ns)
 		cancel()
 		if err == nil {
-			if addrs := ci.Masters(); len(addrs) > 0 {
-				return addrs, nil
+			if len(ci.Masters()) > 0 {
+				return ci, nil
 			}
 			err = errors.New("no master broker registered")
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", ns, err))
 	}
-	return nil, fmt.Errorf("rocketmq: find master brokers from the name server (set option %s to skip): %w", OptBrokerAddrs, errors.Join(errs...))
+	return nil, fmt.Errorf("rocketmq: find the brokers from the name server (set option %s to skip): %w", OptBrokerAddrs, errors.Join(errs...))
 }
 
 // queues returns the number of the topic's publish queues from a route
@@ -311,16 +348,16 @@ func (b *Broker) queues(ctx context.Context, topic string) (int, error) {
 }
 
 // Setup creates topic and topic-DLQ with shards read/write queues on every
-// master broker and waits until the name server routes them.
+// broker (brokerSet) and waits until the name server routes them.
 func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 	if shards < 1 {
 		return fmt.Errorf("rocketmq: setup %s: shards must be at least 1, got %d", topic, shards)
 	}
-	masters, err := b.masters(ctx)
+	addrs, groups, err := b.brokerSet(ctx)
 	if err != nil {
 		return err
 	}
-	want := shards * len(masters)
+	want := shards * groups
 	if n, err := b.queues(ctx, topic); err != nil {
 		return fmt.Errorf("rocketmq: setup %s: %w", topic, err)
 	} else if n != 0 && n != want {
@@ -328,7 +365,7 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 		return fmt.Errorf("rocketmq: setup %s: topic exists with %d queues, the workload asks for %d: delete it or use another topic name", topic, n, want)
 	}
 	for _, t := range []string{topic, topic + DLQSuffix} {
-		for _, addr := range masters {
+		for _, addr := range addrs {
 			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 			err := b.rm.CreateTopic(cctx, addr, t, shards)
 			cancel()
@@ -356,7 +393,7 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 
 // DeleteTopic implements brokers.TopicDeleter.
 func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
-	masters, err := b.masters(ctx)
+	addrs, _, err := b.brokerSet(ctx)
 	if err != nil {
 		return err
 	}
@@ -364,7 +401,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 		v.(*topicState).dropSenders()
 	}
 	for _, t := range []string{topic, topic + DLQSuffix} {
-		if err := b.rm.DeleteTopic(ctx, masters, b.namesrv, t); err != nil {
+		if err := b.rm.DeleteTopic(ctx, addrs, b.namesrv, t); err != nil {
 			return fmt.Errorf("rocketmq: %w", err)
 		}
 	}

@@ -32,7 +32,9 @@ const (
 	// heartbeatEvery keeps the consumer registered (brokers expire a
 	// silent client after 120 s).
 	heartbeatEvery = 10 * time.Second
-	// routeEvery refreshes the topic's queues and brokers.
+	// routeEvery refreshes the topic's queues and brokers; a call to a
+	// broker that fails (a lost or switched master) refreshes it at the
+	// next round (routeStale).
 	routeEvery = 30 * time.Second
 	// pullHold is how long the broker may hold a pull that found nothing
 	// (long polling: it answers as soon as a message arrives); the pull
@@ -74,6 +76,9 @@ type subscription struct {
 
 	commitMu sync.Mutex   // one commit of a queue at a time
 	lastWarn atomic.Int64 // unix nanos of the last warning, see warn
+	// routeStale: a call to a broker failed since the route was fetched;
+	// the next round fetches it again instead of waiting for routeEvery.
+	routeStale atomic.Bool
 }
 
 // Subscribe implements brokers.Broker with an orderly clustering consumer
@@ -254,11 +259,15 @@ func (s *subscription) routeFor(ctx context.Context) (*topicRoute, error) {
 	s.mu.Lock()
 	r, at := s.route, s.routeAt
 	s.mu.Unlock()
-	if r != nil && time.Since(at) < routeEvery {
+	if r != nil && time.Since(at) < routeEvery && !s.routeStale.Load() {
 		return r, nil
 	}
+	// Cleared before the query: a failure during it marks the new route
+	// stale again.
+	s.routeStale.Store(false)
 	r, err := s.b.rm.fetchRoute(ctx, s.b.namesrv, s.topic)
 	if err != nil {
+		s.routeStale.Store(true)
 		return nil, err
 	}
 	s.mu.Lock()

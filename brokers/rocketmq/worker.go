@@ -52,12 +52,14 @@ func (s *subscription) rebalance() bool {
 	if s.needsHeartbeat(r) {
 		if err := s.heartbeatAll(ctx); err != nil {
 			s.warn("heartbeat", err)
+			s.routeStale.Store(true)
 			return false
 		}
 	}
 	ids, err := s.members(ctx, r)
 	if err != nil {
 		s.warn("member list of the group", err)
+		s.routeStale.Store(true)
 		return false
 	}
 	if !slices.Contains(ids, s.clientID) {
@@ -99,6 +101,7 @@ func (s *subscription) lockShare(ctx context.Context, r *topicRoute, want []queu
 		got, err := s.gc.lock(ctx, addr, qs)
 		if err != nil {
 			s.warn("lock of queues on "+addr, err)
+			s.routeStale.Store(true)
 			settled = false
 			continue
 		}
@@ -108,6 +111,14 @@ func (s *subscription) lockShare(ctx context.Context, r *topicRoute, want []queu
 			w := s.workers[q]
 			_, busy := s.releasing[q] // its lease ran out during the call
 			switch {
+			case w != nil && w.addr != addr:
+				// The group's master moved (controller mode): the
+				// worker stops pulling from the old one, its finished
+				// offset is committed to the new one, whose lock this
+				// consumer now holds, and the next round consumes the
+				// queue there.
+				s.handOver(w, addr)
+				settled = false
 			case slices.Contains(got, q) && w != nil:
 				w.lease.Store(until.UnixNano())
 			case busy:
@@ -191,6 +202,33 @@ func (s *subscription) handBack(w *worker, keep bool) {
 	}()
 }
 
+// handOver stops a worker whose queue's master moved to addr: once its
+// handler call returned, its finished offset is committed to addr (the
+// old master is gone or demoted), and the queue is consumed there from
+// the next round on. Called with s.mu held.
+func (s *subscription) handOver(w *worker, addr string) {
+	delete(s.workers, w.q)
+	done := make(chan struct{})
+	s.releasing[w.q] = done
+	w.cancel()
+	go func() {
+		defer close(done)
+		<-w.exited
+		if !s.crashed.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			w.addr = addr
+			if err := s.commit(ctx, w); err != nil {
+				s.warn("commit on the new master of "+w.q.String()+" (its last messages will be redelivered)", err)
+			}
+			cancel()
+		}
+		s.mu.Lock()
+		delete(s.releasing, w.q)
+		s.mu.Unlock()
+		s.rebalanceSoon()
+	}()
+}
+
 // run finds the queue's start offset and consumes it until the worker is
 // stopped or the handler loop ends the subscription.
 func (s *subscription) run(w *worker) {
@@ -225,6 +263,7 @@ func (s *subscription) startOffset(w *worker) (int64, bool) {
 		if w.ctx.Err() != nil {
 			return 0, false
 		}
+		s.routeStale.Store(true)
 		s.warn("offset of "+w.q.String(), err)
 		if !ctxtime.Sleep(w.ctx, backoff) {
 			return 0, false
@@ -245,6 +284,7 @@ func (s *subscription) pullLoop(w *worker, off int64) {
 			if w.ctx.Err() != nil {
 				return
 			}
+			s.routeStale.Store(true)
 			s.warn("pull from "+w.q.String(), err)
 			if !ctxtime.Sleep(w.ctx, backoff) {
 				return
