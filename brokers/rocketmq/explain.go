@@ -2,6 +2,7 @@ package rocketmq
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/inboxbench/inboxbench/config"
@@ -41,6 +42,11 @@ func Explain(cfg config.Config, err error, overTLS bool) error {
 	user := cfg.Get(SettingAccessKey)
 	remark := strings.ToLower(re.Remark)
 	switch {
+	case strings.Contains(remark, "is forbidden"):
+		// "the broker[…] pulling message is forbidden": the broker's own
+		// brokerPermission (read-only, write-only, or drained by an
+		// operator), not the user's: no access setting would change it.
+		return fmt.Errorf("%w: the broker's brokerPermission forbids it for now (a broker made read-only or write-only); the client retries", err)
 	case user == "" && (strings.Contains(remark, "username cannot be null") || strings.Contains(remark, "accesskey")):
 		return config.Invalid(SettingAccessKey, nil, "the broker requires authentication and the request was not signed (%v): set %s and %s", err, SettingAccessKey, SettingSecretKey)
 	case strings.Contains(remark, "is not found"), strings.Contains(remark, "is disabled"):
