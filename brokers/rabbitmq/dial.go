@@ -219,6 +219,11 @@ func Explain(cfg config.Config, err error) error {
 		return config.Invalid(SettingURL, nil, "user %q may not open vhost %q (%v): grant it permissions there (rabbitmqctl set_permissions -p VHOST USER '.*' '.*' '.*'), or use the vhost it has", user, vhost, err)
 	case isAMQP && ae.Code == amqp.AccessRefused:
 		return config.Invalid(SettingURL, nil, "user %q lacks a permission on vhost %q (%v): the suite declares, writes and reads its own queues, so grant it configure, write and read there", user, vhost, err)
+	case strings.HasPrefix(raw, "amqps://") && cfg.Get(SettingCertFile) == "" && notAMQP(err):
+		// With TLS 1.3 the client's handshake ends before the node has
+		// judged the client's (empty) certificate; the node's alert can
+		// then be lost to a reset of the client's first write.
+		return config.Invalid(SettingCertFile, nil, "the node hung up right after the TLS handshake (%v), as a node that requires a client certificate (fail_if_no_peer_cert) does to a client without one: set %s and %s", err, SettingCertFile, SettingKeyFile)
 	case !strings.HasPrefix(raw, "amqps://") && notAMQP(err):
 		return config.Invalid(SettingURL, nil, "the server did not answer the AMQP handshake as AMQP (%v): a TLS listener answers a plaintext client so; use amqps:// (with %s)", err, SettingCAFile)
 	}
