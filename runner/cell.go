@@ -405,7 +405,7 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	if clock != nil {
 		stopClock()
 		<-clock.done
-		s.window = &clock.window
+		s.window = clock.result()
 	}
 	pub.mergeLag(t.meters)
 	s.roomWait = time.Duration(pub.roomWait.Load())

@@ -196,6 +196,16 @@ func (k *steadyClock) phase() string {
 	return fmt.Sprintf("measuring %s of %s", (el - w.Round(time.Second)).Round(time.Second), k.spec.Measure.D())
 }
 
+// result is the measured window, a copy: a pointer into the clock would
+// keep the clock, and through it the cell's tally, consumers, publisher
+// and every chunk it sent, alive in the run's result until the run ends
+// (the heap grew by a whole cell's stream with every cell, and the
+// collector's work with it, so later rounds ran slower than earlier ones).
+func (k *steadyClock) result() *results.Window {
+	w := k.window
+	return &w
+}
+
 // run samples until the window is up or ctx ends.
 func (k *steadyClock) run(ctx context.Context) {
 	defer close(k.done)

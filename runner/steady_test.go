@@ -95,3 +95,15 @@ func TestNoisyFlatWindowIsSteady(t *testing.T) {
 		t.Errorf("noisy window climbing 2.5x: %+v, want not steady", w)
 	}
 }
+
+// TestSteadyResultHoldsNoClock: the window a cell reports is a copy, so
+// the run's results never keep a finished cell's clock (and through it
+// its tally, consumers, publisher and stream) alive.
+func TestSteadyResultHoldsNoClock(t *testing.T) {
+	k := &steadyClock{}
+	k.window.MeasuredS = 10
+	w := k.result()
+	if w == &k.window || w.MeasuredS != 10 {
+		t.Fatalf("result() = %p (MeasuredS %v), the clock's window is at %p: want a copy", w, w.MeasuredS, &k.window)
+	}
+}
