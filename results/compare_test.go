@@ -351,3 +351,23 @@ func TestHolmOverACellsMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestHolmFamilies: a metric that gates nothing does not raise the bar
+// for one that does. events/s alone gates a saturated cell, so its
+// p = 0.016 (five rounds a side, one overlap) stands as a regression
+// beside three informational metrics, which are corrected among
+// themselves.
+func TestHolmFamilies(t *testing.T) {
+	est := Estimate{N: 5, Median: 1}
+	mk := func(p float64, f Finding, gates bool) Delta {
+		return Delta{Gates: gates, Change: Change{Base: est, New: est, Ratio: 0.7, P: p, Finding: f}}
+	}
+	ds := []Delta{mk(0.016, Regression, true), mk(0.02, Regression, false), mk(0.048, Regression, false), mk(0.3, NoChange, false)}
+	holm(ds)
+	if ds[0].Change.Finding != Regression {
+		t.Errorf("the gating metric: %s (%q), want regression", ds[0].Change.Finding, ds[0].Change.Why)
+	}
+	if ds[1].Change.Finding != NoChange || ds[2].Change.Finding != NoChange || !strings.Contains(ds[1].Change.Why, "3 other metrics") {
+		t.Errorf("informational metrics: %s (%q), %s; want no significant change by Holm over 3", ds[1].Change.Finding, ds[1].Change.Why, ds[2].Change.Finding)
+	}
+}
