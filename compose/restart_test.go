@@ -2,6 +2,7 @@ package compose
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -28,7 +29,7 @@ const restartCyclesEnv = "INBOXBENCH_TEST_STACK_CYCLES"
 func TestStackRestartsBackToBack(t *testing.T) {
 	cycles, _ := strconv.Atoi(os.Getenv(restartCyclesEnv))
 	if cycles <= 0 {
-		t.Skipf("restarts the local stack: set %s to a number of stop/start cycles (make test runs it alone)", restartCyclesEnv)
+		testenv.SkipUnlessCI(t, fmt.Sprintf("restarts the local stack: set %s to a number of stop/start cycles (make test runs it alone)", restartCyclesEnv))
 	}
 	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ)
 	e := &Env{Dir: testenv.StackDir(t, cfg), Cfg: cfg, Out: testWriter{t}}

@@ -1,7 +1,8 @@
 // Package testenv gives integration tests the endpoints of the services they
 // need, and fails a test by the service's name when that service cannot be
-// reached. It never skips: a test that quietly skips when its server is
-// missing hides breakage. `make test` starts the stack first.
+// reached. It never skips for a missing server: a test that quietly skips
+// then hides breakage; a test meant for another invocation skips through
+// SkipUnlessCI, which fails instead under CI=true. `make test` starts the stack first.
 //
 // The endpoints are those every command uses: the INBOXBENCH_* variables,
 // then the local stack's variant they select (INBOXBENCH_SECURE=true:
@@ -63,6 +64,10 @@ func Require(t testing.TB, services ...string) config.Config {
 	v, _ := compose.VariantOf(c)
 	return core.Reachable(t, c, compose.VariantFlag(v), services...)
 }
+
+// SkipUnlessCI skips a test not meant for this invocation, and fails it
+// under CI=true (core.SkipUnlessCI).
+func SkipUnlessCI(t testing.TB, why string) { t.Helper(); core.SkipUnlessCI(t, why) }
 
 // Addrs returns the host:port addresses configured for a service.
 func Addrs(c config.Config, service string) []string { return core.Addrs(c, service) }

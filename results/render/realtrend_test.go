@@ -36,7 +36,7 @@ SELECT count(*) FROM extra;
 func TestPublishMarksARealStep(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres)
 	if testing.Short() {
-		t.Skip("six real runs of three rounds")
+		testenv.SkipUnlessCI(t, "six real runs of three rounds: not with -short")
 	}
 	base, err := os.ReadFile(filepath.Join("..", "..", "examples", "strategies", "tx.sql"))
 	if err != nil {

@@ -7,6 +7,7 @@ package core
 import (
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,4 +114,15 @@ func envName(service string) string {
 		}
 	}
 	return "the service's INBOXBENCH_* variable"
+}
+
+// SkipUnlessCI skips a test that is not meant for this invocation (why
+// says when it runs), except under CI=true, where a skipped test would
+// hide that the stage meant to run it did not: there it fails, by name.
+func SkipUnlessCI(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s: CI=true, so this test must run here, not be skipped", why)
+	}
+	t.Skip(why)
 }
