@@ -45,6 +45,10 @@ type PublishOptions struct {
 	Out string
 	// Now is the time the index says it was published (default: now).
 	Now time.Time
+	// Threshold is the smallest relative change a trend marks as a
+	// change point (0: TrendThreshold). A machine whose runs drift by
+	// more than the default between unchanged runs wants a larger one.
+	Threshold float64
 }
 
 // Published says what Publish wrote.
@@ -116,7 +120,11 @@ func Publish(opt PublishOptions) (*Published, error) {
 			return nil, err
 		}
 	}
-	trends := buildTrends(runs)
+	threshold := opt.Threshold
+	if threshold <= 0 {
+		threshold = TrendThreshold
+	}
+	trends := buildTrends(runs, threshold)
 	for _, tr := range trends {
 		view, err := newTrendView(tr)
 		if err != nil {

@@ -76,7 +76,11 @@ func TestPublishMarksARealStep(t *testing.T) {
 		t.Logf("run %d (%s): %.0f events/s over rounds %v, verdict %s", i, c.Strategy, c.Throughput.EventsPerS, roundRates(c.Rounds), c.Invariants.Verdict)
 	}
 	site := filepath.Join(t.TempDir(), "site")
-	if _, err := render.Publish(render.PublishOptions{Dirs: []string{out}, Out: site}); err != nil {
+	// The threshold is the publish option a drifting machine uses: the
+	// step is ~70%, and on CI's shared 2 cores under -race the unchanged
+	// runs of either half drifted by up to 25% (340 → 264 → 243 events/s),
+	// a real move the default 10% rightly marks.
+	if _, err := render.Publish(render.PublishOptions{Dirs: []string{out}, Out: site, Threshold: 0.4}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(site, "trends", "real-step.html"))

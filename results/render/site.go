@@ -295,7 +295,7 @@ type trendPointView struct {
 }
 
 func newTrendView(t *trendPage) (*trendView, error) {
-	v := &trendView{Title: "Trend: workload " + t.Workload, IndexHref: "../index.html", Threshold: fmt.Sprintf("%.0f%%", 100*TrendThreshold),
+	v := &trendView{Title: "Trend: workload " + t.Workload, IndexHref: "../index.html", Threshold: fmt.Sprintf("%.0f%%", 100*t.threshold),
 		Facts: []string{plural(len(t.Runs), "run"), plural(len(t.Cells), "recurring cell"),
 			"from " + longTime(t.site[t.Runs[0]]), "to " + longTime(t.site[t.Runs[len(t.Runs)-1]])}}
 	if len(t.Single) > 0 {
@@ -305,7 +305,7 @@ func newTrendView(t *trendPage) (*trendView, error) {
 	for ci, ct := range t.Cells {
 		cv := trendCellView{Name: ct.Name, Anchor: cellAnchor(ct.Name)}
 		for _, m := range trendMetrics {
-			c, err := trendChart(ct, m, fmt.Sprintf("trend-%d-%s", ci, m.ID), t.site)
+			c, err := trendChart(ct, m, fmt.Sprintf("trend-%d-%s", ci, m.ID), t.site, t.threshold)
 			if err != nil {
 				return nil, err
 			}
@@ -314,7 +314,7 @@ func newTrendView(t *trendPage) (*trendView, error) {
 		cv.Series = seriesViews(ct, t.site)
 		changed := map[int][]string{}
 		for _, m := range trendMetrics {
-			for _, c := range m.changes(ct) {
+			for _, c := range m.changes(ct, t.threshold) {
 				r := t.site[ct.Points[c.Point].Run]
 				cv.Changes = append(cv.Changes, trendChangeView{Metric: m.Title, RunID: r.ID, Href: "../" + runHref(r), Date: longTime(r),
 					Text: changeText(c), Suspect: c.Suspect, point: c.Point})
@@ -373,14 +373,16 @@ type trendPage struct {
 	*results.Trend
 	Slug string
 	site map[*results.Run]*siteRun // the site's run of each point
+	// threshold is the smallest relative change marked as a change point.
+	threshold float64
 }
 
 // Path is the page's path inside the site.
 func (t *trendPage) Path() string { return "trends/" + t.Slug + ".html" }
 
 // buildTrends follows the benchmark runs' cells over time, one page per
-// workload name.
-func buildTrends(runs []*siteRun) []*trendPage {
+// workload name, marking changes beyond threshold.
+func buildTrends(runs []*siteRun, threshold float64) []*trendPage {
 	site := map[*results.Run]*siteRun{}
 	var oldest []*results.Run
 	for i := len(runs) - 1; i >= 0; i-- { // runs are newest first
@@ -392,7 +394,7 @@ func buildTrends(runs []*siteRun) []*trendPage {
 	var out []*trendPage
 	slugs := map[string]int{}
 	for _, t := range results.Trends(oldest) {
-		p := &trendPage{Trend: t, Slug: safeName(t.Workload), site: site}
+		p := &trendPage{Trend: t, Slug: safeName(t.Workload), site: site, threshold: threshold}
 		if slugs[p.Slug]++; slugs[p.Slug] > 1 {
 			p.Slug = fmt.Sprintf("%s-%d", p.Slug, slugs[p.Slug])
 		}

@@ -103,6 +103,16 @@ func TestPublishMarksTheStep(t *testing.T) {
 			t.Errorf("whisker %d at x %s from %v to %v, point at x %s y %v", i, x, lo, hi, points[i][1], cy)
 		}
 	}
+	// A threshold above the step: nothing is marked, and the page says
+	// which threshold it used.
+	out = filepath.Join(t.TempDir(), "site")
+	if _, err := Publish(PublishOptions{Dirs: []string{dir}, Out: out, Now: t0, Threshold: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	page = string(mustReadFile(t, filepath.Join(out, "trends", "steps.html")))
+	if n := strings.Count(page, `class="change-point"`); n != 0 || !strings.Contains(page, "a change beyond 25%") {
+		t.Errorf("threshold 25%%: %d change markers (want 0), threshold named: %v", n, strings.Contains(page, "a change beyond 25%"))
+	}
 }
 
 // A drop in the newest run is marked as suspect.

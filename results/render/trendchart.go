@@ -59,12 +59,14 @@ var trendMetrics = []trendMetric{
 }
 
 // TrendThreshold is the smallest relative change a trend marks as a
-// change point: bench compare's default --max-regression.
+// change point by default (PublishOptions.Threshold): bench compare's
+// default --max-regression.
 const TrendThreshold = 0.10
 
-// changes are the metric's change points over the cell's runs.
-func (m trendMetric) changes(ct *results.CellTrend) []results.TrendChange {
-	return ct.ChangePoints(m.Get, results.ChangeRule{Threshold: TrendThreshold, HigherIsBetter: m.HigherIsBetter})
+// changes are the metric's change points over the cell's runs: changes
+// beyond threshold (relative) that the U test over the rounds shows.
+func (m trendMetric) changes(ct *results.CellTrend, threshold float64) []results.TrendChange {
+	return ct.ChangePoints(m.Get, results.ChangeRule{Threshold: threshold, HigherIsBetter: m.HigherIsBetter})
 }
 
 // changeText is a change point in words: "-23.1% [-30.2%, -15.0%], p=0.002
@@ -89,7 +91,7 @@ func changeText(c results.TrendChange) string {
 // trendChart draws one metric of one cell over its runs: one line per
 // series, each point a link to its run's report with its interval over
 // the run's rounds as a whisker, and a marker where a change point is.
-func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*results.Run]*siteRun) (*chart, error) {
+func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*results.Run]*siteRun, threshold float64) (*chart, error) {
 	n := len(ct.Points)
 	values := make([][]float64, len(ct.Series))
 	for s := range values {
@@ -98,7 +100,7 @@ func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*resul
 	links := make([][]pointLink, len(ct.Series))
 	labels := timeLabels(ct.Points, site)
 	changeAt := map[int]results.TrendChange{}
-	for _, c := range m.changes(ct) {
+	for _, c := range m.changes(ct, threshold) {
 		changeAt[c.Point] = c
 	}
 	drawn, intervals := false, false
@@ -165,7 +167,7 @@ func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*resul
 		caption += " A point of a run with rounds is their median, its whisker the median's confidence interval."
 	}
 	if len(changeAt) > 0 {
-		caption += fmt.Sprintf(" A red marker is a change point (beyond %.0f%%, U test over the rounds); \"suspect\" rests on the newest run alone.", 100*TrendThreshold)
+		caption += fmt.Sprintf(" A red marker is a change point (beyond %.0f%%, U test over the rounds); \"suspect\" rests on the newest run alone.", 100*threshold)
 	}
 	return &chart{ID: id, Title: m.Title, SVG: svg, Caption: caption}, nil
 }
