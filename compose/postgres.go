@@ -220,7 +220,11 @@ func (p *Postgres) start(ctx context.Context, e *Env, inst pgInstance) error {
 	// durability.go). wal_level=logical lets the checker's audit be
 	// decoded from the WAL after a cell instead of written by triggers
 	// inside it (inbox/auditwal.go); it costs the full new image of an
-	// updated row in the WAL instead of its changed part.
+	// updated row in the WAL instead of its changed part. max_wal_size is
+	// 4 GB (PostgreSQL's default is 1 GB) so that no checkpoint falls
+	// inside a cell: each starts right after one, and at ~80k events/s a
+	// none cell wrote the ~540 MB that request the next one about 15 s in,
+	// inside its measured window (see runner's noteCheckpoints).
 	cmd := asOwner(exec.Command(server, append([]string{"-D", data,
 		"-c", "synchronous_commit=" + pgSynchronousCommit(startProfile(e, p)),
 		"-p", strconv.Itoa(inst.port), "-k", sock, "-c", "listen_addresses=127.0.0.1",
@@ -231,6 +235,7 @@ func (p *Postgres) start(ctx context.Context, e *Env, inst pgInstance) error {
 		"-c", "track_io_timing=on",
 		"-c", "max_connections=200",
 		"-c", "shared_buffers=256MB",
+		"-c", "max_wal_size=4GB",
 		"-c", "wal_level=logical",
 		"-c", "unix_socket_permissions=0770",
 	}, inst.args...)...), cred)

@@ -275,6 +275,26 @@ func Checkpoint(ctx context.Context, db DB) (allowed bool, err error) {
 	return true, nil
 }
 
+// Checkpoints is how many checkpoints the server has started since its
+// statistics were last reset, timed and requested (pg_stat_checkpointer
+// from PostgreSQL 17, pg_stat_bgwriter before). Two readings bracket what
+// ran between them.
+func Checkpoints(ctx context.Context, db DB) (int64, error) {
+	var version int
+	if err := db.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return 0, fmt.Errorf("inbox: server version: %w", err)
+	}
+	q := "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+	if version >= 170000 {
+		q = "SELECT num_timed + num_requested FROM pg_stat_checkpointer"
+	}
+	var n int64
+	if err := db.QueryRow(ctx, q).Scan(&n); err != nil {
+		return 0, fmt.Errorf("inbox: checkpoint statistics: %w", err)
+	}
+	return n, nil
+}
+
 // Retire turns autovacuum off for every table of a schema whose run is
 // over. Its tables are kept for the reader of the results, not written
 // again: vacuuming and analysing their last rows would only take CPU from
