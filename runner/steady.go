@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -29,6 +30,13 @@ const (
 	// steadyTrend is the largest change of the window's least-squares
 	// rate, relative to its mean, that is still a steady window.
 	steadyTrend = 0.10
+	// stallFraction: a second of the window whose rate fell below this
+	// share of the window's median rate is a stall, and the window is not
+	// steady. A stall that recovers leaves little slope (a V: -98% fitted
+	// over a window that fell to 4k from 50k events/s for three seconds,
+	// then came back, with t under trendT), yet the figure then rests on
+	// a disturbed window.
+	stallFraction = 0.25
 	// minWindowEvents is the fewest effects a window must hold for its
 	// rate to be a figure.
 	minWindowEvents = 1000
@@ -111,12 +119,39 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 		w.Why = fmt.Sprintf("only %d events took effect in the window: too few for a rate", w.Events)
 	case math.Abs(trend) > steadyTrend && math.Abs(tstat) > trendT:
 		w.Why = fmt.Sprintf("the rate still trends: %+.0f%% over the window", 100*trend)
+	case stalled(rates) >= 0:
+		i := stalled(rates)
+		w.Why = fmt.Sprintf("the rate stalled: %.0f events/s in second %d of the window, against a median of %.0f", rates[i], i+1, median(rates))
 	case target > 0 && mean < (1-settleTolerance)*target:
 		w.Why = fmt.Sprintf("falls behind its rate: %.0f of %.0f events/s took effect", mean, target)
 	default:
 		w.Steady = true
 	}
 	return w
+}
+
+// stalled is the first second of rates below stallFraction of their
+// median, or -1.
+func stalled(rates []float64) int {
+	m := median(rates)
+	for i, r := range rates {
+		if r < stallFraction*m {
+			return i
+		}
+	}
+	return -1
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // trendT is the t statistic a window's slope must exceed to count as a

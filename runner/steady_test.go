@@ -96,6 +96,21 @@ func TestNoisyFlatWindowIsSteady(t *testing.T) {
 	}
 }
 
+// TestStallIsNotSteady: a window that fell to a tenth of its rate for a
+// few seconds and came back (a round of an A/A run: 50k → 4k → 40k
+// events/s) has little slope, but is not steady.
+func TestStallIsNotSteady(t *testing.T) {
+	per := []float64{50, 49, 52, 51, 41, 36, 26, 8, 6, 4, 25, 40, 45, 50}
+	v := samples(13*time.Second, func(at time.Duration) float64 { return 1000 * per[int(at.Seconds())] })
+	w := judgeWindow(v, 13*time.Second, 0)
+	if w.Steady || !strings.Contains(w.Why, "stalled") {
+		t.Fatalf("stalled window: %+v, want not steady, stalled", w)
+	}
+	if !strings.Contains(w.Why, "in second 8") {
+		t.Errorf("the stall is named at second %q, want the first second below a quarter of the median (8)", w.Why)
+	}
+}
+
 // TestSteadyResultHoldsNoClock: the window a cell reports is a copy, so
 // the run's results never keep a finished cell's clock (and through it
 // its tally, consumers, publisher and stream) alive.
