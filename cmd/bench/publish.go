@@ -43,7 +43,7 @@ The pages fetch nothing (no script, font or style sheet; charts are inline SVG)
 and link relatively, so SITE can be copied anywhere or opened from disk.
 SITE must be new, empty, or a site written by an earlier publish (replaced).
 
-Exit codes: 0 written, 2 a RESULTS_DIR missing or holding no runs, or a bad --out.`,
+Exit codes: 0 written, 2 a RESULTS_DIR missing or holding no runs, a bad --out or --threshold.`,
 		Example: `  bench publish results --out site
   bench publish nightly/host-a nightly/host-b --out public
   bench publish results --out site --threshold 25%`,
