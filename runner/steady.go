@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -112,6 +111,8 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 	}
 	mean, cv, trend, tstat := rateShape(rates)
 	w.RateCV, w.Trend = cv, trend
+	med := results.EstimateOf(rates).Median
+	stall := stalled(rates, med)
 	switch {
 	case last.at-first.at < asked-sampleEvery:
 		w.Why = fmt.Sprintf("window of %.1fs, shorter than the %.0fs asked", w.MeasuredS, w.AskedS)
@@ -119,9 +120,8 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 		w.Why = fmt.Sprintf("only %d events took effect in the window: too few for a rate", w.Events)
 	case math.Abs(trend) > steadyTrend && math.Abs(tstat) > trendT:
 		w.Why = fmt.Sprintf("the rate still trends: %+.0f%% over the window", 100*trend)
-	case stalled(rates) >= 0:
-		i := stalled(rates)
-		w.Why = fmt.Sprintf("the rate stalled: %.0f events/s in second %d of the window, against a median of %.0f", rates[i], i+1, median(rates))
+	case stall >= 0:
+		w.Why = fmt.Sprintf("the rate stalled: %.0f events/s in second %d of the window, against a median of %.0f", rates[stall], stall+1, med)
 	case target > 0 && mean < (1-settleTolerance)*target:
 		w.Why = fmt.Sprintf("falls behind its rate: %.0f of %.0f events/s took effect", mean, target)
 	default:
@@ -132,26 +132,13 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 
 // stalled is the first second of rates below stallFraction of their
 // median, or -1.
-func stalled(rates []float64) int {
-	m := median(rates)
+func stalled(rates []float64, median float64) int {
 	for i, r := range rates {
-		if r < stallFraction*m {
+		if r < stallFraction*median {
 			return i
 		}
 	}
 	return -1
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if n := len(s); n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[len(s)/2]
 }
 
 // trendT is the t statistic a window's slope must exceed to count as a

@@ -306,7 +306,7 @@ func TestTrendChartLinksEveryPoint(t *testing.T) {
 	ct := &results.CellTrend{Name: "kafka/tx", Series: []*results.TrendSeries{{}, {Reason: "environment changed"}, {Reason: "workload changed"}},
 		Points: []results.TrendPoint{{Run: r("a", 0), Cell: cell(100)}, {Run: r("b", 1), Cell: cell(0)}, {Run: r("c", 2), Cell: cell(120)},
 			{Run: r("d", 3), Cell: cell(90), Series: 1}, {Run: r("e", 4), Cell: cell(95)}, {Run: r("f", 5), Cell: cell(80), Series: 2}}}
-	c, err := trendChart(ct, trendMetrics[0], "x", site, TrendThreshold)
+	c, err := trendChart(ct, trendMetrics[0], "x", site, trendMetrics[0].changes(ct, TrendThreshold), TrendThreshold)
 	if err != nil {
 		t.Fatal(err)
 	}

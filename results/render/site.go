@@ -304,8 +304,12 @@ func newTrendView(t *trendPage) (*trendView, error) {
 	}
 	for ci, ct := range t.Cells {
 		cv := trendCellView{Name: ct.Name, Anchor: cellAnchor(ct.Name)}
-		for _, m := range trendMetrics {
-			c, err := trendChart(ct, m, fmt.Sprintf("trend-%d-%s", ci, m.ID), t.site, t.threshold)
+		// Each metric's change points, found once for its chart and the
+		// table.
+		changes := make([][]results.TrendChange, len(trendMetrics))
+		for mi, m := range trendMetrics {
+			changes[mi] = m.changes(ct, t.threshold)
+			c, err := trendChart(ct, m, fmt.Sprintf("trend-%d-%s", ci, m.ID), t.site, changes[mi], t.threshold)
 			if err != nil {
 				return nil, err
 			}
@@ -313,8 +317,8 @@ func newTrendView(t *trendPage) (*trendView, error) {
 		}
 		cv.Series = seriesViews(ct, t.site)
 		changed := map[int][]string{}
-		for _, m := range trendMetrics {
-			for _, c := range m.changes(ct, t.threshold) {
+		for mi, m := range trendMetrics {
+			for _, c := range changes[mi] {
 				r := t.site[ct.Points[c.Point].Run]
 				cv.Changes = append(cv.Changes, trendChangeView{Metric: m.Title, RunID: r.ID, Href: "../" + runHref(r), Date: longTime(r),
 					Text: changeText(c), Suspect: c.Suspect, point: c.Point})

@@ -91,7 +91,7 @@ func changeText(c results.TrendChange) string {
 // trendChart draws one metric of one cell over its runs: one line per
 // series, each point a link to its run's report with its interval over
 // the run's rounds as a whisker, and a marker where a change point is.
-func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*results.Run]*siteRun, threshold float64) (*chart, error) {
+func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*results.Run]*siteRun, changes []results.TrendChange, threshold float64) (*chart, error) {
 	n := len(ct.Points)
 	values := make([][]float64, len(ct.Series))
 	for s := range values {
@@ -100,7 +100,7 @@ func trendChart(ct *results.CellTrend, m trendMetric, id string, site map[*resul
 	links := make([][]pointLink, len(ct.Series))
 	labels := timeLabels(ct.Points, site)
 	changeAt := map[int]results.TrendChange{}
-	for _, c := range m.changes(ct, threshold) {
+	for _, c := range changes {
 		changeAt[c.Point] = c
 	}
 	drawn, intervals := false, false
