@@ -3,7 +3,6 @@ package brokertest
 import (
 	"context"
 	"fmt"
-	"io"
 	"regexp"
 	"slices"
 	"sort"
@@ -28,7 +27,9 @@ func Replicated(t testing.TB, service string) (config.Config, *compose.Env, comp
 	cfg := testenv.Config(t)
 	cfg.StackDir = testenv.StackDir(t, cfg)
 	cfg = cfg.With(compose.SettingTopology, compose.TopologyReplicated)
-	e, err := compose.NewEnv(cfg, io.Discard)
+	// What the stack prints (a node started again, and why) goes to the
+	// test's log.
+	e, err := compose.NewEnv(cfg, testLog{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,6 +390,14 @@ func Failover(t *testing.T, spec FailoverSpec) FailoverResult {
 	t.Logf("%s: confirms per second from the fault on: %v", b.Name(), perSecond(confirmAt, faultAt))
 	t.Logf("%s: first deliveries per second from the fault on: %v", b.Name(), perSecond(firstAt, faultAt))
 	return res
+}
+
+// testLog writes each line it gets to the test's log.
+type testLog struct{ t testing.TB }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 func nodeNames(ns []compose.Node) string {
