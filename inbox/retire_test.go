@@ -33,3 +33,41 @@ func TestRetireStopsAutovacuum(t *testing.T) {
 		})
 	}
 }
+
+// TestAnalyzeGivesThePlannerTheInbox: on a table never analysed, the
+// planner guesses that a fraction of a percent of the inbox belongs to its
+// consumer (the guess that made the batch.sql example hash the whole
+// inbox for every batch); after Analyze it knows all of it does.
+func TestAnalyzeGivesThePlannerTheInbox(t *testing.T) {
+	in := newInboxLayout(t, Layout{}, nil)
+	ctx := ctxT(t)
+	db := in.Pool()
+	// Autovacuum off, so that only Analyze can gather the statistics.
+	if err := Retire(ctx, db, in.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	const rows = 20000
+	if _, err := db.Exec(ctx, fmt.Sprintf(`INSERT INTO %q.inbox (consumer, source, event_id, aggregate_id, aggregate_version, event_time)
+		SELECT 'c', 's', 'e' || k, 'a' || (k %% 100), k, now() FROM generate_series(1, %d) AS k`, in.Schema(), rows)); err != nil {
+		t.Fatal(err)
+	}
+	estimate := func() float64 {
+		var plan []map[string]any
+		if err := db.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (FORMAT JSON) SELECT 1 FROM %q.inbox WHERE consumer = 'c'`, in.Schema())).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		return plan[0]["Plan"].(map[string]any)["Plan Rows"].(float64)
+	}
+	if before := estimate(); before > rows/10 {
+		t.Fatalf("before Analyze the planner already estimates %.0f of %d rows for the consumer: the test shows nothing", before, rows)
+	}
+	if err := Analyze(ctx, db, in.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	if after := estimate(); after < rows*9/10 {
+		t.Fatalf("after Analyze the planner estimates %.0f of %d rows for the consumer", after, rows)
+	}
+	if err := Analyze(ctx, db, "bad schema; --"); err == nil {
+		t.Fatal("Analyze accepted an invalid schema name")
+	}
+}

@@ -413,7 +413,12 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	defer stopClock()
 	if steady {
 		clock = &steadyClock{spec: c.o.Spec, t: t, cons: cons, start: s.start, stopPub: sync.OnceFunc(func() { close(stopPub) }), done: make(chan struct{}),
-			onWarm: pub.noteLagsFrom} // the publish lag is the window's too
+			onWarm: pub.noteLagsFrom, // the publish lag is the window's too
+			analyze: func(ctx context.Context) {
+				if err := inbox.Analyze(ctx, in.Pool(), c.id); err != nil && ctx.Err() == nil {
+					ns.add(fmt.Sprintf("the cell's tables could not be analysed early in the warm-up (%v): until autovacuum does, the planner guesses their statistics", err))
+				}
+			}}
 		t.warmEnd.Store(math.MaxInt64) // nothing is measured until the rate settles
 		w.progress.phase = clock.phase
 		go clock.run(clockCtx)
