@@ -26,4 +26,7 @@ type Window struct {
 	// averaged with steady ones: reports mark it.
 	Steady bool   `json:"steady"`
 	Why    string `json:"why,omitempty"`
+	// QuietS is how long the cell waited before it started for the host
+	// to go quiet (the cell before it done with its background work).
+	QuietS float64 `json:"quiet_s,omitempty"`
 }

@@ -208,6 +208,14 @@ func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) stre
 	// Checkpoints are counted from before the cell's own: the
 	// checkpointer may report that one only after CHECKPOINT returned.
 	checkpoints, cperr := inbox.Checkpoints(ctx, su.pool)
+	var quiet time.Duration
+	if q := c.o.Limits.Quiet; q > 0 && (c.steady() || c.o.Search != nil) { // cells measured for a time, not scenarios
+		var busy float64
+		var ok bool
+		if quiet, busy, ok = waitQuiet(ctx, q); !ok && busy > 0 {
+			ns.add(fmt.Sprintf("the host was still %.0f%% busy when the cell started, after %s waiting for it to go quiet: something besides the cell ran on it", 100*busy, quiet.Round(time.Second)))
+		}
+	}
 	if c.o.Measure.Latency && c.o.Search == nil { // a rate search checkpoints before each step
 		if allowed, err := inbox.Checkpoint(ctx, su.pool); err != nil {
 			_, _ = sampler.Stop(ctx)
@@ -231,6 +239,9 @@ func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) stre
 		s = c.stream(ctx, su.b, su.in, cons, t, ns)
 	}
 	stopPrune()
+	if s.window != nil {
+		s.window.QuietS = quiet.Seconds()
+	}
 	if c.o.Search == nil && cperr == nil {
 		c.noteCheckpoints(ctx, su.pool, checkpoints, ns)
 	}

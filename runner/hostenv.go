@@ -92,7 +92,8 @@ func memoryMiB() int64 {
 }
 
 // cpuTimes are the host's CPU counters from /proc/stat (jiffies).
-type cpuTimes struct{ busy, total uint64 }
+// iowait is also counted apart from busy.
+type cpuTimes struct{ busy, iowait, total uint64 }
 
 // hostCPU reads the aggregate CPU line of /proc/stat; ok is false where
 // there is none (not Linux).
@@ -116,7 +117,11 @@ func hostCPU() (cpuTimes, bool) {
 			break
 		}
 		t.total += n
-		if i != 3 && i != 4 { // idle, iowait
+		switch i {
+		case 3: // idle
+		case 4:
+			t.iowait += n
+		default:
 			t.busy += n
 		}
 	}

@@ -111,6 +111,11 @@ type Limits struct {
 	// DefaultRetryBound). Failures that cannot heal are dead-lettered at
 	// once; either ends the cell with the verdict ERROR.
 	Retry RetryBound
+	// Quiet bounds how long a cell measured for a time (a steady cell, a
+	// rate search) waits before it starts for the host to go quiet
+	// (runner/quiet.go); zero starts it at once. `bench run` waits up to
+	// 20 s.
+	Quiet time.Duration
 }
 
 // Stream is how a cell's stream departs from publishing the workload's

@@ -122,7 +122,7 @@ type runFlags struct {
 	brokers, strategies, workload, out, runID string
 	noMeasure, noAudit                        bool
 	audit                                     string
-	stall, join, retryFor                     time.Duration
+	stall, join, retryFor, quiet              time.Duration
 	retryAttempts, rounds                     int
 	findMax, backlog                          bool
 	search                                    runner.RateSearch
@@ -149,6 +149,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&fl.noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only); the same as --audit off")
 	f.StringVar(&fl.audit, "audit", string(inbox.AuditAuto), "how the audit log is captured: auto (wal where the server allows it, else statement; logged when the workload fails PostgreSQL over), wal (decoded from the write-ahead log after the cell: wal_level=logical, a role with REPLICATION), statement (a statement trigger into an unlogged table), row (a row trigger, for comparison), logged (the statement trigger into a logged table, which survives a failover), or off (the same as --no-audit)")
 	f.DurationVar(&fl.stall, "stall-timeout", 30*time.Second, "end a cell in which no delivery was acked or dead-lettered for this long")
+	f.DurationVar(&fl.quiet, "quiet-wait", 20*time.Second, "before each cell measured for a time, wait up to this long for the host to go quiet (the cell before done with its background work; 0: start at once)")
 	f.IntVar(&fl.retryAttempts, "retry-attempts", runner.DefaultRetryBound.Attempts, "dead-letter a delivery whose event failed with a retryable error this many times (lock timeouts, serialization failures …; permanent errors are dead-lettered at once)")
 	f.DurationVar(&fl.retryFor, "retry-for", runner.DefaultRetryBound.For, "…or this long after its first failure, whichever comes first")
 	f.IntVar(&fl.workers, "workers", 0, "run the consumers as this many 'bench worker' processes (0: goroutines of this process)")
@@ -178,7 +179,7 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace, Rounds: fl.rounds,
 		Output:   runner.Output{Dir: fl.out, Args: os.Args},
 		Measure:  runner.Measure{Latency: !fl.noMeasure, Audit: !fl.noAudit},
-		Limits:   runner.Limits{Stall: fl.stall, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},
+		Limits:   runner.Limits{Stall: fl.stall, Quiet: fl.quiet, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},
 		Stream:   runner.Stream{Backlog: fl.backlog},
 		Workers:  runner.Workers{Local: fl.workers, Remote: fl.remoteWorkers, JoinTimeout: fl.join},
 		Inbox:    inbox.Layout{Partitioned: fl.partitioned, Interval: fl.partitionInterval},
