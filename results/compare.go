@@ -337,6 +337,16 @@ func metricDelta(metric string, b, n *Cell, get func(*Cell) float64, rule Change
 		if metric == "lock-wait share" {
 			d.Note = "not gated"
 		}
+		// "Inconclusive" asks for more rounds because the metric decides
+		// the comparison; one shown beside the gates is judged by the
+		// test alone, as benchstat judges every metric: not significant
+		// is no significant change, however far apart the medians
+		// (queueing-dominated latencies of two identical saturated cells
+		// differ by 20-30% from run to run).
+		c := &d.Change
+		if c.Finding == Inconclusive && c.Base.N > 1 && c.New.N > 1 && minUTestP(c.Base.N, c.New.N) <= Alpha {
+			c.Finding, c.Why = NoChange, ""
+		}
 	}
 	return d
 }

@@ -371,3 +371,36 @@ func TestHolmFamilies(t *testing.T) {
 		t.Errorf("informational metrics: %s (%q), %s; want no significant change by Holm over 3", ds[1].Change.Finding, ds[1].Change.Why, ds[2].Change.Finding)
 	}
 }
+
+// TestUngatedMetricIsJudgedByTheTestAlone: a metric that does not gate
+// (e2e p99 of a saturated cell) whose medians differ beyond the threshold
+// without a significant test is no significant change, not inconclusive;
+// the same spread on events/s, which gates, stays inconclusive.
+func TestUngatedMetricIsJudgedByTheTestAlone(t *testing.T) {
+	mk := func(eps, p99 []float64) *Cell {
+		var rs []Cell
+		for i := range eps {
+			rs = append(rs, Cell{Broker: "none", Strategy: "batch", Mode: ModeSaturated,
+				Throughput: Throughput{EventsPerS: eps[i]},
+				Latency:    Latencies{E2E: Summary{Count: 100, P99: int64(p99[i])}}})
+		}
+		c := Aggregate(rs)
+		return &c
+	}
+	spread := []float64{60, 140, 80, 120, 81}
+	base := mk([]float64{100, 100, 100, 100, 100}, []float64{100, 100, 100, 100, 100})
+	next := mk(spread, spread)
+	d := compareCell(base, next, 0.1)
+	for _, m := range d.Deltas {
+		switch m.Metric {
+		case "events/s":
+			if !m.Gates || m.Change.Finding != Inconclusive {
+				t.Errorf("events/s: gates %v, %s; want a gating inconclusive", m.Gates, m.Change.Finding)
+			}
+		case "e2e p99":
+			if m.Gates || m.Change.Finding != NoChange {
+				t.Errorf("e2e p99: gates %v, %s; want no significant change, not gated", m.Gates, m.Change.Finding)
+			}
+		}
+	}
+}
