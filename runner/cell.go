@@ -201,13 +201,8 @@ func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) stre
 	h := newHandler(su.in, c.strategy, c.consumer, c.o.Spec, t, hk)
 	c.ext.setHooks(hk)
 	cons := c.consumers(su.b, h, ns)
-	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
-	if err != nil {
-		return streamed{err: err}
-	}
-	// Checkpoints are counted from before the cell's own: the
-	// checkpointer may report that one only after CHECKPOINT returned.
-	checkpoints, cperr := inbox.Checkpoints(ctx, su.pool)
+	// The host goes quiet before the contention sampler starts: its
+	// polling is neither sampled nor counted as the host's load.
 	var quiet time.Duration
 	if q := c.o.Limits.Quiet; q > 0 && (c.steady() || c.o.Search != nil) { // cells measured for a time, not scenarios
 		var busy float64
@@ -216,6 +211,13 @@ func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) stre
 			ns.add(fmt.Sprintf("the host was still %.0f%% busy when the cell started, after %s waiting for it to go quiet: something besides the cell ran on it", 100*busy, quiet.Round(time.Second)))
 		}
 	}
+	sampler, err := inbox.StartContention(ctx, c.o.Cfg.PGURL, AppName(c.id), 100*time.Millisecond)
+	if err != nil {
+		return streamed{err: err}
+	}
+	// Checkpoints are counted from before the cell's own: the
+	// checkpointer may report that one only after CHECKPOINT returned.
+	checkpoints, cperr := inbox.Checkpoints(ctx, su.pool)
 	if c.o.Measure.Latency && c.o.Search == nil { // a rate search checkpoints before each step
 		if allowed, err := inbox.Checkpoint(ctx, su.pool); err != nil {
 			_, _ = sampler.Stop(ctx)
