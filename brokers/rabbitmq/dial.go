@@ -133,7 +133,7 @@ func dialAny(ctx context.Context, cfg config.Config, urls []string, prefer *atom
 				}(launched - finished)
 				return r.conn, nil
 			}
-			err := Explain(cfg, r.err)
+			err := Explain(cfg, handshakeErr(r.err))
 			if n > 1 {
 				err = fmt.Errorf("%s: %w", config.Redact(urls[r.i]), err)
 			}
@@ -230,12 +230,28 @@ func Explain(cfg config.Config, err error) error {
 	return err
 }
 
+// errHungUp marks a dial that amqp091 ended with ErrClosed: the
+// connection's reader stopped before the handshake finished, without a
+// frame or an error to tell why, as when the node closes the socket.
+var errHungUp = errors.New("the node closed the connection during the handshake")
+
+// handshakeErr marks amqp091's ErrClosed from a dial as errHungUp. The
+// handshake's next write finds the connection closed when the reader has
+// just failed on the node's hang-up, before its reason reached the
+// caller (amqp091 Connection.send); that is a hang-up too.
+func handshakeErr(err error) error {
+	if errors.Is(err, amqp.ErrClosed) {
+		return fmt.Errorf("%w: %w", errHungUp, err)
+	}
+	return err
+}
+
 // notAMQP reports an error from a server that did not speak AMQP during
 // the handshake: it hung up (end of file, a reset), or sent what does not
 // parse as an AMQP frame (a TLS alert record, as a TLS listener answers
 // a plaintext client with).
 func notAMQP(err error) bool {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+	if errors.Is(err, errHungUp) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 		return true
 	}
 	var ae *amqp.Error

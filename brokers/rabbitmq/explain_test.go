@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/inboxbench/inboxbench/config"
 )
 
@@ -22,5 +24,24 @@ func TestExplainResetAfterHandshake(t *testing.T) {
 	}
 	if err := Explain(cfg.With(SettingCertFile, "/c.pem"), reset); err != reset {
 		t.Errorf("with a certificate: %v, want the reset unchanged", err)
+	}
+}
+
+// TestExplainClosedDuringHandshake: when the node hangs up, amqp091's
+// dial may end with ErrClosed (the reader failed first, the next write
+// found the connection closed) instead of the read's error; a dial's
+// ErrClosed is read as the hang-up it is.
+func TestExplainClosedDuringHandshake(t *testing.T) {
+	var se *config.SettingError
+	tls := config.Config{}.With(SettingURL, "amqps://u:p@127.0.0.1:5671/v")
+	if err := Explain(tls, handshakeErr(amqp.ErrClosed)); !errors.As(err, &se) || se.Key != SettingCertFile {
+		t.Errorf("TLS without a certificate: %v, want a setting error naming %s", err, SettingCertFile)
+	}
+	plain := config.Config{}.With(SettingURL, "amqp://u:p@127.0.0.1:5671/v")
+	if err := Explain(plain, handshakeErr(amqp.ErrClosed)); !errors.As(err, &se) || se.Key != SettingURL {
+		t.Errorf("plaintext: %v, want a setting error naming %s", err, SettingURL)
+	}
+	if err := Explain(tls, amqp.ErrClosed); err != amqp.ErrClosed {
+		t.Errorf("ErrClosed after the dial: %v, want it unchanged", err)
 	}
 }
