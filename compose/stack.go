@@ -112,6 +112,9 @@ func Up(ctx context.Context, e *Env, svcs []Service) error {
 	if err := EnsurePackages(ctx, e, svcs); err != nil {
 		return err
 	}
+	if err := reservePorts(e); err != nil {
+		return err
+	}
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -171,6 +174,9 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 	}
 	if d := time.Since(start); d > time.Second {
 		say("installed in %s", d.Round(time.Second))
+	}
+	if err := portsFree(ctx, e, s); err != nil {
+		return serviceError(e, s, err)
 	}
 	if err := s.Start(ctx, e); err != nil {
 		return serviceError(e, s, err)
