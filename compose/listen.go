@@ -99,19 +99,34 @@ func Listeners(e *Env, s Service) ([]Listening, error) {
 // address of every socket in state LISTEN.
 func listeningSockets() (map[uint64]netip.AddrPort, error) {
 	out := map[uint64]netip.AddrPort{}
+	err := procTCP(func(addr netip.AddrPort, state string, inode uint64) {
+		if state == "0A" { // TCP_LISTEN
+			out[inode] = addr
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read listening sockets: %w", err)
+	}
+	return out, nil
+}
+
+// procTCP calls visit with the local address, the state code (hex, as
+// the kernel prints it) and the inode of every TCP socket in
+// /proc/net/tcp and tcp6 (the latter skipped when IPv6 is disabled).
+func procTCP(visit func(addr netip.AddrPort, state string, inode uint64)) error {
 	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		fh, err := os.Open(f)
 		if err != nil {
 			if f == "/proc/net/tcp6" && os.IsNotExist(err) {
 				continue // IPv6 disabled
 			}
-			return nil, fmt.Errorf("read listening sockets: %w", err)
+			return err
 		}
 		sc := bufio.NewScanner(fh)
 		sc.Scan() // header
 		for sc.Scan() {
 			fields := strings.Fields(sc.Text())
-			if len(fields) < 10 || fields[3] != "0A" { // 0A: TCP_LISTEN
+			if len(fields) < 10 {
 				continue
 			}
 			addr, err := parseProcAddr(fields[1])
@@ -119,14 +134,14 @@ func listeningSockets() (map[uint64]netip.AddrPort, error) {
 			if err != nil || ierr != nil {
 				continue
 			}
-			out[inode] = addr
+			visit(addr, fields[3], inode)
 		}
 		fh.Close()
 		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("read %s: %w", f, err)
+			return fmt.Errorf("read %s: %w", f, err)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // parseProcAddr decodes "0100007F:D8A0" (IPv4) or 32 hex digits and a port

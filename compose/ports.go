@@ -1,11 +1,11 @@
 package compose
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -43,24 +43,20 @@ func reservePorts(e *Env) error {
 	if err != nil {
 		return nil
 	}
-	have, err := parsePortRanges(strings.TrimSpace(string(raw)))
+	list := strings.TrimSpace(string(raw))
+	have, err := parsePortRanges(list)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", reservedPortsFile, err)
 	}
-	missing := false
-	for _, p := range want {
-		if !have(p) {
-			missing = true
-		}
-	}
-	if !missing {
-		return nil
-	}
-	list := strings.TrimSpace(string(raw))
+	added := false
 	for _, p := range want {
 		if !have(p) {
 			list += "," + strconv.Itoa(p)
+			added = true
 		}
+	}
+	if !added {
+		return nil
 	}
 	err = os.WriteFile(reservedPortsFile, []byte(strings.TrimPrefix(list, ",")+"\n"), 0o644)
 	if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.EROFS) {
@@ -158,12 +154,10 @@ func portTaken(port int, leaders []int) (string, error) {
 	}
 	mine := socketInodes(ours)
 	var held []string
-	foreign := false
 	for _, sk := range socks {
 		if mine[sk.inode] || sk.inode == 0 {
 			continue // ours, or a connection's TIME_WAIT (a listener binds over it)
 		}
-		foreign = true
 		if pid := socketOwner(sk.inode); pid > 0 {
 			cmd, _ := commandLine(pid)
 			held = append(held, fmt.Sprintf("pid %d (%s, %s)", pid, truncate(cmd, 80), sk.state))
@@ -171,10 +165,10 @@ func portTaken(port int, leaders []int) (string, error) {
 			held = append(held, "a socket of no process this user can read ("+sk.state+")")
 		}
 	}
-	if !foreign && len(socks) > 0 {
-		return "", nil
-	}
 	if len(held) == 0 {
+		if len(socks) > 0 {
+			return "", nil // every socket on it is ours
+		}
 		return "a socket not listed in /proc/net/tcp (another network namespace?)", nil
 	}
 	return strings.Join(held, "; "), nil
@@ -197,38 +191,17 @@ var tcpStates = map[string]string{
 // port, in any state.
 func socketsOnPort(port int) ([]portSocket, error) {
 	var out []portSocket
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		fh, err := os.Open(f)
-		if err != nil {
-			if f == "/proc/net/tcp6" && os.IsNotExist(err) {
-				continue
-			}
-			return nil, err
+	err := procTCP(func(addr netip.AddrPort, state string, inode uint64) {
+		if int(addr.Port()) != port {
+			return
 		}
-		sc := bufio.NewScanner(fh)
-		sc.Scan() // header
-		for sc.Scan() {
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 10 {
-				continue
-			}
-			addr, err := parseProcAddr(fields[1])
-			inode, ierr := strconv.ParseUint(fields[9], 10, 64)
-			if err != nil || ierr != nil || int(addr.Port()) != port {
-				continue
-			}
-			state := tcpStates[fields[3]]
-			if state == "" {
-				state = "state " + fields[3]
-			}
-			out = append(out, portSocket{inode, state})
+		name := tcpStates[state]
+		if name == "" {
+			name = "state " + state
 		}
-		fh.Close()
-		if err := sc.Err(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+		out = append(out, portSocket{inode, name})
+	})
+	return out, err
 }
 
 // socketOwner finds the process holding a socket inode (0: none this user
