@@ -289,6 +289,11 @@ func Parse(b []byte) (*Spec, error) {
 	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%v (fields: %s)", cleanYAMLError(err), strings.Join(fieldNames(), ", "))
 	}
+	if len(s.Faults.Failover) == 0 {
+		// A list of nothing but empty entries ("failover:\n  -") decodes
+		// to an empty list: the same spec as none, written back without it.
+		s.Faults.Failover = nil
+	}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
