@@ -23,7 +23,10 @@ SELECT DISTINCT a, 0, 0 FROM unnest(:aggregate_id::text[]) AS t(a)
 WHERE NOT EXISTS (SELECT 1 FROM {{account}} x WHERE x.id = t.a) ORDER BY a
 ON CONFLICT DO NOTHING;
 
-SELECT id FROM {{account}} WHERE id = ANY (:aggregate_id::text[]) ORDER BY id FOR UPDATE;
+-- The ids as a set to join, not "id = ANY (...)": a sequential scan of
+-- the accounts would compare each row with every id of the parameter
+-- (docs/strategy-files.md, "Plans that hold").
+SELECT id FROM {{account}} WHERE id IN (SELECT unnest(:aggregate_id::text[])) ORDER BY id FOR UPDATE;
 
 -- Under those locks nobody else decides for these aggregates: what the
 -- inbox holds now is what it holds at commit, and one pass decides every
