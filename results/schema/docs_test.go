@@ -11,30 +11,35 @@ import (
 	"github.com/inboxbench/inboxbench/results/schema"
 )
 
-// TestDocsDocumentEveryField holds docs/results.md, the reference of the
-// result files, to the schemas: each object of the schemas has a table
-// (a heading "### `name`" and the table under it) whose rows name exactly
-// its properties, so a field added to the model (and, by
-// TestSchemaMatchesModel, to the schema) is documented for the users whose
-// tooling reads it.
+// TestDocsDocumentEveryField holds docs/results.md and
+// docs/results-calibration.md, the reference of the result files, to the
+// schemas: each object of the schemas has a table (a heading "### `name`"
+// and the table under it) whose rows name exactly its properties, so a
+// field added to the model (and, by TestSchemaMatchesModel, to the schema)
+// is documented for the users whose tooling reads it.
 func TestDocsDocumentEveryField(t *testing.T) {
-	const doc = "docs/results.md"
-	b, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(doc)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	const doc = "docs/results.md and docs/results-calibration.md"
 	tables := map[string]string{}
 	heading := regexp.MustCompile("(?m)^### `([^`]+)`[^\n]*\n")
-	text := string(b)
-	for _, l := range heading.FindAllStringSubmatchIndex(text, -1) {
-		table := text[l[1]:] // up to the next heading
-		if next := strings.Index(table, "\n#"); next >= 0 {
-			table = table[:next]
+	for _, f := range []string{"docs/results.md", "docs/results-calibration.md"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", filepath.FromSlash(f)))
+		if err != nil {
+			t.Fatal(err)
 		}
-		tables[text[l[2]:l[3]]] = table
+		text := string(b)
+		for _, l := range heading.FindAllStringSubmatchIndex(text, -1) {
+			table := text[l[1]:] // up to the next heading
+			if next := strings.Index(table, "\n#"); next >= 0 {
+				table = table[:next]
+			}
+			if _, dup := tables[text[l[2]:l[3]]]; dup {
+				t.Errorf("%s: `%s` has two tables", doc, text[l[2]:l[3]])
+			}
+			tables[text[l[2]:l[3]]] = table
+		}
 	}
 	if len(tables) == 0 {
-		t.Fatalf("%s has no tables under \"### `name`\" headings", doc)
+		t.Fatalf("%s have no tables under \"### `name`\" headings", doc)
 	}
 	d := loadDocs(t)
 	objects := map[string]node{"result.json": d.root(schema.Result), "conform.json": d.root(schema.Conform),
