@@ -33,6 +33,9 @@ type ContentionReport struct {
 	// Top statements by total execution time over the period
 	// (pg_stat_statements deltas).
 	Top []StatementStat
+	// TopMissing says why Top is empty although pg_stat_statements was
+	// read at the start: its second reading failed.
+	TopMissing string
 	// Series has one point per second.
 	Series []ContentionPoint
 }
@@ -224,7 +227,7 @@ func (s *ContentionSampler) dbStats(ctx context.Context) ([3]int64, error) {
 
 func (s *ContentionSampler) statements(ctx context.Context) (map[int64]stmtRow, error) {
 	rows, err := s.conn.Query(ctx, `
-		SELECT queryid, query, calls, total_exec_time
+		SELECT queryid, coalesce(query, '(text not kept by pg_stat_statements)'), calls, total_exec_time
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND queryid IS NOT NULL AND query NOT ILIKE '%pg_stat_%'`)
@@ -270,7 +273,10 @@ func (s *ContentionSampler) Stop(ctx context.Context) (ContentionReport, error) 
 	}
 	rep.Commits, rep.Rollbacks, rep.Deadlocks = db1[0]-s.db0[0], db1[1]-s.db0[1], db1[2]-s.db0[2]
 	if s.stmts0 != nil {
-		if now, err := s.statements(ctx); err == nil {
+		now, err := s.statements(ctx)
+		if err != nil {
+			rep.TopMissing = fmt.Sprintf("the statements' times could not be read from pg_stat_statements after the cell (%v): the cell has no top statements", err)
+		} else {
 			for id, r := range now {
 				d := StatementStat{Query: r.query, Calls: r.calls - s.stmts0[id].calls, TotalMs: r.totalMs - s.stmts0[id].totalMs}
 				if d.Calls <= 0 {

@@ -70,6 +70,10 @@ type CellDiff struct {
 	Regressed        bool
 	// Inconclusive: a gating metric the rounds could not decide.
 	Inconclusive bool
+	// Plans: a statement whose time per call shifted between the rounds
+	// of a side ("base: …", "new: …"; planNotes): that side's rounds
+	// measured two plans, which a finding on it may reflect.
+	Plans []string
 }
 
 // Comparison is the result of comparing two runs (or two labels of one).
@@ -241,6 +245,14 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 		// A user strategy file whose SQL changed (the point of the gate),
 		// or two labels of one run.
 		d.Strategy = b.Strategy + " → " + n.Strategy
+	}
+	for _, side := range []struct {
+		name string
+		c    *Cell
+	}{{"base", b}, {"new", n}} {
+		for _, p := range planNotes(side.c.Rounds) {
+			d.Plans = append(d.Plans, side.name+": "+p)
+		}
 	}
 	rated := b.Mode == ModeFixedRate && n.Mode == ModeFixedRate
 	lat := func(metric string, get func(*Latencies) Summary) Delta {
@@ -465,6 +477,16 @@ func (c *Comparison) WriteText(w io.Writer) error {
 	}
 	if len(c.Cells) == 0 {
 		fmt.Fprintf(&b, "\nno cell is in both runs: nothing compared\n")
+	}
+	plans := 0
+	for _, d := range c.Cells {
+		for _, p := range d.Plans {
+			fmt.Fprintf(&b, "\n%s/%s, %s", d.Broker, d.Strategy, p)
+			plans++
+		}
+	}
+	if plans > 0 {
+		b.WriteString("\n")
 	}
 	for _, line := range c.Inconclusive {
 		fmt.Fprintf(&b, "\ninconclusive: %s", line)

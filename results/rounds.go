@@ -47,7 +47,7 @@ func Aggregate(rounds []Cell) Cell {
 	}
 	c.Error = strings.Join(errs, "; ")
 	c.Invariants = mergeInvariants(rounds)
-	c.Notes = mergeNotes(rounds)
+	c.Notes = append(mergeNotes(rounds), planNotes(rounds)...)
 	return c
 }
 

@@ -252,6 +252,9 @@ func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) stre
 	if serr != nil && s.err == nil && s.started {
 		c.o.Console.Log.Warn("contention sampler", "err", serr)
 	}
+	if s.contention.TopMissing != "" {
+		ns.add(s.contention.TopMissing)
+	}
 	return s
 }
 
