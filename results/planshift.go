@@ -62,16 +62,12 @@ func planNotes(rounds []Cell) []string {
 	var notes []string
 	for _, q := range order {
 		s := by[q]
-		if len(s) < 2 {
-			continue
-		}
 		fast := slices.MinFunc(s, func(a, b seen) int { return cmp.Compare(a.meanMs, b.meanMs) }).meanMs
 		if fast <= 0 {
 			continue
 		}
 		var slow []string
-		var slowMs []float64
-		others := []float64{}
+		var slowMs, others []float64
 		for _, x := range s {
 			if x.meanMs >= planShiftRatio*fast && x.share >= planShiftShare {
 				slow = append(slow, fmt.Sprint(x.round))
