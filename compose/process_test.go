@@ -198,8 +198,16 @@ func TestKillWaitsForHelpersOutsideTheGroup(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { _ = syscall.Kill(helper, syscall.SIGKILL) })
-	if q, _ := readProc(helper); q.sid != helper {
-		t.Fatalf("the helper (pid %d) is still in the service's session: %+v", helper, q)
+	// The pid file is written when the shell forks the helper, which may be
+	// before the helper's setsid(2) ran: wait for its own session.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		q, _ := readProc(helper)
+		if q.sid == helper {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the helper (pid %d) is still in the service's session after 5s: %+v", helper, q)
+		}
 	}
 	start := time.Now()
 	if err := p.Kill(context.Background(), time.Second); err != nil {
