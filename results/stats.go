@@ -256,3 +256,21 @@ func varianceOf(v []float64) float64 {
 	}
 	return stats.Sample{Xs: v}.Variance()
 }
+
+// ExceedsP is the one-sided p-value of the hypothesis that an estimate's
+// size stays within margin (|x| <= margin), given its standard error se
+// and df degrees of freedom (Student's t): small when x is shown to be
+// beyond the margin. Without a degree of freedom there is no test (1); a
+// zero error (points all on the line) decides by the estimate alone.
+func ExceedsP(x, se, margin float64, df int) float64 {
+	beyond := math.Abs(x) - margin
+	switch {
+	case df < 1 || math.IsNaN(x) || math.IsNaN(se):
+		return 1
+	case se == 0 && beyond > 0:
+		return 0
+	case se == 0:
+		return 1
+	}
+	return 1 - stats.TDist{V: float64(df)}.CDF(beyond/se)
+}

@@ -173,3 +173,23 @@ func TestChangePointsNewestRunIsSuspect(t *testing.T) {
 		t.Errorf("flat with a gap: %+v, want none", cp)
 	}
 }
+
+func TestExceedsP(t *testing.T) {
+	// t(8): one-sided 5% at 1.860, 0.5% at 3.355.
+	for _, c := range []struct {
+		x, se, margin float64
+		df            int
+		lo, hi        float64
+	}{
+		{0.1 + 1.860*0.1, 0.1, 0.1, 8, 0.0495, 0.0505},
+		{-(0.1 + 3.355*0.05), 0.05, 0.1, 8, 0.0049, 0.0051},
+		{0.1, 0.05, 0.1, 8, 0.5, 0.5}, // at the margin: a coin toss
+		{0.5, 0, 0.1, 8, 0, 0},        // all on the line, beyond the margin
+		{0.05, 0, 0.1, 8, 1, 1},       // all on the line, within it
+		{0.9, 0.01, 0.1, 0, 1, 1},     // no degree of freedom: no test
+	} {
+		if p := ExceedsP(c.x, c.se, c.margin, c.df); p < c.lo || p > c.hi {
+			t.Errorf("ExceedsP(%v, %v, %v, %d) = %v, want in [%v, %v]", c.x, c.se, c.margin, c.df, p, c.lo, c.hi)
+		}
+	}
+}

@@ -20,6 +20,10 @@ type Window struct {
 	// the window relative to the mean rate (+0.2: it rose by a fifth).
 	RateCV float64 `json:"rate_cv"`
 	Trend  float64 `json:"trend"`
+	// TrendP is the one-sided p-value that the trend's size exceeds the
+	// 10% a steady window allows (1 when the window has fewer than three
+	// seconds to fit a line through); nil in files written before it.
+	TrendP *float64 `json:"trend_p,omitempty"`
 	// Steady is false when the window is shorter than asked, holds too
 	// few events, or its rate still trends (or, at a fixed rate, falls
 	// behind it); Why says which. Such a figure is never silently

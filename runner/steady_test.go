@@ -1,9 +1,16 @@
 package runner
 
 import (
+	"encoding/json"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // samples builds samples every sampleEvery for dur, the rate at each
@@ -96,6 +103,28 @@ func TestNoisyFlatWindowIsSteady(t *testing.T) {
 	}
 }
 
+// TestOneHighSecondIsNoTrend: per-second rates of a RabbitMQ round of
+// make bench (a 2-core host, scatter 17%): flat but for two high seconds
+// late in the window. Its least-squares line rises 35% with t 2.8, which
+// the earlier fixed t > 2.5 called a trend; that it rose more than 10%
+// has p 0.04, no evidence at the level a run of 20 windows needs. A
+// climb that is really there (each second higher than the one before,
+// 3% scatter on top) still is one.
+func TestOneHighSecondIsNoTrend(t *testing.T) {
+	per := []float64{8909, 9543, 10787, 12154, 9958, 10400, 10707, 10784, 15439, 12725, 12725}
+	w := judgeWindow(samples(10*time.Second, func(at time.Duration) float64 { return per[int(at.Seconds())] }), 10*time.Second, 0)
+	if !w.Steady || w.Trend < 0.3 || *w.TrendP < 0.02 || *w.TrendP > 0.06 {
+		t.Fatalf("flat window with two high seconds: %+v, want steady, a trend over 30%% with p between 0.02 and 0.06", w)
+	}
+	climb := samples(10*time.Second, func(at time.Duration) float64 {
+		i := int(at.Seconds())
+		return (9000 + 400*float64(i)) * (1 + 0.03*float64(i%3-1))
+	})
+	if w := judgeWindow(climb, 10*time.Second, 0); w.Steady || *w.TrendP >= trendAlpha || !strings.Contains(w.Why, "trends") {
+		t.Errorf("a 40%% climb with 3%% scatter: %+v, want not steady, trending", w)
+	}
+}
+
 // TestStallIsNotSteady: a window that fell to a tenth of its rate for a
 // few seconds and came back (a round of an A/A run: 50k → 4k → 40k
 // events/s) has little slope, but is not steady.
@@ -120,5 +149,58 @@ func TestSteadyResultHoldsNoClock(t *testing.T) {
 	w := k.result()
 	if w == &k.window || w.MeasuredS != 10 {
 		t.Fatalf("result() = %p (MeasuredS %v), the clock's window is at %p: want a copy", w, w.MeasuredS, &k.window)
+	}
+}
+
+// TestShuffledWindowsRarelyTrend: the per-second effect rates of the 20
+// windows of one make bench (5 rounds of 4 cells, a 2-core host,
+// scatter 6-26%), each shuffled many times so that nothing in it
+// trends, are called trending in under 0.5% of windows, so that a run
+// of 20 windows marks a steady cell not steady in few runs. The earlier
+// rule (a change over 10% whose slope had t > 2.5) called over 2%
+// trending: one cell or more in about every other make bench.
+func TestShuffledWindowsRarelyTrend(t *testing.T) {
+	b, err := os.ReadFile("testdata/make-bench-windows.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var windows []struct {
+		Cell  string
+		Round int
+		Rates []float64
+	}
+	if err := json.Unmarshal(b, &windows); err != nil {
+		t.Fatal(err)
+	}
+	judge := func(per []float64) results.Window {
+		return judgeWindow(samples(10*time.Second, func(at time.Duration) float64 {
+			return per[min(int(at.Seconds()), len(per)-1)]
+		}), 10*time.Second, 0)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const shuffles = 300
+	var now, before, n int
+	for _, w := range windows {
+		if j := judge(w.Rates); !j.Steady {
+			t.Errorf("%s round %d as measured: %s", w.Cell, w.Round, j.Why)
+		}
+		per := slices.Clone(w.Rates)
+		for range shuffles {
+			rng.Shuffle(len(per), func(i, j int) { per[i], per[j] = per[j], per[i] })
+			n++
+			if strings.Contains(judge(per).Why, "trends") {
+				now++
+			}
+			if _, _, trend, tstat := rateShape(per); math.Abs(trend) > steadyTrend && math.Abs(tstat) > 2.5 {
+				before++
+			}
+		}
+	}
+	t.Logf("shuffled windows called trending: %d of %d (%.2f%%); by the earlier rule %d (%.2f%%)", now, n, 100*float64(now)/float64(n), before, 100*float64(before)/float64(n))
+	if float64(now) > 0.005*float64(n) {
+		t.Errorf("%d of %d shuffled windows called trending, want under 0.5%%", now, n)
+	}
+	if float64(before) < 0.02*float64(n) {
+		t.Errorf("the earlier rule called %d of %d trending: the data no longer shows why it was replaced", before, n)
 	}
 }
