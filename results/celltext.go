@@ -73,6 +73,8 @@ func (c *Cell) SteadyText() string {
 	switch {
 	case c.Stats != nil && c.Stats.NotSteady > 0:
 		return fmt.Sprintf("NOT STEADY in %d of %d rounds", c.Stats.NotSteady, len(c.Rounds))
+	case c.Stats != nil && c.Stats.Trend != nil && c.Stats.Trend.P < RoundsTrendAlpha:
+		return fmt.Sprintf("NOT STEADY: the rounds together trend %+.0f%% over the window (p %.2g)", 100*c.Stats.Trend.Trend, c.Stats.Trend.P)
 	case len(c.Rounds) > 0 && c.Rounds[0].Window != nil, c.Window != nil && c.Window.Steady:
 		return "steady"
 	case c.Window != nil:

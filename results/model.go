@@ -164,6 +164,9 @@ type CellStats struct {
 	LockWaitShare Estimate  `json:"lock_wait_share"`
 	// NotSteady counts the rounds whose window was not steady.
 	NotSteady int `json:"not_steady,omitempty"`
+	// Trend judges the rounds' windows together (steady-state cells of
+	// two rounds or more).
+	Trend *RoundsTrend `json:"trend,omitempty"`
 }
 
 // Throughput is durable effects per second, overall (after warm-up) and as

@@ -122,6 +122,7 @@ func roundStats(rounds []Cell) *CellStats {
 			st.NotSteady++
 		}
 	}
+	st.Trend = roundsTrend(rounds)
 	return st
 }
 

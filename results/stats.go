@@ -274,3 +274,63 @@ func ExceedsP(x, se, margin float64, df int) float64 {
 	}
 	return 1 - stats.TDist{V: float64(df)}.CDF(beyond/se)
 }
+
+// CommonTrend fits one least-squares line through several windows of
+// equally spaced values, each window with its own level: every window is
+// divided by its own mean, so the slope is relative, and centred on its
+// own mean time. It returns the line's change over a window as long as
+// the longest (+0.2: it rose by a fifth), the change's standard error,
+// and the degrees of freedom (values minus windows minus one). Windows
+// of fewer than two values are left out; with no degree of freedom the
+// error is +Inf.
+func CommonTrend(windows [][]float64) (trend, se float64, df int) {
+	var sxy, sxx float64
+	type fitted struct {
+		y          []float64
+		mean, xbar float64
+	}
+	var fits []fitted
+	longest, n := 0, 0
+	for _, w := range windows {
+		m := mean(w)
+		if len(w) < 2 || m == 0 {
+			continue
+		}
+		f := fitted{y: w, mean: m, xbar: float64(len(w)-1) / 2}
+		for i, v := range w {
+			dx := float64(i) - f.xbar
+			sxy += dx * (v/m - 1)
+			sxx += dx * dx
+		}
+		fits = append(fits, f)
+		longest, n = max(longest, len(w)), n+len(w)
+	}
+	df = n - len(fits) - 1
+	if len(fits) == 0 || sxx == 0 {
+		return 0, math.Inf(1), max(df, 0)
+	}
+	slope := sxy / sxx
+	var res float64
+	for _, f := range fits {
+		for i, v := range f.y {
+			d := v/f.mean - 1 - slope*(float64(i)-f.xbar)
+			res += d * d
+		}
+	}
+	span := float64(longest - 1)
+	if df < 1 {
+		return slope * span, math.Inf(1), 0
+	}
+	return slope * span, math.Sqrt(res/float64(df)/sxx) * span, df
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}

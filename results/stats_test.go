@@ -193,3 +193,27 @@ func TestExceedsP(t *testing.T) {
 		}
 	}
 }
+
+// TestCommonTrend: windows at different levels that each rise by a
+// fifth are one line rising by a fifth; level differences between the
+// windows are no trend.
+func TestCommonTrend(t *testing.T) {
+	rise := func(level float64) []float64 {
+		w := make([]float64, 10)
+		for i := range w {
+			w[i] = level * (0.9 + 0.2*float64(i)/9)
+		}
+		return w
+	}
+	trend, se, df := CommonTrend([][]float64{rise(10000), rise(50000), rise(30000)})
+	if math.Abs(trend-0.2) > 1e-9 || se > 1e-9 || df != 26 {
+		t.Errorf("three windows rising 20%%: trend %v, se %v, df %d; want 0.2, 0, 26", trend, se, df)
+	}
+	flat := [][]float64{{10, 12, 10, 12}, {50, 48, 50, 48}}
+	if trend, _, _ := CommonTrend(flat); math.Abs(trend) > 0.1 {
+		t.Errorf("two flat windows at different levels: trend %v", trend)
+	}
+	if _, se, df := CommonTrend([][]float64{{1}, {2}}); df != 0 || !math.IsInf(se, 1) {
+		t.Errorf("windows of one value: se %v, df %d; want +Inf, 0", se, df)
+	}
+}

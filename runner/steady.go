@@ -28,7 +28,7 @@ const (
 	settleTolerance = 0.05
 	// steadyTrend is the largest change of the window's least-squares
 	// rate, relative to its mean, that is still a steady window.
-	steadyTrend = 0.10
+	steadyTrend = results.SteadyTrend
 	// stallFraction: a second of the window whose rate fell below this
 	// share of the window's median rate is a stall, and the window is not
 	// steady. A stall that recovers leaves little slope (a V: -98% fitted
@@ -110,7 +110,7 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 		}
 	}
 	mean, cv, trend, tstat := rateShape(rates)
-	w.RateCV, w.Trend = cv, trend
+	w.RateCV, w.Trend, w.Rates = cv, trend, roundRates(rates)
 	var se float64 // the trend's standard error
 	if !math.IsInf(tstat, 0) && tstat != 0 {
 		se = math.Abs(trend / tstat)
@@ -310,4 +310,13 @@ func (k *steadyClock) run(ctx context.Context) {
 func (k *steadyClock) finish(window []sample, measure time.Duration) {
 	k.window = judgeWindow(window, measure, k.spec.PublishRate)
 	k.window.WarmupS, k.window.Settled = k.warmup.Seconds(), k.settled
+}
+
+// roundRates keeps rates to whole events per second for the result.
+func roundRates(rates []float64) []float64 {
+	out := make([]float64, len(rates))
+	for i, r := range rates {
+		out[i] = math.Round(r)
+	}
+	return out
 }

@@ -160,7 +160,7 @@ func TestSteadyResultHoldsNoClock(t *testing.T) {
 // rule (a change over 10% whose slope had t > 2.5) called over 2%
 // trending: one cell or more in about every other make bench.
 func TestShuffledWindowsRarelyTrend(t *testing.T) {
-	b, err := os.ReadFile("testdata/make-bench-windows.json")
+	b, err := os.ReadFile("../results/testdata/make-bench-windows.json")
 	if err != nil {
 		t.Fatal(err)
 	}
