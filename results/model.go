@@ -198,8 +198,14 @@ type Latencies struct {
 	// its intended send time: the publisher's own queueing, which e2e
 	// includes (0 for a publisher that kept its schedule).
 	PublishLag Summary `json:"publish_lag,omitzero"`
-	Apply      Summary `json:"apply"` // inbox transaction
-	Dedup      Summary `json:"dedup"` // delivery → DUPLICATE decision → ack
+	// Sched is how long the harness's runnable goroutines waited for a
+	// CPU (the Go runtime's scheduling latencies) from the start of
+	// publishing to the end of the cell: on a host that the services
+	// share, a part of every latency measured from an intended time, the
+	// publish lag's first of all.
+	Sched Summary `json:"sched,omitzero"`
+	Apply Summary `json:"apply"` // inbox transaction
+	Dedup Summary `json:"dedup"` // delivery → DUPLICATE decision → ack
 	// ApplyByResult splits apply latency by result kind.
 	ApplyByResult map[string]Summary `json:"apply_by_result,omitempty"`
 	// Spectrum is the e2e and dedup percentile spectrum for charts:

@@ -141,7 +141,7 @@ func medianLatencies(rounds []Cell, spectrum map[string][]Point) Latencies {
 			Max: pick(func(s Summary) int64 { return s.Max })}
 	}
 	l := Latencies{E2E: sum(func(l *Latencies) Summary { return l.E2E }), Publish: sum(func(l *Latencies) Summary { return l.Publish }),
-		PublishLag: sum(func(l *Latencies) Summary { return l.PublishLag }), Apply: sum(func(l *Latencies) Summary { return l.Apply }),
+		PublishLag: sum(func(l *Latencies) Summary { return l.PublishLag }), Sched: sum(func(l *Latencies) Summary { return l.Sched }), Apply: sum(func(l *Latencies) Summary { return l.Apply }),
 		Dedup: sum(func(l *Latencies) Summary { return l.Dedup }), Spectrum: spectrum,
 		ExternalCall: sum(func(l *Latencies) Summary { return l.ExternalCall }), ExternalE2E: sum(func(l *Latencies) Summary { return l.ExternalE2E })}
 	kinds := map[string]bool{}

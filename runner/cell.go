@@ -377,6 +377,7 @@ type streamed struct {
 	window        *results.Window // a steady cell's warm-up and window
 	roomWait      time.Duration   // how long the publisher waited for the backlog to shrink
 	cpuBusy       float64
+	sched         results.Summary // the harness's goroutines' waits for a CPU
 	series        []float64
 	timeline      *timeline
 	faults        []results.Fault // the actions' faults, with their outage
@@ -422,6 +423,7 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: t}}
 
 	cpu0, cpuOK := hostCPU()
+	sched0 := readSched()
 	s := streamed{started: true, start: time.Now()}
 	w.progress.start = s.start
 	var clock *steadyClock
@@ -467,6 +469,7 @@ func (c *cell) stream(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	if cpu1, ok := hostCPU(); ok && cpuOK {
 		s.cpuBusy = cpu1.busySince(cpu0)
 	}
+	s.sched = readSched().since(sched0)
 	stop()
 	w.progress.clear()
 	s.timeline = <-series

@@ -12,6 +12,7 @@ func fill(res *results.Cell, t *tally, s streamed, rate float64) {
 	rep := s.contention
 	res.Counters = t.c.snapshot()
 	res.Latency = t.meters.latencies()
+	res.Latency.Sched = s.sched
 	first, last := t.firstEffect.Load(), t.lastEffect.Load()
 	switch {
 	case s.window != nil:
