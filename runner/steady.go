@@ -33,7 +33,7 @@ const (
 	// share of the window's median rate is a stall, and the window is not
 	// steady. A stall that recovers leaves little slope (a V: -98% fitted
 	// over a window that fell to 4k from 50k events/s for three seconds,
-	// then came back, with t under trendT), yet the figure then rests on
+	// then came back, whose slope is no evidence of a trend), yet the figure rests on
 	// a disturbed window.
 	stallFraction = 0.25
 	// minWindowEvents is the fewest effects a window must hold for its
