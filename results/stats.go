@@ -292,8 +292,11 @@ func CommonTrend(windows [][]float64) (trend, se float64, df int) {
 	var fits []fitted
 	longest, n := 0, 0
 	for _, w := range windows {
-		m := mean(w)
-		if len(w) < 2 || m == 0 {
+		if len(w) < 2 {
+			continue
+		}
+		m := stats.Mean(w)
+		if m == 0 {
 			continue
 		}
 		f := fitted{y: w, mean: m, xbar: float64(len(w)-1) / 2}
@@ -322,15 +325,4 @@ func CommonTrend(windows [][]float64) (trend, se float64, df int) {
 		return slope * span, math.Inf(1), 0
 	}
 	return slope * span, math.Sqrt(res/float64(df)/sxx) * span, df
-}
-
-func mean(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	var s float64
-	for _, x := range v {
-		s += x
-	}
-	return s / float64(len(v))
 }

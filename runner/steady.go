@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aclements/go-moremath/stats"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
 )
@@ -109,15 +110,10 @@ func judgeWindow(ss []sample, asked time.Duration, target float64) results.Windo
 			i = j
 		}
 	}
-	mean, cv, trend, tstat := rateShape(rates)
+	mean, cv := rateShape(rates)
+	trend, se, df := results.CommonTrend([][]float64{rates})
 	w.RateCV, w.Trend, w.Rates = cv, trend, roundRates(rates)
-	var se float64 // the trend's standard error
-	if !math.IsInf(tstat, 0) && tstat != 0 {
-		se = math.Abs(trend / tstat)
-	} else if tstat == 0 {
-		se = math.Inf(1)
-	}
-	trendP := results.ExceedsP(trend, se, steadyTrend, len(rates)-2)
+	trendP := results.ExceedsP(trend, se, steadyTrend, df)
 	w.TrendP = &trendP
 	med := results.EstimateOf(rates).Median
 	stall := stalled(rates, med)
@@ -163,47 +159,17 @@ func stalled(rates []float64, median float64) int {
 // (TestShuffledWindowsRarelyTrend).
 const trendAlpha = 0.005
 
-// rateShape is the mean of rates, their coefficient of variation, the
-// change of their least-squares line from the first to the last point
-// relative to the mean, and the slope's t statistic.
-func rateShape(rates []float64) (mean, cv, trend, tstat float64) {
+// rateShape is the mean of rates and their coefficient of variation.
+func rateShape(rates []float64) (mean, cv float64) {
 	n := float64(len(rates))
 	if n == 0 {
-		return 0, 0, 0, 0
+		return 0, 0
 	}
-	var sum, sx, sxx, sxy float64
-	for i, r := range rates {
-		x := float64(i)
-		sum += r
-		sx, sxx, sxy = sx+x, sxx+x*x, sxy+x*r
-	}
-	mean = sum / n
+	mean = stats.Mean(rates)
 	if mean == 0 || n < 2 {
-		return mean, 0, 0, 0
+		return mean, 0
 	}
-	var ss float64
-	for _, r := range rates {
-		ss += (r - mean) * (r - mean)
-	}
-	cv = math.Sqrt(ss/(n-1)) / mean
-	if den := n*sxx - sx*sx; den != 0 {
-		slope := (n*sxy - sx*sum) / den
-		trend = slope * (n - 1) / mean
-		// The slope's standard error from the residuals (n-2 degrees of
-		// freedom); a perfect line has none, and its t is infinite.
-		var res float64
-		xbar := sx / n
-		for i, r := range rates {
-			d := r - (mean + slope*(float64(i)-xbar))
-			res += d * d
-		}
-		tstat = math.Inf(1)
-		if n > 2 && res > 0 {
-			se := math.Sqrt(res/(n-2)) / math.Sqrt(sxx-n*xbar*xbar)
-			tstat = slope / se
-		}
-	}
-	return mean, cv, trend, tstat
+	return mean, stats.StdDev(rates) / mean
 }
 
 // A steady cell's tables are analysed once this far into its warm-up and

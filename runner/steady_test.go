@@ -191,7 +191,7 @@ func TestShuffledWindowsRarelyTrend(t *testing.T) {
 			if strings.Contains(judge(per).Why, "trends") {
 				now++
 			}
-			if _, _, trend, tstat := rateShape(per); math.Abs(trend) > steadyTrend && math.Abs(tstat) > 2.5 {
+			if trend, se, _ := results.CommonTrend([][]float64{per}); math.Abs(trend) > steadyTrend && (se == 0 || math.Abs(trend/se) > 2.5) {
 				before++
 			}
 		}
