@@ -330,7 +330,8 @@ type RateCriteria struct {
 // RateStep is one open-loop step.
 type RateStep struct {
 	// Phase is "ramp", "bisect", "confirm" (the bracket's sustainable end
-	// measured again) or "at".
+	// measured again), "recheck" (a rate found unsustainable below one
+	// found sustainable, measured again) or "at".
 	Phase string `json:"phase"`
 	// Fraction of the MSR, for an "at" step with one.
 	Fraction float64 `json:"fraction,omitempty"`

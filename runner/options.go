@@ -50,7 +50,7 @@ type Options struct {
 	RunID   string
 	Replace bool
 	// Rounds measures every cell this many times (zero: the workload's
-	// rounds, else once), interleaved: all cells once per round, in the
+	// rounds, else once; once for a rate search), interleaved: all cells once per round, in the
 	// given order on odd rounds and the reverse on even ones, so that a
 	// drift of the machine over the run (a JVM warming, caches, the disk)
 	// weighs on every cell alike. Each round of a cell starts from the
@@ -229,6 +229,13 @@ func (o *Options) Validate() error {
 	}
 	if o.Rounds == 0 {
 		o.Rounds = max(1, o.Spec.Rounds)
+		if o.Search != nil {
+			// A search repeats its own steps near the boundary and
+			// confirms its answer; the workload's rounds are for cells
+			// of one stream (five searches of three cells would take
+			// an hour and a half). --rounds still asks for more.
+			o.Rounds = 1
+		}
 	}
 	if o.RunID == "" {
 		o.RunID = NewRunID()

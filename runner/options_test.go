@@ -69,4 +69,17 @@ func TestOptionsValidate(t *testing.T) {
 	if err := o.Validate(); err != nil || o.RunID == "" || o.Limits.Stall != 30*time.Second || o.Console.Log == nil || o.Console.Progress == nil {
 		t.Fatalf("defaults not filled: %+v (%v)", o, err)
 	}
+	// The workload's rounds are for cells of one stream; a rate search
+	// runs once unless asked for more.
+	spec5 := spec
+	spec5.Rounds = 5
+	for _, tc := range []struct {
+		search      *RateSearch
+		asked, want int
+	}{{nil, 0, 5}, {&RateSearch{}, 0, 1}, {&RateSearch{}, 2, 2}, {nil, 3, 3}} {
+		o := Options{Spec: &spec5, Brokers: []string{"none"}, Strategies: []string{"tx"}, Search: tc.search, Rounds: tc.asked}
+		if err := o.Validate(); err != nil || o.Rounds != tc.want {
+			t.Fatalf("search %v, --rounds %d: %d rounds (%v), want %d", tc.search != nil, tc.asked, o.Rounds, err, tc.want)
+		}
+	}
 }

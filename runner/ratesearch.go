@@ -41,7 +41,8 @@ type RateSearch struct {
 	// Precision ends the bisection; StartRate is the first step's rate.
 	Precision float64
 	StartRate float64
-	// MaxSteps and MaxTime bound the search of one cell.
+	// MaxSteps and MaxTime bound the search of one cell (every step
+	// counts, the ones at fractions of the MSR too).
 	MaxSteps int
 	MaxTime  time.Duration
 	// Fractions of the MSR, and absolute Rates, to measure latency at.
@@ -51,8 +52,8 @@ type RateSearch struct {
 
 // DefaultRateSearch is what a rate search uses unless told otherwise.
 var DefaultRateSearch = RateSearch{Step: 8 * time.Second, Warmup: 2 * time.Second, MaxBacklogGrowth: 0.05,
-	MaxPublishLag: 100 * time.Millisecond, MaxP99: time.Second, Precision: 0.05, StartRate: 500, MaxSteps: 20,
-	MaxTime: 6 * time.Minute, Fractions: []float64{0.5, 0.8, 0.95}}
+	MaxPublishLag: 100 * time.Millisecond, MaxP99: time.Second, Precision: 0.05, StartRate: 500, MaxSteps: 30,
+	MaxTime: 8 * time.Minute, Fractions: []float64{0.5, 0.8, 0.95}}
 
 // minRate is the slowest step the search tries.
 const minRate = 10
@@ -139,6 +140,13 @@ func (r RateSearch) judgeStep(st *results.RateStep) {
 // was sustainable twice; a confirmation that fails moves the bracket
 // down, and the search goes on from there. So a lucky step cannot become
 // the MSR, and the MSR reported was sustainable when measured again.
+//
+// A rate that is not sustainable below one that is contradicts the
+// search (a system that holds a rate holds every lower one): it is
+// measured again ("recheck") until two of its steps agree. Confirmed
+// unsustainable, it is the bracket's upper end, and the search goes on
+// below it; so a step at a fraction of the MSR that fails (they are
+// recorded too) either was a fluke or moves the MSR below it.
 type searcher struct {
 	o        RateSearch
 	verdicts map[float64][]results.RateStep // by rate, in the order measured
@@ -183,6 +191,11 @@ func (s *searcher) next() (rate float64, phase string, ok bool) {
 		return 0, "", false
 	case s.steps == 0:
 		return s.o.StartRate, "ramp", true
+	}
+	if r, ok := s.contradiction(); ok {
+		return r, "recheck", true
+	}
+	switch {
 	case s.hi == 0:
 		return s.lo * 2, "ramp", true
 	case s.lo == 0:
@@ -206,14 +219,12 @@ func (s *searcher) next() (rate float64, phase string, ok bool) {
 func (s *searcher) record(st results.RateStep) {
 	s.steps++
 	s.verdicts[st.Rate] = append(s.verdicts[st.Rate], st)
+	// hi is the lowest rate that two steps found unsustainable (or, with
+	// nothing below it that it contradicts, one step); lo the highest
+	// sustainable rate below it.
 	s.lo, s.hi = 0, 0
-	for r := range s.verdicts {
-		if s.sustainable(r) && r > s.lo {
-			s.lo = r
-		}
-	}
 	for r, sts := range s.verdicts {
-		if !s.sustainable(r) && r > s.lo && (s.hi == 0 || r < s.hi) {
+		if !s.sustainable(r) && (s.hi == 0 || r < s.hi) && !s.undecided(r) {
 			s.hi = r
 			for _, x := range sts {
 				if !x.Sustainable {
@@ -222,6 +233,39 @@ func (s *searcher) record(st results.RateStep) {
 			}
 		}
 	}
+	for r := range s.verdicts {
+		if s.sustainable(r) && r > s.lo && (s.hi == 0 || r < s.hi) {
+			s.lo = r
+		}
+	}
+}
+
+// undecided says whether rate r is unsustainable on too few steps to
+// outweigh a higher rate found sustainable: fewer than two of its steps
+// failed.
+func (s *searcher) undecided(r float64) bool {
+	_, no := s.tally(r)
+	if no >= 2 {
+		return false
+	}
+	for q := range s.verdicts {
+		if q > r && s.sustainable(q) {
+			return true
+		}
+	}
+	return false
+}
+
+// contradiction returns the lowest rate found unsustainable below one
+// found sustainable, whose verdict is not yet decided by two steps.
+func (s *searcher) contradiction() (float64, bool) {
+	var low float64
+	for r := range s.verdicts {
+		if !s.sustainable(r) && s.undecided(r) && (low == 0 || r < low) {
+			low = r
+		}
+	}
+	return low, low > 0
 }
 
 // result is the search's outcome: the MSR, what limited it, and whether
@@ -241,9 +285,11 @@ func (s *searcher) result() (msr float64, limitedBy results.Limit, confirmed boo
 			mixed = append(mixed, fmt.Sprintf("%s/s sustainable %d of %d times", results.FormatRate(r), y, y+n))
 		}
 	}
-	switch {
+	switch low, contradicted := s.contradiction(); {
 	case msr > 0 && !confirmed:
 		uncertain = fmt.Sprintf("the search stopped (%s) before %s/s was measured sustainable twice", s.stopped, results.FormatRate(msr))
+	case contradicted:
+		uncertain = fmt.Sprintf("the search stopped (%s) before %s/s, not sustainable below the MSR, was measured again", s.stopped, results.FormatRate(low))
 	case len(mixed) > 0:
 		uncertain = "repeated steps disagreed: " + strings.Join(mixed, "; ")
 	}

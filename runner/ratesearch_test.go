@@ -121,3 +121,63 @@ func TestBacklogSlope(t *testing.T) {
 		t.Fatal("one sample has no slope")
 	}
 }
+
+// TestSearcherRechecksAContradiction: a system that sustains up to its
+// capacity, whose first step at 80% of it fails (a stall), and a system
+// whose capacity the search overshot by luck: a step below the
+// MSR that fails is measured again; a fluke leaves the MSR alone, a
+// confirmed failure moves the MSR below it.
+func TestSearcherRechecksAContradiction(t *testing.T) {
+	o := DefaultRateSearch.withDefaults()
+	o.MaxTime = time.Hour
+	run := func(fails func(rate float64, n int) bool) (*searcher, []string) {
+		s := newSearcher(o)
+		seen := map[float64]int{}
+		var phases []string
+		for {
+			rate, phase, ok := s.next()
+			if !ok {
+				// What the cell does then: steps at fractions of the MSR.
+				msr, _, _, _ := s.result()
+				at := math.Round(0.8 * msr)
+				if msr == 0 || seen[at] > 0 {
+					return s, phases
+				}
+				rate, phase = at, "at"
+			}
+			seen[rate]++
+			st := results.RateStep{Phase: phase, Rate: rate, Achieved: rate}
+			if fails(rate, seen[rate]) {
+				st.E2E = results.Summary{Count: 1, P99: 2 * o.MaxP99.Microseconds()}
+			}
+			o.judgeStep(&st)
+			s.record(st)
+			phases = append(phases, phase)
+		}
+	}
+	const capacity = 10_000
+	// A fluke: the first step between 7,000 and 8,000/s (80% of the
+	// MSR, as it turns out) stalls.
+	s, phases := run(func(r float64, n int) bool { return r > capacity || (r > 7000 && r < 8000 && n == 1) })
+	msr, _, confirmed, why := s.result()
+	if msr < capacity/(1+o.Precision)-1 || msr > capacity || !confirmed || !contains(phases, "recheck") {
+		t.Fatalf("fluke: MSR %.0f (confirmed %v, %q), phases %v: want the capacity, after a recheck", msr, confirmed, why, phases)
+	}
+	// An overshoot: every rate from 6,000/s fails but the two first steps
+	// at 8,000/s (the ramp's and its confirmation), so 80% of that MSR
+	// fails twice.
+	s, phases = run(func(r float64, n int) bool { return r >= 6000 && !(r == 8000 && n <= 2) })
+	msr, _, confirmed, _ = s.result()
+	if msr >= 6000 || msr < 6000/(1+o.Precision)-1 || !confirmed {
+		t.Fatalf("overshoot: MSR %.0f (confirmed %v), phases %v: want just under 6,000", msr, confirmed, phases)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

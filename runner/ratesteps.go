@@ -42,10 +42,21 @@ func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	series := sampleSeries(seriesCtx, t)
 	rs := &results.RateSearch{Criteria: env.o.criteria()}
 	sr := newSearcher(env.o)
+	measuredAt := -1.0 // the MSR the steps in rs.At were measured at
 	for ctx.Err() == nil && s.err == nil {
 		rate, phase, ok := sr.next()
 		if !ok {
-			break
+			// Converged (or stopped): measure at fractions of the MSR,
+			// once per MSR. A step there that fails contradicts it, and
+			// the search goes on (searcher.contradiction).
+			msr, _, _, _ := sr.result()
+			if msr == measuredAt {
+				break
+			}
+			measuredAt = msr
+			rs.Steps = append(rs.Steps, rs.At...) // measured at an MSR that did not hold
+			rs.At, s.err = env.atRates(ctx, msr, sr)
+			continue
 		}
 		var st results.RateStep
 		st, s.err = env.step(ctx, phase, rate)
@@ -58,9 +69,6 @@ func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 	if rs.Uncertain != "" {
 		ns.add("rate search: " + rs.Uncertain)
 	}
-	if s.err == nil {
-		rs.At, s.err = env.atRates(ctx, rs.MSR)
-	}
 	s.pubEnd = time.Now()
 	s.err = errors.Join(s.err, cons.stop(ctx))
 	stopSeries()
@@ -70,8 +78,9 @@ func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 }
 
 // atRates measures the steps at fixed fractions of the MSR and at the
-// absolute rates asked for, each one step and a half long.
-func (e *stepEnv) atRates(ctx context.Context, msr float64) ([]results.RateStep, error) {
+// absolute rates asked for, each one step and a half long. Those below
+// the MSR are evidence for the search too: sr records them.
+func (e *stepEnv) atRates(ctx context.Context, msr float64, sr *searcher) ([]results.RateStep, error) {
 	type point struct{ fraction, rate float64 }
 	var pts []point
 	if msr > 0 {
@@ -87,6 +96,9 @@ func (e *stepEnv) atRates(ctx context.Context, msr float64) ([]results.RateStep,
 		st, err := e.stepFor(ctx, "at", p.rate, (e.o.Step-e.o.Warmup)*3/2)
 		st.Fraction = p.fraction
 		e.o.judgeStep(&st)
+		if err == nil && st.Rate < msr {
+			sr.record(st)
+		}
 		out = append(out, st)
 		e.print(st)
 		if err != nil {
