@@ -143,7 +143,8 @@ func (r RateSearch) judgeStep(st *results.RateStep) {
 //
 // A rate that is not sustainable below one that is contradicts the
 // search (a system that holds a rate holds every lower one): it is
-// measured again ("recheck") until two of its steps agree. Confirmed
+// measured again ("recheck") until two of its steps agree; so is a rate
+// whose steps are tied (a failed confirmation). Confirmed
 // unsustainable, it is the bracket's upper end, and the search goes on
 // below it; so a step at a fraction of the MSR that fails (they are
 // recorded too) either was a fluke or moves the MSR below it.
@@ -219,9 +220,8 @@ func (s *searcher) next() (rate float64, phase string, ok bool) {
 func (s *searcher) record(st results.RateStep) {
 	s.steps++
 	s.verdicts[st.Rate] = append(s.verdicts[st.Rate], st)
-	// hi is the lowest rate that two steps found unsustainable (or, with
-	// nothing below it that it contradicts, one step); lo the highest
-	// sustainable rate below it.
+	// hi is the lowest rate found unsustainable and not undecided; lo
+	// the highest sustainable rate below it.
 	s.lo, s.hi = 0, 0
 	for r, sts := range s.verdicts {
 		if !s.sustainable(r) && (s.hi == 0 || r < s.hi) && !s.undecided(r) {
@@ -240,12 +240,14 @@ func (s *searcher) record(st results.RateStep) {
 	}
 }
 
-// undecided says whether rate r is unsustainable on too few steps to
-// outweigh a higher rate found sustainable: fewer than two of its steps
-// failed.
+// undecided says whether rate r is unsustainable on too little evidence:
+// its steps are tied, or it failed once while a higher rate held.
 func (s *searcher) undecided(r float64) bool {
-	_, no := s.tally(r)
-	if no >= 2 {
+	yes, no := s.tally(r)
+	switch {
+	case yes > 0 && yes == no:
+		return true
+	case no >= 2:
 		return false
 	}
 	for q := range s.verdicts {

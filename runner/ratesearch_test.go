@@ -163,6 +163,12 @@ func TestSearcherRechecksAContradiction(t *testing.T) {
 	if msr < capacity/(1+o.Precision)-1 || msr > capacity || !confirmed || !contains(phases, "recheck") {
 		t.Fatalf("fluke: MSR %.0f (confirmed %v, %q), phases %v: want the capacity, after a recheck", msr, confirmed, why, phases)
 	}
+	// A failed confirmation (a tie) is broken by a third step.
+	s, phases = run(func(r float64, n int) bool { return r > capacity || (r > 9000 && n == 2) })
+	msr, _, confirmed, _ = s.result()
+	if msr < capacity/(1+o.Precision)-1 || msr > capacity || !confirmed || !contains(phases, "recheck") {
+		t.Fatalf("tie: MSR %.0f (confirmed %v), phases %v: want the capacity, after a recheck", msr, confirmed, phases)
+	}
 	// An overshoot: every rate from 6,000/s fails but the two first steps
 	// at 8,000/s (the ramp's and its confirmation), so 80% of that MSR
 	// fails twice.
