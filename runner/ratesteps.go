@@ -147,7 +147,11 @@ func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, windo
 	st.DrainS = drained.Seconds()
 	st.E2E, st.Dedup = e.t.meters.takeStep()
 	st.LockWaitShare = e.sampler.Totals().Share(m.totals)
-	return st, errors.Join(err, e.judge.step(ctx, e.c, plan, err == nil))
+	err = errors.Join(err, e.judge.step(ctx, e.c, plan, err == nil))
+	if err == nil {
+		e.t.forget(plan)
+	}
+	return st, err
 }
 
 // stepJudge judges each step of a rate search once it drained, and then

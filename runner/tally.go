@@ -10,6 +10,7 @@ import (
 	"github.com/inboxbench/inboxbench/envelope"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/workload"
 )
 
 // tally is what one process counts of a cell: counters, histograms, the
@@ -138,6 +139,18 @@ func (t *tally) countOne(out inbox.Outcome) (effects int64) {
 		effects += t.countOne(d)
 	}
 	return effects
+}
+
+// forget drops a judged rate-search step's messages from done: they are
+// not delivered again, and a search answers millions of messages, which
+// kept for the whole search grew the harness's heap by gigabytes and
+// slowed its later steps (garbage collection on the cores being measured).
+func (t *tally) forget(plan *workload.Plan) {
+	t.doneMu.Lock()
+	defer t.doneMu.Unlock()
+	for _, p := range plan.Publishes {
+		delete(t.done, p.Event.Key())
+	}
 }
 
 // answerAll records the messages ids answered for good and calls first
