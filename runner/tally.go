@@ -149,7 +149,7 @@ func (t *tally) forget(plan *workload.Plan) {
 	t.doneMu.Lock()
 	defer t.doneMu.Unlock()
 	for _, p := range plan.Publishes {
-		delete(t.done, p.Event.Key())
+		delete(t.done, eventMessageID(p.Event))
 	}
 }
 
@@ -186,7 +186,14 @@ func messageID(d *brokers.Delivery, ev *envelope.Event) string {
 	if ev == nil {
 		return "poison " + d.ID
 	}
-	return ev.Source + " " + ev.ID + "#" + strconv.Itoa(ev.Attempt) // ev.Key() + "#…", built at once
+	return eventMessageID(ev)
+}
+
+// eventMessageID is the id of the message that carries ev: its key and
+// its attempt (ev.Key() + "#…", built at once). The handler answers and
+// the tally forgets by it.
+func eventMessageID(ev *envelope.Event) string {
+	return ev.Source + " " + ev.ID + "#" + strconv.Itoa(ev.Attempt)
 }
 
 // warm marks the end of the warm-up at t0 and snapshots the effects then.
