@@ -26,8 +26,11 @@ type Run struct {
 	Workload json.RawMessage `json:"workload"`
 	// Rounds is how often every cell was measured, interleaved (0 or 1:
 	// once); each cell then holds its rounds.
-	Rounds int    `json:"rounds,omitempty"`
-	Cells  []Cell `json:"cells"`
+	Rounds int `json:"rounds,omitempty"`
+	// WarmupRounds ran before the measured rounds and are not in the
+	// cells (a warm-up cell that failed its checks is, as a round 0).
+	WarmupRounds int    `json:"warmup_rounds,omitempty"`
+	Cells        []Cell `json:"cells"`
 }
 
 // Env describes where the figures were measured.

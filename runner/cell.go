@@ -79,7 +79,11 @@ func AppName(cellID string) string {
 // broker's driver said its confirms mean (brokers.DurabilityReporter).
 func runCell(ctx context.Context, o *Options, plan *workload.Plan, broker, strategy string, round int, fl *fleet, askDurability bool) (results.Cell, map[string]string) {
 	id := cellID(o.RunID, broker, strategy)
-	if o.Rounds > 1 {
+	switch {
+	case round <= 0:
+		// A warm-up round (1-W … 0) has a schema and a topic of its own.
+		id = cellID(o.RunID, broker, fmt.Sprintf("%s_w%d", strategy, round+o.WarmupRounds))
+	case o.Rounds > 1:
 		// Each round of a cell has a schema and a topic of its own.
 		id = cellID(o.RunID, broker, fmt.Sprintf("%s_r%d", strategy, round))
 	}

@@ -19,6 +19,7 @@ import (
 const (
 	KeyRunID                  = "runner.run-id"
 	KeyRounds                 = "runner.rounds"
+	KeyWarmupRounds           = "runner.warmup_rounds"
 	KeyReplace                = "runner.replace"
 	KeyAuditMode              = "runner.measure.audit-mode"
 	KeyRetryAttempts          = "runner.limits.retry.attempts"
@@ -57,6 +58,13 @@ type Options struct {
 	// same state: a schema and a topic of its own, right after a
 	// checkpoint.
 	Rounds int
+	// WarmupRounds are rounds of every cell run first, interleaved like
+	// the others, and not kept: a freshly started JVM broker keeps
+	// getting faster for minutes, longer than a cell's own warm-up waits.
+	// A warm-up cell that fails its checks is kept (as round 0), so that
+	// its verdict counts. Negative: the workload's (none for a rate
+	// search).
+	WarmupRounds int
 
 	Output  Output       // where result.json goes and what it records
 	Measure Measure      // latency histograms and the checker's audit log
@@ -183,6 +191,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("runner: no strategy: name at least one, or a strategy file")
 	case o.Rounds < 0 || o.Rounds > 100:
 		return config.Invalid(KeyRounds, o.Rounds, "use 1 to 100")
+	case o.WarmupRounds > 10:
+		return config.Invalid(KeyWarmupRounds, o.WarmupRounds, "use 0 to 10")
 	case o.Spec.Steady() && o.Stream.Backlog:
 		return config.Invalid(KeyBacklog, nil, "the workload measures a steady window (measure): a backlog drain has no steady state; remove measure or the backlog")
 	case o.Workers.Local < 0:
@@ -226,6 +236,12 @@ func (o *Options) Validate() error {
 	}
 	if err := o.failoverDefaults(); err != nil {
 		return err
+	}
+	if o.WarmupRounds < 0 {
+		o.WarmupRounds = o.Spec.WarmupRounds
+		if o.Search != nil {
+			o.WarmupRounds = 0
+		}
 	}
 	if o.Rounds == 0 {
 		o.Rounds = max(1, o.Spec.Rounds)

@@ -72,7 +72,7 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		plan = workload.Generate(o.Spec)
 	}
 	names := cellStrategies(o)
-	run.Rounds = o.Rounds
+	run.Rounds, run.WarmupRounds = o.Rounds, o.WarmupRounds
 	fmt.Fprintf(o.Console.Progress, "run %s: workload %s, %d events over %d aggregates (%d sends with faults), %d cells%s\n",
 		o.RunID, o.Spec.Name, len(plan.Events), o.Spec.Aggregates, len(plan.Publishes), len(o.Brokers)*len(names), roundsText(o))
 	var cells []cellKey
@@ -82,7 +82,9 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		}
 	}
 	byCell := map[cellKey][]results.Cell{}
-	for r := 1; r <= o.Rounds && ctx.Err() == nil; r++ {
+	// Warm-up rounds are numbered 1-W … 0 and run first; round 1 then
+	// keeps the given order.
+	for r := 1 - o.WarmupRounds; r <= o.Rounds && ctx.Err() == nil; r++ {
 		var round []results.Cell
 		for i, k := range roundOrder(cells, r) {
 			if ctx.Err() != nil {
@@ -90,15 +92,21 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 			}
 			ask := run.Env.Durability == nil || run.Env.Durability.Settings[k.broker] == nil
 			c, durability := runCell(ctx, &o, plan, k.broker, k.strategy, r, fl, ask)
-			if o.Rounds > 1 {
-				c.Round, c.Order = r, i+1
+			if o.Rounds > 1 || o.WarmupRounds > 0 {
+				c.Round, c.Order = max(r, 0), i+1
 			}
 			if ask {
 				run.Env.AddDurability(k.broker, durability)
 			}
-			round = append(round, c)
 			fmt.Fprintf(o.Console.Progress, "%s%-15s %-26s %s  %s events/s  e2e p99 %s%s  %s\n", roundLabel(o, r), k.broker, k.strategy, c.Invariants.Verdict,
 				results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), steadyText(c.Window), strings.TrimSpace(results.AnomalyLine(c)))
+			if r <= 0 {
+				if c.Invariants.Verdict == results.VerdictPass {
+					continue // warmed up; nothing of it is kept
+				}
+				c.Notes = append(c.Notes, fmt.Sprintf("a warm-up round's cell (round 0, not measured) ended %s and is kept among the rounds so that its verdict counts", c.Invariants.Verdict))
+			}
+			round = append(round, c)
 		}
 		vsBaseline(round)
 		for _, c := range round {
@@ -161,9 +169,9 @@ type cellKey struct{ broker, strategy string }
 
 // roundOrder is the order of the cells in round r (1-based): as given on
 // odd rounds, reversed on even ones, so a cell early in one round is late
-// in the next.
+// in the next (warm-up rounds, 1-W … 0, alike).
 func roundOrder(cells []cellKey, r int) []cellKey {
-	if r%2 == 1 {
+	if r%2 != 0 {
 		return cells
 	}
 	out := make([]cellKey, len(cells))
@@ -191,6 +199,9 @@ func vsBaseline(round []results.Cell) {
 }
 
 func roundsText(o Options) string {
+	if o.WarmupRounds > 0 {
+		return fmt.Sprintf(", %d rounds after %d of warm-up", o.Rounds, o.WarmupRounds)
+	}
 	if o.Rounds <= 1 {
 		return ""
 	}
@@ -198,6 +209,9 @@ func roundsText(o Options) string {
 }
 
 func roundLabel(o Options, r int) string {
+	if r <= 0 {
+		return fmt.Sprintf("warm-up %d/%d  ", r+o.WarmupRounds, o.WarmupRounds)
+	}
 	if o.Rounds <= 1 {
 		return ""
 	}

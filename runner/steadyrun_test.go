@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,52 @@ faults:
 	// The order alternates: the cell first in round 1 is last in round 2.
 	if a, b := run.Cells[0].Rounds, run.Cells[1].Rounds; a[0].Order != 1 || a[1].Order != 2 || b[0].Order != 2 || b[1].Order != 1 {
 		t.Errorf("orders: tx %d,%d batch %d,%d; want 1,2 and 2,1", a[0].Order, a[1].Order, b[0].Order, b[1].Order)
+	}
+}
+
+// TestWarmupRoundsAreNotKept: a warm-up round runs every cell first and
+// keeps nothing of a cell that passed it; a cell that failed its checks
+// there is kept, as round 0, so that the failure is not lost.
+func TestWarmupRoundsAreNotKept(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	spec, err := workload.Parse([]byte(`
+name: test-warmup-rounds
+seed: 11
+aggregates: 50
+events: 2000
+message_size: 128
+consumers: 2
+shards: 4
+batch_size: 50
+warmup: 1s
+measure: 2s
+warmup_max: 6s
+warmup_rounds: 1
+faults:
+  out_of_order: 0.05
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"batch", "broken-no-version"},
+		WarmupRounds: -1, Output: Output{Dir: t.TempDir()}, RunID: fmt.Sprintf("wu%d", time.Now().UnixNano()%1e9),
+		Measure: Measure{Latency: true, Audit: true}, Limits: Limits{Stall: 20 * time.Second}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if run.WarmupRounds != 1 || len(run.Cells) != 2 {
+		t.Fatalf("warm-up rounds %d, cells %d: want 1 and 2", run.WarmupRounds, len(run.Cells))
+	}
+	ok, broken := run.Cells[0], run.Cells[1]
+	if ok.Invariants.Verdict != results.VerdictPass || len(ok.Rounds) != 0 || ok.Round != 1 {
+		t.Errorf("batch kept its warm-up: %s, %d rounds, round %d", describe(ok), len(ok.Rounds), ok.Round)
+	}
+	if broken.Invariants.Verdict != results.VerdictFail || len(broken.Rounds) != 2 || broken.Rounds[0].Round != 0 || broken.Rounds[1].Round != 1 {
+		t.Fatalf("broken-no-version: %s with %d rounds: want FAIL with its warm-up kept as round 0", describe(broken), len(broken.Rounds))
+	}
+	if n := broken.Rounds[0].Notes; len(n) == 0 || !strings.Contains(n[len(n)-1], "warm-up") {
+		t.Errorf("the kept warm-up cell does not say so: %q", n)
 	}
 }

@@ -51,9 +51,14 @@ type Spec struct {
 	MaxBacklog int `yaml:"max_backlog" json:"max_backlog,omitempty"`
 	// Rounds is how often `bench run` measures every cell, interleaved
 	// (its --rounds overrides it).
-	Rounds int    `yaml:"rounds" json:"rounds,omitempty"`
-	Amount Amount `yaml:"amount" json:"amount"`
-	Skew   Skew   `yaml:"key_skew" json:"key_skew"`
+	Rounds int `yaml:"rounds" json:"rounds,omitempty"`
+	// WarmupRounds are rounds run before the measured ones and not kept
+	// (unless a cell fails its checks there): a freshly started JVM
+	// broker keeps getting faster for minutes, longer than a cell's own
+	// warm-up (its --warmup-rounds overrides it).
+	WarmupRounds int    `yaml:"warmup_rounds" json:"warmup_rounds,omitempty"`
+	Amount       Amount `yaml:"amount" json:"amount"`
+	Skew         Skew   `yaml:"key_skew" json:"key_skew"`
 	// SnapshotRatio is the share of events that are snapshots (full state,
 	// keep-latest); the rest are increments.
 	SnapshotRatio float64 `yaml:"snapshot_ratio" json:"snapshot_ratio"`
@@ -447,6 +452,8 @@ func (s *Spec) validateSizes() error {
 		return fmt.Errorf("max_backlog: %d: use 0 (8 batches per shard) or more", s.MaxBacklog)
 	case s.Rounds < 0 || s.Rounds > 100:
 		return fmt.Errorf("rounds: %d: use 1 to 100", s.Rounds)
+	case s.WarmupRounds < 0 || s.WarmupRounds > 10:
+		return fmt.Errorf("warmup_rounds: %d: use 0 to 10", s.WarmupRounds)
 	case s.MessageSize < 0:
 		return fmt.Errorf("message_size: %d: must not be negative (0 sends the envelope unpadded)", s.MessageSize)
 	case s.MessageSize > MaxMessageSize:

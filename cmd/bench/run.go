@@ -123,7 +123,7 @@ type runFlags struct {
 	noMeasure, noAudit                        bool
 	audit                                     string
 	stall, join, retryFor, quiet              time.Duration
-	retryAttempts, rounds                     int
+	retryAttempts, rounds, warmupRounds       int
 	findMax, backlog                          bool
 	search                                    runner.RateSearch
 	files                                     []string
@@ -141,6 +141,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.workload, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
 	f.StringVar(&fl.strategies, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
+	f.IntVar(&fl.warmupRounds, "warmup-rounds", -1, "run every cell this many times first, interleaved like the rounds, and keep nothing of them unless a cell fails its checks: a freshly started JVM broker keeps getting faster for minutes (default: the workload's warmup_rounds; none for a rate search)")
 	f.IntVar(&fl.rounds, "rounds", 0, "measure every cell this many times, interleaved (odd rounds in order, even ones reversed), and report medians with their confidence intervals (default: the workload's rounds, else 1)")
 	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&fl.runID, "run-id", "", "name of the run: its directory, schemas and topics (default: UTC timestamp); a used one is refused")
@@ -176,7 +177,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 // here (the workload, strategy files), what they mean is checked by
 // runner.Options.Validate.
 func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
-	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace, Rounds: fl.rounds,
+	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace, Rounds: fl.rounds, WarmupRounds: fl.warmupRounds,
 		Output:   runner.Output{Dir: fl.out, Args: os.Args},
 		Measure:  runner.Measure{Latency: !fl.noMeasure, Audit: !fl.noAudit},
 		Limits:   runner.Limits{Stall: fl.stall, Quiet: fl.quiet, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},

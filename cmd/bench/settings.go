@@ -23,6 +23,7 @@ import (
 var optionFlags = map[string]string{
 	runner.KeyRunID:                  "run-id",
 	runner.KeyRounds:                 "rounds",
+	runner.KeyWarmupRounds:           "warmup-rounds",
 	runner.KeyReplace:                "replace",
 	runner.KeyAuditMode:              "audit",
 	runner.KeyRetryAttempts:          "retry-attempts",
