@@ -240,7 +240,7 @@ func (c *cell) consume(ctx context.Context, su *setup, t *tally, ns *notes) stre
 		if keep {
 			ns.add("the inbox holds prefilled history, so it is kept between the rate search's steps and grows from one to the next")
 		}
-		s = c.search(ctx, su.b, su.in, cons, t, sampler, ns, newStepJudge(su.pool, su.audit, t.decided, ns, keep))
+		s = c.search(ctx, su.b, su.in, cons, t, sampler, ns, newStepJudge(su.pool, su.audit, t, ns, keep))
 	} else {
 		s = c.stream(ctx, su.b, su.in, cons, t, ns)
 	}

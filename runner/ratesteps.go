@@ -147,11 +147,7 @@ func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, windo
 	st.DrainS = drained.Seconds()
 	st.E2E, st.Dedup = e.t.meters.takeStep()
 	st.LockWaitShare = e.sampler.Totals().Share(m.totals)
-	err = errors.Join(err, e.judge.step(ctx, e.c, plan, err == nil))
-	if err == nil {
-		e.t.forget(plan)
-	}
-	return st, err
+	return st, errors.Join(err, e.judge.step(ctx, e.c, plan, err == nil))
 }
 
 // stepJudge judges each step of a rate search once it drained, and then
@@ -167,16 +163,17 @@ type stepJudge struct {
 	// keepInbox: the inbox was prefilled with history, which stays; it
 	// then grows from step to step (a note says so).
 	keepInbox bool
-	// decided forgets a judged step's events: they are not delivered again.
-	decided      *decisions
+	// t forgets a judged step's messages and decisions: they are not
+	// delivered again.
+	t            *tally
 	notes        *notes
 	noCheckpoint bool
 	inv          results.Invariants
 	effects      int64
 }
 
-func newStepJudge(pool *pgxpool.Pool, audit *cellAudit, decided *decisions, ns *notes, keepInbox bool) *stepJudge {
-	return &stepJudge{pool: pool, audit: audit, decided: decided, notes: ns, keepInbox: keepInbox,
+func newStepJudge(pool *pgxpool.Pool, audit *cellAudit, t *tally, ns *notes, keepInbox bool) *stepJudge {
+	return &stepJudge{pool: pool, audit: audit, t: t, notes: ns, keepInbox: keepInbox,
 		inv: results.Invariants{Verdict: results.VerdictPass, Anomalies: map[string]int64{}, Examples: map[string][]string{}}}
 }
 
@@ -193,7 +190,7 @@ func (j *stepJudge) step(ctx context.Context, c *cell, plan *workload.Plan, clea
 	for name, n := range inv.Anomalies {
 		addAnomaly(&j.inv, name, n, inv.Examples[name])
 	}
-	j.decided.forget(plan)
+	j.t.forget(plan)
 	if !clear {
 		return nil
 	}

@@ -199,13 +199,17 @@ func vsBaseline(round []results.Cell) {
 }
 
 func roundsText(o Options) string {
-	if o.WarmupRounds > 0 {
-		return fmt.Sprintf(", %d rounds after %d of warm-up", o.Rounds, o.WarmupRounds)
-	}
-	if o.Rounds <= 1 {
+	if o.Rounds <= 1 && o.WarmupRounds == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", %d rounds", o.Rounds)
+	text := fmt.Sprintf(", %d rounds", o.Rounds)
+	if o.Rounds == 1 {
+		text = ", 1 round"
+	}
+	if o.WarmupRounds > 0 {
+		text += fmt.Sprintf(" after %d of warm-up", o.WarmupRounds)
+	}
+	return text
 }
 
 func roundLabel(o Options, r int) string {

@@ -141,11 +141,13 @@ func (t *tally) countOne(out inbox.Outcome) (effects int64) {
 	return effects
 }
 
-// forget drops a judged rate-search step's messages from done: they are
-// not delivered again, and a search answers millions of messages, which
-// kept for the whole search grew the harness's heap by gigabytes and
-// slowed its later steps (garbage collection on the cores being measured).
+// forget drops a judged rate-search step's messages from done and its
+// events from decided: they are not delivered again, and a search answers
+// millions of messages, which kept for the whole search grew the
+// harness's heap by gigabytes and slowed its later steps (garbage
+// collection on the cores being measured).
 func (t *tally) forget(plan *workload.Plan) {
+	t.decided.forget(plan)
 	t.doneMu.Lock()
 	defer t.doneMu.Unlock()
 	for _, p := range plan.Publishes {
