@@ -54,8 +54,11 @@ func (r *ContentionReport) LockWaitShare() float64 {
 
 // StatementStat is one statement's delta.
 type StatementStat struct {
-	Query   string
-	Calls   int64
+	Query string
+	Calls int64
+	// Rows is what the calls returned or changed, summed
+	// (pg_stat_statements' rows).
+	Rows    int64
 	MeanMs  float64
 	TotalMs float64
 }
@@ -100,6 +103,7 @@ type ContentionSampler struct {
 type stmtRow struct {
 	query   string
 	calls   int64
+	rows    int64
 	totalMs float64
 }
 
@@ -227,7 +231,7 @@ func (s *ContentionSampler) dbStats(ctx context.Context) ([3]int64, error) {
 
 func (s *ContentionSampler) statements(ctx context.Context) (map[int64]stmtRow, error) {
 	rows, err := s.conn.Query(ctx, `
-		SELECT queryid, coalesce(query, '(text not kept by pg_stat_statements)'), calls, total_exec_time
+		SELECT queryid, coalesce(query, '(text not kept by pg_stat_statements)'), calls, rows, total_exec_time
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 		  AND queryid IS NOT NULL AND query NOT ILIKE '%pg_stat_%'`)
@@ -238,12 +242,13 @@ func (s *ContentionSampler) statements(ctx context.Context) (map[int64]stmtRow, 
 	for rows.Next() {
 		var id int64
 		var r stmtRow
-		if err := rows.Scan(&id, &r.query, &r.calls, &r.totalMs); err != nil {
+		if err := rows.Scan(&id, &r.query, &r.calls, &r.rows, &r.totalMs); err != nil {
 			return nil, err
 		}
 		// The same queryid can appear once per user; add them up.
 		prev := out[id]
 		r.calls += prev.calls
+		r.rows += prev.rows
 		r.totalMs += prev.totalMs
 		out[id] = r
 	}
@@ -278,7 +283,7 @@ func (s *ContentionSampler) Stop(ctx context.Context) (ContentionReport, error) 
 			rep.TopMissing = fmt.Sprintf("the statements' times could not be read from pg_stat_statements after the cell (%v): the cell has no top statements", err)
 		} else {
 			for id, r := range now {
-				d := StatementStat{Query: r.query, Calls: r.calls - s.stmts0[id].calls, TotalMs: r.totalMs - s.stmts0[id].totalMs}
+				d := StatementStat{Query: r.query, Calls: r.calls - s.stmts0[id].calls, Rows: r.rows - s.stmts0[id].rows, TotalMs: r.totalMs - s.stmts0[id].totalMs}
 				if d.Calls <= 0 {
 					continue
 				}

@@ -281,8 +281,11 @@ type Contention struct {
 
 // Statement is one pg_stat_statements row for the cell.
 type Statement struct {
-	Query   string  `json:"query"`
-	Calls   int64   `json:"calls"`
+	Query string `json:"query"`
+	Calls int64  `json:"calls"`
+	// Rows is what the calls returned or changed (pg_stat_statements'
+	// rows); absent in files written before it was recorded.
+	Rows    int64   `json:"rows,omitempty"`
 	MeanMs  float64 `json:"mean_ms"`
 	TotalMs float64 `json:"total_ms"`
 }

@@ -74,3 +74,42 @@ func TestCompareCarriesPlanNotes(t *testing.T) {
 		t.Fatalf("plans %q: want the base's shifted lock statement only", d.Plans)
 	}
 }
+
+// batchRound is a round whose batch INSERT ran calls calls of batch rows
+// each at usPerRow µs a row; rows says whether the rows were counted.
+func batchRound(r int, batch, usPerRow float64, rows bool) Cell {
+	c := roundCell(r, 80000, VerdictPass, true)
+	calls := int64(1_000_000 / batch)
+	st := Statement{Query: "INSERT INTO inbox (consumer, source, event_id) SELECT …", Calls: calls,
+		MeanMs: batch * usPerRow / 1000, TotalMs: float64(calls) * batch * usPerRow / 1000}
+	if rows {
+		st.Rows = int64(float64(calls) * batch)
+	}
+	c.Contention.TopStatements = []Statement{st}
+	return c
+}
+
+// TestPlanNotesJudgeABatchByItsRows: a batch statement's time per call
+// follows its batch size, which follows the consumers' backlog; four
+// times the rows per call at the same time per row is one plan. Counted
+// per call (files without rows), the same rounds read as two plans.
+func TestPlanNotesJudgeABatchByItsRows(t *testing.T) {
+	rounds := func(rows bool, slowUs float64) []Cell {
+		return []Cell{batchRound(1, 100, 12, rows), batchRound(2, 450, 12, rows), batchRound(3, 120, 12, rows), batchRound(4, 480, slowUs, rows)}
+	}
+	if n := planNotes(rounds(true, 12)); len(n) != 0 {
+		t.Errorf("batches of 100-480 rows at 12 µs a row: notes %q, want none", n)
+	}
+	if n := planNotes(rounds(false, 12)); len(n) != 1 || !strings.Contains(n[0], "per call") {
+		t.Errorf("the same rounds without rows: notes %q, want one judged per call", n)
+	}
+	n := planNotes(rounds(true, 60))
+	if len(n) != 1 {
+		t.Fatalf("round 4 at 60 µs a row against 12: notes %q, want one", n)
+	}
+	for _, want := range []string{"round 4:", "took 60.0 µs per row, against 12.0 µs in the other rounds"} {
+		if !strings.Contains(n[0], want) {
+			t.Errorf("note %q: want %q in it", n[0], want)
+		}
+	}
+}

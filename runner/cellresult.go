@@ -49,7 +49,7 @@ func fill(res *results.Cell, t *tally, s streamed, rate float64) {
 	res.Contention = results.Contention{Samples: rep.Samples, LockWaitSamples: rep.LockWaits, LockWaitShare: rep.LockWaitShare(),
 		BlockedMax: rep.BlockedMax, Deadlocks: rep.Deadlocks, Rollbacks: rep.Rollbacks, Commits: rep.Commits}
 	for _, st := range rep.Top {
-		res.Contention.TopStatements = append(res.Contention.TopStatements, results.Statement{Query: st.Query, Calls: st.Calls, MeanMs: st.MeanMs, TotalMs: st.TotalMs})
+		res.Contention.TopStatements = append(res.Contention.TopStatements, results.Statement{Query: st.Query, Calls: st.Calls, Rows: st.Rows, MeanMs: st.MeanMs, TotalMs: st.TotalMs})
 	}
 	for _, p := range rep.Series {
 		res.Contention.Series = append(res.Contention.Series, results.WaitPoint{AtS: p.At.Seconds(), Waiting: p.LockWaits, Blocked: p.Blocked})
