@@ -404,3 +404,68 @@ func TestUngatedMetricIsJudgedByTheTestAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareVsBaseline: a broker cell's ratio to the baseline of the same
+// round is shown beside events/s and never gates. When the baseline slowed
+// as much as the cell (the host, not the broker), the regression says so;
+// when only the cell slowed, the ratio moves with it and nothing is added.
+func TestCompareVsBaseline(t *testing.T) {
+	// run builds a run of five rounds: none at noneLevel, kafka at
+	// kafkaLevel, each round's ratio from that round's two figures.
+	run := func(noneLevel, kafkaLevel float64) *Run {
+		var none, kafka []Cell
+		for i := range 5 {
+			wobble := 1 + float64(i%5-2)/100
+			nr := Cell{Broker: "none", Strategy: "batch", Baseline: true, Round: i + 1, Mode: ModeSaturated,
+				Throughput: Throughput{EventsPerS: noneLevel * wobble}}
+			kr := Cell{Broker: "kafka", Strategy: "batch", Round: i + 1, Mode: ModeSaturated,
+				Throughput: Throughput{EventsPerS: kafkaLevel * wobble}}
+			kr.Throughput.VsBaseline = kr.Throughput.EventsPerS / nr.Throughput.EventsPerS
+			none, kafka = append(none, nr), append(kafka, kr)
+		}
+		return &Run{RunID: "r", Cells: []Cell{Aggregate(none), Aggregate(kafka)}}
+	}
+	vsNone := func(c *Comparison) *Delta {
+		for i := range c.Cells {
+			for j, d := range c.Cells[i].Deltas {
+				if d.Metric == "vs none" {
+					if c.Cells[i].Broker != "kafka" {
+						t.Fatalf("a vs none row for %s", c.Cells[i].Broker)
+					}
+					return &c.Cells[i].Deltas[j]
+				}
+			}
+		}
+		t.Fatal("no vs none row")
+		return nil
+	}
+
+	// The host slowed: every cell 20% lower, the ratio the same.
+	c, err := Compare(run(100000, 60000), run(80000, 48000), CompareOptions{MaxRegression: 0.10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := vsNone(c); d.Gates || d.Change.Finding != NoChange {
+		t.Errorf("vs none: gates %v, %s; want no significant change, not gated", d.Gates, d.Change.Finding)
+	}
+	joined := strings.Join(c.Regressions, "\n")
+	if !strings.Contains(joined, "kafka/batch events/s") || !strings.Contains(joined, "vs none unchanged (60.0% → 60.0%") {
+		t.Errorf("regressions do not say the baseline moved too:\n%s", joined)
+	}
+	if out := compareText(t, c); !strings.Contains(out, "not gated: over the baseline of the same round") {
+		t.Errorf("the table lacks the vs none row:\n%s", out)
+	}
+
+	// The broker's path slowed: the ratio falls with it, and is still not
+	// what gates.
+	c, err = Compare(run(100000, 60000), run(100000, 45000), CompareOptions{MaxRegression: 0.10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := vsNone(c); d.Gates || d.Change.Finding != Regression {
+		t.Errorf("vs none: gates %v, %s; want a regression shown, not gated", d.Gates, d.Change.Finding)
+	}
+	if len(c.Regressions) != 1 || strings.Contains(c.Regressions[0], "vs none unchanged") {
+		t.Errorf("regressions %v: want kafka's events/s alone, not set down to the host", c.Regressions)
+	}
+}

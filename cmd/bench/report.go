@@ -93,7 +93,11 @@ interval, the Mann-Whitney U test's p and round counts, and a finding:
 events/s decides every cell; e2e and dedup p99 decide only cells run at a rate
 (publish_rate), because a saturated cell's latency is the time spent queueing
 in its own backlog; the lock-wait share is shown, never decides (an increase
-under one percentage point is sampling noise). A verdict that got worse (a
+under one percentage point is sampling noise). "vs none", a broker cell's
+ratio to the baseline of the same round, is shown, never decides: when
+events/s regressed and vs none did not change, the baseline slowed as much,
+and the regression says the change is in what every cell shares (the host,
+the database, the inbox SQL). A verdict that got worse (a
 correct strategy that stops passing, or a negative control no longer caught)
 is a regression. Runs of one round per cell still compare, labelled "single
 run: no noise estimate": the figures against the threshold alone.
