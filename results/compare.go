@@ -282,7 +282,15 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 			ChangeRule{Threshold: limit, HigherIsBetter: true}, true, FormatRate, b.Throughput.EventsPerS > 0, "no throughput in base"),
 	)
 	if b.Throughput.VsBaseline > 0 && n.Throughput.VsBaseline > 0 {
-		d.Deltas = append(d.Deltas, vsBaselineDelta(b, n, limit))
+		// The ratio to the baseline of the same round never gates: SQL
+		// that slows the inbox slows the baseline with it. It tells a
+		// change of the broker's path from one of the host's: on the
+		// reference machine the first of two runs a few minutes apart
+		// measured every cell, the baseline included, about 9% lower,
+		// and the ratios moved by 0.04 at most
+		// (docs/measurements-rerun.md).
+		d.Deltas = append(d.Deltas, metricDelta(vsBaselineMetric, b, n, func(c *Cell) float64 { return c.Throughput.VsBaseline },
+			ChangeRule{Threshold: limit, HigherIsBetter: true}, false, FormatShare, true, ""))
 	}
 	d.Deltas = append(d.Deltas,
 		lat("e2e p99", func(l *Latencies) Summary { return l.E2E }),
@@ -316,21 +324,8 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 	return d
 }
 
-// vsBaselineDelta compares a broker cell's ratio to the baseline cell of
-// the same round (the "vs none" column). It never gates: SQL that slows
-// the inbox slows the baseline with it and leaves the ratio alone. It is
-// there to tell a change of the broker's path from one of the host's:
-// on the reference machine the first of two runs a few minutes apart
-// measured every cell, the baseline included, about 9% lower, and the
-// ratios moved by 0.04 at most (docs/measurements-rerun.md).
-func vsBaselineDelta(b, n *Cell, limit float64) Delta {
-	d := metricDelta(vsBaselineMetric, b, n, func(c *Cell) float64 { return c.Throughput.VsBaseline },
-		ChangeRule{Threshold: limit, HigherIsBetter: true}, false, FormatShare, true, "")
-	d.Note = "not gated: over the baseline of the same round"
-	return d
-}
-
-// The metrics' names in a comparison.
+// The metrics' names in a comparison: events/s, and the ratio to the
+// baseline of the same round (the "vs none" column).
 const (
 	eventsMetric     = "events/s"
 	vsBaselineMetric = "vs none"
@@ -387,9 +382,13 @@ func metricDelta(metric string, b, n *Cell, get func(*Cell) float64, rule Change
 	}
 	d.Change = CompareRounds(b.RoundValues(get), n.RoundValues(get), rule)
 	if !gates {
-		d.Note = "not gated: queueing-dominated in a cell without a rate"
-		if metric == "lock-wait share" {
+		switch metric {
+		case "lock-wait share":
 			d.Note = "not gated"
+		case vsBaselineMetric:
+			d.Note = "not gated: over the baseline of the same round"
+		default:
+			d.Note = "not gated: queueing-dominated in a cell without a rate"
 		}
 		// "Inconclusive" asks for more rounds because the metric decides
 		// the comparison; one shown beside the gates is judged by the

@@ -37,10 +37,10 @@ const (
 // knows the rounds measured two plans rather than one statement.
 func planNotes(rounds []Cell) []string {
 	type seen struct {
-		round  int
-		meanMs float64 // per row where every round counted rows, else per call
-		perRow float64 // 0: rows not counted
-		share  float64
+		round   int
+		perCall float64 // ms
+		perRow  float64 // µs; 0: rows not counted
+		share   float64
 	}
 	var order []string
 	by := map[string][]seen{}
@@ -66,7 +66,7 @@ func planNotes(rounds []Cell) []string {
 			}
 			var perRow float64
 			if st.Rows > 0 {
-				perRow = st.TotalMs / float64(st.Rows)
+				perRow = 1000 * st.TotalMs / float64(st.Rows)
 			}
 			by[q] = append(by[q], seen{r.Round, st.MeanMs, perRow, st.TotalMs / total})
 		}
@@ -74,54 +74,43 @@ func planNotes(rounds []Cell) []string {
 	var notes []string
 	for _, q := range order {
 		s := by[q]
-		unit, format := "per call", msRange
+		// Per row where every round counted rows, else per call.
+		time, verb, unit, per := func(x seen) float64 { return x.perCall }, "%.2f", " ms", " per call"
 		if !slices.ContainsFunc(s, func(x seen) bool { return x.perRow == 0 }) {
-			unit, format = "per row", usRange
-			for i := range s {
-				s[i].meanMs = s[i].perRow
-			}
+			time, verb, unit, per = func(x seen) float64 { return x.perRow }, "%.1f", " µs", " per row"
 		}
-		fast := slices.MinFunc(s, func(a, b seen) int { return cmp.Compare(a.meanMs, b.meanMs) }).meanMs
+		fast := time(slices.MinFunc(s, func(a, b seen) int { return cmp.Compare(time(a), time(b)) }))
 		if fast <= 0 {
 			continue
 		}
 		var slow []string
-		var slowMs, others []float64
+		var slowTimes, others []float64
 		for _, x := range s {
-			if x.meanMs >= planShiftRatio*fast && x.share >= planShiftShare {
+			if time(x) >= planShiftRatio*fast && x.share >= planShiftShare {
 				slow = append(slow, fmt.Sprint(x.round))
-				slowMs = append(slowMs, x.meanMs)
+				slowTimes = append(slowTimes, time(x))
 			} else {
-				others = append(others, x.meanMs)
+				others = append(others, time(x))
 			}
 		}
 		if len(slow) == 0 || len(others) == 0 {
 			continue
 		}
-		notes = append(notes, fmt.Sprintf("round %s: the statement `%s` took %s %s, against %s in the other rounds: "+
+		notes = append(notes, fmt.Sprintf("round %s: the statement `%s` took %s, against %s in the other rounds: "+
 			"it most likely ran with another plan there, so the rounds measured two plans (docs/strategy-files.md, \"Plans that hold\")",
-			strings.Join(slow, ", "), statementHead(q), format(slowMs), unit, format(others)))
+			strings.Join(slow, ", "), statementHead(q), valueRange(slowTimes, verb)+unit+per, valueRange(others, verb)+unit))
 	}
 	return notes
 }
 
-// msRange is "0.21 ms" or "0.21-0.25 ms".
-func msRange(ms []float64) string {
-	lo, hi := fmt.Sprintf("%.2f", slices.Min(ms)), fmt.Sprintf("%.2f", slices.Max(ms))
+// valueRange is the smallest and largest of vs in the format verb:
+// "0.21" or "0.21-0.25".
+func valueRange(vs []float64, verb string) string {
+	lo, hi := fmt.Sprintf(verb, slices.Min(vs)), fmt.Sprintf(verb, slices.Max(vs))
 	if lo == hi {
-		return lo + " ms"
+		return lo
 	}
-	return lo + "-" + hi + " ms"
-}
-
-// usRange is msRange for times below a millisecond: "4.1 µs" or
-// "4.1-5.0 µs".
-func usRange(ms []float64) string {
-	lo, hi := fmt.Sprintf("%.1f", 1000*slices.Min(ms)), fmt.Sprintf("%.1f", 1000*slices.Max(ms))
-	if lo == hi {
-		return lo + " µs"
-	}
-	return lo + "-" + hi + " µs"
+	return lo + "-" + hi
 }
 
 // statementHead is a statement's first line of SQL (comments skipped),
