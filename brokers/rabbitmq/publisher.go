@@ -29,14 +29,34 @@ type pubConn struct {
 // at most window of them unconfirmed (a confirm window, like PerfTest's
 // --confirm). A collector goroutine per channel settles the confirms in
 // order.
+//
+// A hand-over writes the message itself only when no write to the queue
+// is under way; otherwise it queues the message (once it has a place in
+// the window) and returns, and the write under way, then a writer
+// goroutine, takes the queued ones in hand-over order. Writing every
+// message inside the call made callers wait for each other and for the
+// connection the queues' channels share: measured at 4,000 messages/s on
+// the local stack, a call took 6.2 ms at p99 and up to 72 ms, and every
+// message due meanwhile went out late.
 type queuePub struct {
 	b      *Broker
 	queue  string
-	window chan struct{} // a token per unconfirmed message
+	window chan struct{} // a token per message handed over and not settled
 
-	mu      sync.Mutex // one hand-over at a time: the order of the FIFO is the wire's
+	omu     sync.Mutex
+	out     []outgoing // handed over, not written yet, oldest first
+	writing bool       // a writer goroutine is emptying out
+
+	mu      sync.Mutex // held while writing: one write at a time, so the order of the FIFO is the wire's
 	cur     *confirmChan
 	dropped bool // DeleteTopic or Close: no channel any more
+}
+
+// outgoing is a message handed over to a queue and waiting for its write.
+type outgoing struct {
+	p *driverutil.Pending
+	i int
+	m *brokers.Message
 }
 
 // confirmChan is one confirm-mode channel of a queuePub and the messages
@@ -166,23 +186,77 @@ func (q *queuePub) close() {
 }
 
 // send hands msgs[i] of p to the queue: it waits for a place in the
-// window, then writes the message on the queue's confirm channel. It
-// reports false when ctx ended first (p failed the message then).
+// window, then writes the message when no write is under way, else queues
+// it for the writer. It reports false when ctx ended first (p failed the
+// message then).
 func (q *queuePub) send(ctx context.Context, p *driverutil.Pending, i int, m *brokers.Message) bool {
 	select {
 	case q.window <- struct{}{}:
 	case <-ctx.Done():
 		return false
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	cc, err := q.channel()
-	if err != nil {
-		p.SettleInCall(i, err)
-		<-q.window
+	o := outgoing{p: p, i: i, m: m}
+	q.omu.Lock()
+	if q.writing {
+		// A write is under way: the writer takes this one after it.
+		q.out = append(q.out, o)
+		q.omu.Unlock()
 		return true
 	}
-	e := &entry{p: p, i: i, id: m.ID, deadline: time.Now().Add(q.b.confirmTimeout)}
+	q.writing = true
+	q.omu.Unlock()
+	// Nobody writes: write it here, and leave what was handed over
+	// meanwhile to a writer goroutine.
+	q.writeOne(o)
+	q.omu.Lock()
+	if len(q.out) == 0 {
+		q.writing = false
+		q.omu.Unlock()
+		return true
+	}
+	q.omu.Unlock()
+	go q.write()
+	return true
+}
+
+// write writes what was handed over, oldest first, until nothing is
+// left; send starts it when none runs.
+func (q *queuePub) write() {
+	var batch []outgoing
+	for {
+		q.omu.Lock()
+		batch, q.out = q.out, batch[:0]
+		if len(batch) == 0 {
+			q.writing = false
+			q.omu.Unlock()
+			return
+		}
+		q.omu.Unlock()
+		for k := range batch {
+			q.writeOne(batch[k])
+			batch[k] = outgoing{}
+		}
+	}
+}
+
+// writeOne writes o on the queue's confirm channel, opening one when
+// needed; the channel's collector settles it. A message whose call has
+// already ended (its ctx did) is not written.
+func (q *queuePub) writeOne(o outgoing) {
+	if o.p.Done() {
+		<-q.window
+		return
+	}
+	q.mu.Lock()
+	cc, err := q.channel()
+	if err != nil {
+		q.mu.Unlock()
+		o.p.Settle(o.i, err)
+		<-q.window
+		return
+	}
+	m := o.m
+	e := &entry{p: o.p, i: o.i, id: m.ID, deadline: time.Now().Add(q.b.confirmTimeout)}
 	cc.push(e)
 	h := amqp.Table{HeaderKey: m.Key, HeaderSent: strconv.FormatInt(time.Now().UnixNano(), 10)}
 	for k, v := range m.Headers {
@@ -199,7 +273,7 @@ func (q *queuePub) send(ctx context.Context, p *driverutil.Pending, i int, m *br
 		err = fmt.Errorf("rabbitmq: publish %s to %s: %w", m.ID, q.queue, err)
 	}
 	cc.written(e, dc, err)
-	return true
+	q.mu.Unlock()
 }
 
 func (cc *confirmChan) push(e *entry) {

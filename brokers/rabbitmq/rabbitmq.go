@@ -13,10 +13,12 @@
 //
 // Publishing: each shard queue has a confirm-mode channel of its own, so a
 // queue's messages reach it in hand-over order whichever goroutine calls.
-// PublishAsync writes each message on its queue's channel, blocking while
-// OptPublishWindow of that queue's messages are unconfirmed (a confirm
-// window, as PerfTest's --confirm); a collector goroutine per channel
-// settles the confirms as they come, in publish order, matches each
+// PublishAsync writes each message on its queue's channel, or queues it
+// behind the write under way there (so a caller never waits for another's
+// write), blocking only while OptPublishWindow of that queue's messages
+// are unconfirmed (a confirm window, as PerfTest's --confirm); a
+// collector goroutine per channel settles the confirms as they come, in
+// publish order, matches each
 // basic.return to its message (by message id, oldest first: the broker
 // sends a return before the message's ack), and enforces
 // OptConfirmTimeout on the oldest unconfirmed message: past it the
@@ -451,9 +453,10 @@ func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Messa
 }
 
 // PublishAsync implements brokers.AsyncPublisher: each message is written
-// on its shard queue's confirm channel, blocking while OptPublishWindow of
-// that queue's messages are unconfirmed; the channel's collector settles
-// them (and runs done) as the confirms come, in order.
+// on its shard queue's confirm channel, or queued behind the write under
+// way there, blocking while OptPublishWindow of that queue's messages are
+// unconfirmed; the channel's collector settles them (and runs done) as
+// the confirms come, in order.
 func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
 	p := b.calls.Start(ctx, Name, topic, msgs, done)
 	if p == nil {
