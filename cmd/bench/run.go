@@ -92,6 +92,7 @@ check; negative controls (broken-*) are expected to fail.`,
 				return err
 			}
 			o.Output.Durability = serverDurability(c.Context(), cfg)
+			warnDisk(cfg)
 			if fl.cpuProfile != "" {
 				stop, err := startCPUProfile(fl.cpuProfile)
 				if err != nil {
@@ -115,6 +116,16 @@ check; negative controls (broken-*) are expected to fail.`,
 	}
 	fl.register(cmd.Flags())
 	return cmd
+}
+
+// warnDisk warns on stderr when the disk of the local stack is too full
+// for a run (compose.DiskNote); a stack elsewhere is not looked at.
+func warnDisk(cfg *config.Config) {
+	if dir, err := compose.AbsDir(cfg.StackDir); err == nil {
+		if n := compose.DiskNote(dir); n != "" {
+			fmt.Fprintln(os.Stderr, "warning: "+n)
+		}
+	}
 }
 
 // runFlags are the flags of 'bench run'.

@@ -93,7 +93,13 @@ running service whose settings differ under the new profile is restarted.`,
 				return usageError{err}
 			}
 			e.Durability = durability
-			return compose.Up(c.Context(), e, svcs)
+			if err := compose.Up(c.Context(), e, svcs); err != nil {
+				return err
+			}
+			if n := compose.DiskNote(e.Dir); n != "" {
+				fmt.Fprintln(c.ErrOrStderr(), "warning: "+n)
+			}
+			return nil
 		},
 	}
 	up.Flags().StringVar(&durability, "durability", "", "durability profile: stock, fsync or os (default: keep each service's; stock for a new one)")
