@@ -140,6 +140,11 @@ func TestParsersRejectForeignOutput(t *testing.T) {
 	if _, err := ParseRocketMQConsumer(unfinished); err == nil || !strings.Contains(err.Error(), "did not finish") {
 		t.Errorf("unfinished drain: got %v", err)
 	}
+	// A consumer that received nothing says so, not that it did not finish.
+	idle := strings.Repeat(strings.Replace(unfinished, "Consume TPS: 78", "Consume TPS: 0", 1), 3)
+	if _, err := ParseRocketMQConsumer(idle); err == nil || !strings.Contains(err.Error(), "received nothing in 3 report lines") {
+		t.Errorf("a consumer that received nothing: got %v", err)
+	}
 }
 
 func second[T any](_ T, err error) error { return err }
