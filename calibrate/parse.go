@@ -413,9 +413,7 @@ func ParseRocketMQConsumer(out string) (Figure, error) {
 	}
 	last := len(tps) - 1
 	if !anyPositive(tps) {
-		// Seen when the broker's disk was nearly full: it cleaned its
-		// commit log at once, whatever the files' age.
-		return Figure{}, fmt.Errorf("RocketMQ benchmark Consumer: received nothing in %d report lines: the topic's messages were gone before it read them; a broker whose disk is nearly full deletes commit-log files whatever their age (its store.log says \"mark disk full\" and \"cleanAtOnce: true\"): free disk space and run again", len(tps))
+		return Figure{}, fmt.Errorf("RocketMQ benchmark Consumer: received nothing in %d report lines; seen when the broker had marked its disk full (its store.log says \"mark disk full\", and it cleans its commit log at once): free disk space and run again", len(tps))
 	}
 	if tps[last] != 0 {
 		return Figure{}, fmt.Errorf("RocketMQ benchmark Consumer: the drain did not finish within the output (%d report lines, last TPS %.0f): per-second counts need the window to fall back to 0", len(tps), tps[last])

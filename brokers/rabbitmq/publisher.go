@@ -45,7 +45,7 @@ type queuePub struct {
 
 	omu     sync.Mutex
 	out     []outgoing // handed over, not written yet, oldest first
-	writing bool       // a writer goroutine is emptying out
+	writing bool       // a write is under way: a caller's, or the writer goroutine emptying out
 
 	mu      sync.Mutex // held while writing: one write at a time, so the order of the FIFO is the wire's
 	cur     *confirmChan
@@ -207,7 +207,7 @@ func (q *queuePub) send(ctx context.Context, p *driverutil.Pending, i int, m *br
 	q.omu.Unlock()
 	// Nobody writes: write it here, and leave what was handed over
 	// meanwhile to a writer goroutine.
-	q.writeOne(o)
+	q.writeOne(o, true)
 	q.omu.Lock()
 	if len(q.out) == 0 {
 		q.writing = false
@@ -233,7 +233,7 @@ func (q *queuePub) write() {
 		}
 		q.omu.Unlock()
 		for k := range batch {
-			q.writeOne(batch[k])
+			q.writeOne(batch[k], false)
 			batch[k] = outgoing{}
 		}
 	}
@@ -241,8 +241,10 @@ func (q *queuePub) write() {
 
 // writeOne writes o on the queue's confirm channel, opening one when
 // needed; the channel's collector settles it. A message whose call has
-// already ended (its ctx did) is not written.
-func (q *queuePub) writeOne(o outgoing) {
+// already ended (its ctx did) is not written. inCall says that the
+// goroutine that called PublishAsync writes: a failure is then settled
+// with SettleInCall, so that done never runs on it.
+func (q *queuePub) writeOne(o outgoing, inCall bool) {
 	if o.p.Done() {
 		<-q.window
 		return
@@ -251,7 +253,11 @@ func (q *queuePub) writeOne(o outgoing) {
 	cc, err := q.channel()
 	if err != nil {
 		q.mu.Unlock()
-		o.p.Settle(o.i, err)
+		if inCall {
+			o.p.SettleInCall(o.i, err)
+		} else {
+			o.p.Settle(o.i, err)
+		}
 		<-q.window
 		return
 	}
