@@ -36,6 +36,6 @@ func diskNote(dir string, total, avail uint64) string {
 	if used < diskWarnUsed && avail >= diskWarnFree {
 		return ""
 	}
-	return fmt.Sprintf("the disk holding %s has %.1f GB free (%.0f%% used, as RocketMQ counts it): RocketMQ deletes its commit log at 85%% and refuses messages at 90%%, and one `make bench` writes 16–18 GB there; free space first (`bench stack down --wipe` deletes every run's data)",
+	return fmt.Sprintf("the disk holding %s has %.1f GB free (%.0f%% used, as RocketMQ counts it): one `make bench` writes 16–18 GB there, and RocketMQ deletes its commit log at 85%% used and refuses messages at 90%%; free space first (`bench stack down --wipe` deletes every run's data)",
 		dir, float64(avail)/1e9, 100*used)
 }
