@@ -152,7 +152,8 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.workload, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
 	f.StringVar(&fl.strategies, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
-	f.IntVar(&fl.warmupRounds, "warmup-rounds", -1, "run every cell this many times first, interleaved like the rounds, and keep nothing of them unless a cell fails its checks: a freshly started JVM broker keeps getting faster for minutes (default: the workload's warmup_rounds; none for a rate search)")
+	fl.warmupRounds = -1
+	f.Var(unsetOr[int]{&fl.warmupRounds, strconv.Atoi}, "warmup-rounds", "run every cell this many times first, interleaved like the rounds, and keep nothing of them unless a cell fails its checks: a freshly started JVM broker keeps getting faster for minutes (default: the workload's warmup_rounds; none for a rate search)")
 	f.IntVar(&fl.rounds, "rounds", 0, "measure every cell this many times, interleaved (odd rounds in order, even ones reversed), and report medians with their confidence intervals (default: the workload's rounds, else 1)")
 	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&fl.runID, "run-id", "", "name of the run: its directory, schemas and topics (default: UTC timestamp); a used one is refused")
@@ -181,7 +182,8 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.BoolVar(&fl.partitioned, "partitioned-inbox", false, "use the inbox partitioned by event time (retention drops partitions; see 'bench inbox migrate --help')")
 	f.DurationVar(&fl.partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
 	f.StringVar(&fl.externalURL, "external-url", "", "the external service that external strategies call, started with 'bench external serve' (default: one in this process on a loopback port, which workers on other machines cannot reach)")
-	f.DurationVar(&fl.externalDelay, "external-delay", -1, "the external service's time per call, instead of the workload's external.delay")
+	fl.externalDelay = -1
+	f.Var(unsetOr[time.Duration]{&fl.externalDelay, time.ParseDuration}, "external-delay", "the external service's time per call, instead of the workload's external.delay")
 }
 
 // options turns the flags into runner options; what they name is read
@@ -434,3 +436,38 @@ func (n *numbers) Set(v string) error {
 }
 
 func (n *numbers) Type() string { return "numbers" }
+
+// unsetOr is a flag of a count or a duration whose default is taken from
+// elsewhere (the workload): unset it holds -1 and prints nothing, so
+// --help shows no "(default -1)"; a negative value is refused.
+type unsetOr[T int | time.Duration] struct {
+	v     *T
+	parse func(string) (T, error)
+}
+
+func (u unsetOr[T]) String() string {
+	if u.v == nil || *u.v < 0 {
+		return ""
+	}
+	return fmt.Sprint(*u.v)
+}
+
+func (u unsetOr[T]) Set(s string) error {
+	x, err := u.parse(s)
+	if err != nil {
+		return err
+	}
+	if x < 0 {
+		return fmt.Errorf("%s is negative", s)
+	}
+	*u.v = x
+	return nil
+}
+
+func (u unsetOr[T]) Type() string {
+	var zero T
+	if _, ok := any(zero).(time.Duration); ok {
+		return "duration"
+	}
+	return "int"
+}
