@@ -119,7 +119,8 @@ check; negative controls (broken-*) are expected to fail.`,
 }
 
 // warnDisk warns on stderr when the disk of the local stack is too full
-// for a run (compose.DiskNote); a stack elsewhere is not looked at.
+// for a run (compose.DiskNote); a stack elsewhere is not looked at. Used
+// by 'bench run' and 'bench stack up'.
 func warnDisk(cfg *config.Config) {
 	if dir, err := compose.AbsDir(cfg.StackDir); err == nil {
 		if n := compose.DiskNote(dir); n != "" {
@@ -153,7 +154,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
 	f.StringVar(&fl.strategies, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
 	fl.warmupRounds = -1
-	f.Var(unsetOr[int]{&fl.warmupRounds, strconv.Atoi}, "warmup-rounds", "run every cell this many times first, interleaved like the rounds, and keep nothing of them unless a cell fails its checks: a freshly started JVM broker keeps getting faster for minutes (default: the workload's warmup_rounds; none for a rate search)")
+	f.Var(unsetOr[int]{&fl.warmupRounds, strconv.Atoi, "int"}, "warmup-rounds", "run every cell this many times first, interleaved like the rounds, and keep nothing of them unless a cell fails its checks: a freshly started JVM broker keeps getting faster for minutes (default: the workload's warmup_rounds; none for a rate search)")
 	f.IntVar(&fl.rounds, "rounds", 0, "measure every cell this many times, interleaved (odd rounds in order, even ones reversed), and report medians with their confidence intervals (default: the workload's rounds, else 1)")
 	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&fl.runID, "run-id", "", "name of the run: its directory, schemas and topics (default: UTC timestamp); a used one is refused")
@@ -183,7 +184,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.DurationVar(&fl.partitionInterval, "partition-interval", 24*time.Hour, "event-time range of one inbox partition, with --partitioned-inbox")
 	f.StringVar(&fl.externalURL, "external-url", "", "the external service that external strategies call, started with 'bench external serve' (default: one in this process on a loopback port, which workers on other machines cannot reach)")
 	fl.externalDelay = -1
-	f.Var(unsetOr[time.Duration]{&fl.externalDelay, time.ParseDuration}, "external-delay", "the external service's time per call, instead of the workload's external.delay")
+	f.Var(unsetOr[time.Duration]{&fl.externalDelay, time.ParseDuration, "duration"}, "external-delay", "the external service's time per call, instead of the workload's external.delay")
 }
 
 // options turns the flags into runner options; what they name is read
@@ -443,6 +444,7 @@ func (n *numbers) Type() string { return "numbers" }
 type unsetOr[T int | time.Duration] struct {
 	v     *T
 	parse func(string) (T, error)
+	typ   string // what --help calls the value
 }
 
 func (u unsetOr[T]) String() string {
@@ -464,10 +466,4 @@ func (u unsetOr[T]) Set(s string) error {
 	return nil
 }
 
-func (u unsetOr[T]) Type() string {
-	var zero T
-	if _, ok := any(zero).(time.Duration); ok {
-		return "duration"
-	}
-	return "int"
-}
+func (u unsetOr[T]) Type() string { return u.typ }

@@ -96,9 +96,7 @@ running service whose settings differ under the new profile is restarted.`,
 			if err := compose.Up(c.Context(), e, svcs); err != nil {
 				return err
 			}
-			if n := compose.DiskNote(e.Dir); n != "" {
-				fmt.Fprintln(c.ErrOrStderr(), "warning: "+n)
-			}
+			warnDisk(r.cfg)
 			return nil
 		},
 	}
