@@ -16,7 +16,7 @@ import (
 // command's file and the tested file come from the same code.
 func Result(runID string, started time.Time, rows []results.ConformRow, servers map[string]string, args, notes []string) *results.Conformance {
 	env := runner.HostEnv(servers)
-	env.CommandArg, env.Notes = config.RedactArgs(args), notes
+	env.CommandArg, env.Notes = config.RedactArgs(args), append(env.Notes, notes...)
 	return &results.Conformance{SchemaVersion: results.SchemaVersion, RunID: runID, StartedAt: started,
 		FinishedAt: time.Now().UTC(), Env: env, Rows: rows, Summary: results.Summarize(rows)}
 }

@@ -29,7 +29,25 @@ func HostEnv(servers map[string]string) results.Env {
 		}
 	}
 	e.Hostname, _ = os.Hostname()
+	if b, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled"); err == nil {
+		if n := autogroupNote(string(b)); n != "" {
+			e.Notes = append(e.Notes, n)
+		}
+	}
 	return e
+}
+
+// autogroupNote says what the kernel's autogroup setting (the contents of
+// /proc/sys/kernel/sched_autogroup_enabled) means for the figures, or ""
+// when it is off: the kernel then shares the CPU between sessions before
+// threads, and each PostgreSQL backend is a session of its own, so on a
+// host shared with the servers the harness's publisher waits behind them
+// (docs/measurements.md, "Whose CPU the wait is").
+func autogroupNote(setting string) string {
+	if strings.TrimSpace(setting) != "1" {
+		return ""
+	}
+	return "kernel.sched_autogroup_enabled=1: the kernel shares CPU between sessions first, and every PostgreSQL backend is a session, weighing as much as the whole bench process; on a host shared with the servers the publisher's lag and every latency include that wait (docs/measurements.md, \"Whose CPU the wait is\")"
 }
 
 // clientVersions reads the client libraries' versions from the build:
