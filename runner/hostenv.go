@@ -39,10 +39,10 @@ func HostEnv(servers map[string]string) results.Env {
 
 // autogroupNote says what the kernel's autogroup setting (the contents of
 // /proc/sys/kernel/sched_autogroup_enabled) means for the figures, or ""
-// when it is off: the kernel then shares the CPU between sessions before
-// threads, and each PostgreSQL backend is a session of its own, so on a
-// host shared with the servers the harness's publisher waits behind them
-// (docs/measurements.md, "Whose CPU the wait is").
+// when it is off. When it is on, the kernel shares the CPU between
+// sessions before threads, and each PostgreSQL backend is a session of its
+// own, so on a host shared with the servers the harness's publisher waits
+// behind them (docs/measurements.md, "Whose CPU the wait is").
 func autogroupNote(setting string) string {
 	if strings.TrimSpace(setting) != "1" {
 		return ""
