@@ -91,13 +91,12 @@ func restartStragglers(t testing.TB, c compose.Cluster, e *compose.Env, why erro
 		}
 		started = true
 		t.Logf("%s has not rejoined for 30 s (%s; %v): starting it again", s.Name, cmp.Or(s.Role, s.Detail), why)
+		sctx, scancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		if stalled {
-			_ = s.Signal(syscall.SIGKILL)
-			for i := 0; i < 50 && s.Proc.Running(); i++ {
-				time.Sleep(100 * time.Millisecond)
+			if err := s.Proc.Kill(sctx, 0); err != nil { // returns once it is gone
+				t.Logf("stop %s: %v", s.Name, err)
 			}
 		}
-		sctx, scancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		if err := c.StartNode(sctx, e, s.Name); err != nil {
 			t.Logf("start %s again: %v", s.Name, err)
 		}
