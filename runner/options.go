@@ -50,6 +50,9 @@ type Options struct {
 	// was used before is refused unless Replace drops what it left.
 	RunID   string
 	Replace bool
+	// KeepData keeps the schemas and topics of the cells that passed; by
+	// default they are dropped once result.json is written (forget.go).
+	KeepData bool
 	// Rounds measures every cell this many times (zero: the workload's
 	// rounds, else once; once for a rate search), interleaved: all cells once per round, in the
 	// given order on odd rounds and the reverse on even ones, so that a

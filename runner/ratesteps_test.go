@@ -22,7 +22,7 @@ func TestRateSearchThroughTheBaseline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"batch"},
-		Output: Output{Dir: t.TempDir()}, RunID: runID("r"), Measure: Measure{Latency: true, Audit: true}, Limits: Limits{Stall: 20 * time.Second},
+		Output: Output{Dir: t.TempDir()}, RunID: runID("r"), KeepData: true, Measure: Measure{Latency: true, Audit: true}, Limits: Limits{Stall: 20 * time.Second},
 		Search: &RateSearch{Step: 1500 * time.Millisecond, StartRate: 200, MaxSteps: 5, Fractions: []float64{0.5}}})
 	if err != nil {
 		t.Fatal(err)

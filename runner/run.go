@@ -82,6 +82,7 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		}
 	}
 	byCell := map[cellKey][]results.Cell{}
+	var passed []results.Cell
 	// Warm-up rounds are numbered 1-W … 0 and run first; round 1 then
 	// keeps the given order.
 	for r := 1 - o.WarmupRounds; r <= o.Rounds && ctx.Err() == nil; r++ {
@@ -100,6 +101,9 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 			}
 			fmt.Fprintf(o.Console.Progress, "%s%-15s %-26s %s  %s events/s  e2e p99 %s%s  %s\n", roundLabel(o, r), k.broker, k.strategy, c.Invariants.Verdict,
 				results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), steadyText(c.Window), strings.TrimSpace(results.AnomalyLine(c)))
+			if c.Invariants.Verdict == results.VerdictPass {
+				passed = append(passed, c)
+			}
 			if r <= 0 {
 				if c.Invariants.Verdict == results.VerdictPass {
 					continue // warmed up; nothing of it is kept
@@ -122,14 +126,23 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 	noteAboveBaseline(run.Cells)
 	run.FinishedAt = time.Now().UTC()
 	citeCalibration(run, o.Output.Dir)
-	if o.Output.NoWrite {
-		return run, "", ctx.Err()
+	dir := ""
+	if !o.Output.NoWrite {
+		dir = filepath.Join(o.Output.Dir, o.RunID)
+		if _, err := run.Write(dir); err != nil {
+			return run, dir, fmt.Errorf("write result: %w", err)
+		}
 	}
-	dir := filepath.Join(o.Output.Dir, o.RunID)
-	if _, err := run.Write(dir); err != nil {
-		return run, dir, fmt.Errorf("write result: %w", err)
+	if ctx.Err() != nil {
+		return run, dir, ctx.Err()
 	}
-	return run, dir, ctx.Err()
+	if err := forgetPassed(ctx, &o, passed); err != nil {
+		// The result stands; what is left costs disk, not figures.
+		fmt.Fprintf(o.Console.Progress, "run %s: could not drop the passed cells' schemas and topics (they stay until a run with --run-id %s --replace): %v\n", o.RunID, o.RunID, err)
+	} else if !o.KeepData && len(passed) > 0 {
+		fmt.Fprintf(o.Console.Progress, "run %s: dropped the schemas and topics of the %d passed cell round(s); the others keep theirs (--keep-data keeps all)\n", o.RunID, len(passed))
+	}
+	return run, dir, nil
 }
 
 // noteAboveBaseline explains, on a rate-search cell whose maximum

@@ -14,6 +14,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/results"
 )
 
 // A run id names a new run: its results directory, its cells' schemas,
@@ -43,9 +44,7 @@ func leftovers(ctx context.Context, o *Options, db inbox.DB) (dir string, schema
 			dir = d
 		}
 	}
-	// Cell ids (cellID) start so; a long one keeps its first 51 bytes.
-	prefix := unsafeIdent.ReplaceAllString(strings.ToLower("ib_"+o.RunID+"_"), "_")
-	prefix = prefix[:min(len(prefix), 51)]
+	prefix := identPrefix("ib_" + o.RunID + "_")
 	rows, err := db.Query(ctx, "SELECT nspname FROM pg_namespace WHERE left(nspname, length($1)) = $1 ORDER BY nspname", prefix)
 	if err != nil {
 		return "", nil, fmt.Errorf("postgres: look for schemas of run %s: %w", o.RunID, err)
@@ -55,6 +54,13 @@ func leftovers(ctx context.Context, o *Options, db inbox.DB) (dir string, schema
 		return "", nil, fmt.Errorf("postgres: look for schemas of run %s: %w", o.RunID, err)
 	}
 	return dir, schemas, nil
+}
+
+// identPrefix is what the ids of cells (cellID) that start with p start
+// with: a long id keeps its first 51 bytes.
+func identPrefix(p string) string {
+	p = unsafeIdent.ReplaceAllString(strings.ToLower(p), "_")
+	return p[:min(len(p), 51)]
 }
 
 // claimRunID refuses a run id that was used, or with o.Replace drops what
@@ -84,7 +90,22 @@ func claimRunID(ctx context.Context, o *Options, db inbox.DB) error {
 			return fmt.Errorf("replace run %s: %w", o.RunID, err)
 		}
 	}
-	if err := deleteTopics(ctx, o); err != nil {
+	// A cell's topic is named after its schema, which names its round; a
+	// cell that failed before creating its schema may still have a topic
+	// under its plain id.
+	byBroker := map[string][]string{}
+	for _, b := range o.Brokers {
+		for _, s := range cellStrategies(*o) {
+			byBroker[b] = append(byBroker[b], cellID(o.RunID, b, s))
+		}
+		mine := identPrefix("ib_" + o.RunID + "_" + b + "_")
+		for _, s := range schemas {
+			if strings.HasPrefix(s, mine) {
+				byBroker[b] = append(byBroker[b], s)
+			}
+		}
+	}
+	if err := deleteTopics(ctx, o, byBroker); err != nil {
 		return fmt.Errorf("replace run %s: %w", o.RunID, err)
 	}
 	if err := forgetRun(ctx, db, o.RunID); err != nil {
@@ -99,17 +120,20 @@ func claimRunID(ctx context.Context, o *Options, db inbox.DB) error {
 	return nil
 }
 
-// deleteTopics removes the topics the run's cells will use, from every
-// driver that can.
-func deleteTopics(ctx context.Context, o *Options) error {
+// deleteTopics removes the topics of the given cell ids (and their
+// dead-letter destinations), broker by broker, from every driver that can.
+func deleteTopics(ctx context.Context, o *Options, byBroker map[string][]string) error {
 	for _, b := range o.Brokers {
+		if len(byBroker[b]) == 0 {
+			continue
+		}
 		br, err := brokers.Open(ctx, b, o.Cfg, nil)
 		if err != nil {
 			return fmt.Errorf("%s: %w", b, err)
 		}
 		if d, ok := br.(brokers.TopicDeleter); ok {
-			for _, s := range cellStrategies(*o) {
-				c := cell{id: cellID(o.RunID, b, s)}
+			for _, id := range byBroker[b] {
+				c := cell{id: id}
 				if err := d.DeleteTopic(ctx, c.topic()); err != nil {
 					br.Close()
 					return fmt.Errorf("%s: delete topic %s: %w", b, c.topic(), err)
@@ -119,6 +143,30 @@ func deleteTopics(ctx context.Context, o *Options) error {
 		br.Close()
 	}
 	return nil
+}
+
+// forgetPassed drops the schemas and topics of the rounds that passed,
+// warm-up rounds included, once the run's result is written: their rows
+// proved what they had to, and a make bench leaves 16-18 GB of them, run
+// after run, until the disk fills and a broker starts deleting unread
+// data. The cells that did not pass keep theirs, for reading.
+func forgetPassed(ctx context.Context, o *Options, passed []results.Cell) error {
+	if o.KeepData || len(passed) == 0 {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, o.Cfg.PGURL)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	byBroker := map[string][]string{}
+	for _, c := range passed {
+		if err := inbox.DropSchema(ctx, conn, c.Schema); err != nil {
+			return err
+		}
+		byBroker[c.Broker] = append(byBroker[c.Broker], c.Schema)
+	}
+	return deleteTopics(ctx, o, byBroker)
 }
 
 // forgetRun removes a run's worker control rows, if there are any.

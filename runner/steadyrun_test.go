@@ -3,10 +3,14 @@ package runner
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
@@ -78,7 +82,9 @@ faults:
 
 // TestWarmupRoundsAreNotKept: a warm-up round runs every cell first and
 // keeps nothing of a cell that passed it; a cell that failed its checks
-// there is kept, as round 0, so that the failure is not lost.
+// there is kept, as round 0, so that the failure is not lost. Once the
+// result is written, the schemas of the rounds that passed, the warm-up's
+// among them, are dropped and those of the failed rounds stay.
 func TestWarmupRoundsAreNotKept(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres)
 	spec, err := workload.Parse([]byte(`
@@ -102,8 +108,9 @@ faults:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	id := fmt.Sprintf("wu%d", time.Now().UnixNano()%1e9)
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"batch", "broken-no-version"},
-		WarmupRounds: -1, Output: Output{Dir: t.TempDir()}, RunID: fmt.Sprintf("wu%d", time.Now().UnixNano()%1e9),
+		WarmupRounds: -1, Output: Output{Dir: t.TempDir()}, RunID: id,
 		Measure: Measure{Latency: true, Audit: true}, Limits: Limits{Stall: 20 * time.Second}})
 	if err != nil {
 		t.Fatalf("run: %v", err)
@@ -120,5 +127,22 @@ faults:
 	}
 	if n := broken.Rounds[0].Notes; len(n) == 0 || !strings.Contains(n[len(n)-1], "warm-up") {
 		t.Errorf("the kept warm-up cell does not say so: %q", n)
+	}
+	conn, err := pgx.Connect(ctx, cfg.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_, left, err := leftovers(ctx, &Options{RunID: id, Output: Output{NoWrite: true}}, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range left {
+		defer inbox.DropSchema(context.Background(), conn, s)
+	}
+	want := []string{broken.Rounds[0].Schema, broken.Rounds[1].Schema}
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Errorf("schemas left by the run: %v, want the failed rounds' %v", left, want)
 	}
 }

@@ -140,7 +140,7 @@ type runFlags struct {
 	search                                    runner.RateSearch
 	files                                     []string
 	workers, remoteWorkers                    int
-	partitioned, replace                      bool
+	partitioned, replace, keepData            bool
 	cpuProfile                                string
 	partitionInterval                         time.Duration
 	externalURL                               string
@@ -159,6 +159,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&fl.runID, "run-id", "", "name of the run: its directory, schemas and topics (default: UTC timestamp); a used one is refused")
 	f.BoolVar(&fl.replace, "replace", false, "reuse --run-id: drop the schemas, topics and results an earlier run of it left, first")
+	f.BoolVar(&fl.keepData, "keep-data", false, "keep the schemas and topics of the cells that passed (by default they are dropped once result.json is written; those of cells that did not pass always stay, for reading)")
 	f.BoolVar(&fl.noMeasure, "no-measure", false, "record no latency histograms (to measure what measuring costs)")
 	f.BoolVar(&fl.noAudit, "no-audit", false, "do not install the audit trigger the checker uses to see version transitions (the verdict then rests on final state and inbox rows only); the same as --audit off")
 	f.StringVar(&fl.audit, "audit", string(inbox.AuditAuto), "how the audit log is captured: auto (wal where the server allows it, else statement; logged when the workload fails PostgreSQL over), wal (decoded from the write-ahead log after the cell: wal_level=logical, a role with REPLICATION), statement (a statement trigger into an unlogged table), row (a row trigger, for comparison), logged (the statement trigger into a logged table, which survives a failover), or off (the same as --no-audit)")
@@ -191,7 +192,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 // here (the workload, strategy files), what they mean is checked by
 // runner.Options.Validate.
 func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
-	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace, Rounds: fl.rounds, WarmupRounds: fl.warmupRounds,
+	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace, KeepData: fl.keepData, Rounds: fl.rounds, WarmupRounds: fl.warmupRounds,
 		Output:   runner.Output{Dir: fl.out, Args: os.Args},
 		Measure:  runner.Measure{Latency: !fl.noMeasure, Audit: !fl.noAudit},
 		Limits:   runner.Limits{Stall: fl.stall, Quiet: fl.quiet, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},
