@@ -377,6 +377,9 @@ func (c *RocketMQBrokerGroup) NodeStatus(ctx context.Context, e *Env) []NodeStat
 			out[i].Role += ", in sync"
 		default:
 			out[i].Role += ", not in sync"
+			if out[i].Role != "master, not in sync" {
+				out[i].Detail = "out of the SyncStateSet: a slave catches up within seconds of a restart; one still out after minutes has stalled (restart the group: 'bench stack down --topology replicated rocketmq', then 'up')"
+			}
 		}
 	}
 	return out
