@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/results/render"
@@ -26,8 +28,9 @@ func TestRunIDCharacters(t *testing.T) {
 }
 
 // TestUsedRunIDIsRefused: a second run with the same id would judge the
-// first run's rows; it is refused naming what exists, and --replace runs
-// it on fresh schemas and topics.
+// first run's rows (kept here with KeepData); it is refused naming what
+// exists, and --replace runs it on fresh schemas and topics, which it
+// drops at its end as its cells passed.
 func TestUsedRunIDIsRefused(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ)
 	spec, err := workload.Parse([]byte("name: rerun\nseed: 4\naggregates: 5\nevents: 100\nconsumers: 1\nshards: 2\n"))
@@ -41,7 +44,7 @@ func TestUsedRunIDIsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for i, replace := range []bool{false, false, true} {
-		o.Replace = replace
+		o.Replace, o.KeepData = replace, !replace
 		run, _, err := Run(ctx, o)
 		switch {
 		case i == 1:
@@ -60,6 +63,14 @@ func TestUsedRunIDIsRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, id, "result.json")); err != nil {
 		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, cfg.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, left, err := leftovers(ctx, &Options{RunID: id, Output: Output{NoWrite: true}}, conn); err != nil || len(left) > 0 {
+		t.Errorf("schemas left by the replacing run, whose cells passed: %v (%v)", left, err)
 	}
 }
 
