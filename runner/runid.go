@@ -147,9 +147,9 @@ func deleteTopics(ctx context.Context, o *Options, byBroker map[string][]string)
 
 // forgetPassed drops the schemas and topics of the rounds that passed,
 // warm-up rounds included, once the run's result is written: their rows
-// proved what they had to, and a make bench leaves 16-18 GB of them, run
-// after run, until the disk fills and a broker starts deleting unread
-// data. The cells that did not pass keep theirs, for reading.
+// proved what they had to, and kept, a make bench's 16-18 GB added up run
+// after run until the disk filled and a broker deleted unread data. The
+// cells that did not pass keep theirs, for reading.
 func forgetPassed(ctx context.Context, o *Options, passed []results.Cell) error {
 	if o.KeepData || len(passed) == 0 {
 		return nil
