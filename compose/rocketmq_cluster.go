@@ -376,10 +376,10 @@ func (c *RocketMQBrokerGroup) NodeStatus(ctx context.Context, e *Env) []NodeStat
 		case slices.Contains(sync.InSync, n.Addr):
 			out[i].Role += ", in sync"
 		default:
-			out[i].Role += ", not in sync"
-			if out[i].Role != "master, not in sync" {
+			if out[i].Role == "slave" {
 				out[i].Detail = "out of the SyncStateSet: a slave catches up within seconds of a restart; one still out after minutes has stalled (restart the group: 'bench stack down --topology replicated rocketmq', then 'up')"
 			}
+			out[i].Role += ", not in sync"
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package dbcalib
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -377,6 +378,13 @@ func (c *calibration) none(ctx context.Context, spec workload.Spec, st string, e
 	if stop != nil {
 		if cw, cerr := stop(spec.Warmup.D()); cerr == nil {
 			cpu = &cw
+		}
+	}
+	if run != nil {
+		for _, cell := range run.Cells {
+			if derr := inbox.DropSchema(context.WithoutCancel(ctx), c.pool, cell.Schema); derr != nil {
+				err = errors.Join(err, derr)
+			}
 		}
 	}
 	if err != nil {

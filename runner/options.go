@@ -51,7 +51,7 @@ type Options struct {
 	RunID   string
 	Replace bool
 	// KeepData keeps the schemas and topics of the cells that passed; by
-	// default they are dropped once result.json is written (forget.go).
+	// default a run that writes result.json drops them then (runid.go).
 	KeepData bool
 	// Rounds measures every cell this many times (zero: the workload's
 	// rounds, else once; once for a rate search), interleaved: all cells once per round, in the

@@ -139,7 +139,7 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 	if err := forgetPassed(ctx, &o, passed); err != nil {
 		// The result stands; what is left costs disk, not figures.
 		fmt.Fprintf(o.Console.Progress, "run %s: could not drop the passed cells' schemas and topics (they stay until a run with --run-id %s --replace): %v\n", o.RunID, o.RunID, err)
-	} else if !o.KeepData && len(passed) > 0 {
+	} else if !o.KeepData && !o.Output.NoWrite && len(passed) > 0 {
 		fmt.Fprintf(o.Console.Progress, "run %s: dropped the schemas and topics of the %d passed cell round(s); the others keep theirs (--keep-data keeps all)\n", o.RunID, len(passed))
 	}
 	return run, dir, nil

@@ -149,9 +149,10 @@ func deleteTopics(ctx context.Context, o *Options, byBroker map[string][]string)
 // warm-up rounds included, once the run's result is written: their rows
 // proved what they had to, and kept, a make bench's 16-18 GB added up run
 // after run until the disk filled and a broker deleted unread data. The
-// cells that did not pass keep theirs, for reading.
+// cells that did not pass keep theirs, for reading. Runs that write no
+// result (conform's scenarios, calibrate-db's cells) clean up their own.
 func forgetPassed(ctx context.Context, o *Options, passed []results.Cell) error {
-	if o.KeepData || len(passed) == 0 {
+	if o.KeepData || o.Output.NoWrite || len(passed) == 0 {
 		return nil
 	}
 	conn, err := pgx.Connect(ctx, o.Cfg.PGURL)
