@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -155,6 +156,9 @@ func forgetPassed(ctx context.Context, o *Options, passed []results.Cell) error 
 	if o.KeepData || o.Output.NoWrite || len(passed) == 0 {
 		return nil
 	}
+	// A broker that went away during the run must not hold the run's end.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	conn, err := pgx.Connect(ctx, o.Cfg.PGURL)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
