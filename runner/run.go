@@ -101,11 +101,12 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 			}
 			fmt.Fprintf(o.Console.Progress, "%s%-15s %-26s %s  %s events/s  e2e p99 %s%s  %s\n", roundLabel(o, r), k.broker, k.strategy, c.Invariants.Verdict,
 				results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), steadyText(c.Window), strings.TrimSpace(results.AnomalyLine(c)))
-			if c.Invariants.Verdict == results.VerdictPass {
+			pass := c.Invariants.Verdict == results.VerdictPass
+			if pass {
 				passed = append(passed, c)
 			}
 			if r <= 0 {
-				if c.Invariants.Verdict == results.VerdictPass {
+				if pass {
 					continue // warmed up; nothing of it is kept
 				}
 				c.Notes = append(c.Notes, fmt.Sprintf("a warm-up round's cell (round 0, not measured) ended %s and is kept among the rounds so that its verdict counts", c.Invariants.Verdict))
@@ -136,11 +137,11 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 	if ctx.Err() != nil {
 		return run, dir, ctx.Err()
 	}
-	if err := forgetPassed(ctx, &o, passed); err != nil {
+	if n, err := forgetPassed(ctx, &o, passed); err != nil {
 		// The result stands; what is left costs disk, not figures.
 		fmt.Fprintf(o.Console.Progress, "run %s: could not drop the passed cells' schemas and topics (they stay until a run with --run-id %s --replace): %v\n", o.RunID, o.RunID, err)
-	} else if !o.KeepData && !o.Output.NoWrite && len(passed) > 0 {
-		fmt.Fprintf(o.Console.Progress, "run %s: dropped the schemas and topics of the %d passed cell round(s); the others keep theirs (--keep-data keeps all)\n", o.RunID, len(passed))
+	} else if n > 0 {
+		fmt.Fprintf(o.Console.Progress, "run %s: dropped the schemas and topics of the %d passed cell round(s); the others keep theirs (--keep-data keeps all)\n", o.RunID, n)
 	}
 	return run, dir, nil
 }

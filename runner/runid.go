@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -105,6 +106,9 @@ func claimRunID(ctx context.Context, o *Options, db inbox.DB) error {
 				byBroker[b] = append(byBroker[b], s)
 			}
 		}
+		// A one-round cell's schema is its plain id: delete it once.
+		slices.Sort(byBroker[b])
+		byBroker[b] = slices.Compact(byBroker[b])
 	}
 	if err := deleteTopics(ctx, o, byBroker); err != nil {
 		return fmt.Errorf("replace run %s: %w", o.RunID, err)
@@ -152,26 +156,27 @@ func deleteTopics(ctx context.Context, o *Options, byBroker map[string][]string)
 // after run until the disk filled and a broker deleted unread data. The
 // cells that did not pass keep theirs, for reading. Runs that write no
 // result (conform's scenarios, calibrate-db's cells) clean up their own.
-func forgetPassed(ctx context.Context, o *Options, passed []results.Cell) error {
+// It returns how many rounds it dropped.
+func forgetPassed(ctx context.Context, o *Options, passed []results.Cell) (int, error) {
 	if o.KeepData || o.Output.NoWrite || len(passed) == 0 {
-		return nil
+		return 0, nil
 	}
 	// A broker that went away during the run must not hold the run's end.
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, o.Cfg.PGURL)
 	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
+		return 0, fmt.Errorf("postgres: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	byBroker := map[string][]string{}
 	for _, c := range passed {
 		if err := inbox.DropSchema(ctx, conn, c.Schema); err != nil {
-			return err
+			return 0, err
 		}
 		byBroker[c.Broker] = append(byBroker[c.Broker], c.Schema)
 	}
-	return deleteTopics(ctx, o, byBroker)
+	return len(passed), deleteTopics(ctx, o, byBroker)
 }
 
 // forgetRun removes a run's worker control rows, if there are any.
