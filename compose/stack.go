@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/config"
+	"github.com/inboxbench/inboxbench/internal/cpuset"
 )
 
 // ErrUsage marks errors the user fixes by running something or changing
@@ -307,6 +308,10 @@ type StatusRow struct {
 	// Nodes are a replicated service's nodes with their roles and health
 	// (Cluster); nil for a single-node service.
 	Nodes []NodeStatus
+	// CPUs are the CPUs a local server may run on ("1 of the host's
+	// 0-1") when that is not all of them (started under taskset, say);
+	// "" otherwise.
+	CPUs string
 }
 
 // Refused reports whether the service answered and refused the
@@ -351,6 +356,10 @@ func Status(ctx context.Context, e *Env, svcs []Service) []StatusRow {
 				for _, p := range s.Procs(e) {
 					if pid, ok := p.PID(); ok {
 						r.Detail = fmt.Sprintf("local, pid %d", pid)
+						if allowed, online, limited := cpuset.Limit(pid); limited {
+							r.CPUs = allowed + " of the host's " + online
+							r.Detail += ", on CPUs " + r.CPUs
+						}
 						break
 					}
 				}

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +84,10 @@ type Comparison struct {
 	BaseName, NewName string // what was compared: run ids, or labels of one run
 	Options           CompareOptions
 	WorkloadDiffs     []string // "key: base → new", empty when equal
+	// EnvDiffs are what differs between the two runs' machines and
+	// servers ("cores: 2 → 1"), empty when the same: a change then
+	// measures the machines as much as the code.
+	EnvDiffs          []string
 	Cells             []CellDiff
 	OnlyBase, OnlyNew []string // cells present in one run only, not compared
 	Regressions       []string // one line per regressed check
@@ -110,6 +116,7 @@ func Compare(base, next *Run, opt CompareOptions) (*Comparison, error) {
 		return nil, err
 	}
 	cmp.WorkloadDiffs = diffs
+	cmp.EnvDiffs = envDiffs(base.Env, next.Env)
 	if len(diffs) > 0 && !opt.AllowDifferentWorkloads {
 		return cmp, fmt.Errorf("%w: %s", ErrDifferentWorkloads, strings.Join(diffs, "; "))
 	}
@@ -458,6 +465,26 @@ func workloadDiff(a, b json.RawMessage) ([]string, error) {
 	return out, nil
 }
 
+// envDiffs lists what differs between two runs' environments, as the
+// trends split series (EnvClass) plus each broker's server version.
+func envDiffs(base, next Env) []string {
+	all := &Cell{Baseline: true} // the class without a cell's broker
+	out := classOf(next, all).changes(classOf(base, all)) // "what: base → new"
+	names := map[string]bool{}
+	for b := range base.Brokers {
+		names[b] = true
+	}
+	for b := range next.Brokers {
+		names[b] = true
+	}
+	for _, b := range slices.Sorted(maps.Keys(names)) {
+		if base.Brokers[b] != next.Brokers[b] {
+			out = append(out, fmt.Sprintf("%s: %s → %s", b, orDash(base.Brokers[b]), orDash(next.Brokers[b])))
+		}
+	}
+	return out
+}
+
 // WriteText prints the comparison as an aligned table followed by the
 // verdict line.
 func (c *Comparison) WriteText(w io.Writer) error {
@@ -470,6 +497,12 @@ func (c *Comparison) WriteText(w io.Writer) error {
 	if len(c.WorkloadDiffs) > 0 {
 		fmt.Fprintf(&b, "warning: different workloads, compared anyway as asked:\n")
 		for _, d := range c.WorkloadDiffs {
+			fmt.Fprintf(&b, "  %s\n", d)
+		}
+	}
+	if len(c.EnvDiffs) > 0 {
+		fmt.Fprintf(&b, "warning: measured on different machines or servers:\n")
+		for _, d := range c.EnvDiffs {
 			fmt.Fprintf(&b, "  %s\n", d)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -467,5 +468,27 @@ func TestCompareVsBaseline(t *testing.T) {
 	}
 	if len(c.Regressions) != 1 || strings.Contains(c.Regressions[0], "vs none unchanged") {
 		t.Errorf("regressions %v: want kafka's events/s alone, not set down to the host", c.Regressions)
+	}
+}
+
+// Two runs measured on different machines or servers compare anyway, and
+// the text says what differed; the same run's environment says nothing.
+func TestCompareNamesADifferentEnvironment(t *testing.T) {
+	base, next := fixtureRun(t), fixtureRun(t)
+	base.Env.Cores, next.Env.Cores = 2, 1
+	base.Env.Brokers, next.Env.Brokers = map[string]string{"kafka": "4.1.2"}, map[string]string{"kafka": "4.0.0", "rabbitmq": "3.10.8"}
+	c, err := Compare(base, next, CompareOptions{MaxRegression: 0.10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"cores: 2 → 1", "kafka: 4.1.2 → 4.0.0", "rabbitmq: - → 3.10.8"}
+	if !slices.Equal(c.EnvDiffs, want) {
+		t.Errorf("EnvDiffs = %q, want %q", c.EnvDiffs, want)
+	}
+	if text := compareText(t, c); !strings.Contains(text, "warning: measured on different machines or servers:\n  cores: 2 → 1\n") {
+		t.Errorf("the text does not name the difference:\n%s", text)
+	}
+	if same, err := Compare(base, base, CompareOptions{MaxRegression: 0.10}); err != nil || len(same.EnvDiffs) > 0 {
+		t.Errorf("a run against itself: diffs %q, err %v", same.EnvDiffs, err)
 	}
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/internal/cpuset"
 	"github.com/inboxbench/inboxbench/results"
 )
 
@@ -33,6 +35,9 @@ func HostEnv(servers map[string]string) results.Env {
 		if n := autogroupNote(string(b)); n != "" {
 			e.Notes = append(e.Notes, n)
 		}
+	}
+	if allowed, online, ok := cpuset.Limit(0); ok {
+		e.Notes = append(e.Notes, fmt.Sprintf("the harness ran on CPUs %s of the host's %s (its CPU affinity, e.g. taskset): cores counts those", allowed, online))
 	}
 	return e
 }

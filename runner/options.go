@@ -94,6 +94,10 @@ type Output struct {
 	// Servers maps service name to server version (the CLI asks the
 	// stack), recorded in the result's env.
 	Servers map[string]string
+	// ServerNotes are what the CLI found of where the servers ran (a
+	// local server limited to some of the host's CPUs), recorded in the
+	// env's notes.
+	ServerNotes []string
 	// Durability is what a commit and the stack's profile meant where the
 	// run measured (the CLI reads them: compose.FillDurability); each
 	// broker's own settings are added from its driver.

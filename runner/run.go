@@ -258,6 +258,7 @@ func claim(ctx context.Context, o *Options) error {
 // environment records where the figures come from.
 func environment(o Options) results.Env {
 	e := HostEnv(o.Output.Servers)
+	e.Notes = append(e.Notes, o.Output.ServerNotes...)
 	e.Measure, e.CommandArg = o.Measure.Latency, config.RedactArgs(o.Output.Args)
 	if o.Output.Durability != nil {
 		d := *o.Output.Durability

@@ -83,7 +83,7 @@ steadier than the rates.`,
 				return usageError{err}
 			}
 			// Calibrate needs no PostgreSQL: only the brokers are checked.
-			if _, err := checkReachable(c.Context(), o.Stack, brokerServices(bs)); err != nil {
+			if _, _, err := checkReachable(c.Context(), o.Stack, brokerServices(bs)); err != nil {
 				return err
 			}
 			cal, err := calibrate.Run(c.Context(), o)

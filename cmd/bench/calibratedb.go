@@ -111,7 +111,7 @@ func newCalibrateDBCmd(cfg *config.Config) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := checkServices(c.Context(), cfg, nil); err != nil {
+			if _, _, err := checkServices(c.Context(), cfg, nil); err != nil {
 				return err
 			}
 			rep, err := dbcalib.Run(c.Context(), o)

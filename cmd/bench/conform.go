@@ -114,7 +114,7 @@ func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
 		return err
 	}
 	sts = append(sts, extra...)
-	servers, err := checkServices(c.Context(), cfg, bs)
+	servers, _, err := checkServices(c.Context(), cfg, bs)
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,9 @@ run: no noise estimate": the figures against the threshold alone.
 
 BASE and NEW are run directories (or their result.json). Cells present on one
 side only are listed, not compared. Runs of different workloads are refused
-(exit 2) unless --allow-different-workloads.
+(exit 2) unless --allow-different-workloads. Runs measured on different
+machines or servers (cores, memory, OS, server versions, durability profile)
+are compared under a warning naming each difference.
 
 Exit codes: 0 nothing regressed, 1 a regression (or, with
 --fail-on-inconclusive, an inconclusive gating metric), 2 bad usage.`,

@@ -88,7 +88,7 @@ check; negative controls (broken-*) are expected to fail.`,
 			if err := o.Validate(); err != nil {
 				return usageError{err}
 			}
-			if o.Output.Servers, err = checkServices(c.Context(), cfg, o.Brokers); err != nil {
+			if o.Output.Servers, o.Output.ServerNotes, err = checkServices(c.Context(), cfg, o.Brokers); err != nil {
 				return err
 			}
 			o.Output.Durability = serverDurability(c.Context(), cfg)
@@ -322,10 +322,10 @@ func parseBrokers(list string) ([]string, error) {
 // checkServices checks the services a run needs before any event is
 // published, so a stopped broker is a clear error naming it, and returns
 // their versions for the result's env.
-func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[string]string, error) {
+func checkServices(ctx context.Context, cfg *config.Config, bs []string) (map[string]string, []string, error) {
 	e, err := compose.NewEnv(*cfg, os.Stderr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return checkReachable(ctx, e, append([]string{"postgres"}, brokerServices(bs)...))
 }
@@ -344,19 +344,21 @@ func brokerServices(bs []string) []string {
 }
 
 // checkReachable asks each named service once (20 s at most) and fails
-// naming every one that does not answer; else it returns their versions.
-func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[string]string, error) {
+// naming every one that does not answer; else it returns their versions,
+// and notes naming the CPUs of each local server limited to some of the
+// host's.
+func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[string]string, []string, error) {
 	if len(names) == 0 {
-		return map[string]string{}, nil // compose.Select would select every service
+		return map[string]string{}, nil, nil // compose.Select would select every service
 	}
 	svcs, err := compose.Select(e.Variant, names)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	versions := map[string]string{}
-	var bad []string
+	var bad, pinned []string
 	var refused []error
 	for _, r := range compose.Status(ctx, e, svcs) {
 		switch {
@@ -366,6 +368,9 @@ func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[st
 			bad = append(bad, fmt.Sprintf("%s at %s: %s", r.Service, r.Address, r.Detail))
 		default:
 			versions[r.Service] = r.Version
+			if r.CPUs != "" {
+				pinned = append(pinned, fmt.Sprintf("the %s server ran on CPUs %s", r.Service, r.CPUs))
+			}
 		}
 	}
 	if len(refused) > 0 {
@@ -375,12 +380,12 @@ func checkReachable(ctx context.Context, e *compose.Env, names []string) (map[st
 		for i, r := range refused {
 			args[i] = r
 		}
-		return nil, fmt.Errorf("refused the configured settings:"+strings.Repeat("\n  %w", len(refused)), args...)
+		return nil, nil, fmt.Errorf("refused the configured settings:"+strings.Repeat("\n  %w", len(refused)), args...)
 	}
 	if len(bad) > 0 {
-		return nil, fmt.Errorf("not reachable:\n  %s\nstart the local stack with 'bench stack up%s' or point the flags/INBOXBENCH_* variables at your servers", strings.Join(bad, "\n  "), compose.VariantFlag(e.Variant))
+		return nil, nil, fmt.Errorf("not reachable:\n  %s\nstart the local stack with 'bench stack up%s' or point the flags/INBOXBENCH_* variables at your servers", strings.Join(bad, "\n  "), compose.VariantFlag(e.Variant))
 	}
-	return versions, nil
+	return versions, pinned, nil
 }
 
 // verdictError fails the command when a correct strategy did not pass.
