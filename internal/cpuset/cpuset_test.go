@@ -28,8 +28,8 @@ func TestRestricted(t *testing.T) {
 	}
 }
 
-// A process started under taskset on one CPU is reported as limited to it,
-// and this test's own process (not pinned) is not.
+// A process started under taskset on one CPU is reported as limited to it
+// (where this test itself runs on every online CPU; else it skips).
 func TestLimitOfAPinnedProcess(t *testing.T) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("no /proc: not Linux")
