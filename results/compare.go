@@ -468,8 +468,9 @@ func workloadDiff(a, b json.RawMessage) ([]string, error) {
 // envDiffs lists what differs between two runs' environments, as the
 // trends split series (EnvClass) plus each broker's server version.
 func envDiffs(base, next Env) []string {
-	all := &Cell{Baseline: true} // the class without a cell's broker
-	out := classOf(next, all).changes(classOf(base, all)) // "what: base → new"
+	// The class without a cell's broker, as "what: base → new".
+	all := &Cell{Baseline: true}
+	out := classOf(next, all).changes(classOf(base, all))
 	names := map[string]bool{}
 	for b := range base.Brokers {
 		names[b] = true
