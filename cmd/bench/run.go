@@ -68,6 +68,13 @@ waits for M workers started elsewhere with 'bench worker --run-id RUN_ID'.
 Either sets the number of consumers. none and kafka-embedded live inside
 this process, so their consumers stay goroutines.
 
+On one host the harness waits for a core like the servers do, and every
+latency at a rate carries that wait. To keep it out, give the harness CPUs of
+its own: start the stack with 'taskset -c 1 bench stack up' and the run with
+'taskset -c 0 bench run ...' (say 2-15 and 0-1 on a larger host); result.json
+then notes on which CPUs the harness and each local server ran
+(docs/running.md, "the harness on CPUs of its own").
+
 Results go to OUT/RUN_ID/result.json. Exit 1 if a correct strategy fails its
 check; negative controls (broken-*) are expected to fail.`,
 		Example: `  bench run --brokers none,kafka --workload smoke
