@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -168,10 +169,7 @@ func TestUnavailableAndDelay(t *testing.T) {
 
 // A service that is not there refuses: nothing was sent.
 func TestNoServiceRefuses(t *testing.T) {
-	s := start(t)
-	url := s.URL
-	s.Close()
-	c := NewClient(url, "gone", time.Second)
+	c := NewClient(refusingURL(t), "gone", time.Second)
 	if _, err := c.Pay(context.Background(), Request{Key: "k", Reference: "r"}); !errors.Is(err, ErrRefused) {
 		t.Fatalf("%v: want ErrRefused", err)
 	}
@@ -197,4 +195,25 @@ func TestLogPages(t *testing.T) {
 	if len(logOf(t, c).Calls) != 0 {
 		t.Fatal("a dropped namespace kept its log")
 	}
+}
+
+// refusingURL is a loopback URL whose port nothing listens on while the
+// test runs: a socket holds it bound and never listens, so a connection is
+// refused. (A closed server's port could be taken meanwhile by another
+// test process's listener, which then accepts and resets the call.)
+func refusingURL(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
