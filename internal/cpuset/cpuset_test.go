@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inboxbench/inboxbench/internal/testenv/core"
 )
 
 func TestRestricted(t *testing.T) {
@@ -29,19 +31,20 @@ func TestRestricted(t *testing.T) {
 }
 
 // A process started under taskset on one CPU is reported as limited to it
-// (where this test itself runs on every online CPU; else it skips).
+// (where this test itself runs on every online CPU; else it skips, and
+// fails under CI=true).
 func TestLimitOfAPinnedProcess(t *testing.T) {
 	if _, err := os.Stat("/proc/self/status"); err != nil {
-		t.Skip("no /proc: not Linux")
+		core.SkipUnlessCI(t, "no /proc: not Linux")
 	}
 	taskset, err := exec.LookPath("taskset")
 	if err != nil {
-		t.Skip("no taskset (util-linux)")
+		core.SkipUnlessCI(t, "no taskset (util-linux)")
 	}
 	if _, online, ok := Limit(0); ok {
-		t.Skipf("this test itself runs on fewer than the online CPUs %s", online)
+		core.SkipUnlessCI(t, "this test itself runs on fewer than the online CPUs "+online)
 	} else if online == "0" {
-		t.Skip("one CPU online: nothing to pin apart")
+		core.SkipUnlessCI(t, "one CPU online: nothing to pin apart")
 	}
 	cmd := exec.Command(taskset, "-c", "0", "sleep", "10")
 	if err := cmd.Start(); err != nil {
