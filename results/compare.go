@@ -486,6 +486,17 @@ func envDiffs(base, next Env) []string {
 	return out
 }
 
+// warn writes a warning and its items, one per line, when there are any.
+func warn(b *bytes.Buffer, what string, items []string) {
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "warning: %s:\n", what)
+	for _, d := range items {
+		fmt.Fprintf(b, "  %s\n", d)
+	}
+}
+
 // WriteText prints the comparison as an aligned table followed by the
 // verdict line.
 func (c *Comparison) WriteText(w io.Writer) error {
@@ -495,18 +506,8 @@ func (c *Comparison) WriteText(w io.Writer) error {
 		baseName, newName = runLabel(c.Base), runLabel(c.New)
 	}
 	fmt.Fprintf(&b, "base: %s\nnew:  %s\n", baseName, newName)
-	if len(c.WorkloadDiffs) > 0 {
-		fmt.Fprintf(&b, "warning: different workloads, compared anyway as asked:\n")
-		for _, d := range c.WorkloadDiffs {
-			fmt.Fprintf(&b, "  %s\n", d)
-		}
-	}
-	if len(c.EnvDiffs) > 0 {
-		fmt.Fprintf(&b, "warning: measured on different machines or servers:\n")
-		for _, d := range c.EnvDiffs {
-			fmt.Fprintf(&b, "  %s\n", d)
-		}
-	}
+	warn(&b, "different workloads, compared anyway as asked", c.WorkloadDiffs)
+	warn(&b, "measured on different machines or servers", c.EnvDiffs)
 	fmt.Fprintf(&b, "a change counts beyond %s, when the Mann-Whitney U test over the rounds gives p < %.2f; events/s gates every cell, latencies cells run at a rate\n",
 		strconv.FormatFloat(c.Options.MaxRegression*100, 'f', -1, 64)+"%", Alpha)
 	if c.Single {
