@@ -261,7 +261,10 @@ func (k *KafkaCluster) client(e *Env) (*kgo.Client, *kadm.Client, error) {
 
 // Ready requires every node registered with the cluster (the metadata
 // lists three brokers), so that a topic can be created with its
-// replication factor of 3.
+// replication factor of 3, and every node's own listener answering: after
+// an unclean stop the metadata still lists a node's old registration
+// while the new process waits to replace it (DUPLICATE_BROKER_REGISTRATION,
+// seen for 10 s), its listener not yet open.
 func (k *KafkaCluster) Ready(ctx context.Context, e *Env) (string, error) {
 	cl, adm, err := k.client(e)
 	if err != nil {
@@ -274,6 +277,11 @@ func (k *KafkaCluster) Ready(ctx context.Context, e *Env) (string, error) {
 	}
 	if len(md.Brokers) < len(kafkaClusterNodes) {
 		return "", fmt.Errorf("kafka at %s: %d of %d nodes registered (%v)", k.Addr(e), len(md.Brokers), len(kafkaClusterNodes), md.Brokers.NodeIDs())
+	}
+	for _, n := range kafkaClusterNodes {
+		if err := k.answers(ctx, n); err != nil {
+			return "", err
+		}
 	}
 	return "Kafka " + installedVersion(e.Path("kafka")) + ", 3 KRaft nodes", nil
 }
