@@ -392,8 +392,26 @@ func kafkaQuorumLeader(ctx context.Context, cl *kgo.Client) int32 {
 
 // Leaders implements Cluster: the nodes leading partitions of the topic
 // resource (or of every topic whose name starts with it; of all topics
-// for ""), the one leading the most first.
+// for ""), the one leading the most first. Each node learns of a new
+// topic from the metadata log on its own schedule, so the node asked may
+// not list a topic created a moment ago through another: Leaders asks
+// again for up to ten seconds before it says no node leads.
 func (k *KafkaCluster) Leaders(ctx context.Context, e *Env, resource string) ([]Node, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := k.leaders(ctx, e, resource)
+		if err == nil || time.Now().After(deadline) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func (k *KafkaCluster) leaders(ctx context.Context, e *Env, resource string) ([]Node, error) {
 	cl, adm, err := k.client(e)
 	if err != nil {
 		return nil, err
