@@ -140,10 +140,7 @@ func (b *Broker) publishConn() (*pubConn, error) {
 // none or the last one is dead. q.mu is held.
 func (q *queuePub) channel() (*confirmChan, error) {
 	if cc := q.cur; cc != nil {
-		cc.mu.Lock()
-		dead := cc.dead
-		cc.mu.Unlock()
-		if !dead {
+		if !cc.isDead() {
 			return cc, nil
 		}
 		q.cur = nil
@@ -249,21 +246,32 @@ func (q *queuePub) writeOne(o outgoing, inCall bool) {
 		<-q.window
 		return
 	}
-	q.mu.Lock()
-	cc, err := q.channel()
-	if err != nil {
-		q.mu.Unlock()
-		if inCall {
-			o.p.SettleInCall(o.i, err)
-		} else {
-			o.p.Settle(o.i, err)
-		}
-		<-q.window
-		return
-	}
 	m := o.m
 	e := &entry{p: o.p, i: o.i, id: m.ID, deadline: time.Now().Add(q.b.confirmTimeout)}
-	cc.push(e)
+	q.mu.Lock()
+	var cc *confirmChan
+	for {
+		var err error
+		if cc, err = q.channel(); err != nil {
+			q.mu.Unlock()
+			if inCall {
+				o.p.SettleInCall(o.i, err)
+			} else {
+				o.p.Settle(o.i, err)
+			}
+			<-q.window
+			return
+		}
+		if testHookChannel != nil {
+			testHookChannel(cc)
+		}
+		if cc.push(e) {
+			break
+		}
+		// The channel died since channel() looked; its collector may
+		// have settled its last message and gone, so e goes to the
+		// next channel.
+	}
 	h := amqp.Table{HeaderKey: m.Key, HeaderSent: strconv.FormatInt(time.Now().UnixNano(), 10)}
 	for k, v := range m.Headers {
 		h[k] = v
@@ -282,11 +290,23 @@ func (q *queuePub) writeOne(o outgoing, inCall bool) {
 	q.mu.Unlock()
 }
 
-func (cc *confirmChan) push(e *entry) {
+// testHookChannel, when set by a test, runs between finding a write's
+// channel and handing it the message.
+var testHookChannel func(*confirmChan)
+
+// push hands e to the channel's collector; false if the channel is dead
+// (its collector ends once what it holds is settled, so a message pushed
+// then would never be).
+func (cc *confirmChan) push(e *entry) bool {
 	cc.mu.Lock()
+	if cc.dead {
+		cc.mu.Unlock()
+		return false
+	}
 	cc.pending = append(cc.pending, e)
 	cc.mu.Unlock()
 	cc.signal()
+	return true
 }
 
 // written records the outcome of e's write; a failed write retires the
@@ -309,6 +329,12 @@ func (cc *confirmChan) signal() {
 	case cc.wake <- struct{}{}:
 	default:
 	}
+}
+
+func (cc *confirmChan) isDead() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.dead
 }
 
 // retire stops hand-overs to the channel.
