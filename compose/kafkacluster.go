@@ -397,9 +397,14 @@ func kafkaQuorumLeader(ctx context.Context, cl *kgo.Client) int32 {
 // not list a topic created a moment ago through another: Leaders asks
 // again for up to ten seconds before it says no node leads.
 func (k *KafkaCluster) Leaders(ctx context.Context, e *Env, resource string) ([]Node, error) {
+	cl, adm, err := k.client(e)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := k.leaders(ctx, e, resource)
+		out, err := k.leaders(ctx, e, adm, resource)
 		if err == nil || time.Now().After(deadline) {
 			return out, err
 		}
@@ -411,12 +416,8 @@ func (k *KafkaCluster) Leaders(ctx context.Context, e *Env, resource string) ([]
 	}
 }
 
-func (k *KafkaCluster) leaders(ctx context.Context, e *Env, resource string) ([]Node, error) {
-	cl, adm, err := k.client(e)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
+// leaders is one metadata read of Leaders.
+func (k *KafkaCluster) leaders(ctx context.Context, e *Env, adm *kadm.Client, resource string) ([]Node, error) {
 	tds, err := adm.ListTopics(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: metadata: %w", err)
