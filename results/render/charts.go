@@ -115,8 +115,10 @@ func throughputChart(run *results.Run) (*chart, error) {
 		SVG:     svg, Wide: true}, nil
 }
 
-// barChart draws one value per cell as horizontal bars with value labels.
-func barChart(id, title, caption, axis string, run *results.Run, get func(*results.Cell) float64, format, tick func(float64) string) (*chart, error) {
+// barChart draws one value per cell as horizontal bars with value labels;
+// tick formats the value axis's labels given the axis's end (tickNumber,
+// tickMicros).
+func barChart(id, title, caption, axis string, run *results.Run, get func(*results.Cell) float64, format func(float64) string, tick func(v, end float64) string) (*chart, error) {
 	var names []string
 	var vals []float64
 	for i := len(run.Cells) - 1; i >= 0; i-- { // the category axis runs bottom-up; keep table order top-down
@@ -133,28 +135,75 @@ func barChart(id, title, caption, axis string, run *results.Run, get func(*resul
 	opt.Horizontal = true
 	opt.CategoryAxis.Labels = names
 	opt.ValueAxis[0].Title = axis
-	// Ticks at round multiples chosen here: left to itself the library
-	// ends a horizontal value axis at the data maximum, whose odd label
-	// collides with the previous tick on a half-width chart.
+	opt.SeriesLabelPosition = charts.PositionRight
+	opt.Padding = charts.Box{Top: 10, Left: 10, Right: 60, Bottom: 10, IsSet: true}
+	p := newPainter(halfW, max(160, 60+34*len(names)))
 	var top float64
 	for _, v := range vals {
 		top = math.Max(top, v)
 	}
-	step := niceStep(top * 1.1 / 4)
-	count := max(2, int(math.Ceil(top*1.1/step))+1) // all-zero data still gets a 0…1 axis
+	// The plot's width: the painter's less the padding and the category
+	// labels beside it (with their ticks).
+	plot := float64(halfW-opt.Padding.Left-opt.Padding.Right-axisGap) - maxTextWidth(p, names)
+	step, count := valueTicks(p, top, plot, tick)
 	va := &opt.ValueAxis[0]
 	va.Min, va.Max = charts.Ptr(0.0), charts.Ptr(step*float64(count-1))
 	va.LabelCount = count
 	va.PreferNiceIntervals = charts.Ptr(false)
-	va.ValueFormatter = tick
-	opt.SeriesLabelPosition = charts.PositionRight
-	opt.Padding = charts.Box{Top: 10, Left: 10, Right: 60, Bottom: 10, IsSet: true}
-	p := newPainter(halfW, max(160, 60+34*len(names)))
+	va.ValueFormatter = func(v float64) string { return tick(v, *va.Max) }
 	svg, err := svgOf(p, p.BarChart(opt))
 	if err != nil {
 		return nil, fmt.Errorf("%s chart: %w", id, err)
 	}
 	return &chart{ID: id, Title: title, Caption: caption, SVG: svg}, nil
+}
+
+const (
+	// axisGap is what an axis takes beside its labels: its line, ticks
+	// and the space between them and the labels, in px.
+	axisGap = 20
+	// labelGap is the least space between two tick labels, in px.
+	labelGap = 8
+	// fallbackWidth: the library lays labels out with Roboto's widths,
+	// and the page asks the browser for Roboto, then Arial; a browser with
+	// neither (a bare Linux desktop: DejaVu Sans) draws them up to a fifth
+	// wider.
+	fallbackWidth = 1.2
+)
+
+// axisFont is the library's default style of axis labels (12 pt, drawn
+// as 16 px), for measuring them.
+var axisFont = charts.FontStyle{FontSize: 12, FontColor: charts.ColorBlack}
+
+func maxTextWidth(p *charts.Painter, texts []string) float64 {
+	w := 0
+	for _, s := range texts {
+		w = max(w, p.MeasureText(s, 0, axisFont).Width())
+	}
+	return float64(w)
+}
+
+// valueTicks chooses a value axis from 0 past top (with a tenth to spare)
+// in round steps, as many as fit in plot px without two labels touching.
+// The library puts each label at the right of its tick and the last one
+// flush with the axis's end, so the last two need room for both.
+func valueTicks(p *charts.Painter, top, plot float64, tick func(v, end float64) string) (step float64, count int) {
+	for step = niceStep(top * 1.1 / 4); ; step = niceStep(step * 1.0001) {
+		count = max(2, int(math.Ceil(top*1.1/step))+1) // all-zero data still gets a 0…1 axis
+		if count == 2 {
+			return step, count
+		}
+		end := step * float64(count-1)
+		labels := make([]string, count)
+		for i := range labels {
+			labels[i] = tick(step*float64(i), end)
+		}
+		last := maxTextWidth(p, labels[count-2:])*2 + labelGap
+		need := math.Max(maxTextWidth(p, labels)+labelGap, last) * fallbackWidth
+		if plot/float64(count-1) >= need {
+			return step, count
+		}
+	}
 }
 
 // niceStep rounds a raw tick interval up to 1, 2, 2.5 or 5 × 10^k.
@@ -301,6 +350,34 @@ func axisNumber(v float64) string {
 		return results.Thousands(int64(math.Round(v)))
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// tickNumber labels a count's axis, thousands shortened so that more
+// ticks fit: "0", "500", "2,500", "50k", "1.5M".
+func tickNumber(v, _ float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e6:
+		return axisNumber(v/1e6) + "M"
+	case a >= 1e4:
+		return axisNumber(v/1e3) + "k"
+	}
+	return axisNumber(v)
+}
+
+// tickMicros labels a latency axis (µs) in the one unit its end needs, so
+// the ticks read "0, 0.5s, 1s, 1.5s" rather than mixing units, and zero
+// reads "0" in any unit.
+func tickMicros(v, end float64) string {
+	if v == 0 {
+		return "0"
+	}
+	switch {
+	case end >= 1e6:
+		return axisNumber(v/1e6) + "s"
+	case end >= 1e3:
+		return axisNumber(v/1e3) + "ms"
+	}
+	return axisNumber(v) + "µs"
 }
 
 // spectrumChart draws latency against percentile on log-log axes.
@@ -495,12 +572,12 @@ func buildCharts(run *results.Run) (*runCharts, error) {
 		return nil
 	}
 	c, err := barChart("events-per-s", "Events per second", "Durable effects per second after warm-up.", "events/s", run,
-		func(c *results.Cell) float64 { return c.Throughput.EventsPerS }, results.FormatRate, axisNumber)
+		func(c *results.Cell) float64 { return c.Throughput.EventsPerS }, results.FormatRate, tickNumber)
 	if err := add(&rc.Overview, c, err); err != nil {
 		return nil, err
 	}
 	c, err = barChart("e2e-p99", "End-to-end p99", "Intended publish time → commit, 99th percentile.", "e2e p99", run,
-		func(c *results.Cell) float64 { return float64(c.Latency.E2E.P99) }, results.FormatMicrosFloat, results.FormatMicrosFloat)
+		func(c *results.Cell) float64 { return float64(c.Latency.E2E.P99) }, results.FormatMicrosFloat, tickMicros)
 	if err := add(&rc.Overview, c, err); err != nil {
 		return nil, err
 	}
@@ -544,7 +621,7 @@ func buildCharts(run *results.Run) (*runCharts, error) {
 
 	c, err = barChart("lock-wait-share", "Lock-wait share", "Share of sampled busy backend states waiting on a heavyweight lock.", "lock-wait share", run,
 		func(c *results.Cell) float64 { return c.Contention.LockWaitShare * 100 }, func(v float64) string { return results.FormatShare(v / 100) },
-		func(v float64) string { return axisNumber(v) + "%" })
+		func(v, _ float64) string { return axisNumber(v) + "%" })
 	if err := add(&rc.Contention, c, err); err != nil {
 		return nil, err
 	}
