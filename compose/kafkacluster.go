@@ -9,7 +9,7 @@ package compose
 //   - The classpath is the plain stack's artifacts (Kafka 4.1.2, log4j2),
 //     fetched once into <stack>/replicated/kafka/lib.
 //   - Heap per node: kafkaNodeHeap (three nodes and the replicated
-//     PostgreSQL stay under 6 GiB resident; docs/measurements-clusters.md).
+//     PostgreSQL stay under 6 GiB resident; docs/measurements.md, "Stack memory").
 //   - Layout under <stack>/replicated:
 //     kafka/lib                the classpath
 //     kafka/node-N/config      server.properties, log4j2.xml

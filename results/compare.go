@@ -295,7 +295,7 @@ func compareCell(b, n *Cell, limit float64) CellDiff {
 		// reference machine the first of two runs a few minutes apart
 		// measured every cell, the baseline included, about 9% lower,
 		// and the ratios moved by 0.04 at most
-		// (docs/measurements-rerun.md).
+		// (docs/measurements.md, "`make bench` twice in a row").
 		d.Deltas = append(d.Deltas, metricDelta(vsBaselineMetric, b, n, func(c *Cell) float64 { return c.Throughput.VsBaseline },
 			ChangeRule{Threshold: limit, HigherIsBetter: true}, false, FormatShare, true, ""))
 	}
