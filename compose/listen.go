@@ -20,6 +20,10 @@ type Port struct {
 	// AllInterfaces is empty for a port bound to loopback. For a port the
 	// service cannot bind to loopback it says why and what guards it.
 	AllInterfaces string
+	// Shared marks a port the host's one server of it serves to every
+	// service that needs it (epmd, Erlang's port mapper): it may be held
+	// before a start, and outlives a stop.
+	Shared bool
 }
 
 // Porter is implemented by services that know the ports they (and the
@@ -39,6 +43,8 @@ type Listening struct {
 // Loopback reports whether only this host can connect.
 func (l Listening) Loopback() bool { return l.Addr.Addr().Unmap().IsLoopback() }
 
+// String is the address as status prints it, "*:port" for every
+// interface.
 func (l Listening) String() string {
 	a := l.Addr.Addr().Unmap()
 	if a.IsUnspecified() {

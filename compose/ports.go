@@ -111,8 +111,8 @@ func portsFree(ctx context.Context, e *Env, s Service) error {
 	}
 	deadline := time.Now().Add(portWait)
 	for _, port := range p.Ports(e) {
-		if port.Port == epmdPort {
-			continue // one epmd serves every Erlang node of the host
+		if port.Shared {
+			continue // the host's one instance serves others too (epmd)
 		}
 		for {
 			holders, err := portTaken(port.Port, leaders)
