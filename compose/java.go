@@ -121,14 +121,20 @@ func (j JavaRuntime) Install(ctx context.Context, e *Env) error {
 
 // Launcher is what every Start of the service begins with: the java
 // launcher, checked, with which to start its JVMs in e's stack, once
-// Install put the artifacts in place.
-func (j JavaRuntime) Launcher(ctx context.Context, e *Env) (*Launcher, error) {
+// Install put the artifacts in place and configure (nil: nothing) wrote
+// the configuration files the JVMs read, rewritten on every start.
+func (j JavaRuntime) Launcher(ctx context.Context, e *Env, configure func(*Env) error) (*Launcher, error) {
 	java, err := javaBinary(ctx, 17)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", j.Name, err)
 	}
 	if j.InstalledVersion(e) == "" {
 		return nil, fmt.Errorf("%s: %s is not installed: run the install step first (bench stack up%s)", j.Name, filepath.Join(j.Home(e), "lib"), VariantFlag(e.Variant))
+	}
+	if configure != nil {
+		if err := configure(e); err != nil {
+			return nil, fmt.Errorf("%s: %w", j.Name, err)
+		}
 	}
 	return &Launcher{java: java, runtime: j, env: e}, nil
 }

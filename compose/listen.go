@@ -69,17 +69,7 @@ func Listeners(e *Env, s Service) ([]Listening, error) {
 			known[port.Port] = port
 		}
 	}
-	var leaders []int
-	for _, p := range s.Procs(e) {
-		if pid, ours := p.PID(); ours {
-			leaders = append(leaders, pid)
-		}
-	}
-	var pids []int
-	for _, q := range processTree(leaders) {
-		pids = append(pids, q.pid)
-	}
-	owned := socketInodes(pids)
+	owned := treeSockets(livePIDs(e, s))
 	var out []Listening
 	for inode, addr := range socks {
 		port, isKnown := known[int(addr.Port())]
@@ -171,6 +161,16 @@ func parseProcAddr(s string) (netip.AddrPort, error) {
 	}
 	a, _ := netip.AddrFromSlice(b)
 	return netip.AddrPortFrom(a, uint16(p)), nil
+}
+
+// treeSockets lists the socket inodes the process trees of leaders hold
+// open (processTree).
+func treeSockets(leaders []int) map[uint64]bool {
+	var pids []int
+	for _, q := range processTree(leaders) {
+		pids = append(pids, q.pid)
+	}
+	return socketInodes(pids)
 }
 
 // socketInodes lists the socket inodes the processes hold open. A process

@@ -103,12 +103,7 @@ func portsFree(ctx context.Context, e *Env, s Service) error {
 	if !ok {
 		return nil
 	}
-	var leaders []int
-	for _, q := range s.Procs(e) {
-		if pid, ours := q.PID(); ours {
-			leaders = append(leaders, pid)
-		}
-	}
+	leaders := livePIDs(e, s)
 	deadline := time.Now().Add(portWait)
 	for _, port := range p.Ports(e) {
 		if port.Shared {
@@ -148,11 +143,7 @@ func portTaken(port int, leaders []int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var ours []int
-	for _, q := range processTree(leaders) {
-		ours = append(ours, q.pid)
-	}
-	mine := socketInodes(ours)
+	mine := treeSockets(leaders)
 	var held []string
 	for _, sk := range socks {
 		if mine[sk.inode] || sk.inode == 0 {

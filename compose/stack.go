@@ -197,13 +197,18 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 
 // startedHere reports whether a process of s from this stack's pid files
 // is alive.
-func startedHere(e *Env, s Service) bool {
+func startedHere(e *Env, s Service) bool { return len(livePIDs(e, s)) > 0 }
+
+// livePIDs are the pids of s's processes that run, as this stack's pid
+// files name them (Proc.PID).
+func livePIDs(e *Env, s Service) []int {
+	var out []int
 	for _, p := range s.Procs(e) {
-		if _, alive := p.PID(); alive {
-			return true
+		if pid, ours := p.PID(); ours {
+			out = append(out, pid)
 		}
 	}
-	return false
+	return out
 }
 
 func ready(ctx context.Context, e *Env, s Service) (string, error) {

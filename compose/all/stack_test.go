@@ -86,3 +86,43 @@ func TestStatusNeverShowsAPassword(t *testing.T) {
 		}
 	}
 }
+
+// companions are the optional interfaces a replicated service may
+// implement beside compose.Cluster (failover uses each it finds).
+var companions = map[string]func(compose.Service) bool{
+	"Endpointer":      func(s compose.Service) bool { _, ok := s.(compose.Endpointer); return ok },
+	"Stopper":         func(s compose.Service) bool { _, ok := s.(compose.Stopper); return ok },
+	"NodeStopper":     func(s compose.Service) bool { _, ok := s.(compose.NodeStopper); return ok },
+	"FailureDetector": func(s compose.Service) bool { _, ok := s.(compose.FailureDetector); return ok },
+	"Promoter":        func(s compose.Service) bool { _, ok := s.(compose.Promoter); return ok },
+	"Lagger":          func(s compose.Service) bool { _, ok := s.(compose.Lagger); return ok },
+	"Weakener":        func(s compose.Service) bool { _, ok := s.(compose.Weakener); return ok },
+}
+
+// Every replicated service is a compose.Cluster whose endpoints every
+// command takes, and implements exactly the companions its failover
+// relies on: a method whose signature drifted from its interface's
+// would silently drop out of failover's view.
+func TestEveryClusterAndItsCompanions(t *testing.T) {
+	want := map[string][]string{
+		"postgres": {"Endpointer", "FailureDetector", "Lagger", "NodeStopper", "Promoter", "Stopper", "Weakener"},
+		"rabbitmq": {"Endpointer", "FailureDetector", "NodeStopper", "Stopper", "Weakener"},
+		"kafka":    {"Endpointer", "FailureDetector", "NodeStopper", "Stopper", "Weakener"},
+		"rocketmq": {"Endpointer", "FailureDetector", "Lagger", "Stopper", "Weakener"},
+	}
+	for _, s := range compose.Services(compose.VariantReplicated) {
+		if _, ok := s.(compose.Cluster); !ok {
+			t.Errorf("%s: the replicated stack's service is no compose.Cluster", s.Name())
+		}
+		var got []string
+		for name, is := range companions {
+			if is(s) {
+				got = append(got, name)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want[s.Name()]) {
+			t.Errorf("%s implements %v, want %v", s.Name(), got, want[s.Name()])
+		}
+	}
+}

@@ -64,11 +64,6 @@ const kafkaReplicatedID = "aW5ib3hiZW5jaC1rZmstMw"
 // Cluster is the replicated stack's three-node Kafka.
 type Cluster struct{}
 
-var (
-	_ compose.Cluster    = (*Cluster)(nil)
-	_ compose.Endpointer = (*Cluster)(nil)
-)
-
 // Name is "kafka".
 func (*Cluster) Name() string { return "kafka" }
 
@@ -202,12 +197,9 @@ func (k *Cluster) Start(ctx context.Context, e *compose.Env) error {
 // startNode writes a node's configuration, formats its storage once and
 // starts its JVM.
 func (k *Cluster) startNode(ctx context.Context, e *compose.Env, n kafkaClusterNode) error {
-	java, err := javaRuntime.Launcher(ctx, e)
+	java, err := javaRuntime.Launcher(ctx, e, func(e *compose.Env) error { return k.writeConfig(e, n) })
 	if err != nil {
 		return err
-	}
-	if err := k.writeConfig(e, n); err != nil {
-		return fmt.Errorf("%s: %w", kafkaNodeName(n.id), err)
 	}
 	if err := k.jvm(e, n).format(ctx, java, e, nil); err != nil {
 		return fmt.Errorf("%s: format storage: %w", kafkaNodeName(n.id), err)

@@ -201,12 +201,9 @@ func (k *Service) writeConfig(e *compose.Env) error {
 // Start writes the configuration, formats the storage on the first start
 // and starts the JVM.
 func (k *Service) Start(ctx context.Context, e *compose.Env) error {
-	java, err := javaRuntime.Launcher(ctx, e)
+	java, err := javaRuntime.Launcher(ctx, e, k.writeConfig)
 	if err != nil {
 		return err
-	}
-	if err := k.writeConfig(e); err != nil {
-		return fmt.Errorf("kafka: %w", err)
 	}
 	if err := k.node(e).format(ctx, java, e, k.instance().format); err != nil {
 		return fmt.Errorf("kafka: format storage: %w", err)

@@ -61,14 +61,6 @@ const pgFailureTimeout = 5 * time.Second
 // Cluster is the replicated stack's primary and standby.
 type Cluster struct{}
 
-var (
-	_ compose.Cluster    = (*Cluster)(nil)
-	_ compose.Endpointer = (*Cluster)(nil)
-	_ compose.Promoter   = (*Cluster)(nil)
-	_ compose.Lagger     = (*Cluster)(nil)
-	_ compose.Weakener   = (*Cluster)(nil)
-)
-
 // Name is "postgres".
 func (*Cluster) Name() string { return "postgres" }
 
@@ -388,14 +380,8 @@ func (c *Cluster) initdb(ctx context.Context, e *compose.Env, n pgClusterNode) e
 	if err != nil {
 		return err
 	}
-	initdb, err := pgBin("initdb")
-	if err != nil {
-		return err
-	}
-	cmd := asOwner(exec.CommandContext(ctx, initdb, "-D", filepath.Join(c.dir(e, n), "data"), "-U", pgSuperuser,
-		"--auth-local=peer", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"), cred)
-	if err := compose.RunLogged(ctx, c.proc(e, n).LogFile, cmd); err != nil {
-		return fmt.Errorf("%s: initdb: %w", n.name, err)
+	if err := initCluster(ctx, filepath.Join(c.dir(e, n), "data"), c.proc(e, n).LogFile, cred); err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
 	}
 	return nil
 }
@@ -412,9 +398,9 @@ func (c *Cluster) startServer(ctx context.Context, e *compose.Env, n pgClusterNo
 	// primary back as a standby; wal_keep_size keeps the WAL a standby
 	// stopped for a while needs to catch up, without a slot that could
 	// fill the disk.
-	cmd := asOwner(pgClusterCommand(server, c.dir(e, n), n.port, compose.StartProfile(e, c),
+	cmd := asOwner(exec.Command(server, serverArgs(c.dir(e, n), n.port, compose.StartProfile(e, c),
 		"shared_buffers=128MB", "hot_standby=on", "max_wal_senders=10", "wal_log_hints=on", "wal_keep_size=512MB",
-		"wal_receiver_status_interval=1s"), cred)
+		"wal_receiver_status_interval=1s")...), cred)
 	p := c.proc(e, n)
 	if err := compose.StartDetached(p, cmd); err != nil {
 		return fmt.Errorf("%s: %w", n.name, err)
@@ -442,29 +428,6 @@ func (*Cluster) instance(n pgClusterNode) pgInstance {
 	return pgInstance{port: n.port, password: pgPassword,
 		tcp: "host   all  all  127.0.0.1/32  scram-sha-256\n" +
 			"host   all  all  ::1/128       scram-sha-256\n"}
-}
-
-// pgClusterCommand is a node's server command line: the plain stack's
-// settings (Service.start says why each) for the cluster in
-// dir/data, its socket in dir/run and its authentication files in dir,
-// on port, with extra -c settings (the node's memory, replication).
-func pgClusterCommand(server, dir string, port int, profile string, extra ...string) *exec.Cmd {
-	args := []string{"-D", filepath.Join(dir, "data"),
-		"-c", "synchronous_commit=" + pgSynchronousCommit(profile),
-		"-p", strconv.Itoa(port), "-k", filepath.Join(dir, "run"), "-c", "listen_addresses=127.0.0.1",
-		"-c", "hba_file=" + filepath.Join(dir, "pg_hba.conf"),
-		"-c", "ident_file=" + filepath.Join(dir, "pg_ident.conf"),
-		"-c", "shared_preload_libraries=pg_stat_statements",
-		"-c", "pg_stat_statements.track=all",
-		"-c", "track_io_timing=on",
-		"-c", "max_connections=200",
-		"-c", "wal_level=logical",
-		"-c", "unix_socket_permissions=0770",
-	}
-	for _, x := range extra {
-		args = append(args, "-c", x)
-	}
-	return exec.Command(server, args...)
 }
 
 // Stop stops the standbys first, then the primary (fast shutdown: SIGINT).

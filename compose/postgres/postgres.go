@@ -188,7 +188,7 @@ type pgInstance struct {
 	port     int
 	password string   // the application role's
 	tcp      string   // the TCP lines of pg_hba.conf
-	args     []string // more server settings (-c name=value)
+	settings []string // more server settings, name=value
 	// prepare runs before the server starts, on the service's directory
 	// (it is then given to the server's user): e.g. to place its TLS files.
 	prepare func(dir string) error
@@ -225,16 +225,8 @@ func (p *Service) start(ctx context.Context, e *compose.Env, inst pgInstance) er
 		return fmt.Errorf("postgres: give %s to the postgres user: %w", dir, err)
 	}
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
-		initdb, err := pgBin("initdb")
-		if err != nil {
-			return err
-		}
-		// No superuser password: the superuser logs in over the socket
-		// only (peer, see writePGAuth); the server uses our pg_hba.conf.
-		cmd := asOwner(exec.CommandContext(ctx, initdb, "-D", data, "-U", pgSuperuser,
-			"--auth-local=peer", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"), cred)
-		if err := compose.RunLogged(ctx, p.Logs(e)[0], cmd); err != nil {
-			return fmt.Errorf("postgres: initdb: %w", err)
+		if err := initCluster(ctx, data, p.Logs(e)[0], cred); err != nil {
+			return fmt.Errorf("postgres: %w", err)
 		}
 	}
 	server, err := pgBin("postgres")
@@ -242,36 +234,63 @@ func (p *Service) start(ctx context.Context, e *compose.Env, inst pgInstance) er
 		return err
 	}
 	// Sized for a 2-core, shared machine: 256 MB of shared buffers keeps
-	// the whole stack well under 4 GiB. Durability settings stay at their
-	// defaults (fsync, synchronous_commit on) except in the os profile,
-	// which turns synchronous_commit off (fsync stays on: see
-	// durability.go). wal_level=logical lets the checker's audit be
-	// decoded from the WAL after a cell instead of written by triggers
-	// inside it (inbox/auditwal.go); it costs the full new image of an
-	// updated row in the WAL instead of its changed part. max_wal_size is
-	// 4 GB (PostgreSQL's default is 1 GB) so that no checkpoint falls
-	// inside a cell: each starts right after one, and at ~80k events/s a
-	// none cell wrote the ~540 MB that request the next one about 15 s in,
-	// inside its measured window (see runner's noteCheckpoints).
-	cmd := asOwner(exec.Command(server, append([]string{"-D", data,
-		"-c", "synchronous_commit=" + pgSynchronousCommit(compose.StartProfile(e, p)),
-		"-p", strconv.Itoa(inst.port), "-k", sock, "-c", "listen_addresses=127.0.0.1",
+	// the whole stack well under 4 GiB. max_wal_size is 4 GB
+	// (PostgreSQL's default is 1 GB) so that no checkpoint falls inside a
+	// cell: each starts right after one, and at ~80k events/s a none cell
+	// wrote the ~540 MB that request the next one about 15 s in, inside
+	// its measured window (see runner's noteCheckpoints).
+	cmd := asOwner(exec.Command(server, serverArgs(dir, inst.port, compose.StartProfile(e, p),
+		append([]string{"shared_buffers=256MB", "max_wal_size=4GB"}, inst.settings...)...)...), cred)
+	proc := p.Procs(e)[0]
+	if err := compose.StartDetached(proc, cmd); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return p.provision(ctx, sock, proc, inst)
+}
+
+// initCluster makes a new cluster in data (initdb), its output appended
+// to log. No superuser password: the superuser logs in over the socket
+// only (peer, see writePGAuth); the server uses our pg_hba.conf.
+func initCluster(ctx context.Context, data, log string, cred *syscall.Credential) error {
+	initdb, err := pgBin("initdb")
+	if err != nil {
+		return err
+	}
+	cmd := asOwner(exec.CommandContext(ctx, initdb, "-D", data, "-U", pgSuperuser,
+		"--auth-local=peer", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8"), cred)
+	if err := compose.RunLogged(ctx, log, cmd); err != nil {
+		return fmt.Errorf("initdb: %w", err)
+	}
+	return nil
+}
+
+// serverArgs are the server's arguments for the cluster in dir/data, its
+// socket in dir/run and its authentication files in dir, on port, under
+// the durability profile, with more settings (name=value: memory,
+// replication, TLS). Durability settings stay at their defaults (fsync,
+// synchronous_commit on) except in the os profile, which turns
+// synchronous_commit off (fsync stays on: see compose/durability.go).
+// wal_level=logical lets the checker's audit be decoded from the WAL
+// after a cell instead of written by triggers inside it
+// (inbox/auditwal.go); it costs the full new image of an updated row in
+// the WAL instead of its changed part.
+func serverArgs(dir string, port int, profile string, settings ...string) []string {
+	args := []string{"-D", filepath.Join(dir, "data"),
+		"-c", "synchronous_commit=" + pgSynchronousCommit(profile),
+		"-p", strconv.Itoa(port), "-k", filepath.Join(dir, "run"), "-c", "listen_addresses=127.0.0.1",
 		"-c", "hba_file=" + filepath.Join(dir, "pg_hba.conf"),
 		"-c", "ident_file=" + filepath.Join(dir, "pg_ident.conf"),
 		"-c", "shared_preload_libraries=pg_stat_statements",
 		"-c", "pg_stat_statements.track=all",
 		"-c", "track_io_timing=on",
 		"-c", "max_connections=200",
-		"-c", "shared_buffers=256MB",
-		"-c", "max_wal_size=4GB",
 		"-c", "wal_level=logical",
 		"-c", "unix_socket_permissions=0770",
-	}, inst.args...)...), cred)
-	proc := p.Procs(e)[0]
-	if err := compose.StartDetached(proc, cmd); err != nil {
-		return fmt.Errorf("postgres: %w", err)
 	}
-	return p.provision(ctx, sock, proc, inst)
+	for _, s := range settings {
+		args = append(args, "-c", s)
+	}
+	return args
 }
 
 // writePGAuth writes the cluster's authentication rules, rewritten on

@@ -73,11 +73,11 @@ func (p *Secure) Start(ctx context.Context, e *compose.Env) error {
 		tcp: "hostssl    all  all  127.0.0.1/32  scram-sha-256\n" +
 			"hostssl    all  all  ::1/128       scram-sha-256\n" +
 			"hostnossl  all  all  all           reject\n",
-		args: []string{"-c", "ssl=on",
-			"-c", "ssl_cert_file=" + filepath.Join(tlsDir(se.Path("pg")), "server.crt"),
-			"-c", "ssl_key_file=" + filepath.Join(tlsDir(se.Path("pg")), "server.key"),
-			"-c", "ssl_min_protocol_version=TLSv1.2",
-			"-c", "password_encryption=scram-sha-256"},
+		settings: []string{"ssl=on",
+			"ssl_cert_file=" + filepath.Join(tlsDir(se.Path("pg")), "server.crt"),
+			"ssl_key_file=" + filepath.Join(tlsDir(se.Path("pg")), "server.key"),
+			"ssl_min_protocol_version=TLSv1.2",
+			"password_encryption=scram-sha-256"},
 		// The server reads its key as its own user, and refuses a key
 		// others may read: copies in its directory, given to it with
 		// the rest.

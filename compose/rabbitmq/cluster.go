@@ -44,15 +44,6 @@ import (
 // Cluster is the replicated stack's three-node RabbitMQ cluster.
 type Cluster struct{}
 
-var (
-	_ compose.Cluster         = (*Cluster)(nil)
-	_ compose.Endpointer      = (*Cluster)(nil)
-	_ compose.Stopper         = (*Cluster)(nil)
-	_ compose.FailureDetector = (*Cluster)(nil)
-	_ compose.Weakener        = (*Cluster)(nil)
-	_ compose.NodeStopper     = (*Cluster)(nil)
-)
-
 // rabbitClusterPorts are the nodes' AMQP ports; each node's distribution
 // port is the next one.
 var rabbitClusterPorts = []int{56672, 56674, 56676}

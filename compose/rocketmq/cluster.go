@@ -44,14 +44,6 @@ import (
 // of three brokers in controller mode.
 type Cluster struct{}
 
-var (
-	_ compose.Cluster         = (*Cluster)(nil)
-	_ compose.Endpointer      = (*Cluster)(nil)
-	_ compose.FailureDetector = (*Cluster)(nil)
-	_ compose.Weakener        = (*Cluster)(nil)
-	_ compose.Lagger          = (*Cluster)(nil)
-)
-
 const (
 	rocketmqClusterNamesrv    = "127.0.0.1:59976"
 	rocketmqClusterController = "127.0.0.1:59977"
@@ -193,12 +185,9 @@ func (*Cluster) DurabilitySettings(profile string) string {
 // Start launches the name server (with the controller) unless it runs,
 // then every broker that does not.
 func (c *Cluster) Start(ctx context.Context, e *compose.Env) error {
-	java, err := javaRuntime.Launcher(ctx, e)
+	java, err := javaRuntime.Launcher(ctx, e, c.writeConfig)
 	if err != nil {
 		return err
-	}
-	if err := c.writeConfig(e); err != nil {
-		return fmt.Errorf("rocketmq: %w", err)
 	}
 	if err := (&Service{}).startNamesrv(java, e); err != nil {
 		return err

@@ -23,11 +23,8 @@ func (c *Cluster) StartNode(ctx context.Context, e *compose.Env, name string) er
 		if b.name != name {
 			continue
 		}
-		java, err := javaRuntime.Launcher(ctx, e)
+		java, err := javaRuntime.Launcher(ctx, e, c.writeConfig)
 		if err != nil {
-			return err
-		}
-		if err := c.writeConfig(e); err != nil {
 			return err
 		}
 		logFrom := fileSize(b.brokerLog())

@@ -320,14 +320,11 @@ func (r *Service) startNamesrv(java *compose.Launcher, e *compose.Env) error {
 // broker only once the name server accepts connections, so that its first
 // registration succeeds (the next one would be 10–30 s later).
 func (r *Service) Start(ctx context.Context, e *compose.Env) error {
-	java, err := javaRuntime.Launcher(ctx, e)
+	java, err := javaRuntime.Launcher(ctx, e, r.writeConfig)
 	if err != nil {
 		return err
 	}
 	home := e.Path("rocketmq")
-	if err := r.writeConfig(e); err != nil {
-		return fmt.Errorf("rocketmq: %w", err)
-	}
 	if err := os.MkdirAll(filepath.Join(home, "store"), 0o755); err != nil {
 		return err
 	}
