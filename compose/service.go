@@ -28,10 +28,15 @@
 //
 // To add a service: make a package compose/<name> whose types implement
 // Service (and Stopper, Packager, Porter, Wiper, DurabilityAware,
-// Endpointer … where they apply; a replicated variant implements
-// Cluster), register it with the next free position, and add the package
-// to compose/all. Nothing else changes: `bench stack` lists, starts and
-// checks it, and the variant flags point every command at it.
+// Endpointer, Passworder … where they apply; a replicated variant
+// implements Cluster), register it with the next free position and a
+// constructor for each variant it has, and add the package to
+// compose/all. A JVM service runs on a JavaRuntime; its configuration
+// templates are embedded in its package (WriteTemplate). Nothing else
+// changes: `bench stack` lists, starts and checks it, the variant flags
+// point every command at it, and the secure stack generates its
+// passwords. Its package's own tests see only its service registered;
+// the tests of the whole stack live in compose/all.
 package compose
 
 import (

@@ -183,7 +183,7 @@ func (p *Service) Start(ctx context.Context, e *compose.Env) error {
 }
 
 // pgInstance is what differs between the stacks' servers (the plain one
-// above, the secure variant's in secure_postgres.go).
+// above, the secure variant's in secure.go).
 type pgInstance struct {
 	port     int
 	password string   // the application role's
