@@ -22,7 +22,7 @@ SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns|StackRestartsBackTo
 # PostgreSQL primary and its synchronous standby) and kill its nodes: they
 # run in test-replicated, which starts that stack and stops it after.
 REPLICATED_TESTS = Replicated
-REPLICATED_PKGS = ./compose ./failover ./conform
+REPLICATED_PKGS = ./compose/... ./failover ./conform
 STACK_CYCLES ?= 3
 TEST_TIMEOUT ?= 30m
 # Tests of what the secure stack's servers refuse (TestSecure…) run in the
@@ -106,7 +106,7 @@ test-secure: build
 	$(BENCH) stack up --secure || status=1; \
 	if [ $$status = 0 ]; then \
 	  INBOXBENCH_SECURE=true $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run 'TestConformance$$|TestLargestWorkloadMessage|TestDurability$$|TestTwinsRunAsTheStrategies|$(SECURE_TESTS)' \
-	    -skip '$(SECRETS_TESTS)' ./brokers/rabbitmq ./brokers/kafka ./brokers/rocketmq ./compose ./cmd/bench ./dbcalib || status=1; \
+	    -skip '$(SECRETS_TESTS)' ./brokers/rabbitmq ./brokers/kafka ./brokers/rocketmq ./compose/... ./cmd/bench ./dbcalib || status=1; \
 	  INBOXBENCH_SECURE=true $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./inbox || status=1; \
 	  $(BENCH) run --secure --brokers none,rabbitmq,kafka,rocketmq --workload smoke --out $(SECURE_OUT) || status=1; \
 	  $(BENCH) conform --secure --brokers rabbitmq,kafka,rocketmq --scenarios duplicate,consumer-crash --strategies tx --out $(SECURE_OUT) || status=1; \

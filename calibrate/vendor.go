@@ -18,7 +18,7 @@ import (
 	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
 	rabbitdriver "github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	rocketdriver "github.com/inboxbench/inboxbench/brokers/rocketmq"
-	"github.com/inboxbench/inboxbench/compose"
+	kafkastack "github.com/inboxbench/inboxbench/compose/kafka"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
 )
@@ -134,8 +134,8 @@ func (r *runner) javaCmd(main string, args ...string) []string {
 type kafkaVendor struct{}
 
 func (kafkaVendor) fetch() (string, []string) {
-	return compose.KafkaVersion, []string{
-		"org.apache.kafka:kafka-tools:" + compose.KafkaVersion,
+	return kafkastack.Version, []string{
+		"org.apache.kafka:kafka-tools:" + kafkastack.Version,
 		// The tools log through SLF4J 1.7; without a binding they print a
 		// warning and nothing else, which is what we want: the NOP binding.
 		"org.slf4j:slf4j-nop:1.7.36",
@@ -143,7 +143,7 @@ func (kafkaVendor) fetch() (string, []string) {
 }
 
 func (kafkaVendor) tool() string {
-	return "org.apache.kafka:kafka-tools:" + compose.KafkaVersion + " ProducerPerformance / ConsumerPerformance"
+	return "org.apache.kafka:kafka-tools:" + kafkastack.Version + " ProducerPerformance / ConsumerPerformance"
 }
 
 // kafkaProducerCmd is ProducerPerformance sending records of size bytes

@@ -30,14 +30,10 @@ package compose
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
 )
@@ -69,11 +65,20 @@ func CheckDurability(p string) error {
 	return config.Invalid(KeyDurability, p, "choose one of %s", strings.Join(DurabilityProfiles, ", "))
 }
 
-// durabilityAware is implemented by services whose configuration depends
-// on the profile: durabilitySettings names what a profile sets, and a
+// DurabilityAware is implemented by services whose configuration depends
+// on the profile: DurabilitySettings names what a profile sets, and a
 // running service is restarted when the new profile's settings differ.
-type durabilityAware interface {
-	durabilitySettings(profile string) string
+type DurabilityAware interface {
+	DurabilitySettings(profile string) string
+}
+
+// DurabilityReporter is implemented by services whose servers' durability
+// a run records beside the brokers' (PostgreSQL's: what a COMMIT means);
+// the brokers' come from their drivers (brokers.DurabilityOf). The map is
+// what result.json shows; a server that cannot be asked returns an error
+// with what it could read.
+type DurabilityReporter interface {
+	ReportDurability(ctx context.Context, e *Env) (map[string]string, error)
 }
 
 func durabilityFile(e *Env, s Service) string {
@@ -98,9 +103,9 @@ func recordDurability(e *Env, s Service, profile string) error {
 	return os.WriteFile(durabilityFile(e, s), []byte(profile+"\n"), 0o644)
 }
 
-// startProfile is the profile a Start uses: the one asked for, else the
+// StartProfile is the profile a Start uses: the one asked for, else the
 // one recorded, else stock.
-func startProfile(e *Env, s Service) string {
+func StartProfile(e *Env, s Service) string {
 	if e.Durability != "" {
 		return e.Durability
 	}
@@ -123,7 +128,7 @@ func needsRestart(e *Env, s Service) (from string, restart bool) {
 	if from == e.Durability {
 		return from, false
 	}
-	if d, ok := s.(durabilityAware); ok && d.durabilitySettings(from) != d.durabilitySettings(e.Durability) {
+	if d, ok := s.(DurabilityAware); ok && d.DurabilitySettings(from) != d.DurabilitySettings(e.Durability) {
 		return from, true
 	}
 	// Same configuration under both profiles: just record the new name.
@@ -133,10 +138,13 @@ func needsRestart(e *Env, s Service) (from string, restart bool) {
 
 // StackDurability is the profile of the stack: the one every service
 // recorded, "mixed (…)" when they differ, "" when none recorded one.
-func StackDurability(e *Env) string {
+func StackDurability(e *Env) string { return stackDurability(e, Services(e.Variant)) }
+
+// stackDurability is StackDurability of the services svcs.
+func stackDurability(e *Env, svcs []Service) string {
 	seen := map[string][]string{}
 	var order []string
-	for _, s := range Services(e.Variant) {
+	for _, s := range svcs {
 		p := RecordedDurability(e, s)
 		if p == "" {
 			if _, err := os.Stat(durabilityFile(e, s)); errors.Is(err, fs.ErrNotExist) {
@@ -158,82 +166,28 @@ func StackDurability(e *Env) string {
 	return "mixed (" + strings.Join(parts, "; ") + ")"
 }
 
-// PostgresDurability reads the settings that decide what a COMMIT means
-// on the server at url (SHOW …), with the verdict under "fsync before
-// confirm" like the broker drivers' reports.
-func PostgresDurability(ctx context.Context, url string) (map[string]string, error) {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	defer conn.Close(context.Background())
-	out := map[string]string{}
-	for _, k := range []string{"fsync", "synchronous_commit", "wal_sync_method", "full_page_writes", "synchronous_standby_names"} {
-		var v string
-		if err := conn.QueryRow(ctx, "SHOW "+k).Scan(&v); err != nil {
-			return out, fmt.Errorf("postgres: SHOW %s: %w", k, err)
-		}
-		if v == "" {
-			v = "unset"
-		}
-		out[k] = v
-	}
-	out["standbys"], out[brokers.ReplicatedKey] = pgReplication(ctx, conn, out)
-	switch {
-	case out["fsync"] != "on":
-		out["fsync before confirm"] = "no: fsync=off (a crash can corrupt the cluster)"
-	case out["synchronous_commit"] == "off":
-		out["fsync before confirm"] = "no: synchronous_commit=off returns before the WAL is flushed (a crash loses the last commits, never corrupts)"
-	default:
-		out["fsync before confirm"] = "yes: COMMIT returns after its WAL was flushed (" + out["wal_sync_method"] + ")"
-	}
-	return out, nil
-}
-
-// pgReplication reads the server's standbys (pg_stat_replication: name,
-// state, sync state) and says whether a COMMIT waits for one of them.
-func pgReplication(ctx context.Context, conn *pgx.Conn, show map[string]string) (standbys, verdict string) {
-	rows, err := conn.Query(ctx, "SELECT application_name, state, sync_state FROM pg_stat_replication ORDER BY application_name")
-	var list []string
-	if err == nil {
-		for rows.Next() {
-			var app, state, sync string
-			if rows.Scan(&app, &state, &sync) == nil {
-				list = append(list, fmt.Sprintf("%s %s (%s)", app, state, sync))
-			}
-		}
-		rows.Close()
-	}
-	standbys = strings.Join(list, ", ")
-	if standbys == "" {
-		standbys = "none"
-	}
-	names, commit := show["synchronous_standby_names"], show["synchronous_commit"]
-	switch {
-	case len(list) == 0:
-		return standbys, "no: no standby streams from this server"
-	case names == "unset" || names == "":
-		return standbys, "no: asynchronous replication (synchronous_standby_names is empty): a COMMIT returns before a standby has its WAL"
-	case commit == "off" || commit == "local":
-		return standbys, "no: synchronous_commit=" + commit + " does not wait for the synchronous standby"
-	}
-	return standbys, fmt.Sprintf("yes: a COMMIT returns once the synchronous standby %s has its WAL (synchronous_commit=%s)", names, commit)
-}
-
-// FillDurability records in env what a PostgreSQL commit means (from the
-// server at e.Cfg.PGURL) and the stack's durability profile, for a run's
-// result.json. A server that cannot be asked is recorded as an error
-// entry rather than failing the run. The brokers' entries come from their
-// drivers: env.AddDurability(name, brokers.DurabilityOf(ctx, b, topic)).
+// FillDurability records in env what the stack's servers that are no
+// broker say of their durability (DurabilityReporter: PostgreSQL's
+// COMMIT, from the server at e.Cfg.PGURL) and the stack's durability
+// profile, for a run's result.json. A server that cannot be asked is
+// recorded as an error entry rather than failing the run. The brokers'
+// entries come from their drivers:
+// env.AddDurability(name, brokers.DurabilityOf(ctx, b, topic)).
 func FillDurability(ctx context.Context, e *Env, env *results.Env) {
-	m, err := PostgresDurability(ctx, e.Cfg.PGURL)
-	if err != nil {
-		if m == nil {
-			m = map[string]string{}
+	for _, s := range Services(e.Variant) {
+		r, ok := s.(DurabilityReporter)
+		if !ok {
+			continue
 		}
-		m["error"] = err.Error()
+		m, err := r.ReportDurability(ctx, e)
+		if err != nil {
+			if m == nil {
+				m = map[string]string{}
+			}
+			m["error"] = err.Error()
+		}
+		env.AddDurability(s.Name(), m)
 	}
-	env.AddDurability(results.DurabilityPostgres, m)
 	if env.Durability == nil {
 		env.Durability = &results.Durability{}
 	}

@@ -20,6 +20,10 @@ type Port struct {
 	// AllInterfaces is empty for a port bound to loopback. For a port the
 	// service cannot bind to loopback it says why and what guards it.
 	AllInterfaces string
+	// Shared marks a port the host's one server of it serves to every
+	// service that needs it (epmd, Erlang's port mapper): it may be held
+	// before a start, and outlives a stop.
+	Shared bool
 }
 
 // Porter is implemented by services that know the ports they (and the
@@ -39,6 +43,8 @@ type Listening struct {
 // Loopback reports whether only this host can connect.
 func (l Listening) Loopback() bool { return l.Addr.Addr().Unmap().IsLoopback() }
 
+// String is the address as status prints it, "*:port" for every
+// interface.
 func (l Listening) String() string {
 	a := l.Addr.Addr().Unmap()
 	if a.IsUnspecified() {
@@ -63,17 +69,7 @@ func Listeners(e *Env, s Service) ([]Listening, error) {
 			known[port.Port] = port
 		}
 	}
-	var leaders []int
-	for _, p := range s.Procs(e) {
-		if pid, ours := p.PID(); ours {
-			leaders = append(leaders, pid)
-		}
-	}
-	var pids []int
-	for _, q := range processTree(leaders) {
-		pids = append(pids, q.pid)
-	}
-	owned := socketInodes(pids)
+	owned := treeSockets(livePIDs(e, s))
 	var out []Listening
 	for inode, addr := range socks {
 		port, isKnown := known[int(addr.Port())]
@@ -165,6 +161,16 @@ func parseProcAddr(s string) (netip.AddrPort, error) {
 	}
 	a, _ := netip.AddrFromSlice(b)
 	return netip.AddrPortFrom(a, uint16(p)), nil
+}
+
+// treeSockets lists the socket inodes the process trees of leaders hold
+// open (processTree).
+func treeSockets(leaders []int) map[uint64]bool {
+	var pids []int
+	for _, q := range processTree(leaders) {
+		pids = append(pids, q.pid)
+	}
+	return socketInodes(pids)
 }
 
 // socketInodes lists the socket inodes the processes hold open. A process

@@ -6,6 +6,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,35 +15,12 @@ import (
 	"time"
 )
 
-// The pom and configuration templates of the Java services (Kafka,
-// RocketMQ) live in compose/maven and are compiled into the binary.
+// The pom every Java program's classpath is fetched with lives in
+// compose/maven and is compiled into the binary; the services' own
+// configuration templates live in their packages.
 //
-//go:embed maven/*
+//go:embed maven/pom.xml.tmpl
 var mavenFiles embed.FS
-
-// mavenDep is one Maven coordinate of a service's runtime classpath.
-type mavenDep struct {
-	Group, Artifact, Version string
-}
-
-func (d mavenDep) String() string { return d.Group + ":" + d.Artifact + ":" + d.Version }
-
-// pomVars fills compose/maven/pom.xml.tmpl.
-func (r mavenRuntime) pomVars() map[string]string {
-	var deps strings.Builder
-	for _, d := range r.Deps {
-		fmt.Fprintf(&deps, "\n    <dependency>\n      <groupId>%s</groupId>\n      <artifactId>%s</artifactId>\n      <version>%s</version>\n    </dependency>", d.Group, d.Artifact, d.Version)
-	}
-	return map[string]string{"Name": r.Name, "Dependencies": deps.String()}
-}
-
-// mavenRuntime describes a classpath fetched from Maven Central into
-// <dir>/lib by `mvn dependency:copy-dependencies` on a generated pom.
-type mavenRuntime struct {
-	Name    string // service name, also the pom's artifactId prefix
-	Version string // the service version the marker records (Ready reports it)
-	Deps    []mavenDep
-}
 
 // markerName is written into the lib directory once it is complete; it
 // holds the version on its first line and the pom's digest on the second.
@@ -57,15 +35,16 @@ func requireBinary(name, debPackage string) error {
 	return nil
 }
 
-// placeholder is {{Name}} in a file of compose/maven.
+// placeholder is {{Name}} in a template.
 var placeholder = regexp.MustCompile(`\{\{([A-Za-z]+)\}\}`)
 
-// renderTemplate fills the placeholders of the embedded file maven/<name>
-// from vars; a placeholder vars lacks is an error. Whatever is
-// conditional or repeated (a profile's extra settings, the pom's
-// dependencies) is built in Go and passed as one value.
-func renderTemplate(name string, vars map[string]string) ([]byte, error) {
-	src, err := mavenFiles.ReadFile("maven/" + name)
+// RenderTemplate fills the placeholders ({{Name}}) of the file name of
+// fsys (a service's embedded templates) from vars; a placeholder vars
+// lacks is an error. Whatever is conditional or repeated (a profile's
+// extra settings, the pom's dependencies) is built in Go and passed as
+// one value.
+func RenderTemplate(fsys fs.FS, name string, vars map[string]string) ([]byte, error) {
+	src, err := fs.ReadFile(fsys, name)
 	if err != nil {
 		return nil, err
 	}
@@ -84,9 +63,10 @@ func renderTemplate(name string, vars map[string]string) ([]byte, error) {
 	return out, nil
 }
 
-// writeTemplate renders maven/<name> into path, creating its directory.
-func writeTemplate(path, name string, vars map[string]string) error {
-	b, err := renderTemplate(name, vars)
+// WriteTemplate renders the template name of fsys (RenderTemplate) into
+// path, creating its directory.
+func WriteTemplate(fsys fs.FS, path, name string, vars map[string]string) error {
+	b, err := RenderTemplate(fsys, name, vars)
 	if err != nil {
 		return err
 	}
@@ -96,20 +76,35 @@ func writeTemplate(path, name string, vars map[string]string) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
-// install fetches the runtime into dir/lib unless a complete copy of the
-// same pom is already there. Maven's local repository is <stack>/m2 so the
-// download is shared by the services and survives `stack down`.
-func (r mavenRuntime) install(ctx context.Context, e *Env, dir string) error {
-	pom, err := renderTemplate("pom.xml.tmpl", r.pomVars())
+// Pom is the pom that fetches the runtime's classpath (compose/maven/pom.xml.tmpl).
+func (j JavaRuntime) Pom() ([]byte, error) {
+	var deps strings.Builder
+	for _, c := range j.Deps {
+		p := strings.Split(c, ":")
+		if len(p) != 3 || p[0] == "" || p[1] == "" || p[2] == "" {
+			return nil, fmt.Errorf("%s: Maven coordinate %q: want group:artifact:version", j.Name, c)
+		}
+		fmt.Fprintf(&deps, "\n    <dependency>\n      <groupId>%s</groupId>\n      <artifactId>%s</artifactId>\n      <version>%s</version>\n    </dependency>", p[0], p[1], p[2])
+	}
+	return RenderTemplate(mavenFiles, "maven/pom.xml.tmpl", map[string]string{"Name": j.Name, "Dependencies": deps.String()})
+}
+
+// fetch fetches the runtime into its lib directory unless a complete copy
+// of the same pom is already there. Maven's local repository is
+// <stack>/m2 so the download is shared by the services and survives
+// `stack down`.
+func (j JavaRuntime) fetch(ctx context.Context, e *Env) error {
+	pom, err := j.Pom()
 	if err != nil {
 		return err
 	}
 	sum := sha256.Sum256(pom)
 	digest := hex.EncodeToString(sum[:])
+	dir := j.Home(e)
 	lib := filepath.Join(dir, "lib")
 	marker := filepath.Join(lib, markerName)
 	if b, err := os.ReadFile(marker); err == nil {
-		if lines := strings.Split(string(b), "\n"); len(lines) >= 2 && lines[0] == r.Version && lines[1] == digest {
+		if lines := strings.Split(string(b), "\n"); len(lines) >= 2 && lines[0] == j.Version && lines[1] == digest {
 			return nil
 		}
 	}
@@ -117,7 +112,7 @@ func (r mavenRuntime) install(ctx context.Context, e *Env, dir string) error {
 		return err
 	}
 	if e.Out != nil {
-		fmt.Fprintf(e.Out, "%s: fetching %s from Maven Central into %s\n", r.Name, r.Deps[0], lib)
+		fmt.Fprintf(e.Out, "%s: fetching %s from Maven Central into %s\n", j.Name, j.Deps[0], lib)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -138,16 +133,19 @@ func (r mavenRuntime) install(ctx context.Context, e *Env, dir string) error {
 		"-DoutputDirectory="+lib)
 	cmd.Dir = dir
 	cmd.WaitDelay = 5 * time.Second
-	if err := RunLogged(ctx, e.Path("logs", r.Name+"-maven.log"), cmd); err != nil {
+	if err := RunLogged(ctx, j.mavenLog(e), cmd); err != nil {
 		return err
 	}
-	return os.WriteFile(marker, []byte(r.Version+"\n"+digest+"\n"), 0o644)
+	return os.WriteFile(marker, []byte(j.Version+"\n"+digest+"\n"), 0o644)
 }
 
-// installedVersion returns the version recorded by a complete install in
-// dir, or "".
-func installedVersion(dir string) string {
-	b, err := os.ReadFile(filepath.Join(dir, "lib", markerName))
+// mavenLog is where fetch logs Maven's output.
+func (j JavaRuntime) mavenLog(e *Env) string { return e.Path("logs", j.Name+"-maven.log") }
+
+// InstalledVersion returns the version a complete fetch recorded in e's
+// stack, or "".
+func (j JavaRuntime) InstalledVersion(e *Env) string {
+	b, err := os.ReadFile(filepath.Join(j.Home(e), "lib", markerName))
 	if err != nil {
 		return ""
 	}
@@ -163,27 +161,18 @@ func installedVersion(dir string) string {
 // "group:artifact:version"; name labels the pom and the Maven log
 // (<stack>/logs/<name>-maven.log), version is what the marker records.
 func FetchJavaTool(ctx context.Context, e *Env, dir, name, version string, coords ...string) (string, error) {
-	r := mavenRuntime{Name: name, Version: version}
-	for _, c := range coords {
-		p := strings.Split(c, ":")
-		if len(p) != 3 || p[0] == "" || p[1] == "" || p[2] == "" {
-			return "", fmt.Errorf("%s: Maven coordinate %q: want group:artifact:version", name, c)
-		}
-		r.Deps = append(r.Deps, mavenDep{p[0], p[1], p[2]})
+	j := JavaRuntime{Name: name, Version: version, Deps: coords, Dir: dir}
+	if _, err := j.Pom(); err != nil {
+		return "", err
 	}
-	if len(r.Deps) == 0 {
+	if len(coords) == 0 {
 		return "", fmt.Errorf("%s: no Maven coordinate to fetch", name)
 	}
 	if err := os.MkdirAll(e.Path("logs"), 0o755); err != nil {
 		return "", err
 	}
-	path := e.Path(dir)
-	if err := r.install(ctx, e, path); err != nil {
-		return "", fmt.Errorf("%s: fetch %s from Maven Central: %w (log: %s)", name, strings.Join(coords, ", "), err, e.Path("logs", name+"-maven.log"))
+	if err := j.fetch(ctx, e); err != nil {
+		return "", fmt.Errorf("%s: fetch %s from Maven Central: %w (log: %s)", name, strings.Join(coords, ", "), err, j.mavenLog(e))
 	}
-	return classpath(filepath.Join(path, "lib")), nil
+	return j.Classpath(e), nil
 }
-
-// Java returns the java launcher the stack uses ($JAVA_HOME/bin/java, else
-// java on PATH), checked to be Java 17 or newer.
-func Java(ctx context.Context) (string, error) { return javaBinary(ctx, 17) }

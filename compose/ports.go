@@ -103,16 +103,11 @@ func portsFree(ctx context.Context, e *Env, s Service) error {
 	if !ok {
 		return nil
 	}
-	var leaders []int
-	for _, q := range s.Procs(e) {
-		if pid, ours := q.PID(); ours {
-			leaders = append(leaders, pid)
-		}
-	}
+	leaders := livePIDs(e, s)
 	deadline := time.Now().Add(portWait)
 	for _, port := range p.Ports(e) {
-		if port.Port == epmdPort {
-			continue // one epmd serves every Erlang node of the host
+		if port.Shared {
+			continue // the host's one instance serves others too (epmd)
 		}
 		for {
 			holders, err := portTaken(port.Port, leaders)
@@ -148,11 +143,7 @@ func portTaken(port int, leaders []int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var ours []int
-	for _, q := range processTree(leaders) {
-		ours = append(ours, q.pid)
-	}
-	mine := socketInodes(ours)
+	mine := treeSockets(leaders)
 	var held []string
 	for _, sk := range socks {
 		if mine[sk.inode] || sk.inode == 0 {

@@ -146,6 +146,29 @@ func commandLine(pid int) (string, error) {
 	return "", nil
 }
 
+// WaitListening waits up to d until addr accepts TCP connections, failing
+// early, naming p's log, when p exits: a server whose next step (a
+// broker's registration, a node joining) needs another to listen.
+func WaitListening(ctx context.Context, addr string, p Proc, d time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		c, err := (&net.Dialer{Timeout: time.Second}).DialContext(wctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if !p.Running() {
+			return fmt.Errorf("%s exited during startup; read %s", p.Name, p.LogFile)
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("nothing accepts connections at %s after %s: %v; read %s", addr, d, err, p.LogFile)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // Running reports whether the recorded process is alive, without
 // identifying it: what a wait for a service just started asks. The pid
 // file was written by that start; whether the process is still the one
@@ -223,7 +246,7 @@ func (p Proc) Kill(ctx context.Context, grace time.Duration) error {
 	case err != nil:
 		return fmt.Errorf("%w: not signalled; delete the file if no %s of this stack is running", err, p.Name)
 	case !alive(pid):
-		return removeIfExists(p.PIDFile)
+		return RemoveIfExists(p.PIDFile)
 	}
 	if err := p.Identify(pid); err != nil {
 		return fmt.Errorf("%s: pid file %s names pid %d, which is not the %s this stack started: %v. Not signalled: stop it yourself if it is ours, or delete the pid file", p.Name, p.PIDFile, pid, p.Name, err)
@@ -238,7 +261,7 @@ func (p Proc) Kill(ctx context.Context, grace time.Duration) error {
 	_ = syscall.Kill(target, syscall.SIGTERM)
 	left, err := waitGone(ctx, tree, grace)
 	if err != nil || len(left) == 0 {
-		return errors.Join(err, removeIfExists(p.PIDFile))
+		return errors.Join(err, RemoveIfExists(p.PIDFile))
 	}
 	_ = syscall.Kill(target, syscall.SIGKILL)
 	for _, q := range left {
@@ -254,7 +277,7 @@ func (p Proc) Kill(ctx context.Context, grace time.Duration) error {
 		}
 		return fmt.Errorf("%s (pid %d): %s still running %s after SIGKILL", p.Name, pid, strings.Join(names, ", "), killWait)
 	}
-	return removeIfExists(p.PIDFile)
+	return RemoveIfExists(p.PIDFile)
 }
 
 // killWait bounds how long Kill waits for processes after SIGKILL.
@@ -352,7 +375,9 @@ func processTree(leaders []int) []procInfo {
 	return out
 }
 
-func removeIfExists(path string) error {
+// RemoveIfExists removes the file at path; one that is not there is no
+// error.
+func RemoveIfExists(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -397,15 +422,16 @@ func RunLogged(ctx context.Context, logFile string, cmd *exec.Cmd) error {
 	return nil
 }
 
-func isExecutable(p string) bool {
+// IsExecutable reports whether p is a file someone may execute.
+func IsExecutable(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
-// loopbackOr is the address a native service binds: the first configured
+// LoopbackOr is the address a native service binds: the first configured
 // one when it is a loopback address (the stack never listens elsewhere),
 // else the stack's default.
-func loopbackOr(configured []string, def string) string {
+func LoopbackOr(configured []string, def string) string {
 	if len(configured) > 0 {
 		if h, _, err := net.SplitHostPort(configured[0]); err == nil {
 			if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() {

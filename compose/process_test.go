@@ -119,19 +119,6 @@ func TestKillStopsItsOwnService(t *testing.T) {
 	}
 }
 
-// TestStackProcsAreIdentified: every process of the stack names what it
-// must be, so no pid file is trusted blindly.
-func TestStackProcsAreIdentified(t *testing.T) {
-	e := &Env{Dir: t.TempDir()}
-	for _, s := range Services(VariantPlain) {
-		for _, p := range s.Procs(e) {
-			if len(p.Match) == 0 || !strings.HasPrefix(p.Home, e.Dir+"/") {
-				t.Errorf("%s: process %s has Match %q and Home %q: both are needed to recognise it", s.Name(), p.Name, p.Match, p.Home)
-			}
-		}
-	}
-}
-
 // TestStartedProcessIsRunningAtOnce: a process just started is running
 // and identified as the service, checked at once and every time.
 // exec.Cmd.Start returns while the child is still in execve, when
@@ -215,5 +202,16 @@ func TestKillWaitsForHelpersOutsideTheGroup(t *testing.T) {
 	}
 	if alive(helper) {
 		t.Fatalf("Kill returned after %s with the helper (pid %d) still running", time.Since(start), helper)
+	}
+}
+
+// TestCommandLineMasksCredentials: what the stack logs of a command it
+// ran (RunLogged, a process's start) holds no password, in the forms its
+// setup commands take them.
+func TestCommandLineMasksCredentials(t *testing.T) {
+	cmd := exec.Command("java", "kafka.tools.StorageTool", "format", "--add-scram", "SCRAM-SHA-512=[name=admin,password=Pw-Secret-1]",
+		"--url", "postgres://u:Pw-Secret-2@127.0.0.1:1/db")
+	if got := CommandLine(cmd); strings.Contains(got, "Secret") || !strings.Contains(got, "name=admin") {
+		t.Errorf("CommandLine = %s", got)
 	}
 }

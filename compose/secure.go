@@ -43,21 +43,23 @@ const (
 	renewBefore  = 30 * 24 * time.Hour
 )
 
-// secureUser is the user every secure service gives the suite: an
+// SecureUser is the user every secure service gives the suite: an
 // ordinary one, with only what the suite needs.
-const secureUser = "inboxbench"
+const SecureUser = "inboxbench"
 
-// Credentials are the secure stack's users and passwords
-// (credentials.json). Admin users exist where the service needs one to
-// set up the suite's user (Kafka's inter-broker login, RocketMQ's initial
-// super user); the suite never uses them.
-type Credentials struct {
-	Postgres      string `json:"postgres_password"`
-	RabbitMQ      string `json:"rabbitmq_password"`
-	Kafka         string `json:"kafka_password"`
-	KafkaAdmin    string `json:"kafka_admin_password"`
-	RocketMQ      string `json:"rocketmq_password"`
-	RocketMQAdmin string `json:"rocketmq_admin_password"`
+// Credentials are the secure stack's generated passwords
+// (credentials.json), by the names its services declare (Passworder):
+// "postgres_password", "kafka_admin_password" … Admin users exist where
+// the service needs one to set up the suite's user (Kafka's inter-broker
+// login, RocketMQ's initial super user); the suite never uses them.
+type Credentials map[string]string
+
+// Passworder is implemented by the secure stack's services whose users
+// log in with passwords the stack generates: their names in Credentials.
+// Every registered service's are generated together, at the secure
+// stack's first start.
+type Passworder interface {
+	PasswordNames() []string
 }
 
 // secretsMu serialises writing the key material: `up` starts the
@@ -74,10 +76,10 @@ func credentialsPath(e *Env) string {
 	return (&Env{Dir: e.Dir, Variant: VariantSecure}).Path("credentials.json")
 }
 
-// ReadCredentials reads the secure stack's users and passwords; an error
-// when `bench stack up --secure` has not written them.
+// ReadCredentials reads the secure stack's passwords; an error when
+// `bench stack up --secure` has not written them.
 func ReadCredentials(e *Env) (Credentials, error) {
-	var c Credentials
+	c := Credentials{}
 	b, err := os.ReadFile(credentialsPath(e))
 	if errors.Is(err, os.ErrNotExist) {
 		return c, fmt.Errorf("no credentials at %s yet", credentialsPath(e))
@@ -91,10 +93,11 @@ func ReadCredentials(e *Env) (Credentials, error) {
 	return c, nil
 }
 
-// ensureSecrets writes whatever of the CA, the certificates named by
+// EnsureSecrets writes whatever of the CA, the certificates named by
 // servers (plus the client's) and the credentials is missing, expiring
-// or no longer signed by the CA, and returns the credentials.
-func ensureSecrets(e *Env, servers ...string) (Credentials, error) {
+// or no longer signed by the CA, and returns the credentials: what a
+// secure service's Start begins with.
+func EnsureSecrets(e *Env, servers ...string) (Credentials, error) {
 	secretsMu.Lock()
 	defer secretsMu.Unlock()
 	if err := os.MkdirAll(filepath.Dir(TLSPath(e, "ca.crt")), 0o700); err != nil {
@@ -174,7 +177,7 @@ func LeafTemplate(name string, notBefore time.Time, lifetime time.Duration) *x50
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 	}
 	if name == "client" {
-		t.Subject.CommonName = secureUser
+		t.Subject.CommonName = SecureUser
 		t.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 		return t
 	}
@@ -248,13 +251,16 @@ func writePair(certPath, keyPath string, der []byte, key *ecdsa.PrivateKey) erro
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+	if err := WriteFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
 		return err
 	}
-	return writeFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return WriteFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 }
 
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
+// WriteFileAtomic writes b to path with mode, through a temporary file
+// renamed into place: no reader sees it half written, nor with a wider
+// mode.
+func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err
@@ -274,23 +280,36 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// ensureCredentials generates the passwords once (credentials.json,
-// 0600); every later `up` reuses them, since the services' data keeps
-// them.
+// ensureCredentials generates the passwords the secure stack's services
+// declare (Passworder) once (credentials.json, 0600); every later `up`
+// reuses them, since the services' data keeps them, and adds only the
+// passwords of a service that had none yet.
 func ensureCredentials(e *Env) (Credentials, error) {
-	if c, err := ReadCredentials(e); err == nil {
+	c, err := ReadCredentials(e)
+	if err != nil {
+		c = Credentials{}
+	}
+	added := false
+	for _, s := range Services(VariantSecure) {
+		if p, ok := s.(Passworder); ok {
+			for _, name := range p.PasswordNames() {
+				if c[name] == "" {
+					c[name], added = password(), true
+				}
+			}
+		}
+	}
+	if err == nil && !added {
 		return c, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(credentialsPath(e)), 0o755); err != nil {
 		return Credentials{}, err
 	}
-	c := Credentials{Postgres: password(), RabbitMQ: password(), Kafka: password(), KafkaAdmin: password(),
-		RocketMQ: password(), RocketMQAdmin: password()}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return c, err
 	}
-	return c, writeFileAtomic(credentialsPath(e), b, 0o600)
+	return c, WriteFileAtomic(credentialsPath(e), b, 0o600)
 }
 
 // password is 24 random bytes, base64url: no character a URL, a
@@ -303,21 +322,38 @@ func password() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// secureReady is the readiness check of a secure service: none before
+// SecureReady is the readiness check of a secure service: none before
 // its credentials exist (whatever answers at its addresses is not it),
-// else check.
-func secureReady(ctx context.Context, e *Env, check func(context.Context, *Env) (string, error)) (string, error) {
+// else ready's, with secured (what protects the service: ", TLS …")
+// after the version.
+func SecureReady(ctx context.Context, e *Env, ready func(context.Context, *Env) (string, error), secured string) (string, error) {
 	if _, err := ReadCredentials(e); err != nil {
 		return "", fmt.Errorf("not started by 'bench stack up --secure' yet: %w", err)
 	}
-	return check(ctx, e)
+	v, err := ready(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	return v + secured, nil
 }
 
-// bindEnv is e for what a secure service binds and starts: its
+// WithPassword is a secure service's Endpoints: its addresses, and the
+// password of the credential name under the setting key.
+func WithPassword(e *Env, a Addresser, key, name string) (map[string]string, error) {
+	c, err := ReadCredentials(e)
+	if err != nil {
+		return nil, err
+	}
+	vals := a.Addresses(e)
+	vals[key] = c[name]
+	return vals, nil
+}
+
+// BindEnv is e for what a secure service binds and starts: its
 // addresses in place of every setting the user did not give, whatever
 // e.Cfg holds (a command that did not apply the variant would otherwise
 // start it on the plain stack's ports).
-func bindEnv(e *Env, a Addresser) *Env {
+func BindEnv(e *Env, a Addresser) *Env {
 	n := *e
 	n.Cfg = e.Cfg.WithDefaults(a.Addresses(e))
 	return &n

@@ -22,32 +22,13 @@ var ErrUsage = errors.New("usage error")
 
 type usageErr struct{ msg string }
 
-func (u usageErr) Error() string        { return u.msg }
+// Error is the message as the user reads it.
+func (u usageErr) Error() string { return u.msg }
+
+// Is makes errors.Is(err, ErrUsage) find it.
 func (u usageErr) Is(target error) bool { return target == ErrUsage }
 
 func usageErrorf(format string, a ...any) error { return usageErr{fmt.Sprintf(format, a...)} }
-
-// Package is an OS package a service needs, with a check for whether it is
-// already installed.
-type Package struct {
-	Deb   string
-	Found func() bool
-}
-
-// Packager is implemented by services that need OS packages.
-type Packager interface {
-	Packages() []Package
-}
-
-// readyTimeout bounds how long `up` waits for one service.
-func readyTimeout(s Service) time.Duration {
-	switch s.Name() {
-	case "postgres":
-		return 90 * time.Second
-	default:
-		return 180 * time.Second
-	}
-}
 
 // EnsurePackages installs missing OS packages with apt-get when running as
 // root on Debian/Ubuntu; otherwise it returns a usage error with the exact
@@ -189,13 +170,13 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 		n.Cfg = applied
 		e = &n
 	}
-	timeout := readyTimeout(s)
+	timeout := ReadyTimeout(s)
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
 		v, err := ready(ctx, e, s)
 		if err == nil {
-			profile := startProfile(e, s)
+			profile := StartProfile(e, s)
 			say("ready at %s in %s (%s, durability %s)", s.Addr(e), time.Since(start).Round(100*time.Millisecond), v, profile)
 			return recordDurability(e, s, profile)
 		}
@@ -216,13 +197,18 @@ func up(ctx context.Context, e *Env, s Service, mu *sync.Mutex) error {
 
 // startedHere reports whether a process of s from this stack's pid files
 // is alive.
-func startedHere(e *Env, s Service) bool {
+func startedHere(e *Env, s Service) bool { return len(livePIDs(e, s)) > 0 }
+
+// livePIDs are the pids of s's processes that run, as this stack's pid
+// files name them (Proc.PID).
+func livePIDs(e *Env, s Service) []int {
+	var out []int
 	for _, p := range s.Procs(e) {
-		if _, alive := p.PID(); alive {
-			return true
+		if pid, ours := p.PID(); ours {
+			out = append(out, pid)
 		}
 	}
-	return false
+	return out
 }
 
 func ready(ctx context.Context, e *Env, s Service) (string, error) {
@@ -243,7 +229,7 @@ func serviceError(e *Env, s Service, err error) error {
 	}
 	for _, l := range s.Logs(e) {
 		fmt.Fprintf(&b, "\n  log:     %s", l)
-		if tail := tailFile(l, 5); tail != "" {
+		if tail := TailFile(l, 5); tail != "" {
 			fmt.Fprintf(&b, "\n%s", indent(tail, "    | "))
 		}
 	}
@@ -276,7 +262,7 @@ func Down(ctx context.Context, e *Env, svcs []Service, wipe bool) error {
 	}
 	if wipe && len(errs) == 0 {
 		for _, s := range svcs {
-			if w, ok := s.(interface{ DataDirs(*Env) []string }); ok {
+			if w, ok := s.(Wiper); ok {
 				for _, d := range w.DataDirs(e) {
 					if err := os.RemoveAll(d); err != nil {
 						errs = append(errs, err)
@@ -375,7 +361,9 @@ func Status(ctx context.Context, e *Env, svcs []Service) []StatusRow {
 	return rows
 }
 
-func tailFile(path string, n int) string {
+// TailFile is the last n lines of the file at path, "" when it cannot be
+// read: what an error shows of a log.
+func TailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return ""

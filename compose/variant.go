@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"sort"
-	"strings"
 
 	"github.com/inboxbench/inboxbench/config"
 )
@@ -155,84 +153,6 @@ func VariantFlag(variant string) string {
 		return " --secure"
 	}
 	return ""
-}
-
-// Services returns the services of a variant's stack in display order.
-func Services(variant string) []Service {
-	reg := registry[variant]
-	keys := make([]int, 0, len(reg))
-	for k := range reg {
-		keys = append(keys, k)
-	}
-	sort.Ints(keys)
-	out := make([]Service, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, reg[k])
-	}
-	return out
-}
-
-// Select returns the named services of a variant's stack; an empty list
-// selects all of them.
-func Select(variant string, names []string) ([]Service, error) {
-	all := Services(variant)
-	if len(all) == 0 {
-		return nil, usageErrorf("the %s stack has no services in this build", variantName(variant))
-	}
-	if len(names) == 0 {
-		return all, nil
-	}
-	var out []Service
-	for _, n := range names {
-		found := false
-		for _, s := range all {
-			if s.Name() == n {
-				out = append(out, s)
-				found = true
-			}
-		}
-		if !found {
-			return nil, usageErrorf("unknown service %q in the %s stack: choose from %s", n, variantName(variant), strings.Join(Names(variant), ", "))
-		}
-	}
-	return out, nil
-}
-
-// Names lists the service names of a variant's stack.
-func Names(variant string) []string {
-	var out []string
-	for _, s := range Services(variant) {
-		out = append(out, s.Name())
-	}
-	return out
-}
-
-func variantName(variant string) string {
-	if variant == VariantPlain {
-		return "plain"
-	}
-	return variant
-}
-
-// registry holds each variant's services by display order; each service's
-// file registers itself, so a stack is the set of files that register in
-// it.
-var registry = map[string]map[int]Service{}
-
-// register adds a service to the plain stack.
-func register(order int, s Service) { registerIn(VariantPlain, order, s) }
-
-// registerIn adds a service to a variant's stack.
-func registerIn(variant string, order int, s Service) {
-	reg := registry[variant]
-	if reg == nil {
-		reg = map[int]Service{}
-		registry[variant] = reg
-	}
-	if _, dup := reg[order]; dup {
-		panic(fmt.Sprintf("compose: two services of the %s stack registered at position %d", variantName(variant), order))
-	}
-	reg[order] = s
 }
 
 // variantDir is where a variant keeps its state under the stack directory.

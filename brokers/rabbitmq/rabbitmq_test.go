@@ -17,6 +17,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	"github.com/inboxbench/inboxbench/compose"
+	rabbitstack "github.com/inboxbench/inboxbench/compose/rabbitmq"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
@@ -177,7 +178,7 @@ func TestPublishBlockedByAlarmFailsNamingIt(t *testing.T) {
 	cfg := testenv.Require(t, testenv.RabbitMQ)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	node, e := &compose.RabbitMQ{}, &compose.Env{Dir: testenv.StackDir(t, cfg), Cfg: cfg, Out: io.Discard}
+	node, e := &rabbitstack.Service{}, &compose.Env{Dir: testenv.StackDir(t, cfg), Cfg: cfg, Out: io.Discard}
 	limit := func() string {
 		out, err := node.Ctl(ctx, e, "eval", "vm_memory_monitor:get_memory_limit().")
 		if err != nil {
@@ -208,8 +209,8 @@ func TestPublishBlockedByAlarmFailsNamingIt(t *testing.T) {
 		if restored {
 			return
 		}
-		if _, err := node.Ctl(context.Background(), e, "set_vm_memory_high_watermark", "absolute", compose.RabbitMQMemoryWatermark); err != nil {
-			t.Errorf("RESTORE THE WATERMARK BY HAND (rabbitmqctl set_vm_memory_high_watermark absolute %s): %v", compose.RabbitMQMemoryWatermark, err)
+		if _, err := node.Ctl(context.Background(), e, "set_vm_memory_high_watermark", "absolute", rabbitstack.MemoryWatermark); err != nil {
+			t.Errorf("RESTORE THE WATERMARK BY HAND (rabbitmqctl set_vm_memory_high_watermark absolute %s): %v", rabbitstack.MemoryWatermark, err)
 			return
 		}
 		restored = true

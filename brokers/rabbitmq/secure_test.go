@@ -16,19 +16,20 @@ import (
 	"github.com/inboxbench/inboxbench/brokers/brokertest"
 	"github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	"github.com/inboxbench/inboxbench/compose"
+	rabbitstack "github.com/inboxbench/inboxbench/compose/rabbitmq"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
 // secureNode is the secure stack's RabbitMQ node, for rabbitmqctl.
-func secureNode(t *testing.T, cfg config.Config) (*compose.SecureRabbitMQ, *compose.Env) {
+func secureNode(t *testing.T, cfg config.Config) (*rabbitstack.Secure, *compose.Env) {
 	t.Helper()
 	e := testenv.SecureEnv(t, cfg)
 	svcs, err := compose.Select(compose.VariantSecure, []string{"rabbitmq"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return svcs[0].(*compose.SecureRabbitMQ), e
+	return svcs[0].(*rabbitstack.Secure), e
 }
 
 // withUser is cfg's URL with another user and password.

@@ -10,6 +10,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers/brokertest"
 	"github.com/inboxbench/inboxbench/brokers/rocketmq"
 	"github.com/inboxbench/inboxbench/compose"
+	rocketstack "github.com/inboxbench/inboxbench/compose/rocketmq"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
@@ -31,7 +32,7 @@ func TestSecureRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := rocketmq.NewRemoting(cfg.With(rocketmq.SettingAccessKey, compose.RocketMQAdminUser).With(rocketmq.SettingSecretKey, creds.RocketMQAdmin))
+	admin, err := rocketmq.NewRemoting(cfg.With(rocketmq.SettingAccessKey, rocketstack.AdminUser).With(rocketmq.SettingSecretKey, creds[rocketstack.AdminPassword]))
 	if err != nil {
 		t.Fatal(err)
 	}

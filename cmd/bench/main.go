@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	_ "github.com/inboxbench/inboxbench/brokers/all" // every broker driver registers itself
+	_ "github.com/inboxbench/inboxbench/compose/all" // every stack service: postgres, rabbitmq, kafka, rocketmq
 
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/config"

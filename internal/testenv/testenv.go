@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/compose"
+	_ "github.com/inboxbench/inboxbench/compose/all" // the services ApplyVariant asks
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv/core"
 )
