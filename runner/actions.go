@@ -51,8 +51,12 @@ type actions struct {
 	acting   atomic.Int32
 }
 
-func newActions(list []Action, info CellInfo, restarts int, planned int64, total int64, cons consumers, t *tally, ns *notes) *actions {
-	a := &actions{list: list, info: info, cons: cons, total: total, t: t, notes: ns, fired: make([]bool, len(list))}
+// newActions fires list and the workload's planned consumer restarts
+// (through cons) over a stream of planned messages and the run's poison
+// ones.
+func newActions(c *cell, list []Action, cons consumers, planned int64) *actions {
+	restarts := c.o.Spec.Faults.ConsumerRestarts
+	a := &actions{list: list, info: c.info(), cons: cons, total: planned + int64(len(c.o.Stream.Poison)), t: c.t, notes: c.notes, fired: make([]bool, len(list))}
 	// Spread the planned restarts over the stream: restart k fires once
 	// that many of the planned messages have been answered.
 	for k := 1; k <= restarts; k++ {

@@ -42,14 +42,21 @@ var AnomalyNames = []string{LostEffect, DuplicateEffect, VersionGap, StaleApplie
 // maxExamples bounds the concrete examples kept per anomaly.
 const maxExamples = 5
 
-// Check reads schema's snapshot and judges it against the plan: Judge with
-// the database read first.
-func Check(ctx context.Context, db inbox.DB, schema, consumer string, plan *workload.Plan, audited bool) (results.Invariants, int64, error) {
-	snap, err := inbox.ReadSnapshot(ctx, db, schema, consumer, audited)
+// Tables names what Check reads: an inbox schema, the consumer whose
+// inbox rows count, and whether the schema keeps the checker's audit log.
+type Tables struct {
+	Schema, Consumer string
+	Audited          bool
+}
+
+// Check reads the tables' snapshot and judges it against the plan: Judge
+// with the database read first.
+func Check(ctx context.Context, db inbox.DB, at Tables, plan *workload.Plan) (results.Invariants, int64, error) {
+	snap, err := inbox.ReadSnapshot(ctx, db, at.Schema, at.Consumer, at.Audited)
 	if err != nil {
 		return results.Invariants{}, 0, err
 	}
-	inv, effects := Judge(plan, snap, consumer)
+	inv, effects := Judge(plan, snap, at.Consumer)
 	return inv, effects, nil
 }
 
