@@ -3,7 +3,8 @@ package runner
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/inboxbench/inboxbench/envelope"
 	"github.com/inboxbench/inboxbench/inbox"
@@ -261,12 +262,7 @@ func (j *judgement) mustNotApply() {
 // no per-event anomaly already explains the aggregate, so one mistake
 // counts once.
 func (j *judgement) finalState() {
-	aggs := make([]string, 0, len(j.plan.Expected))
-	for a := range j.plan.Expected {
-		aggs = append(aggs, a)
-	}
-	sort.Strings(aggs)
-	for _, a := range aggs {
+	for _, a := range slices.Sorted(maps.Keys(j.plan.Expected)) {
 		want := j.plan.Expected[a]
 		st := j.snap.Accounts[a]
 		got := workload.State{Balance: st.Balance, Version: st.Version}
