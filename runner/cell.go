@@ -116,11 +116,6 @@ func AppName(cellID string) string {
 	return n
 }
 
-// info tells an action what it acts on.
-func (c *cell) info() CellInfo {
-	return CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
-}
-
 // tables names what the checker reads of the cell.
 func (c *cell) tables() Tables {
 	return Tables{Schema: c.id, Consumer: c.consumer, Audited: c.o.Measure.Audit}
@@ -301,7 +296,7 @@ func (c *cell) consumers(h *handler) consumers {
 	n := c.o.Spec.Consumers
 	if c.fleet != nil {
 		if !c.b.Capabilities().InProcess {
-			return &fleetConsumers{f: c.fleet, c: c}
+			return newFleetConsumers(c)
 		}
 		// Its queues live in this process: no other process can consume
 		// them. The same number of consumers run here instead.

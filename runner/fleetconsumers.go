@@ -19,14 +19,22 @@ import (
 // from the coordinator: it opens the cell to them, keeps the cell's tally
 // current from their reports and merges their histograms at the end.
 type fleetConsumers struct {
-	f *fleet
-	c *cell // the cell's tally and notes take what the workers report
+	f     *fleet
+	c     *cell
+	t     *tally
+	notes *notes
 
 	errs     chan error
 	cancel   context.CancelFunc
 	done     chan struct{}
 	progress int64        // the workers' summed settled count at the last read
 	lostN    atomic.Int64 // working workers silent for many report intervals
+}
+
+// newFleetConsumers are the cell's consumers as the run's worker
+// processes, which count in the cell's tally and notes.
+func newFleetConsumers(c *cell) *fleetConsumers {
+	return &fleetConsumers{f: c.fleet, c: c, t: c.t, notes: c.notes}
 }
 
 // start opens the cell to the workers and waits until enough of them have
@@ -109,16 +117,16 @@ func (w *fleetConsumers) working(ctx context.Context) (int, error) {
 func (w *fleetConsumers) warm(ctx context.Context, at time.Time) {
 	_, err := w.f.ctl.Exec(ctx, "UPDATE inboxbench_runs.cell SET warm_end = $2 WHERE cell_id = $1", w.c.id, at)
 	if err != nil {
-		w.c.notes.add("could not tell the workers the end of the warm-up: " + err.Error())
+		w.notes.add("could not tell the workers the end of the warm-up: " + err.Error())
 	}
 }
 
 func (w *fleetConsumers) restart(k int) {
 	switch {
 	case w.f.restart(k):
-		w.c.notes.add(fmt.Sprintf("planned restart %d: worker process %d stopped and started again", k+1, k%len(w.f.slots)))
+		w.notes.add(fmt.Sprintf("planned restart %d: worker process %d stopped and started again", k+1, k%len(w.f.slots)))
 	case len(w.f.slots) == 0:
-		w.c.notes.add("planned consumer restarts need local worker processes (" + KeyWorkersLocal + "); remote workers were not restarted")
+		w.notes.add("planned consumer restarts need local worker processes (" + KeyWorkersLocal + "); remote workers were not restarted")
 	}
 }
 
@@ -142,7 +150,7 @@ func (w *fleetConsumers) follow(ctx context.Context) {
 		case <-t.C:
 		}
 		if err := w.gather(ctx, false); err != nil && ctx.Err() == nil {
-			w.c.notes.add("reading worker reports: " + err.Error())
+			w.notes.add("reading worker reports: " + err.Error())
 		}
 	}
 }
@@ -169,7 +177,7 @@ func (w *fleetConsumers) stop(ctx context.Context) error {
 	}
 	err := w.gather(ctx, true)
 	if n := w.f.crashRestarts(); n > 0 {
-		w.c.notes.add(fmt.Sprintf("%d worker process(es) killed with SIGKILL so far in this run and replaced", n))
+		w.notes.add(fmt.Sprintf("%d worker process(es) killed with SIGKILL so far in this run and replaced", n))
 	}
 	_, cerr := w.f.ctl.Exec(ctx, "UPDATE inboxbench_runs.cell SET state = 'closed' WHERE cell_id = $1", w.c.id)
 	return errors.Join(err, cerr)
@@ -224,20 +232,20 @@ func (w *fleetConsumers) gather(ctx context.Context, final bool) error {
 	if err != nil {
 		return err
 	}
-	w.c.t.c.setConsumerSide(sum)
-	w.c.t.remote.Store(&failures)
-	w.c.t.remoteMisses.Store(misses)
-	w.c.t.remoteExample.Store(&examples)
+	w.t.c.setConsumerSide(sum)
+	w.t.remote.Store(&failures)
+	w.t.remoteMisses.Store(misses)
+	w.t.remoteExample.Store(&examples)
 	w.lostN.Store(lost)
 	if progress != w.progress {
 		w.progress = progress
-		w.c.t.settled.Add(1)
+		w.t.settled.Add(1)
 	}
-	w.c.t.firstEffect.Store(first)
-	w.c.t.lastEffect.Store(last)
-	w.c.t.remoteP99.Store(p99)
+	w.t.firstEffect.Store(first)
+	w.t.lastEffect.Store(last)
+	w.t.remoteP99.Store(p99)
 	if final {
-		w.c.notes.add(fmt.Sprintf("consumed by %d worker process(es) over the cell", n))
+		w.notes.add(fmt.Sprintf("consumed by %d worker process(es) over the cell", n))
 	}
 	return nil
 }
@@ -246,16 +254,16 @@ func (w *fleetConsumers) gather(ctx context.Context, final bool) error {
 // histograms.
 func (w *fleetConsumers) absorb(id, state string, rep *workerReport) {
 	for _, n := range rep.Notes {
-		w.c.notes.add("worker " + id + ": " + n)
+		w.notes.add("worker " + id + ": " + n)
 	}
 	switch state {
 	case workerFailed:
-		w.c.notes.add(fmt.Sprintf("worker %s failed: %s", id, rep.Error))
+		w.notes.add(fmt.Sprintf("worker %s failed: %s", id, rep.Error))
 	case workerWorking:
-		w.c.notes.add(fmt.Sprintf("worker %s never sent its final report (killed from outside?): its latencies are missing, and so may be its counts of the last quarter second", id))
+		w.notes.add(fmt.Sprintf("worker %s never sent its final report (killed from outside?): its latencies are missing, and so may be its counts of the last quarter second", id))
 	}
-	if err := w.c.t.meters.absorb(id, rep.Hists); err != nil {
-		w.c.notes.add(fmt.Sprintf("worker %s: histograms unreadable: %v", id, err))
+	if err := w.t.meters.absorb(id, rep.Hists); err != nil {
+		w.notes.add(fmt.Sprintf("worker %s: histograms unreadable: %v", id, err))
 	}
 }
 
@@ -270,7 +278,7 @@ func (w *fleetConsumers) readAnswered(ctx context.Context) error {
 	}
 	var keys []string
 	_, err = pgx.ForEachRow(rows, []any{&keys}, func() error {
-		w.c.t.answerAll(keys, nil)
+		w.t.answerAll(keys, nil)
 		return nil
 	})
 	return err

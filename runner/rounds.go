@@ -11,9 +11,10 @@ import (
 
 // rounds runs a run's cells round after round and gathers what each round
 // of each cell found. Its decisions each have one place: the order of the
-// cells within a round (order), which rounds run (all: the warm-up rounds,
-// numbered 1-W … 0, then the measured ones), and what of a round is kept
-// (kept); results aggregates a cell's kept rounds into its figures.
+// cells within a round (roundOrder), which rounds run (all: the warm-up
+// rounds, numbered 1-W … 0, then the measured ones), and what of a round
+// is kept (kept); results aggregates a cell's kept rounds into its
+// figures.
 type rounds struct {
 	o     *Options
 	plan  *workload.Plan
@@ -67,7 +68,7 @@ func (rs *rounds) all(ctx context.Context) {
 // of its round.
 func (rs *rounds) round(ctx context.Context, r int) {
 	var kept []results.Cell
-	for i, k := range rs.order(r) {
+	for i, k := range roundOrder(rs.cells, r) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -103,9 +104,6 @@ func (rs *rounds) runCell(ctx context.Context, k cellKey, r int) results.Cell {
 	}
 	return res
 }
-
-// order is the order of the cells in round r (roundOrder).
-func (rs *rounds) order(r int) []cellKey { return roundOrder(rs.cells, r) }
 
 // roundOrder is the order of the cells in round r (1-based): as given on
 // odd rounds, reversed on even ones, so a cell early in one round is late

@@ -2,16 +2,23 @@
 // per broker × strategy, measures it, and checks the exactly-once-effect
 // invariants against the workload's oracle.
 //
-// Run walks the cells one after another. A cell (cell.go) wires five
-// parts, each in its own file with its own small state: the publisher
-// (plan → broker, open loop, send-side faults), the consumers (goroutines
-// of this process, or `bench worker` processes joining the run through
-// PostgreSQL — chosen once per cell behind one interface), the handler
-// (deliveries → inbox → verdicts, outcome counting), the mid-stream
-// actions (planned restarts, broker restarts, killed connections) and the
-// waiter (done, stall, progress). What they count meets in a tally. After
-// the stream, the inbox package reads a snapshot of the cell's tables and
-// Judge, a pure function, names every anomaly (judge.go).
+// Run walks the cells round after round (rounds.go: the order of the
+// cells in a round, the warm-up rounds, what a round keeps). A cell
+// (cell.go) is one value: what its round needs and, once set up, what it
+// runs on and counts in. It wires five parts, each in its own file with
+// its own small state: the publisher (plan → broker, open loop, send-side
+// faults), the consumers (goroutines of this process, or `bench worker`
+// processes joining the run through PostgreSQL — chosen once per cell
+// behind one interface), the handler (deliveries → inbox → verdicts,
+// outcome counting), the mid-stream actions (planned restarts, broker
+// restarts, killed connections) and the waiter (done, stall, progress);
+// stream.go runs them. What they count meets in a tally. After the stream
+// the cell's checker (check.go, chosen once per cell) judges it: the inbox
+// package reads a snapshot of the cell's tables and Judge, a pure
+// function, names every anomaly (judge.go). A rate search (ratesearch.go,
+// ratesteps.go) runs a cell as steps at rising rates instead, each judged
+// once it drained; worker processes are fleet.go, fleetconsumers.go,
+// workerprocess.go and the protocol between them, workerprotocol.go.
 package runner
 
 import (

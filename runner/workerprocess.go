@@ -24,6 +24,8 @@ import (
 
 // WorkerOptions configure one `bench worker` process.
 type WorkerOptions struct {
+	// Cfg are the endpoints, as the coordinator's (the same PostgreSQL,
+	// the brokers reachable from here); RunID names the run to join.
 	Cfg   config.Config
 	RunID string
 	// Consumers is the number of subscriptions this process runs (1: one
@@ -31,7 +33,8 @@ type WorkerOptions struct {
 	Consumers int
 	// JoinTimeout bounds the wait for the run to appear.
 	JoinTimeout time.Duration
-	Console     Console
+	// Console takes the worker's progress lines.
+	Console Console
 }
 
 // Work joins run o.RunID and consumes its cells one after the other until
