@@ -185,7 +185,8 @@ func (l *lab) state(ctx context.Context, agg string) (balance, version, inboxRow
 
 // check runs the runner's checker against a hand-made plan.
 func (l *lab) check(ctx context.Context, events []*envelope.Event, expected map[string]workload.State) (Outcome, error) {
-	inv, _, err := runner.Check(ctx, l.pool, l.schema, l.consumer, &workload.Plan{Events: events, Expected: expected}, true)
+	at := runner.Tables{Schema: l.schema, Consumer: l.consumer, Audited: true}
+	inv, _, err := runner.Check(ctx, l.pool, at, &workload.Plan{Events: events, Expected: expected})
 	if err != nil {
 		return Outcome{}, err
 	}

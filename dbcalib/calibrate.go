@@ -283,7 +283,7 @@ func (c *calibration) twin(ctx context.Context, ref, st string, mode inbox.Audit
 	if c.local {
 		local = c.pool
 	}
-	// As every bench run cell does (runner/cell.go), so that no side pays
+	// As every bench run cell does (runner/stream.go), so that no side pays
 	// for a checkpoint another made due.
 	if _, err := inbox.Checkpoint(ctx, c.pool); err != nil {
 		return 0, nil, err

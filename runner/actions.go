@@ -11,14 +11,19 @@ import (
 
 // Action is a mid-stream fault.
 type Action struct {
+	// Name says what it does, in the cell's notes and faults.
 	Name string
 	// At is the share of messages answered (0..1) that triggers it.
 	At float64
+	// Do injects the fault into cell c; it runs on a context of its own,
+	// which the end of the cell does not cancel.
 	Do func(ctx context.Context, c CellInfo) error
 }
 
 // CellInfo tells an action what it acts on.
 type CellInfo struct {
+	// Broker and Strategy name the cell; Schema, Consumer and Topic are
+	// its inbox schema, the inbox's consumer and the broker's topic.
 	Broker, Strategy, Schema, Consumer, Topic string
 	// AppName is the application_name of the cell's database
 	// connections (pg_terminate_backend targets them).
@@ -51,8 +56,13 @@ type actions struct {
 	acting   atomic.Int32
 }
 
-func newActions(list []Action, info CellInfo, restarts int, planned int64, total int64, cons consumers, t *tally, ns *notes) *actions {
-	a := &actions{list: list, info: info, cons: cons, total: total, t: t, notes: ns, fired: make([]bool, len(list))}
+// newActions fires list and the workload's planned consumer restarts
+// (through cons) over a stream of planned messages and the run's poison
+// ones.
+func newActions(c *cell, list []Action, cons consumers, planned int64) *actions {
+	restarts := c.o.Spec.Faults.ConsumerRestarts
+	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
+	a := &actions{list: list, info: info, cons: cons, total: planned + int64(len(c.o.Stream.Poison)), t: c.t, notes: c.notes, fired: make([]bool, len(list))}
 	// Spread the planned restarts over the stream: restart k fires once
 	// that many of the planned messages have been answered.
 	for k := 1; k <= restarts; k++ {

@@ -3,8 +3,6 @@ package runner
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/inboxbench/inboxbench/inbox"
 )
 
@@ -18,14 +16,14 @@ type cellAudit struct {
 
 // startAudit resolves the run's audit mode for this cell's server and
 // sets it up before anything is published.
-func (c *cell) startAudit(ctx context.Context, pool *pgxpool.Pool) (*cellAudit, error) {
+func (c *cell) startAudit(ctx context.Context) (*cellAudit, error) {
 	a := &cellAudit{mode: inbox.AuditOff}
 	if !c.o.Measure.Audit {
 		return a, nil
 	}
-	a.mode = inbox.ResolveAudit(ctx, pool, c.o.Measure.AuditMode)
+	a.mode = inbox.ResolveAudit(ctx, c.pool, c.o.Measure.AuditMode)
 	if a.mode != inbox.AuditWAL {
-		return a, inbox.InstallAudit(ctx, pool, c.id, a.mode)
+		return a, inbox.InstallAudit(ctx, c.pool, c.id, a.mode)
 	}
 	var err error
 	a.wal, err = inbox.StartWALAudit(ctx, c.o.Cfg.PGURL, c.id)

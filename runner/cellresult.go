@@ -7,6 +7,30 @@ import (
 	"github.com/inboxbench/inboxbench/results"
 )
 
+// fillResult fills res with the verdict, the measurements and the notes.
+// Events the cell gave up on make it ERROR, whatever the checker said of
+// the rest: the error names them.
+func (c *cell) fillResult(res *results.Cell, s streamed, v verdict) error {
+	res.Invariants = v.inv
+	fill(res, c.t, s, c.o.Spec.PublishRate)
+	res.External = v.external
+	res.Failures = c.t.failures()
+	res.Mode, res.Rate = c.mode(), s.rate
+	if s.rate != nil {
+		// The headline of a rate search is its maximum sustainable rate,
+		// and what limited it is what bound the cell.
+		res.Throughput.EventsPerS = s.rate.MSR
+		res.Throughput.Bound = s.rate.LimitedBy.Bound()
+	}
+	res.Notes = append(res.Notes, c.notes.all()...)
+	res.Counters.Effects = v.effects
+	if ferr := failureError(res.Failures); ferr != nil {
+		res.Invariants.Verdict = results.VerdictError
+		return ferr
+	}
+	return nil
+}
+
 // fill copies the measurements into the result cell.
 func fill(res *results.Cell, t *tally, s streamed, rate float64) {
 	rep := s.contention

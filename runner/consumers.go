@@ -50,8 +50,10 @@ type localConsumers struct {
 	restarts []chan struct{}
 }
 
-func newLocalConsumers(b brokers.Broker, topic, group string, n int, h *handler, ns *notes) *localConsumers {
-	l := &localConsumers{b: b, topic: topic, group: group, n: n, h: h, notes: ns, errs: make(chan error, n)}
+// newLocalConsumers are n consumers of the cell's topic and group with
+// handler h.
+func newLocalConsumers(c *cell, n int, h *handler) *localConsumers {
+	l := &localConsumers{b: c.b, topic: c.topic(), group: c.group(), n: n, h: h, notes: c.notes, errs: make(chan error, n)}
 	for range n {
 		l.restarts = append(l.restarts, make(chan struct{}, 1))
 	}

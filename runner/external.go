@@ -161,14 +161,14 @@ type cellExternal struct {
 
 // setUpExternal configures the cell's namespace for a strategy that calls
 // the service; nil for one that does not.
-func (c *cell) setUpExternal(ctx context.Context, t *tally) (*cellExternal, error) {
+func (c *cell) setUpExternal(ctx context.Context) (*cellExternal, error) {
 	if !inbox.CallsExternal(c.strategy) {
 		return nil, nil
 	}
 	if c.o.External.URL == "" {
 		return nil, fmt.Errorf("%s calls an external service and the run has none (%s)", c.strategy.Name(), KeyExternalURL)
 	}
-	x := &cellExternal{caller: newExtCaller(c.o.External.URL, c.id, c.o.Spec, t)}
+	x := &cellExternal{caller: newExtCaller(c.o.External.URL, c.id, c.o.Spec, c.t)}
 	x.relay, _ = c.strategy.(inbox.Relaying)
 	if err := x.caller.client.Configure(ctx, external.Config{Delay: c.o.Spec.External.Delay.D()}); err != nil {
 		return nil, err
@@ -266,24 +266,6 @@ func (x *cellExternal) log(ctx context.Context) (*external.Log, error) {
 	_ = x.caller.client.Drop(ctx)
 	x.caller.client.Close()
 	return l, nil
-}
-
-// check reads the cell's tables (and, for a strategy that calls the
-// external service, its call log) and judges them against plan.
-func (c *cell) check(ctx context.Context, su *setup, x *cellExternal, plan *workload.Plan) (results.Invariants, int64, *results.External, error) {
-	snap, err := inbox.ReadSnapshot(ctx, su.pool, c.id, c.consumer, c.o.Measure.Audit)
-	if err != nil {
-		return results.Invariants{}, 0, nil, err
-	}
-	var ext *results.External
-	if x != nil {
-		if snap.External, err = x.log(ctx); err != nil {
-			return results.Invariants{}, 0, nil, err
-		}
-		ext = externalFigures(c.o.Spec, snap.External)
-	}
-	inv, effects := Judge(plan, snap, c.consumer)
-	return inv, effects, ext, nil
 }
 
 // externalFigures are a cell's External figures: the service's settings

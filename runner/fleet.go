@@ -237,6 +237,7 @@ type tail struct {
 	b  []byte
 }
 
+// Write keeps the end of what the worker wrote.
 func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -247,6 +248,7 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// String is what was kept, made valid UTF-8 (a cut may split a rune).
 func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

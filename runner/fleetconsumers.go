@@ -31,6 +31,12 @@ type fleetConsumers struct {
 	lostN    atomic.Int64 // working workers silent for many report intervals
 }
 
+// newFleetConsumers are the cell's consumers as the run's worker
+// processes, which count in the cell's tally and notes.
+func newFleetConsumers(c *cell) *fleetConsumers {
+	return &fleetConsumers{f: c.fleet, c: c, t: c.t, notes: c.notes}
+}
+
 // start opens the cell to the workers and waits until enough of them have
 // joined: publishing earlier would measure the first worker alone.
 func (w *fleetConsumers) start(ctx context.Context) error {

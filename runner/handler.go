@@ -44,9 +44,11 @@ type hooks interface {
 	crash(ctx context.Context)
 }
 
-func newHandler(in *inbox.Inbox, st inbox.Strategy, consumer string, spec *workload.Spec, t *tally, h hooks) *handler {
-	hd := &handler{in: in, strategy: st, consumer: consumer, spec: spec, t: t, hooks: h}
-	if a, ok := st.(inbox.AckOrdering); ok {
+// newHandler is the handler of the cell's consumers in this process:
+// they apply through its inbox and strategy, and count in its tally.
+func newHandler(c *cell, h hooks) *handler {
+	hd := &handler{in: c.in, strategy: c.strategy, consumer: c.consumer, spec: c.o.Spec, t: c.t, hooks: h}
+	if a, ok := c.strategy.(inbox.AckOrdering); ok {
 		hd.ackFirst = a.AckBeforeCommit()
 	}
 	return hd
@@ -61,16 +63,53 @@ func (h *handler) batchSize() int {
 	return 1
 }
 
+// batch is one handler call's deliveries as they are decided.
+type batch struct {
+	ds       []*brokers.Delivery
+	verdicts []brokers.Verdict
+	ids      []string          // messageID of each delivery
+	evs      []*envelope.Event // the events decoded, in order
+	idx      []int             // evs[j] is delivery idx[j]
+	// received is when the call began, decided when the inbox decided.
+	received, decided time.Time
+}
+
 // handle is the brokers.Handler of the cell's consumers.
 func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.Verdict {
-	received := time.Now()
-	verdicts := make([]brokers.Verdict, len(ds))
-	ids := make([]string, len(ds)) // messageID of each delivery
-	evs := make([]*envelope.Event, 0, len(ds))
-	idx := make([]int, 0, len(ds))
-	crash := false
+	b := &batch{ds: ds, received: time.Now(), verdicts: make([]brokers.Verdict, len(ds)), ids: make([]string, len(ds)),
+		evs: make([]*envelope.Event, 0, len(ds)), idx: make([]int, 0, len(ds))}
+	crash := h.decode(ctx, b)
+	switch {
+	case len(b.evs) > 0 && h.ackFirst && crash:
+		// The negative control acks first; the crash then lands between
+		// the ack and the commit: the events are gone.
+		for _, i := range b.idx {
+			b.verdicts[i] = brokers.Ack
+		}
+		h.record(b.ids, b.verdicts)
+		return b.verdicts
+	case len(b.evs) > 0:
+		// The crash fault between an external call and its commit
+		// (extCaller.afterCall) ends the batch like a dead consumer.
+		crash = h.apply(ctx, b) || crash
+	}
+	if crash {
+		h.hooks.crash(ctx) // a worker process: a real kill -9, no return
+		// Committed, then "died" before the ack: nothing of this batch is
+		// acknowledged; the broker redelivers it.
+		for i := range b.verdicts {
+			b.verdicts[i] = brokers.Crash
+		}
+	}
+	h.record(b.ids, b.verdicts)
+	return b.verdicts
+}
+
+// decode decodes the batch's events and rejects its poison; crash
+// reports an event whose crash fault fires now.
+func (h *handler) decode(ctx context.Context, b *batch) (crash bool) {
 	var redelivered int64
-	for i, d := range ds {
+	for i, d := range b.ds {
 		if d.Redelivered || d.DeliveryCount > 1 || d.Attempt > 1 {
 			redelivered++
 		}
@@ -80,60 +119,38 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 			// Poison: dead-lettered by the driver and counted, never
 			// silently acked.
 			h.t.c.rejected.Add(1)
-			verdicts[i], ids[i] = brokers.Reject, messageID(d, nil)
+			b.verdicts[i], b.ids[i] = brokers.Reject, messageID(d, nil)
 			continue
 		}
 		if h.spec.CrashAfterCommit(ev) && h.hooks.firstCrash(ctx, ev.Key()) {
 			crash = true
 		}
-		ids[i] = messageID(d, ev)
-		evs = append(evs, ev)
-		idx = append(idx, i)
+		b.ids[i] = messageID(d, ev)
+		b.evs = append(b.evs, ev)
+		b.idx = append(b.idx, i)
 	}
 	// Shared counters: touched once per call, not once per message.
-	h.t.c.deliveries.Add(int64(len(ds)))
+	h.t.c.deliveries.Add(int64(len(b.ds)))
 	h.t.c.redeliveries.Add(redelivered)
-	switch {
-	case len(evs) > 0 && h.ackFirst && crash:
-		// The negative control acks first; the crash then lands between
-		// the ack and the commit: the events are gone.
-		for _, i := range idx {
-			verdicts[i] = brokers.Ack
-		}
-		h.record(ids, verdicts)
-		return verdicts
-	case len(evs) > 0:
-		// The crash fault between an external call and its commit
-		// (extCaller.afterCall) ends the batch like a dead consumer.
-		crash = h.apply(ctx, ds, evs, idx, ids, verdicts, received) || crash
-	}
-	if crash {
-		h.hooks.crash(ctx) // a worker process: a real kill -9, no return
-		// Committed, then "died" before the ack: nothing of this batch is
-		// acknowledged; the broker redelivers it.
-		for i := range verdicts {
-			verdicts[i] = brokers.Crash
-		}
-	}
-	h.record(ids, verdicts)
-	return verdicts
+	return crash
 }
 
 // apply runs the strategy on the decoded events (racing the storm's extra
 // appliers) and fills their verdicts; died reports the handler dying
 // between an external call and its commit (the verdicts are then Crash).
-func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*envelope.Event, idx []int, ids []string, verdicts []brokers.Verdict, received time.Time) (died bool) {
+func (h *handler) apply(ctx context.Context, b *batch) (died bool) {
+	evs := b.evs
 	h.t.c.executions.Add(int64(len(evs)))
 	release, wait := h.storms(ctx, evs)
 	release()
 	outs, _ := h.strategy.ApplyBatch(ctx, h.in, h.consumer, evs)
 	wait()
-	now := time.Now()
-	m := h.t.meters.get(ds[0].Shard)
+	b.decided = time.Now()
+	m := h.t.meters.get(b.ds[0].Shard)
 	h.t.countAll(outs)
 	for j, out := range outs {
-		id := ids[idx[j]]
-		v := h.account(m, evs[j], out, received, now)
+		id := b.ids[b.idx[j]]
+		v := h.account(m, evs[j], out, b)
 		switch {
 		case errors.Is(out.Err, errDiedAfterCall):
 			died = true
@@ -144,7 +161,7 @@ func (h *handler) apply(ctx context.Context, ds []*brokers.Delivery, evs []*enve
 		default:
 			h.t.policy.Succeeded(id)
 		}
-		verdicts[idx[j]] = v
+		b.verdicts[b.idx[j]] = v
 	}
 	return died
 }
@@ -198,8 +215,10 @@ func (h *handler) storms(ctx context.Context, evs []*envelope.Event) (release, w
 	return func() { close(gate) }, wg.Wait
 }
 
-// account records an outcome's latencies and picks the verdict.
-func (h *handler) account(m *meter, ev *envelope.Event, out inbox.Outcome, received, decided time.Time) brokers.Verdict {
+// account records an outcome's latencies (from when b was received and
+// decided) and picks the verdict.
+func (h *handler) account(m *meter, ev *envelope.Event, out inbox.Outcome, b *batch) brokers.Verdict {
+	received, decided := b.received, b.decided
 	// Warm-up excludes what was both sent and decided during it. A
 	// backlog built up during warm-up still counts when it commits later:
 	// its latency from the intended send time is what an overloaded
@@ -215,7 +234,7 @@ func (h *handler) account(m *meter, ev *envelope.Event, out inbox.Outcome, recei
 		dedup = decided.Sub(received)
 	}
 	if out.Result != inbox.NoResult {
-		m.record(out.Result.String(), e2e, out.Duration, dedup, measured)
+		m.record(out.Result.String(), e2e, out.Duration, dedup)
 	}
 	switch {
 	case out.Err != nil, out.Result == inbox.Gap:

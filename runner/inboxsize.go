@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
@@ -23,7 +21,7 @@ import (
 const pruneBatch = 5000
 
 // prefill loads the workload's history into the cell's inbox.
-func (c *cell) prefill(ctx context.Context, pool *pgxpool.Pool, ns *notes) error {
+func (c *cell) prefill(ctx context.Context) error {
 	s := c.o.Spec
 	if s.InboxPrefill <= 0 {
 		return nil
@@ -39,10 +37,10 @@ func (c *cell) prefill(ctx context.Context, pool *pgxpool.Pool, ns *notes) error
 					results.FormatRate(float64(n)), results.FormatRate(float64(s.InboxPrefill)), time.Since(start).Round(time.Second))
 			}
 		}}
-	if err := p.Load(ctx, pool, c.id); err != nil {
+	if err := p.Load(ctx, c.pool, c.id); err != nil {
 		return err
 	}
-	ns.add(fmt.Sprintf("inbox prefilled with %d rows spanning %s before the run, in %s (not in the figures)",
+	c.notes.add(fmt.Sprintf("inbox prefilled with %d rows spanning %s before the run, in %s (not in the figures)",
 		s.InboxPrefill, days(s.InboxPrefillAge.D()), time.Since(start).Round(time.Second)))
 	return nil
 }
@@ -82,7 +80,7 @@ type retention struct {
 // partitioned inbox retention counts from the event's time, so the bound
 // is taken from the run's first event: it keeps inbox_prune_keep of the
 // history before the run, and the run's own events.
-func (c *cell) pruneDuring(ctx context.Context, pool *pgxpool.Pool, ns *notes) (stop func()) {
+func (c *cell) pruneDuring(ctx context.Context) (stop func()) {
 	every, keep := c.o.Spec.InboxPruneEvery.D(), c.o.Spec.InboxPruneKeep.D()
 	if every <= 0 {
 		return func() {}
@@ -107,7 +105,7 @@ func (c *cell) pruneDuring(ctx context.Context, pool *pgxpool.Pool, ns *notes) (
 				olderThan += time.Since(first)
 			}
 			start := time.Now()
-			res, err := inbox.ApplyRetention(ctx, pool, c.id, olderThan, pruneBatch)
+			res, err := inbox.ApplyRetention(ctx, c.pool, c.id, olderThan, pruneBatch)
 			r.passes++
 			r.busy += time.Since(start)
 			r.rows += res.Rows
@@ -124,10 +122,10 @@ func (c *cell) pruneDuring(ctx context.Context, pool *pgxpool.Pool, ns *notes) (
 		if c.o.Inbox.Partitioned {
 			what = fmt.Sprintf("dropped %d partitions (%d inbox rows)", r.dropped, r.rows)
 		}
-		ns.add(fmt.Sprintf("retention ran beside the stream every %s keeping %s of history: %d passes, %s, busy %s",
+		c.notes.add(fmt.Sprintf("retention ran beside the stream every %s keeping %s of history: %d passes, %s, busy %s",
 			every, days(keep), r.passes, what, r.busy.Round(time.Millisecond)))
 		if r.err != nil {
-			ns.add("retention failed during the cell: " + r.err.Error())
+			c.notes.add("retention failed during the cell: " + r.err.Error())
 		}
 	}
 }

@@ -3,7 +3,8 @@ package runner
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/inboxbench/inboxbench/envelope"
 	"github.com/inboxbench/inboxbench/inbox"
@@ -42,14 +43,21 @@ var AnomalyNames = []string{LostEffect, DuplicateEffect, VersionGap, StaleApplie
 // maxExamples bounds the concrete examples kept per anomaly.
 const maxExamples = 5
 
-// Check reads schema's snapshot and judges it against the plan: Judge with
-// the database read first.
-func Check(ctx context.Context, db inbox.DB, schema, consumer string, plan *workload.Plan, audited bool) (results.Invariants, int64, error) {
-	snap, err := inbox.ReadSnapshot(ctx, db, schema, consumer, audited)
+// Tables names what Check reads: an inbox schema, the consumer whose
+// inbox rows count, and whether the schema keeps the checker's audit log.
+type Tables struct {
+	Schema, Consumer string
+	Audited          bool
+}
+
+// Check reads the tables' snapshot and judges it against the plan: Judge
+// with the database read first.
+func Check(ctx context.Context, db inbox.DB, at Tables, plan *workload.Plan) (results.Invariants, int64, error) {
+	snap, err := inbox.ReadSnapshot(ctx, db, at.Schema, at.Consumer, at.Audited)
 	if err != nil {
 		return results.Invariants{}, 0, err
 	}
-	inv, effects := Judge(plan, snap, consumer)
+	inv, effects := Judge(plan, snap, at.Consumer)
 	return inv, effects, nil
 }
 
@@ -254,12 +262,7 @@ func (j *judgement) mustNotApply() {
 // no per-event anomaly already explains the aggregate, so one mistake
 // counts once.
 func (j *judgement) finalState() {
-	aggs := make([]string, 0, len(j.plan.Expected))
-	for a := range j.plan.Expected {
-		aggs = append(aggs, a)
-	}
-	sort.Strings(aggs)
-	for _, a := range aggs {
+	for _, a := range slices.Sorted(maps.Keys(j.plan.Expected)) {
 		want := j.plan.Expected[a]
 		st := j.snap.Accounts[a]
 		got := workload.State{Balance: st.Balance, Version: st.Version}

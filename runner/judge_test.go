@@ -138,27 +138,7 @@ func TestJudge(t *testing.T) {
 			s := cleanSnap(p)
 			tc.edit(p, s)
 			inv, effects := Judge(p, s, "c")
-			got := map[string]int64{}
-			for k, v := range inv.Anomalies {
-				if v > 0 {
-					got[k] = v
-				}
-			}
-			want := tc.want
-			if want == nil {
-				want = map[string]int64{}
-			}
-			if !maps.Equal(got, want) {
-				t.Fatalf("anomalies %v, want %v (examples %v)", got, want, inv.Examples)
-			}
-			if wantVerdict := map[bool]results.Verdict{true: results.VerdictPass, false: results.VerdictFail}[len(want) == 0]; inv.Verdict != wantVerdict {
-				t.Errorf("verdict %s, want %s", inv.Verdict, wantVerdict)
-			}
-			for name := range want {
-				if len(inv.Examples[name]) == 0 {
-					t.Errorf("%s counted without an example", name)
-				}
-			}
+			checkAnomalies(t, inv, tc.want)
 			if effects != tc.effects {
 				t.Errorf("effects %d, want %d", effects, tc.effects)
 			}
@@ -168,6 +148,32 @@ func TestJudge(t *testing.T) {
 
 // TestJudgeNamesEveryAnomaly: the table above covers every anomaly the
 // checker can name.
+// checkAnomalies fails t unless inv names exactly the anomalies want
+// (none: a PASS), each with an example.
+func checkAnomalies(t *testing.T, inv results.Invariants, want map[string]int64) {
+	t.Helper()
+	got := map[string]int64{}
+	for k, v := range inv.Anomalies {
+		if v > 0 {
+			got[k] = v
+		}
+	}
+	if want == nil {
+		want = map[string]int64{}
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("anomalies %v, want %v (examples %v)", got, want, inv.Examples)
+	}
+	if wantVerdict := map[bool]results.Verdict{true: results.VerdictPass, false: results.VerdictFail}[len(want) == 0]; inv.Verdict != wantVerdict {
+		t.Errorf("verdict %s, want %s", inv.Verdict, wantVerdict)
+	}
+	for name := range want {
+		if len(inv.Examples[name]) == 0 {
+			t.Errorf("%s counted without an example", name)
+		}
+	}
+}
+
 func TestJudgeNamesEveryAnomaly(t *testing.T) {
 	covered := []string{LostEffect, DuplicateEffect, VersionGap, StaleApplied, InboxWithoutEffect, EffectWithoutInbox, ParkedStuck, ConflictAccepted,
 		DedupMiss,                                                                                    // TestDecisionsCatchDedupMisses

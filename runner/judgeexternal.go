@@ -2,7 +2,8 @@ package runner
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/inboxbench/inboxbench/envelope"
@@ -77,26 +78,17 @@ func (j *judgement) external(l *external.Log) {
 	}
 	// Requests for what the stream never asked to take effect (a replay
 	// under a new id, a conflicting request) or for no event at all.
-	var others []string
-	for ref := range paid {
-		if !events[ref] {
-			others = append(others, ref)
+	for _, ref := range slices.Sorted(maps.Keys(paid)) {
+		if events[ref] {
+			continue
 		}
-	}
-	sort.Strings(others)
-	for _, ref := range others {
 		j.add(ExternalWithoutEffect, "", fmt.Sprintf("%s was paid (%s) but is no event the stream asked to take effect", ref, strings.Join(paid[ref], ", ")))
 	}
 }
 
 // unfinished reports the external operations left in flight.
 func (j *judgement) unfinished() {
-	keys := make([]string, 0, len(j.snap.Unfinished))
-	for k := range j.snap.Unfinished {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(j.snap.Unfinished)) {
 		j.add(ProcessingStuck, "", fmt.Sprintf("%s: %s at the end of the run", k, j.snap.Unfinished[k]))
 	}
 }

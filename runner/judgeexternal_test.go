@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"maps"
 	"testing"
 
 	"github.com/inboxbench/inboxbench/external"
@@ -94,27 +93,7 @@ func TestJudgeExternal(t *testing.T) {
 			tc.edit(p, s, l)
 			s.External = l
 			inv, _ := Judge(p, s, "c")
-			got := map[string]int64{}
-			for k, v := range inv.Anomalies {
-				if v > 0 {
-					got[k] = v
-				}
-			}
-			want := tc.want
-			if want == nil {
-				want = map[string]int64{}
-			}
-			if !maps.Equal(got, want) {
-				t.Fatalf("anomalies %v, want %v (examples %v)", got, want, inv.Examples)
-			}
-			if wantVerdict := map[bool]results.Verdict{true: results.VerdictPass, false: results.VerdictFail}[len(want) == 0]; inv.Verdict != wantVerdict {
-				t.Errorf("verdict %s, want %s", inv.Verdict, wantVerdict)
-			}
-			for name := range want {
-				if len(inv.Examples[name]) == 0 {
-					t.Errorf("%s counted without an example", name)
-				}
-			}
+			checkAnomalies(t, inv, tc.want)
 		})
 	}
 }

@@ -73,7 +73,10 @@ func (m *meter) recordSecond(us int64) {
 	m.sec.RecordValue(us)
 }
 
-func (m *meter) record(kind string, e2e, apply, dedup time.Duration, measured bool) {
+// record records one decision of kind: its apply time, its dedup
+// latency (zero: not a duplicate) and its end-to-end latency (zero: not
+// measured, sent or decided during the warm-up).
+func (m *meter) record(kind string, e2e, apply, dedup time.Duration) {
 	if !m.enabled {
 		return
 	}
@@ -90,7 +93,7 @@ func (m *meter) record(kind string, e2e, apply, dedup time.Duration, measured bo
 		m.dedup.RecordValue(micros(dedup))
 		m.stepDedup.RecordValue(micros(dedup))
 	}
-	if measured && e2e > 0 {
+	if e2e > 0 {
 		m.e2e.RecordValue(micros(e2e))
 		m.recent.RecordValue(micros(e2e))
 		m.recordSecond(micros(e2e))

@@ -20,6 +20,6 @@ func BenchmarkMeasurePerEvent(b *testing.B) {
 		if i%10 == 0 {
 			d = dedup
 		}
-		m.record("APPLIED", e2e+time.Duration(i%1000)*time.Microsecond, apply, d, true)
+		m.record("APPLIED", e2e+time.Duration(i%1000)*time.Microsecond, apply, d)
 	}
 }

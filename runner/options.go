@@ -39,7 +39,9 @@ const (
 // Options of one run: its cells, every broker × strategy of one workload,
 // then how they run and what is recorded, grouped by concern.
 type Options struct {
-	Cfg        config.Config // PostgreSQL's and the brokers' endpoints
+	Cfg config.Config // PostgreSQL's and the brokers' endpoints
+	// Spec is the workload; Brokers and Strategies (registered names,
+	// inbox.Lookup) make the cells, every broker with every strategy.
 	Spec       *workload.Spec
 	Brokers    []string
 	Strategies []string
@@ -180,7 +182,8 @@ type Console struct {
 	// of one line every few seconds.
 	Progress io.Writer
 	TTY      bool
-	Log      *slog.Logger
+	// Log takes warnings that change no figure (nil: discarded).
+	Log *slog.Logger
 }
 
 // Validate checks the options that need no server and fills defaults; its

@@ -12,6 +12,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
 )
@@ -41,14 +42,17 @@ type publisher struct {
 	poison [][]byte
 	t      *tally
 	notes  *notes
-	// stop, when closed, ends publishing at the next message (a steady
-	// cell's window is up).
-	stop <-chan struct{}
+	// stop, once closed (halt), ends publishing at the next message (a
+	// steady cell's window is up, a rate step's).
+	stop chan struct{}
+	halt func()
 	// backlog, above zero, holds sending while more messages than this
 	// were handed to the driver and not yet answered by the consumers.
 	backlog int64
 
-	sender   brokers.AsyncPublisher
+	sender brokers.AsyncPublisher
+	// start is the zero of the intended send times (run).
+	start    time.Time
 	handed   atomic.Int64   // messages handed to the driver
 	roomWait atomic.Int64   // ns spent waiting for the backlog to shrink
 	inflight sync.WaitGroup // calls whose confirms (or retries) are pending
@@ -85,18 +89,24 @@ const retryFor = 2 * time.Minute
 // confirm asynchronously.
 type closedLoop struct{ b brokers.Broker }
 
+// PublishAsync implements brokers.AsyncPublisher with the driver's
+// Publish, confirms and all.
 func (c closedLoop) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
 	errs := c.b.Publish(ctx, topic, msgs)
 	go done(errs) // never on the caller's goroutine, as AsyncPublisher says
 }
 
-// newPublisher publishes the chunks of f.
-func newPublisher(b brokers.Broker, topic string, f *feed, spec *workload.Spec, t *tally, ns *notes) *publisher {
-	p := &publisher{b: b, topic: topic, feed: f, spec: spec, t: t, notes: ns, lag: newHist()}
-	if a, ok := b.(brokers.AsyncPublisher); ok {
+// newPublisher publishes the chunks of f as spec says (its rate, its
+// publishers) to the cell's broker and topic, counting in the cell's
+// tally.
+func newPublisher(c *cell, f *feed, spec *workload.Spec) *publisher {
+	stop := make(chan struct{})
+	p := &publisher{b: c.b, topic: c.topic(), feed: f, spec: spec, t: c.t, notes: c.notes, lag: newHist(),
+		stop: stop, halt: sync.OnceFunc(func() { close(stop) })}
+	if a, ok := c.b.(brokers.AsyncPublisher); ok {
 		p.sender = a
 	} else {
-		p.sender = closedLoop{b}
+		p.sender = closedLoop{c.b}
 	}
 	return p
 }
@@ -111,11 +121,11 @@ func (p *publisher) owners() int { return max(1, p.spec.Publishers) }
 func (p *publisher) run(ctx context.Context, start time.Time) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	p.fail = cancel
+	p.fail, p.start = cancel, start
 	var wg sync.WaitGroup
 	for g := range p.owners() {
 		wg.Go(func() {
-			if err := p.part(ctx, start, g); err != nil {
+			if err := p.part(ctx, g); err != nil {
 				cancel(err)
 			}
 		})
@@ -128,17 +138,20 @@ func (p *publisher) run(ctx context.Context, start time.Time) error {
 	return ctx.Err()
 }
 
+// intendedAt is when message j of the whole stream is due at the
+// workload's rate: start + j/rate.
+func (p *publisher) intendedAt(j int) time.Time {
+	return p.start.Add(time.Duration(float64(j) / p.spec.PublishRate * float64(time.Second)))
+}
+
 // part sends goroutine g's share of every chunk, in plan order. At a
-// rate, message j of the whole stream is due at start + j/rate: the
-// goroutine sleeps until its next message is due, then hands over every
-// one of its messages due by then (never one early, so an event's latency,
-// counted from its intended time, never starts before it could have been
-// sent). Without a rate it sends as fast as the driver takes messages.
-func (p *publisher) part(ctx context.Context, start time.Time, g int) error {
+// rate, the goroutine sleeps until its next message is due (intendedAt),
+// then hands over every one of its messages due by then (never one early,
+// so an event's latency, counted from its intended time, never starts
+// before it could have been sent). Without a rate it sends as fast as the
+// driver takes messages.
+func (p *publisher) part(ctx context.Context, g int) error {
 	rate := p.spec.PublishRate
-	intendedAt := func(j int) time.Time {
-		return start.Add(time.Duration(float64(j) / rate * float64(time.Second)))
-	}
 	first := g == 0
 	for k := 0; ; k++ {
 		ch := p.feed.get(k)
@@ -152,18 +165,18 @@ func (p *publisher) part(ctx context.Context, start time.Time, g int) error {
 			}
 			n := min(maxSend, len(idx)-i)
 			if rate > 0 {
-				if !p.sleepUntil(ctx, intendedAt(ch.base+idx[i])) {
+				if !p.sleepUntil(ctx, p.intendedAt(ch.base+idx[i])) {
 					return ctx.Err()
 				}
 				now := time.Now()
 				n = 1
-				for n < maxSend && i+n < len(idx) && !intendedAt(ch.base+idx[i+n]).After(now) {
+				for n < maxSend && i+n < len(idx) && !p.intendedAt(ch.base+idx[i+n]).After(now) {
 					n++
 				}
 			} else if !p.room(ctx) {
 				return ctx.Err()
 			}
-			if err := p.hand(ctx, ch, idx[i:i+n], rate, intendedAt); err != nil {
+			if err := p.hand(ctx, ch, idx[i:i+n]); err != nil {
 				return err
 			}
 			i += n
@@ -173,7 +186,7 @@ func (p *publisher) part(ctx context.Context, start time.Time, g int) error {
 					return err
 				}
 			}
-			if p.spec.Duration > 0 && time.Since(start) > p.spec.Duration.D() {
+			if p.spec.Duration > 0 && time.Since(p.start) > p.spec.Duration.D() {
 				return nil
 			}
 		}
@@ -181,7 +194,8 @@ func (p *publisher) part(ctx context.Context, start time.Time, g int) error {
 }
 
 // hand encodes the chunk's publishes part and hands them to the driver.
-func (p *publisher) hand(ctx context.Context, ch *chunk, part []int, rate float64, intendedAt func(int) time.Time) error {
+func (p *publisher) hand(ctx context.Context, ch *chunk, part []int) error {
+	rate := p.spec.PublishRate
 	now := time.Now()
 	msgs := make([]brokers.Message, len(part))
 	lags := make([]time.Duration, 0, len(part))
@@ -190,7 +204,7 @@ func (p *publisher) hand(ctx context.Context, ch *chunk, part []int, rate float6
 		ev := *pub.Event
 		ev.IntendedAt = now
 		if rate > 0 {
-			ev.IntendedAt = intendedAt(ch.base + j)
+			ev.IntendedAt = p.intendedAt(ch.base + j)
 			if ev.IntendedAt.UnixNano() >= p.lagFrom.Load() {
 				lags = append(lags, now.Sub(ev.IntendedAt))
 			}
@@ -202,14 +216,24 @@ func (p *publisher) hand(ctx context.Context, ch *chunk, part []int, rate float6
 		msgs[i] = brokers.Message{Key: pub.OrderingKey(), ID: ev.Key(), Body: body}
 	}
 	p.noteLags(lags)
-	p.send(ctx, msgs, time.Now(), time.Time{}, func(i int) { ch.sent[part[i]] = true })
+	p.send(ctx, outgoing{msgs: msgs, mark: func(i int) { ch.sent[part[i]] = true }})
 	return nil
 }
 
-// send hands msgs to the driver; its confirm callback marks each
-// confirmed message with mark, records the confirm latency, and sends
-// what failed again (since firstFail, zero the first time).
-func (p *publisher) send(ctx context.Context, msgs []brokers.Message, at, firstFail time.Time, mark func(i int)) {
+// outgoing are messages handed to the driver in one call.
+type outgoing struct {
+	msgs []brokers.Message
+	// since is when they first failed (zero the first time they go).
+	since time.Time
+	// mark, when not nil, marks message i confirmed.
+	mark func(i int)
+}
+
+// send hands out.msgs to the driver; its confirm callback marks each
+// confirmed message, records the confirm latency, and sends what failed
+// again.
+func (p *publisher) send(ctx context.Context, out outgoing) {
+	at, msgs, mark := time.Now(), out.msgs, out.mark
 	p.inflight.Add(1)
 	p.handed.Add(int64(len(msgs)))
 	p.sender.PublishAsync(ctx, p.topic, msgs, func(errs []error) {
@@ -236,15 +260,17 @@ func (p *publisher) send(ctx context.Context, msgs []brokers.Message, at, firstF
 		if len(failed) > 0 {
 			p.t.c.publishErrors.Add(int64(len(failed)))
 			p.handed.Add(-int64(len(failed)))
-			p.retry(ctx, msgs, failed, first, firstFail, mark)
+			p.retry(ctx, out, failed, first)
 		}
 	})
 }
 
-// retry sends the failed messages again after a backoff, from a goroutine
-// of their own (the callback runs on a driver's goroutine and must not
-// wait), until retryFor has passed since they first failed.
-func (p *publisher) retry(ctx context.Context, msgs []brokers.Message, failed []int, err error, since time.Time, mark func(int)) {
+// retry sends out's failed messages again after a backoff, from a
+// goroutine of their own (the callback runs on a driver's goroutine and
+// must not wait), until retryFor has passed since they first failed; err
+// is the first failure.
+func (p *publisher) retry(ctx context.Context, out outgoing, failed []int, err error) {
+	msgs, since, mark := out.msgs, out.since, out.mark
 	if since.IsZero() {
 		since = time.Now()
 	}
@@ -262,7 +288,7 @@ func (p *publisher) retry(ctx context.Context, msgs []brokers.Message, failed []
 	p.inflight.Add(1)
 	go func() {
 		defer p.inflight.Done()
-		if !sleepCtx(ctx, backoff) {
+		if !ctxtime.Sleep(ctx, backoff) {
 			p.fail(ctx.Err())
 			return
 		}
@@ -270,7 +296,7 @@ func (p *publisher) retry(ctx context.Context, msgs []brokers.Message, failed []
 		if mark != nil {
 			remark = func(i int) { mark(failed[i]) }
 		}
-		p.send(ctx, again, time.Now(), since, remark)
+		p.send(ctx, outgoing{msgs: again, since: since, mark: remark})
 	}()
 }
 
@@ -352,7 +378,7 @@ func (p *publisher) room(ctx context.Context) bool {
 		if p.stopped() {
 			return true
 		}
-		if !sleepCtx(ctx, time.Millisecond) {
+		if !ctxtime.Sleep(ctx, time.Millisecond) {
 			return false
 		}
 	}
@@ -366,20 +392,8 @@ func (p *publisher) sendPoison(ctx context.Context) error {
 	for i, body := range p.poison {
 		msgs[i] = brokers.Message{Key: fmt.Sprintf("poison-%d", i), ID: fmt.Sprintf("poison-%d", i), Body: body}
 	}
-	p.send(ctx, msgs, time.Now(), time.Time{}, nil)
+	p.send(ctx, outgoing{msgs: msgs})
 	return nil
-}
-
-// sleepCtx sleeps for d unless ctx ends first (false).
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // feed is what a publisher sends: one plan, or the chunks of a stream

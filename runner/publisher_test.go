@@ -72,8 +72,7 @@ func TestPublisherDoesNotWaitForConfirms(t *testing.T) {
 	b := &lateBroker{order: map[string][]int64{}, tries: map[string]int{}, failFirst: 0.05, rng: rand.New(rand.NewPCG(1, 2))}
 	tl := newTally(true, RetryBound{}, len(plan.Publishes))
 	f := planFeed(plan, spec.Publishers)
-	p := newPublisher(nil, "t", f, spec, tl, &notes{})
-	p.b, p.sender = b, b
+	p := newPublisher(&cell{b: b, id: "t", t: tl, notes: &notes{}}, f, spec)
 	if err := p.run(context.Background(), time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +106,7 @@ func TestPublisherKeepsKeyOrder(t *testing.T) {
 	plan := workload.Generate(spec)
 	b := &orderBroker{seen: map[string][]string{}}
 	tl := newTally(true, RetryBound{}, len(plan.Publishes))
-	p := newPublisher(nil, "t", planFeed(plan, spec.Publishers), spec, tl, &notes{})
-	p.b, p.sender = b, b
+	p := newPublisher(&cell{b: b, id: "t", t: tl, notes: &notes{}}, planFeed(plan, spec.Publishers), spec)
 	if err := p.run(context.Background(), time.Now()); err != nil {
 		t.Fatal(err)
 	}

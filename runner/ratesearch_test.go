@@ -2,11 +2,28 @@ package runner
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/inboxbench/inboxbench/results"
 )
+
+// drive runs a search to its end against a simulated system whose
+// backlog grows by backlog(rate) events/s at a rate (and is otherwise
+// perfect).
+func drive(o RateSearch, backlog func(rate float64) float64) *searcher {
+	s := newSearcher(o)
+	for {
+		rate, _, ok := s.next()
+		if !ok {
+			return s
+		}
+		st := results.RateStep{Rate: rate, Achieved: rate, BacklogSlope: backlog(rate)}
+		o.judgeStep(&st)
+		s.record(st)
+	}
+}
 
 // TestSearcherConverges drives the search against simulated systems with
 // a known capacity: it must end within its precision below the capacity,
@@ -15,19 +32,7 @@ func TestSearcherConverges(t *testing.T) {
 	o := DefaultRateSearch.withDefaults()
 	o.MaxTime = time.Hour
 	for _, capacity := range []float64{37, 800, 2600, 23_456, 150_000} {
-		s := newSearcher(o)
-		for {
-			rate, _, ok := s.next()
-			if !ok {
-				break
-			}
-			st := results.RateStep{Rate: rate, Achieved: rate}
-			if rate > capacity {
-				st.BacklogSlope = rate - capacity
-			}
-			o.judgeStep(&st)
-			s.record(st)
-		}
+		s := drive(o, func(rate float64) float64 { return max(rate-capacity, 0) })
 		// The backlog may grow by MaxBacklogGrowth of the rate: the
 		// highest sustainable rate is capacity/(1-growth).
 		edge := capacity / (1 - o.MaxBacklogGrowth)
@@ -68,21 +73,15 @@ func TestSearcherConfirmsItsAnswer(t *testing.T) {
 	o.MaxTime = time.Hour
 	const capacity = 10_000
 	lucky := map[float64]bool{}
-	s := newSearcher(o)
-	for {
-		rate, _, ok := s.next()
-		if !ok {
-			break
-		}
-		st := results.RateStep{Rate: rate, Achieved: rate}
+	s := drive(o, func(rate float64) float64 {
 		// Above capacity by up to 15%, the first step at a rate passes.
-		if rate > capacity && (rate > capacity*1.15 || lucky[rate]) {
-			st.BacklogSlope = rate
-		}
+		fails := rate > capacity && (rate > capacity*1.15 || lucky[rate])
 		lucky[rate] = true
-		o.judgeStep(&st)
-		s.record(st)
-	}
+		if fails {
+			return rate
+		}
+		return 0
+	})
 	msr, _, confirmed, _ := s.result()
 	if msr > capacity || msr < capacity/(1+o.Precision)-1 || !confirmed {
 		t.Fatalf("MSR %.0f (confirmed %v) after %d steps: want at most the capacity %d, within precision", msr, confirmed, s.steps, capacity)
@@ -160,13 +159,13 @@ func TestSearcherRechecksAContradiction(t *testing.T) {
 	// MSR, as it turns out) stalls.
 	s, phases := run(func(r float64, n int) bool { return r > capacity || (r > 7000 && r < 8000 && n == 1) })
 	msr, _, confirmed, why := s.result()
-	if msr < capacity/(1+o.Precision)-1 || msr > capacity || !confirmed || !contains(phases, "recheck") {
+	if msr < capacity/(1+o.Precision)-1 || msr > capacity || !confirmed || !slices.Contains(phases, "recheck") {
 		t.Fatalf("fluke: MSR %.0f (confirmed %v, %q), phases %v: want the capacity, after a recheck", msr, confirmed, why, phases)
 	}
 	// A failed confirmation (a tie) is broken by a third step.
 	s, phases = run(func(r float64, n int) bool { return r > capacity || (r > 9000 && n == 2) })
 	msr, _, confirmed, _ = s.result()
-	if msr < capacity/(1+o.Precision)-1 || msr > capacity || !confirmed || !contains(phases, "recheck") {
+	if msr < capacity/(1+o.Precision)-1 || msr > capacity || !confirmed || !slices.Contains(phases, "recheck") {
 		t.Fatalf("tie: MSR %.0f (confirmed %v), phases %v: want the capacity, after a recheck", msr, confirmed, phases)
 	}
 	// An overshoot: every rate from 6,000/s fails but the two first steps
@@ -177,13 +176,4 @@ func TestSearcherRechecksAContradiction(t *testing.T) {
 	if msr >= 6000 || msr < 6000/(1+o.Precision)-1 || !confirmed {
 		t.Fatalf("overshoot: MSR %.0f (confirmed %v), phases %v: want just under 6,000", msr, confirmed, phases)
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }

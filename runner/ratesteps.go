@@ -7,43 +7,59 @@ import (
 	"math"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
-// stepEnv is what the steps of one cell's rate search share.
-type stepEnv struct {
+// rateSteps is what the steps of one cell's rate search share.
+type rateSteps struct {
 	c       *cell
-	b       brokers.Broker
-	in      *inbox.Inbox
-	t       *tally
 	sampler *inbox.ContentionSampler
-	notes   *notes
 	o       RateSearch
-	judge   *stepJudge
 	steps   int // steps published, each a segment of its own
 }
 
+// stepAim is what a step publishes at, and how long its window is.
+type stepAim struct {
+	phase  string
+	rate   float64
+	window time.Duration
+}
+
 // search runs the cell's rate search: ramp and bisection, then the steps
-// at fixed fractions of the MSR. Each step is judged by j once it
-// drained; the streamed result carries the verdict of them all and what
-// the search found.
-func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, cons consumers, t *tally, sampler *inbox.ContentionSampler, ns *notes, j *stepJudge) streamed {
+// at fixed fractions of the MSR. Each step is judged by the cell's step
+// judge once it drained; the streamed result carries what the search
+// found.
+func (c *cell) search(ctx context.Context, cons consumers, sampler *inbox.ContentionSampler) streamed {
+	if c.steps.keepInbox {
+		c.notes.add("the inbox holds prefilled history, so it is kept between the rate search's steps and grows from one to the next")
+	}
 	s := streamed{started: true, start: time.Now()}
 	if err := cons.start(ctx); err != nil {
 		return streamed{err: errors.Join(err, cons.stop(ctx))}
 	}
-	env := &stepEnv{c: c, b: b, in: in, t: t, sampler: sampler, notes: ns, o: c.o.Search.withDefaults(), judge: j}
+	e := &rateSteps{c: c, sampler: sampler, o: c.o.Search.withDefaults()}
 	seriesCtx, stopSeries := context.WithCancel(ctx)
-	series := sampleSeries(seriesCtx, t)
-	rs := &results.RateSearch{Criteria: env.o.criteria()}
-	sr := newSearcher(env.o)
+	series := sampleSeries(seriesCtx, c.t)
+	s.rate, s.err = e.run(ctx)
+	if s.rate.Uncertain != "" {
+		c.notes.add("rate search: " + s.rate.Uncertain)
+	}
+	s.pubEnd = time.Now()
+	s.err = errors.Join(s.err, cons.stop(ctx))
+	stopSeries()
+	s.series = <-series
+	return s
+}
+
+// run searches until the searcher is done, a step fails or ctx ends.
+func (e *rateSteps) run(ctx context.Context) (*results.RateSearch, error) {
+	rs := &results.RateSearch{Criteria: e.o.criteria()}
+	sr := newSearcher(e.o)
 	measuredAt := -1.0 // the MSR the steps in rs.At were measured at
-	for ctx.Err() == nil && s.err == nil {
+	var err error
+	for ctx.Err() == nil && err == nil {
 		rate, phase, ok := sr.next()
 		if !ok {
 			// Converged (or stopped): measure at fractions of the MSR,
@@ -55,32 +71,24 @@ func (c *cell) search(ctx context.Context, b brokers.Broker, in *inbox.Inbox, co
 			}
 			measuredAt = msr
 			rs.Steps = append(rs.Steps, rs.At...) // measured at an MSR that did not hold
-			rs.At, s.err = env.atRates(ctx, msr, sr)
+			rs.At, err = e.atRates(ctx, msr, sr)
 			continue
 		}
 		var st results.RateStep
-		st, s.err = env.step(ctx, phase, rate)
-		env.o.judgeStep(&st)
+		st, err = e.step(ctx, stepAim{phase, rate, e.o.Step - e.o.Warmup})
+		e.o.judgeStep(&st)
 		sr.record(st)
 		rs.Steps = append(rs.Steps, st)
-		env.print(st)
+		e.print(st)
 	}
 	rs.MSR, rs.LimitedBy, rs.Confirmed, rs.Uncertain = sr.result()
-	if rs.Uncertain != "" {
-		ns.add("rate search: " + rs.Uncertain)
-	}
-	s.pubEnd = time.Now()
-	s.err = errors.Join(s.err, cons.stop(ctx))
-	stopSeries()
-	s.series = <-series
-	s.judged, s.rate = j, rs
-	return s
+	return rs, err
 }
 
 // atRates measures the steps at fixed fractions of the MSR and at the
 // absolute rates asked for, each one step and a half long. Those below
 // the MSR are evidence for the search too: sr records them.
-func (e *stepEnv) atRates(ctx context.Context, msr float64, sr *searcher) ([]results.RateStep, error) {
+func (e *rateSteps) atRates(ctx context.Context, msr float64, sr *searcher) ([]results.RateStep, error) {
 	type point struct{ fraction, rate float64 }
 	var pts []point
 	if msr > 0 {
@@ -93,7 +101,7 @@ func (e *stepEnv) atRates(ctx context.Context, msr float64, sr *searcher) ([]res
 	}
 	var out []results.RateStep
 	for _, p := range pts {
-		st, err := e.stepFor(ctx, "at", p.rate, (e.o.Step-e.o.Warmup)*3/2)
+		st, err := e.step(ctx, stepAim{"at", p.rate, (e.o.Step - e.o.Warmup) * 3 / 2})
 		st.Fraction = p.fraction
 		e.o.judgeStep(&st)
 		if err == nil && st.Rate < msr {
@@ -108,34 +116,29 @@ func (e *stepEnv) atRates(ctx context.Context, msr float64, sr *searcher) ([]res
 	return out, nil
 }
 
-func (e *stepEnv) step(ctx context.Context, phase string, rate float64) (results.RateStep, error) {
-	return e.stepFor(ctx, phase, rate, e.o.Step-e.o.Warmup)
-}
-
-// stepFor publishes a fresh segment of the workload at rate, warms up
-// until the effect rate settles at it (at most twice the search's
-// warm-up), measures a window of the given length, then stops publishing,
+// step publishes a fresh segment of the workload at the aim's rate, warms
+// up until the effect rate settles at it (at most twice the search's
+// warm-up), measures a window of the aim's length, then stops publishing,
 // waits until the segment is drained, and has it judged.
-func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, window time.Duration) (results.RateStep, error) {
+func (e *rateSteps) step(ctx context.Context, aim stepAim) (results.RateStep, error) {
+	c := e.c
 	i := e.steps
 	e.steps++
-	st := results.RateStep{Phase: phase, Rate: math.Round(rate)}
-	spec := e.segmentSpec(i, rate)
+	st := results.RateStep{Phase: aim.phase, Rate: math.Round(aim.rate)}
+	spec := e.segmentSpec(i, aim.rate)
 	stream := workload.NewStreamSegment(spec, fmt.Sprintf("s%02d-", i))
 	defer stream.Close()
 	f := streamFeed(stream, max(1, spec.Publishers))
-	pub := newPublisher(e.b, e.c.topic(), f, spec, e.t, e.notes)
-	stop := make(chan struct{})
-	pub.stop = stop
+	pub := newPublisher(c, f, spec)
 	start := time.Now()
-	e.t.warmEnd.Store(math.MaxInt64)
-	w := e.watch(ctx, start, pub, stop, rate, window)
+	c.t.warmEnd.Store(math.MaxInt64)
+	w := e.watch(ctx, start, pub, aim)
 	err := pub.run(ctx, start)
 	close(w.quit)
 	m := <-w.done
 	plan, _ := f.published()
 	if err != nil {
-		return st, errors.Join(err, e.judge.step(ctx, e.c, plan, false))
+		return st, errors.Join(err, c.steps.step(ctx, plan, false))
 	}
 	st.WarmupS, st.WindowS = m.warmup.Seconds(), m.window.Seconds()
 	if m.window > 0 {
@@ -145,9 +148,9 @@ func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, windo
 	st.PublishLagMs = float64(pub.lagSummary().P99) / 1000
 	drained, err := e.drain(ctx, max(30*time.Second, 3*(m.warmup+m.window)))
 	st.DrainS = drained.Seconds()
-	st.E2E, st.Dedup = e.t.meters.takeStep()
+	st.E2E, st.Dedup = c.t.meters.takeStep()
 	st.LockWaitShare = e.sampler.Totals().Share(m.totals)
-	return st, errors.Join(err, e.judge.step(ctx, e.c, plan, err == nil))
+	return st, errors.Join(err, c.steps.step(ctx, plan, err == nil))
 }
 
 // stepJudge judges each step of a rate search once it drained, and then
@@ -155,50 +158,50 @@ func (e *stepEnv) stepFor(ctx context.Context, phase string, rate float64, windo
 // same inbox (a search publishes millions of events: judged at the end,
 // they held gigabytes in the checker, and an inbox growing from step to
 // step made the later steps, and so the MSR, depend on the order of the
-// steps), and the checker holds one step at a time.
+// steps), and the checker holds one step at a time. It is the checker of
+// a rate search's cell: its verdict is that of every step.
 type stepJudge struct {
-	pool *pgxpool.Pool
-	// audit is flushed before each step is judged.
-	audit *cellAudit
+	c *cell
 	// keepInbox: the inbox was prefilled with history, which stays; it
 	// then grows from step to step (a note says so).
-	keepInbox bool
-	// t forgets a judged step's messages and decisions: they are not
-	// delivered again.
-	t            *tally
-	notes        *notes
+	keepInbox    bool
 	noCheckpoint bool
-	inv          results.Invariants
-	effects      int64
+	v            verdict
 }
 
-func newStepJudge(pool *pgxpool.Pool, audit *cellAudit, t *tally, ns *notes, keepInbox bool) *stepJudge {
-	return &stepJudge{pool: pool, audit: audit, t: t, notes: ns, keepInbox: keepInbox,
-		inv: results.Invariants{Verdict: results.VerdictPass, Anomalies: map[string]int64{}, Examples: map[string][]string{}}}
+func newStepJudge(c *cell) *stepJudge {
+	return &stepJudge{c: c, keepInbox: c.o.Spec.InboxPrefill > 0,
+		v: verdict{inv: results.Invariants{Verdict: results.VerdictPass, Anomalies: map[string]int64{}, Examples: map[string][]string{}}}}
 }
 
-// step judges one step's plan, and empties the tables when clear.
-func (j *stepJudge) step(ctx context.Context, c *cell, plan *workload.Plan, clear bool) error {
-	if err := j.audit.flush(ctx); err != nil {
+// step judges one step's plan, forgets its messages and decisions in the
+// cell's tally (they are not delivered again), and empties the tables
+// when clear. The audit log is flushed first.
+func (j *stepJudge) step(ctx context.Context, plan *workload.Plan, clear bool) error {
+	c := j.c
+	if err := c.audit.flush(ctx); err != nil {
 		return err
 	}
-	inv, effects, err := Check(ctx, j.pool, c.id, c.consumer, plan, c.o.Measure.Audit)
+	inv, effects, err := Check(ctx, c.pool, c.tables(), plan)
 	if err != nil {
 		return err
 	}
-	j.effects += effects
+	j.v.effects += effects
 	for name, n := range inv.Anomalies {
-		addAnomaly(&j.inv, name, n, inv.Examples[name])
+		addAnomaly(&j.v.inv, name, n, inv.Examples[name])
 	}
-	j.t.forget(plan)
+	c.t.forget(plan)
 	if !clear {
 		return nil
 	}
-	if err := inbox.Clear(ctx, j.pool, c.id, j.keepInbox, c.o.Measure.Audit); err != nil {
+	if err := inbox.Clear(ctx, c.pool, c.id, j.keepInbox, c.o.Measure.Audit); err != nil {
 		return err
 	}
 	return j.checkpoint(ctx)
 }
+
+// verdict is every step's: the steps were judged as they drained.
+func (j *stepJudge) verdict(context.Context, *workload.Plan) (verdict, error) { return j.v, nil }
 
 // checkpoint starts the next step right after a checkpoint, so that every
 // step writes the same full-page images into the WAL rather than only the
@@ -210,10 +213,10 @@ func (j *stepJudge) checkpoint(ctx context.Context) error {
 	if j.noCheckpoint {
 		return nil
 	}
-	allowed, err := inbox.Checkpoint(ctx, j.pool)
+	allowed, err := inbox.Checkpoint(ctx, j.c.pool)
 	if !allowed {
 		j.noCheckpoint = true
-		j.notes.add("the rate search's steps did not start at a checkpoint: the role may not run CHECKPOINT (GRANT pg_checkpoint TO it), so a checkpoint during a step slows that step alone")
+		j.c.notes.add("the rate search's steps did not start at a checkpoint: the role may not run CHECKPOINT (GRANT pg_checkpoint TO it), so a checkpoint during a step slows that step alone")
 	}
 	return err
 }
@@ -221,7 +224,7 @@ func (j *stepJudge) checkpoint(ctx context.Context) error {
 // segmentSpec is the workload of step i: the cell's workload at rate,
 // streamed in chunks of about two seconds' events, with a seed of its
 // own.
-func (e *stepEnv) segmentSpec(i int, rate float64) *workload.Spec {
+func (e *rateSteps) segmentSpec(i int, rate float64) *workload.Spec {
 	spec := *e.c.o.Spec
 	spec.Seed += int64(i) + 1
 	spec.PublishRate, spec.Duration, spec.Warmup, spec.Measure = rate, 0, 0, 0
@@ -243,87 +246,102 @@ type stepMeasure struct {
 // the backlog over the window, and stops the publisher when the window is
 // up.
 type stepWatch struct {
-	quit chan struct{}
-	done chan stepMeasure
+	e     *rateSteps
+	pub   *publisher
+	aim   stepAim
+	start time.Time
+	quit  chan struct{}
+	done  chan stepMeasure
+	// warm are the warm-up's samples; windowStart, once set, the start of
+	// the window, with pub0 the messages confirmed then.
+	warm        []sample
+	windowStart time.Time
+	pub0        int64
 }
 
-func (e *stepEnv) watch(ctx context.Context, start time.Time, pub *publisher, stop chan struct{}, rate float64, window time.Duration) *stepWatch {
-	w := &stepWatch{quit: make(chan struct{}), done: make(chan stepMeasure, 1)}
-	limit := 2 * e.o.Warmup
-	go func() {
-		var m stepMeasure
-		defer func() { w.done <- m }()
-		stopped := false
-		stopPub := func() {
-			if !stopped {
-				stopped = true
-				close(stop)
-			}
-		}
-		defer stopPub()
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		var warm []sample
-		var pub0 int64
-		var windowStart time.Time
-		for {
-			select {
-			case <-w.quit:
-				return
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				if windowStart.IsZero() {
-					warm = append(warm, sample{at: now.Sub(start), effects: e.t.c.effects.Load()})
-					if !settledOver(warm, e.o.Warmup/2, rate, time.Second) && now.Sub(start) < limit {
-						continue
-					}
-					windowStart, m.warmup = now, now.Sub(start)
-					pub0, m.totals = e.t.c.published.Load(), e.sampler.Totals()
-					e.t.warmEnd.Store(now.UnixNano())
-					pub.noteLagsFrom(now)
-					e.t.meters.takeStep() // what was decided during the warm-up is not the step's
-					continue
-				}
-				m.ts = append(m.ts, now.Sub(start).Seconds())
-				m.backlog = append(m.backlog, float64(e.t.c.published.Load()-e.t.handled.Load()))
-				if now.Sub(windowStart) >= window {
-					m.window = now.Sub(windowStart)
-					m.published = float64(e.t.c.published.Load() - pub0)
-					stopPub()
-					return
-				}
-			}
-		}
-	}()
+// watch starts watching a step that publishes through pub from start.
+func (e *rateSteps) watch(ctx context.Context, start time.Time, pub *publisher, aim stepAim) *stepWatch {
+	w := &stepWatch{e: e, pub: pub, aim: aim, start: start, quit: make(chan struct{}), done: make(chan stepMeasure, 1)}
+	go w.run(ctx)
 	return w
+}
+
+// run samples every 100ms until the window is up (then it stops the
+// publisher), the step ends (quit) or ctx ends, and delivers what it
+// measured.
+func (w *stepWatch) run(ctx context.Context) {
+	var m stepMeasure
+	defer func() { w.done <- m }()
+	defer w.pub.halt()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if w.sample(now, &m) {
+				return
+			}
+		}
+	}
+}
+
+// sample takes one sample at now: of the effects during the warm-up,
+// which it ends once the rate settled (or its limit passed); of the
+// backlog in the window. It reports whether the window is up.
+func (w *stepWatch) sample(now time.Time, m *stepMeasure) bool {
+	t, o := w.e.c.t, w.e.o
+	if w.windowStart.IsZero() {
+		w.warm = append(w.warm, sample{at: now.Sub(w.start), effects: t.c.effects.Load()})
+		if !settledOver(w.warm, o.Warmup/2, w.aim.rate, time.Second) && now.Sub(w.start) < 2*o.Warmup {
+			return false
+		}
+		w.windowStart, m.warmup = now, now.Sub(w.start)
+		w.pub0, m.totals = t.c.published.Load(), w.e.sampler.Totals()
+		t.warmEnd.Store(now.UnixNano())
+		w.pub.noteLagsFrom(now)
+		t.meters.takeStep() // what was decided during the warm-up is not the step's
+		return false
+	}
+	m.ts = append(m.ts, now.Sub(w.start).Seconds())
+	m.backlog = append(m.backlog, float64(t.c.published.Load()-t.handled.Load()))
+	if now.Sub(w.windowStart) < w.aim.window {
+		return false
+	}
+	m.window = now.Sub(w.windowStart)
+	m.published = float64(t.c.published.Load() - w.pub0)
+	return true
 }
 
 // drain waits until every published message was answered and nothing is
 // parked, for at most limit, or until nothing settled for the stall
 // timeout.
-func (e *stepEnv) drain(ctx context.Context, limit time.Duration) (time.Duration, error) {
+func (e *rateSteps) drain(ctx context.Context, limit time.Duration) (time.Duration, error) {
+	t, stall := e.c.t, e.c.o.Limits.Stall
 	start := time.Now()
-	sw := &sweeper{in: e.in, st: e.c.strategy, consumer: e.c.consumer, t: e.t}
-	last, lastChange := e.t.settled.Load(), time.Now()
+	sw := newSweeper(e.c)
+	last, lastChange := t.settled.Load(), time.Now()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if e.t.handled.Load() >= e.t.c.published.Load() {
+		if t.handled.Load() >= t.c.published.Load() {
 			if done, err := sw.settle(ctx); err == nil && done {
 				return time.Since(start), nil
 			}
 		}
-		if s := e.t.settled.Load(); s != last {
+		if s := t.settled.Load(); s != last {
 			last, lastChange = s, time.Now()
 		}
 		switch {
-		case time.Since(lastChange) > e.c.o.Limits.Stall:
+		case time.Since(lastChange) > stall:
 			return time.Since(start), fmt.Errorf("stalled: no delivery settled for %s while draining a rate step, with %d of %d messages answered",
-				e.c.o.Limits.Stall, e.t.handled.Load(), e.t.c.published.Load())
+				stall, t.handled.Load(), t.c.published.Load())
 		case time.Since(start) > limit:
 			return time.Since(start), fmt.Errorf("a rate step's backlog did not drain within %s (%d of %d messages answered): the search stops here",
-				limit.Round(time.Second), e.t.handled.Load(), e.t.c.published.Load())
+				limit.Round(time.Second), t.handled.Load(), t.c.published.Load())
 		}
 		select {
 		case <-ctx.Done():
@@ -334,13 +352,14 @@ func (e *stepEnv) drain(ctx context.Context, limit time.Duration) (time.Duration
 }
 
 // print writes a step's line to the progress output.
-func (e *stepEnv) print(st results.RateStep) {
+func (e *rateSteps) print(st results.RateStep) {
 	verdict := "sustainable"
 	if !st.Sustainable {
 		verdict = "NOT sustainable: " + string(st.Limit)
 	}
-	fmt.Fprintf(e.c.o.Console.Progress, "%s/%s: %-6s %s/s: achieved %s/s, backlog %+.0f/s, publish lag %s, e2e p99 %s, lock waits %s, drained in %.1fs: %s\n",
-		e.c.broker, e.c.strategy.Name(), st.Phase, results.FormatRate(st.Rate), results.FormatRate(st.Achieved), st.BacklogSlope,
+	c := e.c
+	fmt.Fprintf(c.o.Console.Progress, "%s/%s: %-6s %s/s: achieved %s/s, backlog %+.0f/s, publish lag %s, e2e p99 %s, lock waits %s, drained in %.1fs: %s\n",
+		c.broker, c.strategy.Name(), st.Phase, results.FormatRate(st.Rate), results.FormatRate(st.Achieved), st.BacklogSlope,
 		time.Duration(st.PublishLagMs*float64(time.Millisecond)).Round(time.Millisecond), fmtMicros(st.E2E.P99),
 		results.FormatShare(st.LockWaitShare), st.DrainS, verdict)
 }

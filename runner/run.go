@@ -2,16 +2,23 @@
 // per broker × strategy, measures it, and checks the exactly-once-effect
 // invariants against the workload's oracle.
 //
-// Run walks the cells one after another. A cell (cell.go) wires five
-// parts, each in its own file with its own small state: the publisher
-// (plan → broker, open loop, send-side faults), the consumers (goroutines
-// of this process, or `bench worker` processes joining the run through
-// PostgreSQL — chosen once per cell behind one interface), the handler
-// (deliveries → inbox → verdicts, outcome counting), the mid-stream
-// actions (planned restarts, broker restarts, killed connections) and the
-// waiter (done, stall, progress). What they count meets in a tally. After
-// the stream, the inbox package reads a snapshot of the cell's tables and
-// Judge, a pure function, names every anomaly (judge.go).
+// Run walks the cells round after round (rounds.go: the order of the
+// cells in a round, the warm-up rounds, what a round keeps). A cell
+// (cell.go) is one value: what its round needs and, once set up, what it
+// runs on and counts in. It wires five parts, each in its own file with
+// its own small state: the publisher (plan → broker, open loop, send-side
+// faults), the consumers (goroutines of this process, or `bench worker`
+// processes joining the run through PostgreSQL — chosen once per cell
+// behind one interface), the handler (deliveries → inbox → verdicts,
+// outcome counting), the mid-stream actions (planned restarts, broker
+// restarts, killed connections) and the waiter (done, stall, progress);
+// stream.go runs them. What they count meets in a tally. After the stream
+// the cell's checker (check.go, chosen once per cell) judges it: the inbox
+// package reads a snapshot of the cell's tables and Judge, a pure
+// function, names every anomaly (judge.go). A rate search (ratesearch.go,
+// ratesteps.go) runs a cell as steps at rising rates instead, each judged
+// once it drained; worker processes are fleet.go, fleetconsumers.go,
+// workerprocess.go and the protocol between them, workerprotocol.go.
 package runner
 
 import (
@@ -19,14 +26,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/results"
-	"github.com/inboxbench/inboxbench/workload"
 )
 
 // NewRunID returns a sortable, readable run id.
@@ -35,13 +40,7 @@ func NewRunID() string { return time.Now().UTC().Format("20060102-150405") }
 // Run executes every cell and writes result.json; the returned run is what
 // was written.
 func Run(ctx context.Context, o Options) (*results.Run, string, error) {
-	if err := o.Validate(); err != nil {
-		return nil, "", err
-	}
-	if err := checkExtras(ctx, o); err != nil {
-		return nil, "", err
-	}
-	if err := claim(ctx, &o); err != nil {
+	if err := prepare(ctx, &o); err != nil {
 		return nil, "", err
 	}
 	stopExternal, err := startExternal(ctx, &o)
@@ -49,81 +48,54 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		return nil, "", err
 	}
 	defer stopExternal()
-	var fl *fleet
-	if o.Workers.any() {
-		spec := *o.Spec
-		spec.Consumers = o.Workers.Local + o.Workers.Remote
-		o.Spec = &spec
-		f, err := startFleet(ctx, o)
-		if err != nil {
-			return nil, "", err
-		}
-		defer f.finish()
-		fl = f
+	fl, err := startWorkers(ctx, &o)
+	if err != nil {
+		return nil, "", err
+	}
+	if fl != nil {
+		defer fl.finish()
 	}
 	wl, err := json.Marshal(o.Spec)
 	if err != nil {
 		return nil, "", err
 	}
 	run := &results.Run{SchemaVersion: results.SchemaVersion, RunID: o.RunID, StartedAt: time.Now().UTC(),
-		Workload: wl, Env: environment(o)}
-	plan := o.Stream.Plan
-	if plan == nil {
-		plan = workload.Generate(o.Spec)
+		Workload: wl, Env: environment(o), Rounds: o.Rounds, WarmupRounds: o.WarmupRounds}
+	rs := newRounds(&o, fl, &run.Env)
+	rs.announce()
+	rs.all(ctx)
+	run.Cells = rs.results()
+	return finish(ctx, &o, run, rs.passed)
+}
+
+// prepare checks the options, the user strategies and the run id before
+// anything runs.
+func prepare(ctx context.Context, o *Options) error {
+	if err := o.Validate(); err != nil {
+		return err
 	}
-	names := cellStrategies(o)
-	run.Rounds, run.WarmupRounds = o.Rounds, o.WarmupRounds
-	fmt.Fprintf(o.Console.Progress, "run %s: workload %s, %d events over %d aggregates (%d sends with faults), %d cells%s\n",
-		o.RunID, o.Spec.Name, len(plan.Events), o.Spec.Aggregates, len(plan.Publishes), len(o.Brokers)*len(names), roundsText(o))
-	var cells []cellKey
-	for _, b := range o.Brokers {
-		for _, s := range names {
-			cells = append(cells, cellKey{b, s})
-		}
+	if err := checkExtras(ctx, *o); err != nil {
+		return err
 	}
-	byCell := map[cellKey][]results.Cell{}
-	var passed []results.Cell
-	// Warm-up rounds are numbered 1-W … 0 and run first; round 1 then
-	// keeps the given order.
-	for r := 1 - o.WarmupRounds; r <= o.Rounds && ctx.Err() == nil; r++ {
-		var round []results.Cell
-		for i, k := range roundOrder(cells, r) {
-			if ctx.Err() != nil {
-				break
-			}
-			ask := run.Env.Durability == nil || run.Env.Durability.Settings[k.broker] == nil
-			c, durability := runCell(ctx, &o, plan, k.broker, k.strategy, r, fl, ask)
-			if o.Rounds > 1 || o.WarmupRounds > 0 {
-				c.Round, c.Order = max(r, 0), i+1
-			}
-			if ask {
-				run.Env.AddDurability(k.broker, durability)
-			}
-			fmt.Fprintf(o.Console.Progress, "%s%-15s %-26s %s  %s events/s  e2e p99 %s%s  %s\n", roundLabel(o, r), k.broker, k.strategy, c.Invariants.Verdict,
-				results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), steadyText(c.Window), strings.TrimSpace(results.AnomalyLine(c)))
-			pass := c.Invariants.Verdict == results.VerdictPass
-			if pass {
-				passed = append(passed, c)
-			}
-			if r <= 0 {
-				if pass {
-					continue // warmed up; nothing of it is kept
-				}
-				c.Notes = append(c.Notes, fmt.Sprintf("a warm-up round's cell (round 0, not measured) ended %s and is kept among the rounds so that its verdict counts", c.Invariants.Verdict))
-			}
-			round = append(round, c)
-		}
-		vsBaseline(round)
-		for _, c := range round {
-			k := cellKey{c.Broker, c.Strategy}
-			byCell[k] = append(byCell[k], c)
-		}
+	return claim(ctx, o)
+}
+
+// startWorkers starts the run's worker processes when its consumers are
+// `bench worker`s, whose count then replaces the workload's consumers;
+// nil without.
+func startWorkers(ctx context.Context, o *Options) (*fleet, error) {
+	if !o.Workers.any() {
+		return nil, nil
 	}
-	for _, k := range cells {
-		if rs := byCell[k]; len(rs) > 0 {
-			run.Cells = append(run.Cells, results.Aggregate(rs))
-		}
-	}
+	spec := *o.Spec
+	spec.Consumers = o.Workers.Local + o.Workers.Remote
+	o.Spec = &spec
+	return startFleet(ctx, *o)
+}
+
+// finish completes the run's result and writes it, then drops what the
+// passed cell rounds left.
+func finish(ctx context.Context, o *Options, run *results.Run, passed []results.Cell) (*results.Run, string, error) {
 	noteAboveBaseline(run.Cells)
 	run.FinishedAt = time.Now().UTC()
 	citeCalibration(run, o.Output.Dir)
@@ -137,7 +109,7 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 	if ctx.Err() != nil {
 		return run, dir, ctx.Err()
 	}
-	if n, err := forgetPassed(ctx, &o, passed); err != nil {
+	if n, err := forgetPassed(ctx, o, passed); err != nil {
 		// The result stands; what is left costs disk, not figures.
 		fmt.Fprintf(o.Console.Progress, "run %s: could not drop the passed cells' schemas and topics (they stay until a run with --run-id %s --replace): %v\n", o.RunID, o.RunID, err)
 	} else if n > 0 {
@@ -176,72 +148,6 @@ func noteAboveBaseline(cells []results.Cell) {
 		c.Notes = append(c.Notes, fmt.Sprintf("maximum sustainable rate %s/s above the baseline's %s/s: %s",
 			results.FormatRate(c.Rate.MSR), results.FormatRate(b.Rate.MSR), why))
 	}
-}
-
-// cellKey is one broker × strategy.
-type cellKey struct{ broker, strategy string }
-
-// roundOrder is the order of the cells in round r (1-based): as given on
-// odd rounds, reversed on even ones, so a cell early in one round is late
-// in the next (warm-up rounds, 1-W … 0, alike).
-func roundOrder(cells []cellKey, r int) []cellKey {
-	if r%2 != 0 {
-		return cells
-	}
-	out := make([]cellKey, len(cells))
-	for i, c := range cells {
-		out[len(cells)-1-i] = c
-	}
-	return out
-}
-
-// vsBaseline sets each cell's ratio to the baseline cell of its strategy
-// in the same round.
-func vsBaseline(round []results.Cell) {
-	base := map[string]float64{}
-	for _, c := range round {
-		if c.Baseline && c.Throughput.EventsPerS > 0 {
-			base[c.Strategy] = c.Throughput.EventsPerS
-		}
-	}
-	for i := range round {
-		c := &round[i]
-		if b := base[c.Strategy]; b > 0 && !c.Baseline {
-			c.Throughput.VsBaseline = c.Throughput.EventsPerS / b
-		}
-	}
-}
-
-func roundsText(o Options) string {
-	if o.Rounds <= 1 && o.WarmupRounds == 0 {
-		return ""
-	}
-	text := fmt.Sprintf(", %d rounds", o.Rounds)
-	if o.Rounds == 1 {
-		text = ", 1 round"
-	}
-	if o.WarmupRounds > 0 {
-		text += fmt.Sprintf(" after %d of warm-up", o.WarmupRounds)
-	}
-	return text
-}
-
-func roundLabel(o Options, r int) string {
-	if r <= 0 {
-		return fmt.Sprintf("warm-up %d/%d  ", r+o.WarmupRounds, o.WarmupRounds)
-	}
-	if o.Rounds <= 1 {
-		return ""
-	}
-	return fmt.Sprintf("round %d/%d  ", r, o.Rounds)
-}
-
-// steadyText marks a steady cell's figure that is not steady.
-func steadyText(w *results.Window) string {
-	if w == nil || w.Steady {
-		return ""
-	}
-	return "  NOT STEADY: " + w.Why
 }
 
 // claim connects to check the run id is new (or to replace its

@@ -138,10 +138,9 @@ func deleteTopics(ctx context.Context, o *Options, byBroker map[string][]string)
 		}
 		if d, ok := br.(brokers.TopicDeleter); ok {
 			for _, id := range byBroker[b] {
-				c := cell{id: id}
-				if err := d.DeleteTopic(ctx, c.topic()); err != nil {
+				if err := d.DeleteTopic(ctx, topicOf(id)); err != nil {
 					br.Close()
-					return fmt.Errorf("%s: delete topic %s: %w", b, c.topic(), err)
+					return fmt.Errorf("%s: delete topic %s: %w", b, topicOf(id), err)
 				}
 			}
 		}

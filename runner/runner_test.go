@@ -19,10 +19,20 @@ import (
 	"github.com/inboxbench/inboxbench/workload"
 )
 
+// parseSpec parses a workload written for a test.
+func parseSpec(t *testing.T, yaml string) *workload.Spec {
+	t.Helper()
+	s, err := workload.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // faultsSpec is a small workload with every fault of the plan.
 func faultsSpec(t *testing.T, extra string) *workload.Spec {
 	t.Helper()
-	s, err := workload.Parse([]byte(`
+	return parseSpec(t, `
 name: test-faults
 seed: 5
 aggregates: 12
@@ -38,11 +48,7 @@ faults:
   out_of_order: 0.05
   concurrent_duplicates: 0.05
   storm_consumers: 3
-` + extra))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+`+extra)
 }
 
 func runCells(t *testing.T, spec *workload.Spec, brokers, strategies []string) *results.Run {
@@ -220,7 +226,7 @@ var removedRE = regexp.MustCompile(`(removed |partitions \()[12][0-9]{4} inbox r
 // events on the partitioned layout), and says what it loaded and pruned.
 func TestInboxAtProductionSize(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres)
-	spec, err := workload.Parse([]byte(`
+	spec := parseSpec(t, `
 name: inbox-size
 aggregates: 50
 events: 6000
@@ -231,10 +237,7 @@ inbox_prefill: 30000
 inbox_prefill_age: 30d
 inbox_prune_every: 1s
 inbox_prune_keep: 7d
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	for _, partitioned := range []bool{false, true} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx"},

@@ -16,16 +16,12 @@ import (
 	"github.com/inboxbench/inboxbench/workload"
 )
 
-// TestSteadyRoundsThroughTheBaseline: a steady-state workload with
-// faults, two rounds, two strategies. Every round of every cell runs for
-// its warm-up and window (the stream outlasts one chunk of events), is
-// judged PASS over everything it published, and the cells carry their
-// rounds, windows, stats and per-round ratios.
-func TestSteadyRoundsThroughTheBaseline(t *testing.T) {
-	cfg := testenv.Require(t, testenv.Postgres)
-	spec, err := workload.Parse([]byte(`
-name: test-steady
-seed: 9
+// steadySpec is a small steady-state workload (a warm-up until the rate
+// settles, a window of two seconds) with what extra adds: its name, its
+// seed, its faults.
+func steadySpec(t *testing.T, extra string) *workload.Spec {
+	t.Helper()
+	return parseSpec(t, `
 aggregates: 50
 events: 2000
 message_size: 128
@@ -35,13 +31,23 @@ batch_size: 50
 warmup: 1s
 measure: 2s
 warmup_max: 6s
+`+extra)
+}
+
+// TestSteadyRoundsThroughTheBaseline: a steady-state workload with
+// faults, two rounds, two strategies. Every round of every cell runs for
+// its warm-up and window (the stream outlasts one chunk of events), is
+// judged PASS over everything it published, and the cells carry their
+// rounds, windows, stats and per-round ratios.
+func TestSteadyRoundsThroughTheBaseline(t *testing.T) {
+	cfg := testenv.Require(t, testenv.Postgres)
+	spec := steadySpec(t, `
+name: test-steady
+seed: 9
 faults:
   duplicate_republish: 0.02
   out_of_order: 0.01
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	run, _, err := Run(ctx, Options{Cfg: cfg, Spec: spec, Brokers: []string{"none"}, Strategies: []string{"tx", "batch"}, Rounds: 2,
@@ -87,25 +93,13 @@ faults:
 // among them, are dropped and those of the failed rounds stay.
 func TestWarmupRoundsAreNotKept(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres)
-	spec, err := workload.Parse([]byte(`
+	spec := steadySpec(t, `
 name: test-warmup-rounds
 seed: 11
-aggregates: 50
-events: 2000
-message_size: 128
-consumers: 2
-shards: 4
-batch_size: 50
-warmup: 1s
-measure: 2s
-warmup_max: 6s
 warmup_rounds: 1
 faults:
   out_of_order: 0.05
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	id := fmt.Sprintf("wu%d", time.Now().UnixNano()%1e9)

@@ -21,27 +21,8 @@ import (
 // by the harness for files as for the built-ins.
 func noGapSpec(t *testing.T) *workload.Spec {
 	t.Helper()
-	s, err := workload.Parse([]byte(`
-name: test-files
-seed: 11
-aggregates: 12
-events: 600
-snapshot_ratio: 0.05
-message_size: 128
-consumers: 2
-shards: 4
-batch_size: 50
-faults:
-  duplicate_republish: 0.05
-  crash_after_commit: 0.01
-  consumer_restarts: 1
-  out_of_order: 0.05
-  concurrent_duplicates: 0.05
-  storm_consumers: 3
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := faultsSpec(t, "snapshot_ratio: 0.05\n")
+	s.Name, s.Seed = "test-files", 11
 	return s
 }
 

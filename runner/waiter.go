@@ -24,6 +24,15 @@ type waiter struct {
 	progress *progressLine
 }
 
+// newWaiter waits for the cell's stream, its actions acts and its
+// consumers cons. A cell stalls after the run's stall timeout, or after
+// the broker's redelivery delay and some when that is longer.
+func newWaiter(c *cell, acts *actions, cons consumers) *waiter {
+	return &waiter{t: c.t, in: c.in, st: c.strategy, consumer: c.consumer, acts: acts, cons: cons, notes: c.notes,
+		stall:    max(c.o.Limits.Stall, c.b.Capabilities().RedeliveryDelay+10*time.Second),
+		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: c.t}}
+}
+
 // wait returns nil once the stream is done, or the error that ends it.
 func (w *waiter) wait(ctx context.Context) error {
 	last, lastChange := w.t.settled.Load(), time.Now()
@@ -84,6 +93,11 @@ type sweeper struct {
 	t        *tally
 	last     time.Time
 	empty    int
+}
+
+// newSweeper sweeps the cell's parked events.
+func newSweeper(c *cell) *sweeper {
+	return &sweeper{in: c.in, st: c.strategy, consumer: c.consumer, t: c.t}
 }
 
 // settle reports whether nothing is parked, or nothing parked can move any

@@ -24,6 +24,8 @@ import (
 
 // WorkerOptions configure one `bench worker` process.
 type WorkerOptions struct {
+	// Cfg are the endpoints, as the coordinator's (the same PostgreSQL,
+	// the brokers reachable from here); RunID names the run to join.
 	Cfg   config.Config
 	RunID string
 	// Consumers is the number of subscriptions this process runs (1: one
@@ -31,7 +33,8 @@ type WorkerOptions struct {
 	Consumers int
 	// JoinTimeout bounds the wait for the run to appear.
 	JoinTimeout time.Duration
-	Console     Console
+	// Console takes the worker's progress lines.
+	Console Console
 }
 
 // Work joins run o.RunID and consumes its cells one after the other until
@@ -44,8 +47,7 @@ func Work(ctx context.Context, o WorkerOptions) error {
 		o.JoinTimeout = 2 * time.Minute
 	}
 	o.Console.quiet()
-	base := Options{Cfg: o.Cfg, Console: o.Console}
-	ctl, err := pgxpool.New(ctx, base.Cfg.PGURL)
+	ctl, err := pgxpool.New(ctx, o.Cfg.PGURL)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
@@ -54,7 +56,7 @@ func Work(ctx context.Context, o WorkerOptions) error {
 		return err
 	}
 	host, _ := os.Hostname()
-	wid := fmt.Sprintf("%s-%d", host, os.Getpid())
+	w := &worker{base: Options{Cfg: o.Cfg, Console: o.Console}, ctl: ctl, id: fmt.Sprintf("%s-%d", host, os.Getpid()), consumers: o.Consumers}
 	deadline := time.Now().Add(o.JoinTimeout)
 	done := map[string]bool{}
 	for ctx.Err() == nil {
@@ -68,27 +70,40 @@ func Work(ctx context.Context, o WorkerOptions) error {
 			return fmt.Errorf("the coordinator of run %s has been silent for %s: giving up", o.RunID, silent.Round(time.Second))
 		case row != nil:
 			done[row.id] = true
-			fmt.Fprintf(o.Console.Progress, "worker %s: consuming %s through %s with %s\n", wid, row.id, row.broker, row.strategy)
-			if err := workCell(ctx, base, ctl, wid, row, o.Consumers); err != nil {
+			fmt.Fprintf(o.Console.Progress, "worker %s: consuming %s through %s with %s\n", w.id, row.id, row.broker, row.strategy)
+			if err := w.work(ctx, row); err != nil {
 				return fmt.Errorf("cell %s: %w", row.id, err)
 			}
 			continue
 		case state == "" && time.Now().After(deadline):
 			return fmt.Errorf("run %q not found in %s after %s: start `bench run --remote-workers N …` first and pass the run id it prints, with the same --pg-url",
-				o.RunID, "postgres at "+config.Redact(base.Cfg.PGURL), o.JoinTimeout)
+				o.RunID, "postgres at "+config.Redact(o.Cfg.PGURL), o.JoinTimeout)
 		}
 		ctxtime.Sleep(ctx, 200*time.Millisecond)
 	}
 	return nil
 }
 
+// worker is one `bench worker` process's side of a run.
+type worker struct {
+	// base are the options every cell's start from: the endpoints and
+	// the console.
+	base      Options
+	ctl       *pgxpool.Pool
+	id        string
+	consumers int // subscriptions per cell
+}
+
+// cellRow is a cell as the coordinator opened it to the workers
+// (inboxbench_runs.cell); its topic and group derive from its id, as on
+// the coordinator's side.
 type cellRow struct {
-	id, broker, strategy, path, consumer, topic string
-	file                                        []byte
-	spec                                        workload.Spec
-	measure                                     bool
-	retry                                       RetryBound
-	externalURL                                 string // the external service, for a strategy that calls it
+	id, broker, strategy, path, consumer string
+	file                                 []byte
+	spec                                 workload.Spec
+	measure                              bool
+	retry                                RetryBound
+	externalURL                          string // the external service, for a strategy that calls it
 }
 
 // nextCell finds the run's first open cell this worker has not consumed
@@ -105,7 +120,7 @@ func nextCell(ctx context.Context, ctl *pgxpool.Pool, runID string, done map[str
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("postgres: read run %s: %w", runID, err)
 	}
-	rows, err := ctl.Query(ctx, `SELECT cell_id, broker, strategy, coalesce(strategy_path, ''), strategy_file, consumer, topic, spec, measure,
+	rows, err := ctl.Query(ctx, `SELECT cell_id, broker, strategy, coalesce(strategy_path, ''), strategy_file, consumer, spec, measure,
 			retry_attempts, retry_for_ms, coalesce(external_url, '')
 		FROM inboxbench_runs.cell WHERE run_id = $1 AND state = 'open' ORDER BY seq`, runID)
 	if err != nil {
@@ -115,7 +130,7 @@ func nextCell(ctx context.Context, ctl *pgxpool.Pool, runID string, done map[str
 	for rows.Next() {
 		var r cellRow
 		var forMS int64
-		if err := rows.Scan(&r.id, &r.broker, &r.strategy, &r.path, &r.file, &r.consumer, &r.topic, &r.spec, &r.measure, &r.retry.Attempts, &forMS, &r.externalURL); err != nil {
+		if err := rows.Scan(&r.id, &r.broker, &r.strategy, &r.path, &r.file, &r.consumer, &r.spec, &r.measure, &r.retry.Attempts, &forMS, &r.externalURL); err != nil {
 			return nil, state, silent, err
 		}
 		r.retry.For = time.Duration(forMS) * time.Millisecond
@@ -145,46 +160,53 @@ func (r *cellRow) lookup() (inbox.Strategy, error) {
 	return s, nil
 }
 
-// workCell consumes one cell until the coordinator closes it: the same
+// cell is the cell a worker consumes: as the coordinator described it, on
+// the worker's options, with a tally of the worker's own (its share of the
+// stream is not known ahead).
+func (r *cellRow) cell(base Options) (*cell, error) {
+	st, err := r.lookup()
+	if err != nil {
+		return nil, err
+	}
+	o := base
+	o.Spec, o.Measure.Latency = &r.spec, r.measure
+	return &cell{o: &o, broker: r.broker, name: r.strategy, strategy: st, id: r.id, consumer: r.consumer,
+		t: newTally(r.measure, r.retry, 0), notes: &notes{}}, nil
+}
+
+// work consumes one cell until the coordinator closes it: the same
 // handler and consumers as in process, with hooks that report to the
 // coordinator.
-func workCell(ctx context.Context, base Options, ctl *pgxpool.Pool, wid string, row *cellRow, n int) error {
-	st, err := row.lookup()
+func (w *worker) work(ctx context.Context, row *cellRow) error {
+	c, err := row.cell(w.base)
 	if err != nil {
 		return err
 	}
-	o := base
-	o.Spec, o.Measure.Latency = &row.spec, row.measure
-	t := newTally(row.measure, row.retry, 0) // its share of the stream is not known ahead
-	ns := &notes{}
-	m := &member{ctl: ctl, id: wid, cellID: row.id, t: t, notes: ns}
-	var ext []func(*inbox.Options)
-	if inbox.CallsExternal(st) {
+	m := &member{ctl: w.ctl, id: w.id, cellID: c.id, t: c.t, notes: c.notes}
+	var ext func(*inbox.Options)
+	if inbox.CallsExternal(c.strategy) {
 		if row.externalURL == "" {
-			return m.fail(ctx, fmt.Errorf("%s calls an external service and the cell names none", st.Name()))
+			return m.fail(ctx, fmt.Errorf("%s calls an external service and the cell names none", c.strategy.Name()))
 		}
-		caller := newExtCaller(row.externalURL, row.id, o.Spec, t)
+		caller := newExtCaller(row.externalURL, c.id, c.o.Spec, c.t)
 		defer caller.client.Close()
 		caller.setHooks(m)
-		ext = append(ext, caller.options)
+		ext = caller.options
 	}
-	pool, in, err := openInbox(ctx, &o, row.id, st, false, ns, ext...)
-	if err != nil {
+	if err := c.openInbox(ctx, false, ext); err != nil {
 		return m.fail(ctx, err)
 	}
-	defer pool.Close()
-	b, err := brokers.Open(ctx, row.broker, o.Cfg, nil)
-	if err != nil {
-		return m.fail(ctx, fmt.Errorf("%s: %w", row.broker, err))
+	defer c.pool.Close()
+	if c.b, err = brokers.Open(ctx, c.broker, c.o.Cfg, nil); err != nil {
+		return m.fail(ctx, fmt.Errorf("%s: %w", c.broker, err))
 	}
-	defer b.Close()
+	defer c.b.Close()
 	if err := m.flush(ctx, workerWorking, false, ""); err != nil {
 		return err
 	}
-	h := newHandler(in, st, row.consumer, o.Spec, t, m)
-	cons := newLocalConsumers(b, row.topic, "ib-"+row.id, n, h, ns)
+	cons := newLocalConsumers(c, w.consumers, newHandler(c, m))
 	_ = cons.start(ctx)
-	failed := m.follow(ctx, row.id, cons)
+	failed := m.follow(ctx, cons)
 	_ = cons.stop(ctx)
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -211,7 +233,7 @@ type member struct {
 
 // follow reports every quarter second and reads the cell's state until the
 // coordinator closes the cell, ctx ends or a consumer fails.
-func (m *member) follow(ctx context.Context, cellID string, cons consumers) error {
+func (m *member) follow(ctx context.Context, cons consumers) error {
 	t := time.NewTicker(flushEvery)
 	defer t.Stop()
 	for {
@@ -227,7 +249,7 @@ func (m *member) follow(ctx context.Context, cellID string, cons consumers) erro
 		}
 		var state string
 		var warm *time.Time
-		if err := m.ctl.QueryRow(ctx, "SELECT state, warm_end FROM inboxbench_runs.cell WHERE cell_id = $1", cellID).Scan(&state, &warm); err != nil {
+		if err := m.ctl.QueryRow(ctx, "SELECT state, warm_end FROM inboxbench_runs.cell WHERE cell_id = $1", m.cellID).Scan(&state, &warm); err != nil {
 			return orNil(ctx, fmt.Errorf("postgres: read cell state: %w", err))
 		}
 		if warm != nil {

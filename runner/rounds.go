@@ -1,0 +1,202 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/workload"
+)
+
+// rounds runs a run's cells round after round and gathers what each round
+// of each cell found. Its decisions each have one place: the order of the
+// cells within a round (roundOrder), which rounds run (all: the warm-up
+// rounds, numbered 1-W … 0, then the measured ones), and what of a round
+// is kept (kept); results aggregates a cell's kept rounds into its
+// figures.
+type rounds struct {
+	o     *Options
+	plan  *workload.Plan
+	fleet *fleet
+	// env is the run's environment: the first cell of each broker asks
+	// its driver what its confirms mean, for env's durability.
+	env   *results.Env
+	cells []cellKey // the run's cells in their given order
+	// byCell are each cell's kept rounds, in the order they ran; passed
+	// every cell round that passed, warm-up ones too (their schemas and
+	// topics go once the result is written).
+	byCell map[cellKey][]results.Cell
+	passed []results.Cell
+}
+
+// cellKey is one broker × strategy.
+type cellKey struct{ broker, strategy string }
+
+// newRounds prepares the rounds of every broker × strategy of o, whose
+// plan is o's scenario's or the workload's.
+func newRounds(o *Options, fl *fleet, env *results.Env) *rounds {
+	rs := &rounds{o: o, plan: o.Stream.Plan, fleet: fl, env: env, byCell: map[cellKey][]results.Cell{}}
+	if rs.plan == nil {
+		rs.plan = workload.Generate(o.Spec)
+	}
+	for _, b := range o.Brokers {
+		for _, s := range cellStrategies(*o) {
+			rs.cells = append(rs.cells, cellKey{b, s})
+		}
+	}
+	return rs
+}
+
+// announce prints what the run is about to do.
+func (rs *rounds) announce() {
+	o := rs.o
+	fmt.Fprintf(o.Console.Progress, "run %s: workload %s, %d events over %d aggregates (%d sends with faults), %d cells%s\n",
+		o.RunID, o.Spec.Name, len(rs.plan.Events), o.Spec.Aggregates, len(rs.plan.Publishes), len(rs.cells), roundsText(*o))
+}
+
+// all runs the warm-up rounds (1-W … 0) first, then the measured ones,
+// until ctx ends.
+func (rs *rounds) all(ctx context.Context) {
+	for r := 1 - rs.o.WarmupRounds; r <= rs.o.Rounds && ctx.Err() == nil; r++ {
+		rs.round(ctx, r)
+	}
+}
+
+// round runs every cell once in round r, in the round's order, and keeps
+// what the round keeps, each cell's throughput set against the baseline's
+// of its round.
+func (rs *rounds) round(ctx context.Context, r int) {
+	var kept []results.Cell
+	for i, k := range roundOrder(rs.cells, r) {
+		if ctx.Err() != nil {
+			break
+		}
+		c := rs.runCell(ctx, k, r)
+		if rs.o.Rounds > 1 || rs.o.WarmupRounds > 0 {
+			c.Round, c.Order = max(r, 0), i+1
+		}
+		rs.print(r, c)
+		if c.Invariants.Verdict == results.VerdictPass {
+			rs.passed = append(rs.passed, c)
+		}
+		if rs.kept(r, &c) {
+			kept = append(kept, c)
+		}
+	}
+	vsBaseline(kept)
+	for _, c := range kept {
+		k := cellKey{c.Broker, c.Strategy}
+		rs.byCell[k] = append(rs.byCell[k], c)
+	}
+}
+
+// runCell runs cell k in round r; the first cell of a broker also asks its
+// driver what its confirms mean (brokers.DurabilityReporter).
+func (rs *rounds) runCell(ctx context.Context, k cellKey, r int) results.Cell {
+	id := roundCellID(rs.o, k.broker, k.strategy, r)
+	ask := rs.env.Durability == nil || rs.env.Durability.Settings[k.broker] == nil
+	c := &cell{o: rs.o, plan: rs.plan, fleet: rs.fleet, broker: k.broker, name: k.strategy, round: r,
+		id: id, consumer: "balance-" + id, askDurability: ask}
+	res := c.run(ctx)
+	if ask {
+		rs.env.AddDurability(k.broker, c.durability)
+	}
+	return res
+}
+
+// roundOrder is the order of the cells in round r (1-based): as given on
+// odd rounds, reversed on even ones, so a cell early in one round is late
+// in the next (warm-up rounds, 1-W … 0, alike).
+func roundOrder(cells []cellKey, r int) []cellKey {
+	if r%2 != 0 {
+		return cells
+	}
+	out := make([]cellKey, len(cells))
+	for i, c := range cells {
+		out[len(cells)-1-i] = c
+	}
+	return out
+}
+
+// kept says whether cell round c of round r is kept among the cell's
+// rounds: every measured one; of a warm-up round only one that did not
+// pass, so that its verdict counts (its notes say so). Nothing else of a
+// warm-up is kept.
+func (rs *rounds) kept(r int, c *results.Cell) bool {
+	if r > 0 {
+		return true
+	}
+	if c.Invariants.Verdict == results.VerdictPass {
+		return false
+	}
+	c.Notes = append(c.Notes, fmt.Sprintf("a warm-up round's cell (round 0, not measured) ended %s and is kept among the rounds so that its verdict counts", c.Invariants.Verdict))
+	return true
+}
+
+// results are the run's cells, each its kept rounds aggregated, in the
+// given order; a cell with none kept is left out.
+func (rs *rounds) results() []results.Cell {
+	var out []results.Cell
+	for _, k := range rs.cells {
+		if kept := rs.byCell[k]; len(kept) > 0 {
+			out = append(out, results.Aggregate(kept))
+		}
+	}
+	return out
+}
+
+// print writes a cell round's line to the progress output.
+func (rs *rounds) print(r int, c results.Cell) {
+	fmt.Fprintf(rs.o.Console.Progress, "%s%-15s %-26s %s  %s events/s  e2e p99 %s%s  %s\n", roundLabel(*rs.o, r), c.Broker, c.Strategy, c.Invariants.Verdict,
+		results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), steadyText(c.Window), strings.TrimSpace(results.AnomalyLine(c)))
+}
+
+// vsBaseline sets each cell's ratio to the baseline cell of its strategy
+// in the same round.
+func vsBaseline(round []results.Cell) {
+	base := map[string]float64{}
+	for _, c := range round {
+		if c.Baseline && c.Throughput.EventsPerS > 0 {
+			base[c.Strategy] = c.Throughput.EventsPerS
+		}
+	}
+	for i := range round {
+		c := &round[i]
+		if b := base[c.Strategy]; b > 0 && !c.Baseline {
+			c.Throughput.VsBaseline = c.Throughput.EventsPerS / b
+		}
+	}
+}
+
+func roundsText(o Options) string {
+	if o.Rounds <= 1 && o.WarmupRounds == 0 {
+		return ""
+	}
+	text := fmt.Sprintf(", %d rounds", o.Rounds)
+	if o.Rounds == 1 {
+		text = ", 1 round"
+	}
+	if o.WarmupRounds > 0 {
+		text += fmt.Sprintf(" after %d of warm-up", o.WarmupRounds)
+	}
+	return text
+}
+
+func roundLabel(o Options, r int) string {
+	if r <= 0 {
+		return fmt.Sprintf("warm-up %d/%d  ", r+o.WarmupRounds, o.WarmupRounds)
+	}
+	if o.Rounds <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("round %d/%d  ", r, o.Rounds)
+}
+
+// steadyText marks a steady cell's figure that is not steady.
+func steadyText(w *results.Window) string {
+	if w == nil || w.Steady {
+		return ""
+	}
+	return "  NOT STEADY: " + w.Why
+}
