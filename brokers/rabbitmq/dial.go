@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/tlsfiles"
 )
@@ -182,14 +183,7 @@ func dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
 // naming the setting to change and what to do, keeping the node's words;
 // any other error comes back unchanged.
 func Explain(cfg config.Config, err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *config.SettingError
-	if errors.As(err, &se) {
-		return err // explained already
-	}
-	if e := tlsfiles.Explain(err, cfg, tlsKeys); e != err {
+	if done, e := driverutil.Explained(cfg, err, tlsKeys); done {
 		return e
 	}
 	raw := cfg.Get(SettingURL)

@@ -130,28 +130,8 @@ func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Messa
 // as busy is sent again before anything later of its queue. A failed send
 // fails its messages only.
 func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
-	p := b.calls.Start(ctx, Name, topic, msgs, done)
-	if p == nil {
-		return
-	}
-	if ctx.Err() != nil {
-		return // the call fails every message with ctx's error
-	}
-	qs, err := b.senders(ctx, topic)
-	if err != nil {
-		for i := range msgs {
-			p.SettleInCall(i, err)
-		}
-		return
-	}
-	for i := range msgs {
-		if ctx.Err() != nil {
-			return // the call failed what is not handed over yet
-		}
-		if !qs[driverutil.Shard(msgs[i].Key, len(qs))].enqueue(ctx, p, i, &msgs[i]) {
-			return
-		}
-	}
+	queues := func() ([]*queueSender, error) { return b.senders(ctx, topic) }
+	driverutil.Spread(ctx, b.calls.Start(ctx, topic, msgs, done), queues)
 }
 
 // senders returns the topic's queue senders, starting them on first use.
@@ -176,7 +156,7 @@ func (b *Broker) senders(ctx context.Context, topic string) ([]*queueSender, err
 	}
 	b.mu.Lock() // Close waits for the senders started before it
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.subs.Closed() {
 		return nil, errors.New("rocketmq: broker is closed")
 	}
 	ts.smu.Lock()
@@ -231,9 +211,9 @@ type queued struct {
 	m *brokers.Message
 }
 
-// enqueue hands m over to the sender once the window has room; false when
-// ctx ended first (p failed the message then).
-func (q *queueSender) enqueue(ctx context.Context, p *driverutil.Pending, i int, m *brokers.Message) bool {
+// Send implements driverutil.Queue: it hands m over to the sender once the
+// window has room; false when ctx ended first (p failed the message then).
+func (q *queueSender) Send(ctx context.Context, p *driverutil.Pending, i int, m *brokers.Message) bool {
 	select {
 	case q.window <- struct{}{}:
 	case <-ctx.Done():

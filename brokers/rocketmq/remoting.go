@@ -93,7 +93,7 @@ type Remoting struct {
 // Remoting they describe.
 func NewRemoting(cfg config.Config) (*Remoting, error) {
 	r := &Remoting{cfg: cfg, creds: primitive.Credentials{AccessKey: cfg.Get(SettingAccessKey), SecretKey: cfg.Get(SettingSecretKey)}}
-	if useTLS(cfg) {
+	if UsesTLS(cfg) {
 		tc, err := tlsfiles.Config(cfg, tlsKeys)
 		if err != nil {
 			return nil, err

@@ -14,7 +14,6 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/inboxbench/inboxbench/brokers"
-	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/internal/ctxtime"
 )
 
@@ -187,7 +186,7 @@ func (s *subscription) handBack(w *worker, keep bool) {
 	go func() {
 		defer close(done)
 		<-w.exited
-		if keep && !s.crashed.Load() {
+		if keep && !s.Crashed() {
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			if err := s.commit(ctx, w); err != nil {
 				s.warn("commit on hand-over of "+w.q.String()+" (its last messages will be redelivered)", err)
@@ -214,7 +213,7 @@ func (s *subscription) handOver(w *worker, addr string) {
 	go func() {
 		defer close(done)
 		<-w.exited
-		if !s.crashed.Load() {
+		if !s.Crashed() {
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			w.addr = addr
 			if err := s.commit(ctx, w); err != nil {
@@ -276,9 +275,9 @@ func (s *subscription) startOffset(w *worker) (int64, bool) {
 // that finds nothing waits at the broker for the next message.
 func (s *subscription) pullLoop(w *worker, off int64) {
 	backoff := 100 * time.Millisecond
-	for w.waitSpace(s.opts.Prefetch) {
+	for w.waitSpace(s.Opts.Prefetch) {
 		ctx, cancel := context.WithTimeout(w.ctx, 2*pullHold)
-		res, err := s.gc.pull(ctx, w.addr, w.q, off, min(s.opts.Prefetch, pullMax), pullHold)
+		res, err := s.gc.pull(ctx, w.addr, w.q, off, min(s.Opts.Prefetch, pullMax), pullHold)
 		cancel()
 		if err != nil {
 			if w.ctx.Err() != nil {
@@ -306,7 +305,7 @@ func (s *subscription) pullLoop(w *worker, off int64) {
 func (s *subscription) handleLoop(w *worker) {
 	shard := w.q.String() // one queue per worker: built once, not per delivery
 	for {
-		msgs := w.take(s.opts.MaxBatch)
+		msgs := w.take(s.Opts.MaxBatch)
 		if msgs == nil || !w.waitLease() {
 			return
 		}
@@ -337,15 +336,8 @@ func (s *subscription) handleLoop(w *worker) {
 			w.ack(mine[len(mine)-1].QueueOffset + 1)
 			return nil
 		}
-		switch out, err := driverutil.HandleBatch(w.ctx, s.h, ds, s.opts, &s.stats, settle); out {
-		case driverutil.Settled:
-		case driverutil.Unfinished:
-			return
-		case driverutil.Crashed:
-			s.crash()
-			return
-		default:
-			s.end(fmt.Errorf("rocketmq: %s queue %s: %w", s.topic, w.q, err))
+		fail := func(err error) { s.end(fmt.Errorf("rocketmq: %s queue %s: %w", s.topic, w.q, err)) }
+		if !s.Handle(w.ctx, ds, settle, fail) {
 			return
 		}
 	}
@@ -380,7 +372,7 @@ func (s *subscription) commit(ctx context.Context, w *worker) error {
 // commitAll commits every held queue's finished offset (each rebalance
 // round): after a crash, at most that much is handled again.
 func (s *subscription) commitAll() {
-	if s.crashed.Load() {
+	if s.Crashed() {
 		return
 	}
 	s.mu.Lock()
