@@ -107,7 +107,7 @@ func (a *asyncCalls) errs(id int) []error {
 func testAsyncManyInFlight(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	ap := asyncPublisher(t, b)
-	topic := setup(t, b, 4)
+	topic := Topic(t, b, 4)
 	const goroutines, keys, perKey = 8, 16, 60
 	msgs := Events(t, UniqueName(t, "e"), keys, perKey, 0)
 	c := NewCollector(b.Name(), msgs)
@@ -152,7 +152,7 @@ func testAsyncManyInFlight(t *testing.T, newBroker NewBroker) {
 func testAsyncFailureIsolated(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	ap := asyncPublisher(t, b)
-	good := setup(t, b, 2)
+	good := Topic(t, b, 2)
 	missing := UniqueName(t, "missing")
 	msgs := Events(t, UniqueName(t, "e"), 4, 10, 0)
 	c := NewCollector(b.Name(), msgs)
@@ -225,7 +225,7 @@ func doneElsewhere(t *testing.T, ap brokers.AsyncPublisher, ctx context.Context,
 func testAsyncCancel(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	ap := asyncPublisher(t, b)
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	msgs := Events(t, UniqueName(t, "e"), 4, 50, 0)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -267,7 +267,7 @@ func testAsyncCancel(t *testing.T, newBroker NewBroker) {
 // PublishAsync fails every message (on another goroutine).
 func testAsyncClose(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	other := newBroker(t)
 	ap := asyncPublisher(t, other)
 	msgs := Events(t, UniqueName(t, "e"), 4, 50, 0)
@@ -304,7 +304,7 @@ func testAsyncWindow(t *testing.T, newBroker NewBroker, o options) {
 	const window = 4
 	b := o.window(t, window)
 	ap := asyncPublisher(t, b)
-	topic := setup(t, b, 1)
+	topic := Topic(t, b, 1)
 	msgs := Events(t, UniqueName(t, "e"), 3, 100, 0)
 	c := NewCollector(b.Name(), msgs)
 	a := newAsyncCalls(b.Name())

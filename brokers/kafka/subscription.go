@@ -350,26 +350,9 @@ func (s *subscription) run(w *worker) {
 			d.Message, d.TransportID, d.Shard, d.BrokerTime = message(r), transportID(w.tid, r.Offset), w.shard, r.Timestamp
 			ds[i] = d
 		}
-		next := 0 // HandleBatch settles consecutive prefixes of the batch
-		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
-			mine := recs[next : next+len(ds)]
-			next += len(ds)
-			for i, v := range vs {
-				if v != brokers.Reject {
-					continue
-				}
-				if err := s.deadLetter(w.ctx, mine[i]); err != nil {
-					// Not finished: what precedes it is, the rest is
-					// redelivered rather than skipped.
-					if i > 0 {
-						s.finished(mine[i-1])
-					}
-					return err
-				}
-			}
-			s.finished(mine[len(mine)-1])
-			return nil
-		}
+		settle := driverutil.InOrder(
+			func(i int) error { return s.deadLetter(w.ctx, recs[i]) },
+			func(i int) { s.finished(recs[i]) })
 		fail := func(err error) { s.shutdown(s.b.errorf("%s partition %d: %w", s.topic, w.p, err)) }
 		if !s.Handle(w.ctx, ds, settle, fail) {
 			return

@@ -240,11 +240,7 @@ func (g *groupClient) members(ctx context.Context, addr string) ([]string, error
 // lock locks (or renews) qs on the broker at addr for this consumer and
 // returns those it holds now.
 func (g *groupClient) lock(ctx context.Context, addr string, qs []queue) ([]queue, error) {
-	body, err := json.Marshal(struct {
-		ConsumerGroup string  `json:"consumerGroup"`
-		ClientID      string  `json:"clientId"`
-		MQSet         []queue `json:"mqSet"`
-	}{g.group, g.clientID, qs})
+	body, err := g.queueSet(qs)
 	if err != nil {
 		return nil, err
 	}
@@ -261,17 +257,24 @@ func (g *groupClient) lock(ctx context.Context, addr string, qs []queue) ([]queu
 	return out.LockOKMQSet, nil
 }
 
+// unlock releases this consumer's locks of qs on the broker at addr.
 func (g *groupClient) unlock(ctx context.Context, addr string, qs []queue) error {
-	body, err := json.Marshal(struct {
-		ConsumerGroup string  `json:"consumerGroup"`
-		ClientID      string  `json:"clientId"`
-		MQSet         []queue `json:"mqSet"`
-	}{g.group, g.clientID, qs})
+	body, err := g.queueSet(qs)
 	if err != nil {
 		return err
 	}
 	_, err = g.call(ctx, addr, rmqUnlockBatchMQ, nil, body)
 	return err
+}
+
+// queueSet is the body of a lock or unlock request of qs for this
+// consumer.
+func (g *groupClient) queueSet(qs []queue) ([]byte, error) {
+	return json.Marshal(struct {
+		ConsumerGroup string  `json:"consumerGroup"`
+		ClientID      string  `json:"clientId"`
+		MQSet         []queue `json:"mqSet"`
+	}{g.group, g.clientID, qs})
 }
 
 func (g *groupClient) queueExt(q queue) map[string]string {

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/internal/ctxtime"
 )
 
@@ -179,26 +180,16 @@ func (s *subscription) expire(w *worker) {
 // the lock was lost to another member, nothing more is done with it.
 // Called with s.mu held.
 func (s *subscription) handBack(w *worker, keep bool) {
-	delete(s.workers, w.q)
-	done := make(chan struct{})
-	s.releasing[w.q] = done
-	w.cancel()
-	go func() {
-		defer close(done)
-		<-w.exited
-		if keep && !s.Crashed() {
-			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	var then func(ctx context.Context)
+	if keep {
+		then = func(ctx context.Context) {
 			if err := s.commit(ctx, w); err != nil {
 				s.warn("commit on hand-over of "+w.q.String()+" (its last messages will be redelivered)", err)
 			}
 			_ = s.gc.unlock(ctx, w.addr, []queue{w.q}) // else it expires
-			cancel()
 		}
-		s.mu.Lock()
-		delete(s.releasing, w.q)
-		s.mu.Unlock()
-		s.rebalanceSoon()
-	}()
+	}
+	s.release(w, then)
 }
 
 // handOver stops a worker whose queue's master moved to addr: once its
@@ -206,6 +197,19 @@ func (s *subscription) handBack(w *worker, keep bool) {
 // old master is gone or demoted), and the queue is consumed there from
 // the next round on. Called with s.mu held.
 func (s *subscription) handOver(w *worker, addr string) {
+	s.release(w, func(ctx context.Context) {
+		w.addr = addr
+		if err := s.commit(ctx, w); err != nil {
+			s.warn("commit on the new master of "+w.q.String()+" (its last messages will be redelivered)", err)
+		}
+	})
+}
+
+// release stops a worker and, once its handler call returned, runs then
+// (nil: nothing; skipped after a crash, which settles nothing more)
+// before the queue counts as released and a rebalance may take it again.
+// Called with s.mu held.
+func (s *subscription) release(w *worker, then func(ctx context.Context)) {
 	delete(s.workers, w.q)
 	done := make(chan struct{})
 	s.releasing[w.q] = done
@@ -213,12 +217,9 @@ func (s *subscription) handOver(w *worker, addr string) {
 	go func() {
 		defer close(done)
 		<-w.exited
-		if !s.Crashed() {
+		if then != nil && !s.Crashed() {
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			w.addr = addr
-			if err := s.commit(ctx, w); err != nil {
-				s.warn("commit on the new master of "+w.q.String()+" (its last messages will be redelivered)", err)
-			}
+			then(ctx)
 			cancel()
 		}
 		s.mu.Lock()
@@ -318,24 +319,9 @@ func (s *subscription) handleLoop(w *worker) {
 				BrokerTime:  time.UnixMilli(m.StoreTimestamp),
 			}
 		}
-		next := 0 // HandleBatch settles consecutive prefixes of the batch
-		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
-			mine := msgs[next : next+len(ds)]
-			next += len(ds)
-			for i, v := range vs {
-				if v != brokers.Reject {
-					continue
-				}
-				if err := s.deadLetter(ds[i]); err != nil {
-					if i > 0 {
-						w.ack(mine[i-1].QueueOffset + 1)
-					}
-					return err
-				}
-			}
-			w.ack(mine[len(mine)-1].QueueOffset + 1)
-			return nil
-		}
+		settle := driverutil.InOrder(
+			func(i int) error { return s.deadLetter(ds[i]) },
+			func(i int) { w.ack(msgs[i].QueueOffset + 1) })
 		fail := func(err error) { s.end(fmt.Errorf("rocketmq: %s queue %s: %w", s.topic, w.q, err)) }
 		if !s.Handle(w.ctx, ds, settle, fail) {
 			return

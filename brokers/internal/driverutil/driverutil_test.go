@@ -227,3 +227,28 @@ func TestHandleOutcomes(t *testing.T) {
 		}
 	}
 }
+
+// InOrder dead-letters a prefix's Rejects in order and acks up to its
+// last delivery; after a failed copy it acks only what precedes it.
+func TestInOrder(t *testing.T) {
+	var dead, acked []int
+	failAt := 3
+	settle := InOrder(func(i int) error {
+		if i == failAt {
+			return errors.New("no copy")
+		}
+		dead = append(dead, i)
+		return nil
+	}, func(i int) { acked = append(acked, i) })
+	ds := batch("a", "b", "c", "d", "e")
+	A, R := brokers.Ack, brokers.Reject
+	if err := settle(ds[:2], []brokers.Verdict{A, R}); err != nil {
+		t.Fatal(err)
+	}
+	if err := settle(ds[2:5], []brokers.Verdict{A, R, A}); err == nil {
+		t.Fatal("a failed dead-letter copy settled")
+	}
+	if !slices.Equal(dead, []int{1}) || !slices.Equal(acked, []int{1, 2}) {
+		t.Fatalf("dead-lettered %v, acked up to %v; want [1], [1 2]", dead, acked)
+	}
+}

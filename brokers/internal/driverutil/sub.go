@@ -96,6 +96,34 @@ func (s *Sub) Crashed() bool { return s.crashed.Load() }
 // subscription: nothing after it is settled.
 type Settle func(ds []*brokers.Delivery, vs []brokers.Verdict) error
 
+// InOrder is the Settle of a driver that acknowledges a queue's
+// deliveries by position, as a committed offset does: it dead-letters the
+// Rejects of a settled prefix one by one, in order (deadLetter(i), i the
+// delivery's index in the batch), then acknowledges everything up to the
+// prefix's last delivery at once (ack(i)). When a dead-letter copy fails,
+// what precedes that delivery is acknowledged and the rest is left to be
+// redelivered rather than skipped.
+func InOrder(deadLetter func(i int) error, ack func(i int)) Settle {
+	next := 0 // HandleBatch settles consecutive prefixes of the batch
+	return func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
+		first := next
+		next += len(ds)
+		for k, v := range vs {
+			if v != brokers.Reject {
+				continue
+			}
+			if err := deadLetter(first + k); err != nil {
+				if k > 0 {
+					ack(first + k - 1)
+				}
+				return err
+			}
+		}
+		ack(next - 1)
+		return nil
+	}
+}
+
 // Outcome is how HandleBatch ended.
 type Outcome int
 
