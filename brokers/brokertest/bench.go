@@ -10,8 +10,12 @@ import (
 )
 
 // BenchOptions shape the raw transport benchmark: the run's
-// brokerbench.Options (the same type bench calibrate runs with), and how
-// it publishes.
+// brokerbench.Options (the same type bench calibrate runs with), and
+// whether it preloads. A Rate publishes open loop at that many messages
+// per second (brokerbench.Topic.PublishAtRate: each message sent at its due
+// time through PublishAsync, whatever is unconfirmed) instead of closed
+// loop; latency then counts from the due time, and the publisher's lag
+// and confirm latency are reported too.
 type BenchOptions struct {
 	brokerbench.Options
 	// Preload publishes everything before subscribing and times only the
@@ -19,12 +23,6 @@ type BenchOptions struct {
 	// ceiling, where batching shows, without the publisher's confirms in
 	// the loop. No latency figures then.
 	Preload bool
-	// Rate publishes open loop at this many messages per second
-	// (brokerbench.PublishAtRate: each message sent at its due time
-	// through PublishAsync, whatever is unconfirmed) instead of closed
-	// loop; latency then counts from the due time, and the publisher's
-	// lag and confirm latency are reported too.
-	Rate float64
 }
 
 // Bench is the raw transport benchmark (no database), a testing.B adapter
@@ -45,6 +43,7 @@ func Bench(b *testing.B, newBroker NewBroker, o BenchOptions) {
 		b.Fatalf("%s: setup: %v", br.Name(), err)
 	}
 	cleanupTopic(b, br, topic)
+	t := brokerbench.Topic{Broker: br, Name: topic}
 	total := int64(b.N)
 	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer pcancel()
@@ -52,16 +51,16 @@ func Bench(b *testing.B, newBroker NewBroker, o BenchOptions) {
 	publish := func() {
 		var err error
 		if o.Rate > 0 {
-			rate, err = brokerbench.PublishAtRate(pctx, br, topic, "bench", co, o.Rate, brokerbench.Limit{Messages: total})
+			rate, err = t.PublishAtRate(pctx, "bench", co, brokerbench.Limit{Messages: total})
 		} else {
-			_, err = brokerbench.Publish(pctx, br, topic, "bench", co, brokerbench.Limit{Messages: total})
+			_, err = t.Publish(pctx, "bench", co, brokerbench.Limit{Messages: total})
 		}
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
 	consume := func() *brokerbench.Consumer {
-		c, err := brokerbench.StartConsumer(ctx, br, topic, UniqueName(b, "g"), co, total)
+		c, err := t.StartConsumer(ctx, UniqueName(b, "g"), co, total)
 		if err != nil {
 			b.Fatal(err)
 		}
