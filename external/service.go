@@ -81,6 +81,7 @@ func NewService() *Service {
 	return s
 }
 
+// ServeHTTP implements http.Handler: the API above.
 func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 func (s *Service) ns(r *http.Request) *namespace {

@@ -155,6 +155,7 @@ type FailoverResult struct {
 	Lost []string
 }
 
+// String sums the failover up on one line, for the test's log.
 func (r FailoverResult) String() string {
 	return fmt.Sprintf("%s hit: %d confirmed (%d confirms failed and were sent again), %d delivered, %d duplicates, publish outage %s, consume outage %s, %d lost",
 		r.Leader, r.Published, r.PublishErrors, r.Delivered, r.Duplicates, r.PublishOutage.Round(10*time.Millisecond), r.ConsumeOutage.Round(10*time.Millisecond), len(r.Lost))
@@ -513,6 +514,7 @@ func (r *failoverRun) result(faultAt time.Time) FailoverResult {
 // testLog writes each line it gets to the test's log.
 type testLog struct{ t testing.TB }
 
+// Write logs p as one line.
 func (w testLog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil

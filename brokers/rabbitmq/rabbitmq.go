@@ -255,7 +255,7 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 // dial connects to one of the broker's nodes (dialAny), the one that
 // answered last first.
 func (b *Broker) dial(ctx context.Context, name string) (*amqp.Connection, error) {
-	return dialAny(ctx, b.cfg, b.urls, &b.prefer, name)
+	return dialAny(ctx, b.cfg, &b.prefer, name)
 }
 
 // connection returns the shared publishing/topology connection, dialling

@@ -33,6 +33,7 @@ const batchOverhead = 256
 // whichever path sent them.
 type queueSelector struct{}
 
+// Select implements the client's producer.QueueSelector.
 func (queueSelector) Select(m *primitive.Message, mqs []*primitive.MessageQueue, _ string) *primitive.MessageQueue {
 	if m.Queue != nil {
 		return m.Queue
@@ -389,9 +390,10 @@ func checkStatus(res *primitive.SendResult) error {
 	return nil
 }
 
-// send publishes one message (a dead-letter copy) with the hash selector.
-func (b *Broker) send(ctx context.Context, p producerAPI, topic string, m brokers.Message, extra map[string]string) error {
-	if err := b.sendBatch(ctx, p, []*primitive.Message{b.message(topic, m, extra)}); err != nil {
+// send publishes one message (a dead-letter copy) with the driver's
+// producer and the hash selector.
+func (b *Broker) send(ctx context.Context, topic string, m brokers.Message, extra map[string]string) error {
+	if err := b.sendBatch(ctx, b.prod, []*primitive.Message{b.message(topic, m, extra)}); err != nil {
 		return fmt.Errorf("rocketmq: publish %s to %s: %w", m.ID, topic, err)
 	}
 	return nil

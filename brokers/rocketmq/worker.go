@@ -278,7 +278,7 @@ func (s *subscription) pullLoop(w *worker, off int64) {
 	backoff := 100 * time.Millisecond
 	for w.waitSpace(s.Opts.Prefetch) {
 		ctx, cancel := context.WithTimeout(w.ctx, 2*pullHold)
-		res, err := s.gc.pull(ctx, w.addr, w.q, off, min(s.Opts.Prefetch, pullMax), pullHold)
+		res, err := s.gc.pull(ctx, w.addr, pullRequest{q: w.q, offset: off, max: min(s.Opts.Prefetch, pullMax), hold: pullHold})
 		cancel()
 		if err != nil {
 			if w.ctx.Err() != nil {
@@ -334,7 +334,7 @@ func (s *subscription) handleLoop(w *worker) {
 func (s *subscription) deadLetter(d *brokers.Delivery) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.b.sendTimeout)
 	defer cancel()
-	if err := s.b.send(ctx, s.b.prod, s.topic+DLQSuffix, d.Message, map[string]string{propSource: d.TransportID}); err != nil {
+	if err := s.b.send(ctx, s.topic+DLQSuffix, d.Message, map[string]string{propSource: d.TransportID}); err != nil {
 		return fmt.Errorf("dead-letter %s: %w", d.TransportID, err)
 	}
 	return nil
