@@ -2,10 +2,15 @@
 // against every broker driver, gated by the driver's Capabilities (after
 // watermill's shared pub/sub tests), and a raw transport benchmark.
 //
-// A driver package calls it from a _test.go:
+// A driver package calls it from a _test.go, opening the driver with an
+// Opener (OnStack, InProcess), whose New the benchmarks take too (Raw1KiB,
+// Rate1KiB, Drain1KiB); the tests on the secure and the replicated stack
+// (Refusals, ReplicatedDriver) open the driver by its registry name:
+//
+//	var driver = brokertest.OnStack(kafka.Name, testenv.Kafka)
 //
 //	func TestConformance(t *testing.T) {
-//		brokertest.Run(t, func(tb testing.TB) brokers.Broker { … })
+//		brokertest.Run(t, driver.New, brokertest.WithWindow(driver.Window))
 //	}
 //
 // Every topic and group name is unique per test (UniqueName), so the suite
