@@ -104,6 +104,7 @@ const (
 	Crash
 )
 
+// String names the verdict as the logs and results spell it ("ack", …).
 func (v Verdict) String() string {
 	switch v {
 	case Ack:
@@ -477,12 +478,20 @@ type Counters struct {
 	deliveries, acked, retried, deadLettered, crashed atomic.Int64
 }
 
-// Delivered, Acked, Retried, DeadLettered and Crashed count one event each.
-func (c *Counters) Delivered()    { c.deliveries.Add(1) }
-func (c *Counters) Acked()        { c.acked.Add(1) }
-func (c *Counters) Retried()      { c.retried.Add(1) }
+// Delivered counts a delivery passed to the Handler.
+func (c *Counters) Delivered() { c.deliveries.Add(1) }
+
+// Acked counts an acknowledged delivery.
+func (c *Counters) Acked() { c.acked.Add(1) }
+
+// Retried counts a Handler call answered with a Retry.
+func (c *Counters) Retried() { c.retried.Add(1) }
+
+// DeadLettered counts a Reject moved to the dead-letter destination.
 func (c *Counters) DeadLettered() { c.deadLettered.Add(1) }
-func (c *Counters) Crashed()      { c.crashed.Add(1) }
+
+// Crashed counts a Crash verdict.
+func (c *Counters) Crashed() { c.crashed.Add(1) }
 
 // Stats returns a snapshot.
 func (c *Counters) Stats() Stats {

@@ -70,7 +70,7 @@ func (r *runner) sampleMessage() (brokers.Message, error) {
 	if err != nil {
 		return brokers.Message{}, err
 	}
-	return brokerbench.Message("calib", 1_000_000, o.Keys, bodies[0], ""), nil
+	return brokerbench.Messages{IDPrefix: "calib", Keys: o.Keys, Bodies: bodies}.At(1_000_000, ""), nil
 }
 
 // driverSide publishes for the shape's duration into a fresh topic, then
@@ -84,7 +84,8 @@ func (r *runner) driverSide(ctx context.Context, name string, side *results.Side
 	defer cleanup()
 	o := r.options()
 	r.say("%-9s driver publish for %s", name, r.Duration)
-	pub, err := brokerbench.Publish(ctx, br, topic, "calib", o, brokerbench.Limit{Duration: r.Duration})
+	t := brokerbench.Topic{Broker: br, Name: topic}
+	pub, err := t.Publish(ctx, "calib", o, brokerbench.Limit{Duration: r.Duration})
 	side.Publish = results.Measurement{MsgsPerS: pub.RateAfter(r.Warmup), Messages: pub.Messages,
 		Method: fmt.Sprintf("confirmed messages per second from %s after the first send to the last confirm (warm-up dropped)", r.Warmup)}
 	if pub.Series != nil {
@@ -95,7 +96,7 @@ func (r *runner) driverSide(ctx context.Context, name string, side *results.Side
 		return fmt.Errorf("driver publish: %w", err)
 	}
 	r.say("%-9s driver drain of %d messages", name, pub.Messages)
-	c, err := brokerbench.StartConsumer(ctx, br, topic, topic+"-g", o, pub.Messages)
+	c, err := t.StartConsumer(ctx, topic+"-g", o, pub.Messages)
 	if err != nil {
 		side.Consume.Error = err.Error()
 		return fmt.Errorf("driver consume: %w", err)

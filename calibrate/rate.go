@@ -138,7 +138,8 @@ func (r *runner) driverAtRate(ctx context.Context, name string, rate float64) (r
 	o := r.options()
 	o.NoLatency = false // the due time rides in SentHeader
 	total := int64(rate * r.Duration.Seconds())
-	c, err := brokerbench.StartConsumer(ctx, br, topic, topic+"-g", o, total+1)
+	t := brokerbench.Topic{Broker: br, Name: topic}
+	c, err := t.StartConsumer(ctx, topic+"-g", o, total+1)
 	if err != nil {
 		return results.RateFigures{}, err
 	}
@@ -147,7 +148,8 @@ func (r *runner) driverAtRate(ctx context.Context, name string, rate float64) (r
 		return results.RateFigures{}, err
 	}
 	r.say("%-9s driver at %s msgs/s for %s", name, results.FormatRate(rate), r.Duration)
-	res, err := brokerbench.PublishAtRate(ctx, br, topic, "calib", o, rate, brokerbench.Limit{Duration: r.Duration})
+	o.Rate = rate
+	res, err := t.PublishAtRate(ctx, "calib", o, brokerbench.Limit{Duration: r.Duration})
 	f := results.RateFigures{Messages: res.Messages, PublishP50: res.Confirm.P50, PublishP99: res.Confirm.P99, LagP99: res.Lag.P99}
 	if res.Elapsed > 0 {
 		f.Achieved = float64(res.Messages) / res.Elapsed.Seconds()
@@ -175,7 +177,7 @@ func (r *runner) probe(ctx context.Context, br brokers.Broker, topic string, c *
 	if err != nil {
 		return err
 	}
-	m := brokerbench.Message("calib-probe", 0, 1, bodies[0], "")
+	m := brokerbench.Messages{IDPrefix: "calib-probe", Keys: 1, Bodies: bodies}.At(0, "")
 	if err := brokers.FirstError(br.Publish(ctx, topic, []brokers.Message{m})); err != nil {
 		return fmt.Errorf("driver probe publish: %w", err)
 	}

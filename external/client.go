@@ -57,30 +57,40 @@ func NewClient(baseURL, ns string, timeout time.Duration) *Client {
 // Close releases the client's idle connections.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 
-func (c *Client) do(ctx context.Context, method, path string, body any, hdr map[string]string, timeout time.Duration) (*http.Response, []byte, error) {
+// call is one request to the namespace: path is below its base, body
+// (nil: none) goes as JSON, the headers with a value are set, and the
+// call gives up after timeout (0: ctx alone bounds it).
+type call struct {
+	method, path string
+	body         any
+	hdr          map[string]string
+	timeout      time.Duration
+}
+
+func (c *Client) do(ctx context.Context, r call) (*http.Response, []byte, error) {
 	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
+	if r.body != nil {
+		b, err := json.Marshal(r.body)
 		if err != nil {
 			return nil, nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
-	if timeout > 0 {
+	if r.timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		ctx, cancel = context.WithTimeout(ctx, r.timeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, r.method, c.base+r.path, rd)
 	if err != nil {
 		return nil, nil, err
 	}
-	for k, v := range hdr {
+	for k, v := range r.hdr {
 		if v != "" {
 			req.Header.Set(k, v)
 		}
 	}
-	if body != nil {
+	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
@@ -113,7 +123,8 @@ func (c *Client) Pay(ctx context.Context, r Request) (Payment, error) {
 	if c.Fault != nil {
 		fault = c.Fault(r)
 	}
-	resp, b, err := c.do(ctx, http.MethodPost, "/payments", r, map[string]string{HeaderKey: r.Key, HeaderFault: fault}, c.timeout)
+	resp, b, err := c.do(ctx, call{method: http.MethodPost, path: "/payments", body: r,
+		hdr: map[string]string{HeaderKey: r.Key, HeaderFault: fault}, timeout: c.timeout})
 	if err != nil {
 		return Payment{}, callErr(what, err)
 	}
@@ -136,7 +147,7 @@ func (c *Client) Pay(ctx context.Context, r Request) (Payment, error) {
 // Lookup implements API.
 func (c *Client) Lookup(ctx context.Context, key string) (Payment, bool, error) {
 	what := "result of key " + key
-	resp, b, err := c.do(ctx, http.MethodGet, "/payments?key="+url.QueryEscape(key), nil, nil, c.timeout)
+	resp, b, err := c.do(ctx, call{method: http.MethodGet, path: "/payments?key=" + url.QueryEscape(key), timeout: c.timeout})
 	if err != nil {
 		return Payment{}, false, callErr(what, err)
 	}
@@ -155,14 +166,16 @@ func (c *Client) Lookup(ctx context.Context, key string) (Payment, bool, error) 
 	return Payment{}, false, fmt.Errorf("%s: %w: HTTP %d: %s", what, ErrUnknownOutcome, resp.StatusCode, bytes.TrimSpace(b))
 }
 
-// admin runs a call of the harness (configuration, faults, the log).
-func (c *Client) admin(ctx context.Context, method, path string, body any, out any) error {
-	resp, b, err := c.do(ctx, method, path, body, nil, 30*time.Second)
+// admin runs a call of the harness (configuration, faults, the log),
+// within 30 s, and decodes its answer into out (nil: none).
+func (c *Client) admin(ctx context.Context, r call, out any) error {
+	r.timeout = 30 * time.Second
+	resp, b, err := c.do(ctx, r)
 	if err != nil {
-		return fmt.Errorf("external service %s %s: %w", method, path, err)
+		return fmt.Errorf("external service %s %s: %w", r.method, r.path, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("external service %s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(b))
+		return fmt.Errorf("external service %s %s: HTTP %d: %s", r.method, r.path, resp.StatusCode, bytes.TrimSpace(b))
 	}
 	if out != nil {
 		return json.Unmarshal(b, out)
@@ -172,12 +185,12 @@ func (c *Client) admin(ctx context.Context, method, path string, body any, out a
 
 // Configure sets the namespace's behaviour.
 func (c *Client) Configure(ctx context.Context, cfg Config) error {
-	return c.admin(ctx, http.MethodPut, "/config", cfg, nil)
+	return c.admin(ctx, call{method: http.MethodPut, path: "/config", body: cfg}, nil)
 }
 
 // SetUnavailable makes the service refuse every call for d from now.
 func (c *Client) SetUnavailable(ctx context.Context, d time.Duration) error {
-	return c.admin(ctx, http.MethodPost, "/unavailable", unavailableBody{For: d}, nil)
+	return c.admin(ctx, call{method: http.MethodPost, path: "/unavailable", body: unavailableBody{For: d}}, nil)
 }
 
 // Log reads the namespace's whole call log.
@@ -185,7 +198,8 @@ func (c *Client) Log(ctx context.Context) (*Log, error) {
 	l := &Log{}
 	for {
 		var page Log
-		if err := c.admin(ctx, http.MethodGet, "/log?after="+strconv.Itoa(len(l.Calls))+"&limit="+strconv.Itoa(c.page), nil, &page); err != nil {
+		path := "/log?after=" + strconv.Itoa(len(l.Calls)) + "&limit=" + strconv.Itoa(c.page)
+		if err := c.admin(ctx, call{method: http.MethodGet, path: path}, &page); err != nil {
 			return nil, err
 		}
 		l.Calls = append(l.Calls, page.Calls...)
@@ -197,7 +211,7 @@ func (c *Client) Log(ctx context.Context) (*Log, error) {
 
 // Drop forgets the namespace.
 func (c *Client) Drop(ctx context.Context) error {
-	return c.admin(ctx, http.MethodDelete, "", nil, nil)
+	return c.admin(ctx, call{method: http.MethodDelete}, nil)
 }
 
 // Ping checks that a service answers at baseURL.

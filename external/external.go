@@ -26,7 +26,8 @@
 // call timed out after the service applied it), and a window in which
 // every call is refused (the service unavailable for a while).
 //
-// The package depends on nothing else of the project: the inbox's
+// The package depends on nothing else of the project but the leaf
+// internal/ctxtime (its delays end with the caller's request): the inbox's
 // strategies call it through API, the runner starts it (Start) or reaches
 // one started with `bench external serve` (Serve).
 package external

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 )
 
 // The service's HTTP API, under /v1/{ns}/ (ns: the cell's namespace,
@@ -79,6 +81,7 @@ func NewService() *Service {
 	return s
 }
 
+// ServeHTTP implements http.Handler: the API above.
 func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 func (s *Service) ns(r *http.Request) *namespace {
@@ -165,22 +168,6 @@ func (n *namespace) delay() time.Duration {
 	return n.cfg.Delay
 }
 
-// wait spends the namespace's delay, or returns false when the caller
-// gave up first.
-func wait(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 func (s *Service) pay(w http.ResponseWriter, r *http.Request) {
 	n := s.ns(r)
 	var req Request
@@ -191,7 +178,7 @@ func (s *Service) pay(w http.ResponseWriter, r *http.Request) {
 	req.Key = r.Header.Get(HeaderKey)
 	// The provider works, then answers: a caller that gives up during
 	// the delay never learns whether the payment was made.
-	if !wait(r.Context(), n.delay()) {
+	if !ctxtime.Sleep(r.Context(), n.delay()) { // the caller gave up first
 		return
 	}
 	p, status, hold := n.apply(req, r.Header.Get(HeaderFault), time.Now())
@@ -224,7 +211,7 @@ func (s *Service) query(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "key: missing", http.StatusBadRequest)
 		return
 	}
-	if !wait(r.Context(), n.delay()) {
+	if !ctxtime.Sleep(r.Context(), n.delay()) { // the caller gave up first
 		return
 	}
 	switch p, status := n.lookup(key, time.Now()); status {

@@ -49,6 +49,16 @@ type Options struct {
 	// measured after publishing (bench calibrate) has no use for them,
 	// and the vendor tools it is compared with send no such header.
 	NoLatency bool
+	// Rate is the open-loop rate of PublishAtRate, in messages per
+	// second; Publish, closed loop, ignores it.
+	Rate float64
+}
+
+// Topic is a driver's topic (set up already) that a run publishes to or
+// consumes from.
+type Topic struct {
+	Broker brokers.Broker
+	Name   string
 }
 
 // WithDefaults fills zero fields with the defaults above.
@@ -184,15 +194,23 @@ func (r PublishResult) RateAfter(warmup time.Duration) float64 {
 	return float64(n) / (r.Elapsed - time.Duration(skip)*time.Second).Seconds()
 }
 
-// Message is the i-th message Publish sends: key "key-<i mod keys>", id
-// "<idPrefix>-<i>", and the send time sent (unix ns, decimal) in
-// SentHeader unless sent is "" (Options.NoLatency). `bench calibrate`
-// shapes the vendor tools' messages after it.
-func Message(idPrefix string, i int64, keys int, body []byte, sent string) brokers.Message {
+// Messages are the messages of a run: message i has the key
+// "key-<i mod Keys>", the id "<IDPrefix>-<i>" and the body
+// Bodies[i mod len(Bodies)]. `bench calibrate` shapes the vendor tools'
+// messages after them.
+type Messages struct {
+	IDPrefix string
+	Keys     int
+	Bodies   [][]byte
+}
+
+// At is message i, with the send time sent (unix ns, decimal) in
+// SentHeader unless sent is "" (Options.NoLatency).
+func (ms Messages) At(i int64, sent string) brokers.Message {
 	m := brokers.Message{
-		Key:  "key-" + strconv.Itoa(int(i%int64(keys))),
-		ID:   idPrefix + "-" + strconv.FormatInt(i, 10),
-		Body: body,
+		Key:  "key-" + strconv.Itoa(int(i%int64(ms.Keys))),
+		ID:   ms.IDPrefix + "-" + strconv.FormatInt(i, 10),
+		Body: ms.Bodies[i%int64(len(ms.Bodies))],
 	}
 	if sent != "" {
 		m.Headers = map[string]string{SentHeader: sent}
@@ -200,21 +218,21 @@ func Message(idPrefix string, i int64, keys int, body []byte, sent string) broke
 	return m
 }
 
-// Publish sends messages to topic (already set up) until lim, from
-// o.Publishers goroutines each sending o.Batch messages per call and
-// waiting for every confirm (closed loop). Message i is Message(idPrefix,
-// i, …): every message carries its send time in SentHeader unless
-// o.NoLatency. The first unconfirmed message ends the publish
-// with an error.
-func Publish(ctx context.Context, br brokers.Broker, topic, idPrefix string, o Options, lim Limit) (PublishResult, error) {
+// Publish sends messages to t until lim, from o.Publishers goroutines
+// each sending o.Batch messages per call and waiting for every confirm
+// (closed loop). Message i is the Messages of idPrefix's At(i): every
+// message carries its send time in SentHeader unless o.NoLatency. The
+// first unconfirmed message ends the publish with an error.
+func (t Topic) Publish(ctx context.Context, idPrefix string, o Options, lim Limit) (PublishResult, error) {
 	o = o.WithDefaults()
 	if lim.Messages <= 0 && lim.Duration <= 0 {
 		return PublishResult{}, errors.New("brokerbench: Publish needs a message count or a duration")
 	}
-	bodies, err := Bodies(o.Size, bodyPool)
+	ms, err := o.messages(idPrefix)
 	if err != nil {
 		return PublishResult{}, err
 	}
+	br := t.Broker
 	total := lim.Messages
 	if total <= 0 {
 		total = 1 << 62
@@ -251,9 +269,9 @@ func Publish(ctx context.Context, br brokers.Broker, topic, idPrefix string, o O
 					now = strconv.FormatInt(time.Now().UnixNano(), 10)
 				}
 				for i := first; i < min(first+int64(o.Batch), total); i++ {
-					batch = append(batch, Message(idPrefix, i, o.Keys, bodies[i%bodyPool], now))
+					batch = append(batch, ms.At(i, now))
 				}
-				if err := brokers.FirstError(br.Publish(pctx, topic, batch)); err != nil {
+				if err := brokers.FirstError(br.Publish(pctx, t.Name, batch)); err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
 					return
 				}
@@ -274,10 +292,17 @@ func Publish(ctx context.Context, br brokers.Broker, topic, idPrefix string, o O
 		res.Elapsed = last.Sub(series.Start())
 	}
 	if firstErr != nil {
-		return res, fmt.Errorf("%s: publish to %s: %w", br.Name(), topic, firstErr)
+		return res, fmt.Errorf("%s: publish to %s: %w", br.Name(), t.Name, firstErr)
 	}
 	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("%s: publish to %s: %w", br.Name(), topic, err)
+		return res, fmt.Errorf("%s: publish to %s: %w", br.Name(), t.Name, err)
 	}
 	return res, nil
+}
+
+// messages are the run's messages with ids after idPrefix: o.Keys keys
+// over bodyPool bodies of o.Size bytes.
+func (o Options) messages(idPrefix string) (Messages, error) {
+	bodies, err := Bodies(o.Size, bodyPool)
+	return Messages{IDPrefix: idPrefix, Keys: o.Keys, Bodies: bodies}, err
 }

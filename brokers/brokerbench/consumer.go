@@ -51,17 +51,17 @@ func newHist() *hdrhistogram.Histogram {
 	return hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
 }
 
-// StartConsumer subscribes to topic as group with o's Prefetch and
-// MaxBatch; Wait returns once want deliveries arrived. The subscription's
-// start-up counts from this call (Result.Series starts here).
-func StartConsumer(ctx context.Context, br brokers.Broker, topic, group string, o Options, want int64) (*Consumer, error) {
+// StartConsumer subscribes to t as group with o's Prefetch and MaxBatch;
+// Wait returns once want deliveries arrived. The subscription's start-up
+// counts from this call (Result.Series starts here).
+func (t Topic) StartConsumer(ctx context.Context, group string, o Options, want int64) (*Consumer, error) {
 	o = o.WithDefaults()
 	c := &Consumer{want: want, series: NewSeries(), all: make(chan struct{}), latency: !o.NoLatency, hists: map[string]*shardHist{}}
 	c.startClock()
-	sub, err := br.Subscribe(ctx, topic, group, brokers.SubscribeOptions{Prefetch: o.Prefetch, MaxBatch: o.MaxBatch}, c.handle)
+	sub, err := t.Broker.Subscribe(ctx, t.Name, group, brokers.SubscribeOptions{Prefetch: o.Prefetch, MaxBatch: o.MaxBatch}, c.handle)
 	if err != nil {
 		c.stopClock()
-		return nil, fmt.Errorf("%s: subscribe to %s: %w", br.Name(), topic, err)
+		return nil, fmt.Errorf("%s: subscribe to %s: %w", t.Broker.Name(), t.Name, err)
 	}
 	c.sub = sub
 	return c, nil

@@ -36,10 +36,11 @@ func asyncPublisher(t *testing.T, b brokers.Broker) brokers.AsyncPublisher {
 	return ap
 }
 
-// asyncCalls issues PublishAsync calls and checks every done: exactly
-// once per call, len(errs) == len(msgs).
+// asyncCalls issues PublishAsync calls of one publisher and checks every
+// done: exactly once per call, len(errs) == len(msgs).
 type asyncCalls struct {
 	broker  string
+	ap      brokers.AsyncPublisher
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	results map[int][]error
@@ -48,16 +49,16 @@ type asyncCalls struct {
 	dones   atomic.Int64 // done calls
 }
 
-func newAsyncCalls(broker string) *asyncCalls {
-	return &asyncCalls{broker: broker, results: map[int][]error{}}
+func newAsyncCalls(broker string, ap brokers.AsyncPublisher) *asyncCalls {
+	return &asyncCalls{broker: broker, ap: ap, results: map[int][]error{}}
 }
 
 // publish issues call id of msgs; it returns once PublishAsync did.
-func (a *asyncCalls) publish(ctx context.Context, ap brokers.AsyncPublisher, topic string, id int, msgs []brokers.Message) {
+func (a *asyncCalls) publish(ctx context.Context, topic string, id int, msgs []brokers.Message) {
 	a.wg.Add(1)
 	a.issued.Add(1)
 	var calls atomic.Int32
-	ap.PublishAsync(ctx, topic, msgs, func(errs []error) {
+	a.ap.PublishAsync(ctx, topic, msgs, func(errs []error) {
 		if calls.Add(1) > 1 {
 			a.mu.Lock()
 			a.bad = append(a.bad, fmt.Sprintf("done of call %d called again", id))
@@ -107,12 +108,12 @@ func (a *asyncCalls) errs(id int) []error {
 func testAsyncManyInFlight(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	ap := asyncPublisher(t, b)
-	topic := setup(t, b, 4)
+	topic := Topic(t, b, 4)
 	const goroutines, keys, perKey = 8, 16, 60
 	msgs := Events(t, UniqueName(t, "e"), keys, perKey, 0)
 	c := NewCollector(b.Name(), msgs)
 	subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{MaxBatch: 16}, brokers.PerDelivery(c.Handle))
-	a := newAsyncCalls(b.Name())
+	a := newAsyncCalls(b.Name(), ap)
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -130,7 +131,7 @@ func testAsyncManyInFlight(t *testing.T, newBroker NewBroker) {
 			for i, n := 0, 1; i < len(own); i, n = i+n, n%7+1 {
 				id := g*10000 + i
 				ids[g] = append(ids[g], id)
-				a.publish(ctx, ap, topic, id, own[i:min(i+n, len(own))])
+				a.publish(ctx, topic, id, own[i:min(i+n, len(own))])
 			}
 		}()
 	}
@@ -152,16 +153,16 @@ func testAsyncManyInFlight(t *testing.T, newBroker NewBroker) {
 func testAsyncFailureIsolated(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	ap := asyncPublisher(t, b)
-	good := setup(t, b, 2)
+	good := Topic(t, b, 2)
 	missing := UniqueName(t, "missing")
 	msgs := Events(t, UniqueName(t, "e"), 4, 10, 0)
 	c := NewCollector(b.Name(), msgs)
-	a := newAsyncCalls(b.Name())
+	a := newAsyncCalls(b.Name(), ap)
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
 	for i := 0; i < len(msgs); i += 4 {
-		a.publish(ctx, ap, good, i, msgs[i:i+4])
-		a.publish(ctx, ap, missing, -1-i, Events(t, UniqueName(t, "m"), 2, 2, 0))
+		a.publish(ctx, good, i, msgs[i:i+4])
+		a.publish(ctx, missing, -1-i, Events(t, UniqueName(t, "m"), 2, 2, 0))
 	}
 	a.wait(t, publishTimeout)
 	for i := 0; i < len(msgs); i += 4 {
@@ -183,15 +184,16 @@ func testAsyncFailureIsolated(t *testing.T, newBroker NewBroker) {
 	c.Check(t, b.Capabilities().PerKeyOrder)
 }
 
-// doneElsewhere publishes with a done that waits until PublishAsync has
-// returned: a done called on the caller's goroutine (which the contract
-// forbids) would wait for ever, so it gives up after a while and says so.
-func doneElsewhere(t *testing.T, ap brokers.AsyncPublisher, ctx context.Context, topic string, msgs []brokers.Message) []error {
+// doneElsewhere publishes, without tracking the call, with a done that
+// waits until PublishAsync has returned: a done called on the caller's
+// goroutine (which the contract forbids) would wait for ever, so it gives
+// up after a while and says so.
+func (a *asyncCalls) doneElsewhere(ctx context.Context, t *testing.T, topic string, msgs []brokers.Message) []error {
 	t.Helper()
 	returned := make(chan struct{})
 	got := make(chan []error, 2)
 	var onCaller atomic.Bool
-	ap.PublishAsync(ctx, topic, msgs, func(errs []error) {
+	a.ap.PublishAsync(ctx, topic, msgs, func(errs []error) {
 		select {
 		case <-returned:
 		case <-time.After(5 * time.Second):
@@ -225,12 +227,13 @@ func doneElsewhere(t *testing.T, ap brokers.AsyncPublisher, ctx context.Context,
 func testAsyncCancel(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	ap := asyncPublisher(t, b)
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	msgs := Events(t, UniqueName(t, "e"), 4, 50, 0)
+	a := newAsyncCalls(b.Name(), ap)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for i, err := range doneElsewhere(t, ap, ctx, topic, msgs[:10]) {
+	for i, err := range a.doneElsewhere(ctx, t, topic, msgs[:10]) {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: message %d of a call with a cancelled ctx: %v, want an error wrapping context.Canceled", b.Name(), i, err)
 		}
@@ -238,9 +241,8 @@ func testAsyncCancel(t *testing.T, newBroker NewBroker) {
 
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	a := newAsyncCalls(b.Name())
 	for i := 0; i < len(msgs); i += 10 {
-		a.publish(ctx, ap, topic, i, msgs[i:i+10])
+		a.publish(ctx, topic, i, msgs[i:i+10])
 		if i == 100 {
 			cancel()
 		}
@@ -267,13 +269,13 @@ func testAsyncCancel(t *testing.T, newBroker NewBroker) {
 // PublishAsync fails every message (on another goroutine).
 func testAsyncClose(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	other := newBroker(t)
 	ap := asyncPublisher(t, other)
 	msgs := Events(t, UniqueName(t, "e"), 4, 50, 0)
-	a := newAsyncCalls(b.Name())
+	a := newAsyncCalls(b.Name(), ap)
 	for i := 0; i < len(msgs); i += 20 {
-		a.publish(context.Background(), ap, topic, i, msgs[i:i+20])
+		a.publish(context.Background(), topic, i, msgs[i:i+20])
 	}
 	closed := make(chan error, 1)
 	go func() { closed <- other.Close() }()
@@ -286,7 +288,7 @@ func testAsyncClose(t *testing.T, newBroker NewBroker) {
 		t.Errorf("%s: Close returned with %d of %d dones still to come", b.Name(), n-d, n)
 	}
 	a.wait(t, publishTimeout)
-	for i, err := range doneElsewhere(t, ap, context.Background(), topic, msgs[:5]) {
+	for i, err := range a.doneElsewhere(context.Background(), t, topic, msgs[:5]) {
 		if err == nil {
 			t.Errorf("%s: message %d published after Close was confirmed", b.Name(), i)
 		}
@@ -304,15 +306,15 @@ func testAsyncWindow(t *testing.T, newBroker NewBroker, o options) {
 	const window = 4
 	b := o.window(t, window)
 	ap := asyncPublisher(t, b)
-	topic := setup(t, b, 1)
+	topic := Topic(t, b, 1)
 	msgs := Events(t, UniqueName(t, "e"), 3, 100, 0)
 	c := NewCollector(b.Name(), msgs)
-	a := newAsyncCalls(b.Name())
+	a := newAsyncCalls(b.Name(), ap)
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 	defer cancel()
 	most := int64(0)
 	for i := range msgs {
-		a.publish(ctx, ap, topic, i, msgs[i:i+1])
+		a.publish(ctx, topic, i, msgs[i:i+1])
 		most = max(most, a.issued.Load()-a.dones.Load())
 	}
 	a.wait(t, publishTimeout)

@@ -139,7 +139,7 @@ func (p *batchProbe) handle(ctx context.Context, ds []*brokers.Delivery) []broke
 func testBatchDelivery(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	caps := b.Capabilities()
-	topic := setup(t, b, 4)
+	topic := Topic(t, b, 4)
 	msgs := Events(t, UniqueName(t, "e"), 8, 250, 0)
 	const maxBatch = 100
 	p := &batchProbe{maxBatch: maxBatch, c: NewCollector(b.Name(), msgs)}
@@ -175,7 +175,7 @@ func testBatchDelivery(t *testing.T, newBroker NewBroker) {
 // the next subscription too.
 func testBatchCrash(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	group := UniqueName(t, "g")
 	msgs := Events(t, UniqueName(t, "e"), 4, 50, 0)
 	c := NewCollector(b.Name(), msgs)

@@ -9,32 +9,20 @@ import (
 	"github.com/inboxbench/inboxbench/brokers/brokerbench"
 )
 
-// BenchOptions shape the raw transport benchmark: the fields of
-// brokerbench.Options, plus Preload.
+// BenchOptions shape the raw transport benchmark: the run's
+// brokerbench.Options (the same type bench calibrate runs with), and
+// whether it preloads. A Rate publishes open loop at that many messages
+// per second (brokerbench.Topic.PublishAtRate: each message sent at its due
+// time through PublishAsync, whatever is unconfirmed) instead of closed
+// loop; latency then counts from the due time, and the publisher's lag
+// and confirm latency are reported too.
 type BenchOptions struct {
-	Size       int // message size in bytes (envelope with padding); default 1024
-	Shards     int // queues/partitions; default 8
-	Keys       int // distinct ordering keys; default 64
-	Batch      int // messages per Publish call; default 100
-	Publishers int // concurrent publishing goroutines; default 4
-	Prefetch   int // SubscribeOptions.Prefetch; default 256 (raised to MaxBatch)
-	MaxBatch   int // SubscribeOptions.MaxBatch; default 1
+	brokerbench.Options
 	// Preload publishes everything before subscribing and times only the
 	// consumption (subscription start-up included): the consumer side's
 	// ceiling, where batching shows, without the publisher's confirms in
 	// the loop. No latency figures then.
 	Preload bool
-	// Rate publishes open loop at this many messages per second
-	// (brokerbench.PublishAtRate: each message sent at its due time
-	// through PublishAsync, whatever is unconfirmed) instead of closed
-	// loop; latency then counts from the due time, and the publisher's
-	// lag and confirm latency are reported too.
-	Rate float64
-}
-
-func (o BenchOptions) core() brokerbench.Options {
-	return brokerbench.Options{Size: o.Size, Shards: o.Shards, Keys: o.Keys, Batch: o.Batch,
-		Publishers: o.Publishers, Prefetch: o.Prefetch, MaxBatch: o.MaxBatch}.WithDefaults()
 }
 
 // Bench is the raw transport benchmark (no database), a testing.B adapter
@@ -46,7 +34,7 @@ func (o BenchOptions) core() brokerbench.Options {
 // publishing is, and start-up is not; see BenchOptions). Use
 // -benchtime=NNNNx for stable figures: each b.N round creates a topic.
 func Bench(b *testing.B, newBroker NewBroker, o BenchOptions) {
-	co := o.core()
+	co := o.WithDefaults()
 	br := newBroker(b)
 	topic := UniqueName(b, "bench")
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
@@ -55,6 +43,7 @@ func Bench(b *testing.B, newBroker NewBroker, o BenchOptions) {
 		b.Fatalf("%s: setup: %v", br.Name(), err)
 	}
 	cleanupTopic(b, br, topic)
+	t := brokerbench.Topic{Broker: br, Name: topic}
 	total := int64(b.N)
 	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer pcancel()
@@ -62,16 +51,16 @@ func Bench(b *testing.B, newBroker NewBroker, o BenchOptions) {
 	publish := func() {
 		var err error
 		if o.Rate > 0 {
-			rate, err = brokerbench.PublishAtRate(pctx, br, topic, "bench", co, o.Rate, brokerbench.Limit{Messages: total})
+			rate, err = t.PublishAtRate(pctx, "bench", co, brokerbench.Limit{Messages: total})
 		} else {
-			_, err = brokerbench.Publish(pctx, br, topic, "bench", co, brokerbench.Limit{Messages: total})
+			_, err = t.Publish(pctx, "bench", co, brokerbench.Limit{Messages: total})
 		}
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
 	consume := func() *brokerbench.Consumer {
-		c, err := brokerbench.StartConsumer(ctx, br, topic, UniqueName(b, "g"), co, total)
+		c, err := t.StartConsumer(ctx, UniqueName(b, "g"), co, total)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -142,4 +131,24 @@ func BenchMaxBatch(b *testing.B, newBroker NewBroker, o BenchOptions, maxBatches
 		o.MaxBatch = n
 		b.Run("MaxBatch="+strconv.Itoa(n), func(b *testing.B) { Bench(b, newBroker, o) })
 	}
+}
+
+// Raw1KiB is every driver's BenchmarkRaw1KiB: 1 KiB messages published
+// closed loop while one subscription acks them, with MaxBatch 1 and 100.
+func Raw1KiB(b *testing.B, newBroker NewBroker) {
+	BenchMaxBatch(b, newBroker, BenchOptions{Options: brokerbench.Options{Size: 1024}}, 1, 100)
+}
+
+// Rate1KiB is every driver's BenchmarkRate1KiB: it publishes open loop at
+// low rates with handler batches of up to 500, so a driver that waited to
+// fill a batch, or whose fetch lingered, shows it in the batch sizes and
+// the latency from the due time.
+func Rate1KiB(b *testing.B, newBroker NewBroker) {
+	BenchRate(b, newBroker, BenchOptions{Options: brokerbench.Options{Size: 1024, MaxBatch: 500}}, 200, 2000)
+}
+
+// Drain1KiB is every driver's BenchmarkDrain1KiB: it times consuming a
+// preloaded backlog, the consumer side alone, where MaxBatch shows.
+func Drain1KiB(b *testing.B, newBroker NewBroker) {
+	BenchMaxBatch(b, newBroker, BenchOptions{Options: brokerbench.Options{Size: 1024}, Preload: true}, 1, 100)
 }

@@ -14,7 +14,7 @@ import (
 // verdict under brokers.FsyncKey.
 func Durability(t *testing.T, b brokers.Broker, keys ...string) map[string]string {
 	t.Helper()
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	m, err := b.(brokers.DurabilityReporter).Durability(ctx, topic)

@@ -155,6 +155,7 @@ type FailoverResult struct {
 	Lost []string
 }
 
+// String sums the failover up on one line, for the test's log.
 func (r FailoverResult) String() string {
 	return fmt.Sprintf("%s hit: %d confirmed (%d confirms failed and were sent again), %d delivered, %d duplicates, publish outage %s, consume outage %s, %d lost",
 		r.Leader, r.Published, r.PublishErrors, r.Delivered, r.Duplicates, r.PublishOutage.Round(10*time.Millisecond), r.ConsumeOutage.Round(10*time.Millisecond), len(r.Lost))
@@ -169,274 +170,351 @@ func (r FailoverResult) String() string {
 // figures.
 func Failover(t *testing.T, spec FailoverSpec) FailoverResult {
 	t.Helper()
-	b := spec.Broker
-	topic := setup(t, b, spec.Shards)
-	var (
-		mu        sync.Mutex
-		confirmed = map[string]time.Time{}
-		delivered = map[string]int{}
-		firstAt   []time.Time
-		confirmAt []time.Time
-		res       FailoverResult
-		errSeen   = map[string]bool{}
-	)
-	group := UniqueName(t, "g")
-	handle := func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
-		mu.Lock()
-		defer mu.Unlock()
-		vs := make([]brokers.Verdict, len(ds))
-		for i, d := range ds {
-			delivered[d.ID]++
-			if delivered[d.ID] == 1 {
-				firstAt = append(firstAt, time.Now())
-			} else {
-				res.Duplicates++
-			}
-			vs[i] = brokers.Ack
-		}
-		return vs
+	r := &failoverRun{t: t, spec: spec, b: spec.Broker, topic: Topic(t, spec.Broker, spec.Shards), group: UniqueName(t, "g"),
+		confirmed: map[string]time.Time{}, delivered: map[string]int{}, errSeen: map[string]bool{}}
+	if err := r.subscribe(); err != nil {
+		t.Fatalf("%s: subscribe %s: %v", r.b.Name(), r.topic, err)
 	}
-	var (
-		subMu sync.Mutex
-		sub   brokers.Subscription
-	)
-	subscribe := func() error {
-		s, err := b.Subscribe(context.Background(), topic, group, brokers.SubscribeOptions{MaxBatch: 16}, handle)
-		if err != nil {
-			return err
-		}
-		subMu.Lock()
-		sub = s
-		subMu.Unlock()
-		return nil
+	defer r.unsubscribe()
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	defer r.cancel()
+	ap, ok := r.b.(brokers.AsyncPublisher)
+	if !ok {
+		t.Fatalf("%s publishes only synchronously", r.b.Name())
 	}
-	if err := subscribe(); err != nil {
-		t.Fatalf("%s: subscribe %s: %v", b.Name(), topic, err)
-	}
-	defer func() {
-		subMu.Lock()
-		defer subMu.Unlock()
-		if sub != nil {
-			sub.Close()
+	r.ap = ap
+	r.total = int((spec.Before + spec.Down + spec.After).Seconds() * float64(spec.Rate))
+	pubDone := r.stream()
+	time.Sleep(spec.Before)
+	r.findLeader()
+	faultAt := r.hit()
+	defer func() { // the cluster is left whole whatever happened
+		if t.Failed() {
+			r.back()
 		}
 	}()
-	// resubscribe subscribes again until a node takes it, for up to 2
-	// minutes (in its own goroutine: the cluster may still be electing).
-	resubscribe := func() {
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			err := subscribe()
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("%s: subscribe %s again: %v", b.Name(), topic, err)
-				return
-			}
-			time.Sleep(time.Second)
-		}
-	}
+	t.Logf("%s: %v %s (leader of %s) at %s", r.b.Name(), spec.Signal, r.leader.Name, spec.Resource(r.topic), faultAt.Format("15:04:05.000"))
+	time.Sleep(spec.Down)
+	r.back()
+	t.Logf("%s: %s back after %s", r.b.Name(), r.leader.Name, time.Since(faultAt).Round(100*time.Millisecond))
+	<-pubDone
+	wait := time.Now().Add(3 * time.Minute)
+	r.waitConfirmed(wait)
+	r.waitDelivered(wait)
+	r.cancel()
+	r.inflight.Wait()
+	return r.result(faultAt)
+}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ap, ok := b.(brokers.AsyncPublisher)
-	if !ok {
-		t.Fatalf("%s publishes only synchronously", b.Name())
-	}
+// failoverRun is the state of one Failover: the stream's messages, what
+// became of them, and the nodes hit.
+type failoverRun struct {
+	t      *testing.T
+	spec   FailoverSpec
+	b      brokers.Broker
+	ap     brokers.AsyncPublisher
+	topic  string
+	group  string
+	total  int                // messages the stream publishes
+	ctx    context.Context    // the stream's: cancelled at the end
+	cancel context.CancelFunc // of ctx
+
+	mu        sync.Mutex
+	confirmed map[string]time.Time
+	delivered map[string]int
+	firstAt   []time.Time
+	confirmAt []time.Time
+	res       FailoverResult
+	errSeen   map[string]bool
+
+	subMu sync.Mutex
+	sub   brokers.Subscription
+
 	// inflight counts the messages handed over or waiting to be sent
 	// again: send's caller has counted m.
-	var inflight sync.WaitGroup
-	var send func(m brokers.Message)
-	send = func(m brokers.Message) {
-		ap.PublishAsync(ctx, topic, []brokers.Message{m}, func(errs []error) {
-			defer inflight.Done()
-			if errs[0] == nil {
-				mu.Lock()
-				confirmed[m.ID] = time.Now()
-				confirmAt = append(confirmAt, time.Now())
-				mu.Unlock()
-				return
-			}
-			mu.Lock()
-			res.PublishErrors++
-			if kind := msgID.ReplaceAllString(errs[0].Error(), "m…"); len(errSeen) < 20 && !errSeen[kind] {
-				errSeen[kind] = true
-				t.Logf("%s: confirm failed (sent again): %v", time.Now().Format("15:04:05.000"), errs[0])
-			}
-			mu.Unlock()
-			if ctx.Err() == nil {
-				inflight.Add(1)
-				time.AfterFunc(200*time.Millisecond, func() { send(m) })
-			}
-		})
+	inflight sync.WaitGroup
+
+	leader    compose.Node
+	followers []compose.Node
+}
+
+// handle acks every delivery, counting first deliveries and duplicates.
+func (r *failoverRun) handle(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	vs := make([]brokers.Verdict, len(ds))
+	for i, d := range ds {
+		r.delivered[d.ID]++
+		if r.delivered[d.ID] == 1 {
+			r.firstAt = append(r.firstAt, time.Now())
+		} else {
+			r.res.Duplicates++
+		}
+		vs[i] = brokers.Ack
 	}
-	total := int((spec.Before + spec.Down + spec.After).Seconds() * float64(spec.Rate))
-	pubDone := make(chan struct{})
+	return vs
+}
+
+func (r *failoverRun) subscribe() error {
+	s, err := r.b.Subscribe(context.Background(), r.topic, r.group, brokers.SubscribeOptions{MaxBatch: 16}, r.handle)
+	if err != nil {
+		return err
+	}
+	r.subMu.Lock()
+	r.sub = s
+	r.subMu.Unlock()
+	return nil
+}
+
+// unsubscribe closes the subscription, if there is one.
+func (r *failoverRun) unsubscribe() {
+	r.subMu.Lock()
+	defer r.subMu.Unlock()
+	if r.sub != nil {
+		r.sub.Close()
+	}
+}
+
+// resubscribe subscribes again until a node takes it, for up to 2
+// minutes (in its own goroutine: the cluster may still be electing).
+func (r *failoverRun) resubscribe() {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := r.subscribe()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Errorf("%s: subscribe %s again: %v", r.b.Name(), r.topic, err)
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// send publishes m, and again 200 ms after each failed confirm until the
+// stream ends.
+func (r *failoverRun) send(m brokers.Message) {
+	r.ap.PublishAsync(r.ctx, r.topic, []brokers.Message{m}, func(errs []error) {
+		defer r.inflight.Done()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if errs[0] == nil {
+			r.confirmed[m.ID] = time.Now()
+			r.confirmAt = append(r.confirmAt, time.Now())
+			return
+		}
+		r.res.PublishErrors++
+		if kind := msgID.ReplaceAllString(errs[0].Error(), "m…"); len(r.errSeen) < 20 && !r.errSeen[kind] {
+			r.errSeen[kind] = true
+			r.t.Logf("%s: confirm failed (sent again): %v", time.Now().Format("15:04:05.000"), errs[0])
+		}
+		if r.ctx.Err() == nil {
+			r.inflight.Add(1)
+			time.AfterFunc(200*time.Millisecond, func() { r.send(m) })
+		}
+	})
+}
+
+// stream publishes the run's messages at spec.Rate, each at its due
+// time, in a goroutine of its own; the channel is closed once it is done.
+func (r *failoverRun) stream() <-chan struct{} {
+	done := make(chan struct{})
 	go func() {
-		defer close(pubDone)
+		defer close(done)
 		start := time.Now()
-		for i := range total {
-			due := start.Add(time.Duration(float64(i) / float64(spec.Rate) * float64(time.Second)))
+		for i := range r.total {
+			due := start.Add(time.Duration(float64(i) / float64(r.spec.Rate) * float64(time.Second)))
 			select {
-			case <-ctx.Done():
+			case <-r.ctx.Done():
 				return
 			case <-time.After(time.Until(due)):
 			}
-			inflight.Add(1)
-			send(brokers.Message{Key: fmt.Sprintf("k%02d", i%32), ID: fmt.Sprintf("m%06d", i), Body: []byte(fmt.Sprintf(`{"n":%d}`, i))})
+			r.inflight.Add(1)
+			r.send(brokers.Message{Key: fmt.Sprintf("k%02d", i%32), ID: fmt.Sprintf("m%06d", i), Body: []byte(fmt.Sprintf(`{"n":%d}`, i))})
 		}
 	}()
+	return done
+}
 
-	time.Sleep(spec.Before)
-	lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
-	leaders, err := spec.Cluster.Leaders(lctx, spec.Env, spec.Resource(topic))
-	lcancel()
+// findLeader asks the cluster which node leads the topic's shards; the
+// others are its followers.
+func (r *failoverRun) findLeader() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	leaders, err := r.spec.Cluster.Leaders(ctx, r.spec.Env, r.spec.Resource(r.topic))
+	cancel()
 	if err != nil || len(leaders) == 0 {
-		t.Fatalf("%s: leaders of %s: %v", b.Name(), topic, err)
+		r.t.Fatalf("%s: leaders of %s: %v", r.b.Name(), r.topic, err)
 	}
-	leader := leaders[0]
-	res.Leader = leader.Name
-	var followers []compose.Node
-	for _, n := range spec.Cluster.Nodes(spec.Env) {
-		if n.Name != leader.Name {
-			followers = append(followers, n)
+	r.leader = leaders[0]
+	r.res.Leader = r.leader.Name
+	for _, n := range r.spec.Cluster.Nodes(r.spec.Env) {
+		if n.Name != r.leader.Name {
+			r.followers = append(r.followers, n)
 		}
 	}
-	resume := func() {
-		for _, n := range followers {
-			if err := n.Signal(syscall.SIGCONT); err != nil {
-				t.Errorf("%s: resume %s: %v", b.Name(), n.Name, err)
+}
+
+// hit signals the leader, after holding its followers back for spec.Lag
+// (then let go at once), and returns when it did.
+func (r *failoverRun) hit() time.Time {
+	resume := func() {}
+	if r.spec.Lag > 0 {
+		if r.spec.StopConsumer {
+			r.subMu.Lock()
+			if err := r.sub.Close(); err != nil {
+				r.t.Errorf("%s: close the subscription for the lag: %v", r.b.Name(), err)
 			}
+			r.sub = nil
+			r.subMu.Unlock()
 		}
-	}
-	if spec.Lag > 0 && spec.StopConsumer {
-		subMu.Lock()
-		if err := sub.Close(); err != nil {
-			t.Errorf("%s: close the subscription for the lag: %v", b.Name(), err)
-		}
-		sub = nil
-		subMu.Unlock()
-	}
-	if spec.Lag > 0 {
-		if l, ok := spec.Cluster.(compose.Lagger); ok {
-			// Followers that keep what was already sent to them while
-			// paused are cut off by the cluster's own means.
-			dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
-			undo, err := l.Detach(dctx, spec.Env, leader)
-			dcancel()
-			resume = func() {
-				rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
-				defer rcancel()
-				if err := undo(rctx); err != nil {
-					t.Errorf("%s: let the followers of %s copy again: %v", b.Name(), leader.Name, err)
-				}
-			}
-			if err != nil {
-				resume()
-				t.Fatalf("%s: detach the followers of %s: %v", b.Name(), leader.Name, err)
-			}
-			t.Logf("%s: followers of %s detached for %s", b.Name(), leader.Name, spec.Lag)
-		} else {
-			for _, n := range followers {
-				if err := n.Signal(syscall.SIGSTOP); err != nil {
-					resume()
-					t.Fatalf("%s: pause %s: %v", b.Name(), n.Name, err)
-				}
-			}
-			t.Logf("%s: followers %s paused for %s", b.Name(), nodeNames(followers), spec.Lag)
-		}
-		time.Sleep(spec.Lag)
+		resume = r.holdFollowers()
+		time.Sleep(r.spec.Lag)
 	}
 	faultAt := time.Now()
-	err = leader.Signal(spec.Signal)
-	if spec.Lag > 0 {
-		resume()
-	}
+	err := r.leader.Signal(r.spec.Signal)
+	resume()
 	if err != nil {
-		t.Fatalf("%s: %v", b.Name(), err)
+		r.t.Fatalf("%s: %v", r.b.Name(), err)
 	}
-	if spec.Lag > 0 && spec.StopConsumer {
-		go resubscribe() // to whichever node took over, once one has
+	if r.spec.Lag > 0 && r.spec.StopConsumer {
+		go r.resubscribe() // to whichever node took over, once one has
 	}
-	back := func() {
-		if spec.Signal == syscall.SIGSTOP {
-			if err := leader.Signal(syscall.SIGCONT); err != nil {
-				t.Errorf("%s: resume %s: %v", b.Name(), leader.Name, err)
+	return faultAt
+}
+
+// holdFollowers stops the followers copying from the leader — detached
+// by the cluster's own means (compose.Lagger), or else paused — and
+// returns what lets them go again.
+func (r *failoverRun) holdFollowers() (resume func()) {
+	name := r.b.Name()
+	if l, ok := r.spec.Cluster.(compose.Lagger); ok {
+		// Followers that keep what was already sent to them while
+		// paused are cut off by the cluster's own means.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		undo, err := l.Detach(ctx, r.spec.Env, r.leader)
+		cancel()
+		resume = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := undo(ctx); err != nil {
+				r.t.Errorf("%s: let the followers of %s copy again: %v", name, r.leader.Name, err)
 			}
+		}
+		if err != nil {
+			resume()
+			r.t.Fatalf("%s: detach the followers of %s: %v", name, r.leader.Name, err)
+		}
+		r.t.Logf("%s: followers of %s detached for %s", name, r.leader.Name, r.spec.Lag)
+		return resume
+	}
+	resume = func() {
+		for _, n := range r.followers {
+			if err := n.Signal(syscall.SIGCONT); err != nil {
+				r.t.Errorf("%s: resume %s: %v", name, n.Name, err)
+			}
+		}
+	}
+	for _, n := range r.followers {
+		if err := n.Signal(syscall.SIGSTOP); err != nil {
+			resume()
+			r.t.Fatalf("%s: pause %s: %v", name, n.Name, err)
+		}
+	}
+	r.t.Logf("%s: followers %s paused for %s", name, nodeNames(r.followers), r.spec.Lag)
+	return resume
+}
+
+// back brings the leader back: resumed after SIGSTOP, else started again.
+func (r *failoverRun) back() {
+	if r.spec.Signal == syscall.SIGSTOP {
+		if err := r.leader.Signal(syscall.SIGCONT); err != nil {
+			r.t.Errorf("%s: resume %s: %v", r.b.Name(), r.leader.Name, err)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := r.spec.Cluster.StartNode(ctx, r.spec.Env, r.leader.Name); err != nil {
+		r.t.Errorf("%s: start %s again: %v", r.b.Name(), r.leader.Name, err)
+	}
+}
+
+// waitConfirmed waits until every message is confirmed (they are sent
+// again until they are), failing the test at wait.
+func (r *failoverRun) waitConfirmed(wait time.Time) {
+	for {
+		r.mu.Lock()
+		n := len(r.confirmed)
+		r.mu.Unlock()
+		if n == r.total {
 			return
 		}
-		sctx, scancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer scancel()
-		if err := spec.Cluster.StartNode(sctx, spec.Env, leader.Name); err != nil {
-			t.Errorf("%s: start %s again: %v", b.Name(), leader.Name, err)
-		}
-	}
-	defer func() { // the cluster is left whole whatever happened
-		if t.Failed() {
-			back()
-		}
-	}()
-	t.Logf("%s: %v %s (leader of %s) at %s", b.Name(), spec.Signal, leader.Name, spec.Resource(topic), faultAt.Format("15:04:05.000"))
-	time.Sleep(spec.Down)
-	back()
-	t.Logf("%s: %s back after %s", b.Name(), leader.Name, time.Since(faultAt).Round(100*time.Millisecond))
-	<-pubDone
-	// Every message is confirmed in the end (or the test fails).
-	wait := time.Now().Add(3 * time.Minute)
-	var lossyWait time.Time // set once all are confirmed: a lossy run waits a minute for deliveries
-	for {
-		mu.Lock()
-		n := len(confirmed)
-		mu.Unlock()
-		if n == total {
-			break
-		}
 		if time.Now().After(wait) {
-			t.Fatalf("%s: %d of %d messages confirmed 3 minutes after the stream ended", b.Name(), n, total)
+			r.t.Fatalf("%s: %d of %d messages confirmed 3 minutes after the stream ended", r.b.Name(), n, r.total)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	lossyWait = time.Now().Add(time.Minute)
+}
+
+// waitDelivered waits until every confirmed message was delivered, until
+// wait (a lossy run: a minute); what is still missing then is lost, which
+// fails the test unless the run is lossy.
+func (r *failoverRun) waitDelivered(wait time.Time) {
+	lossyWait := time.Now().Add(time.Minute)
 	for {
-		mu.Lock()
-		var lost []string
-		for id := range confirmed {
-			if delivered[id] == 0 {
-				lost = append(lost, id)
-			}
-		}
-		mu.Unlock()
+		lost := r.undelivered()
 		if len(lost) == 0 {
-			break
+			return
 		}
-		if time.Now().After(wait) || (spec.Lossy && time.Now().After(lossyWait)) {
+		if time.Now().After(wait) || (r.spec.Lossy && time.Now().After(lossyWait)) {
 			sort.Strings(lost)
-			res.Lost = lost
-			report := t.Errorf
-			if spec.Lossy {
-				report = t.Logf
+			r.mu.Lock()
+			r.res.Lost = lost
+			r.mu.Unlock()
+			report := r.t.Errorf
+			if r.spec.Lossy {
+				report = r.t.Logf
 			}
-			report("%s: %d confirmed messages were never delivered after %s was hit: %s", b.Name(), len(lost), leader.Name, strings.Join(lost[:min(len(lost), maxListed)], ", "))
-			break
+			report("%s: %d confirmed messages were never delivered after %s was hit: %s", r.b.Name(), len(lost), r.leader.Name, strings.Join(lost[:min(len(lost), maxListed)], ", "))
+			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	cancel()
-	inflight.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	res.Published, res.Delivered = len(confirmed), len(delivered)
-	res.PublishOutage = longestGap(confirmAt, faultAt)
-	res.ConsumeOutage = longestGap(firstAt, faultAt)
-	t.Logf("%s: %s", b.Name(), res)
-	t.Logf("%s: confirms per second from the fault on: %v", b.Name(), perSecond(confirmAt, faultAt))
-	t.Logf("%s: first deliveries per second from the fault on: %v", b.Name(), perSecond(firstAt, faultAt))
+}
+
+// undelivered lists the confirmed messages not delivered so far.
+func (r *failoverRun) undelivered() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var lost []string
+	for id := range r.confirmed {
+		if r.delivered[id] == 0 {
+			lost = append(lost, id)
+		}
+	}
+	return lost
+}
+
+// result completes the run's figures, from faultAt on, and logs them.
+func (r *failoverRun) result(faultAt time.Time) FailoverResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := r.res
+	res.Published, res.Delivered = len(r.confirmed), len(r.delivered)
+	res.PublishOutage = longestGap(r.confirmAt, faultAt)
+	res.ConsumeOutage = longestGap(r.firstAt, faultAt)
+	name := r.b.Name()
+	r.t.Logf("%s: %s", name, res)
+	r.t.Logf("%s: confirms per second from the fault on: %v", name, perSecond(r.confirmAt, faultAt))
+	r.t.Logf("%s: first deliveries per second from the fault on: %v", name, perSecond(r.firstAt, faultAt))
 	return res
 }
 
 // testLog writes each line it gets to the test's log.
 type testLog struct{ t testing.TB }
 
+// Write logs p as one line.
 func (w testLog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil

@@ -16,7 +16,7 @@ import (
 // broker at its default limits.
 func LargestWorkloadMessage(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
-	topic := setup(t, b, 1)
+	topic := Topic(t, b, 1)
 	s := workload.Defaults()
 	s.MessageSize = workload.MaxMessageSize
 	agg := "conflict-" + workload.AggregateID(999_999)

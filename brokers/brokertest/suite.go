@@ -2,10 +2,15 @@
 // against every broker driver, gated by the driver's Capabilities (after
 // watermill's shared pub/sub tests), and a raw transport benchmark.
 //
-// A driver package calls it from a _test.go:
+// A driver package calls it from a _test.go, opening the driver with an
+// Opener (OnStack, InProcess), whose New the benchmarks take too (Raw1KiB,
+// Rate1KiB, Drain1KiB); the tests on the secure and the replicated stack
+// (Refusals, ReplicatedDriver) open the driver by its registry name:
+//
+//	var driver = brokertest.OnStack(kafka.Name, testenv.Kafka)
 //
 //	func TestConformance(t *testing.T) {
-//		brokertest.Run(t, func(tb testing.TB) brokers.Broker { … })
+//		brokertest.Run(t, driver.New, brokertest.WithWindow(driver.Window))
 //	}
 //
 // Every topic and group name is unique per test (UniqueName), so the suite
@@ -69,8 +74,9 @@ func Run(t *testing.T, newBroker NewBroker, opts ...Option) {
 	}
 }
 
-// setup creates a unique topic with shards shards.
-func setup(t *testing.T, b brokers.Broker, shards int) string {
+// Topic creates a unique topic of shards shards on b, deleted when the
+// test ends (when the driver can delete topics).
+func Topic(t *testing.T, b brokers.Broker, shards int) string {
 	t.Helper()
 	topic := UniqueName(t, "ib")
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
@@ -80,6 +86,22 @@ func setup(t *testing.T, b brokers.Broker, shards int) string {
 	}
 	cleanupTopic(t, b, topic)
 	return topic
+}
+
+// SetupKeepsShards checks Setup's contract for a driver that keeps a
+// topic's shard count: a second Setup of a topic with as many shards
+// succeeds, one with fewer fails.
+func SetupKeepsShards(t *testing.T, b brokers.Broker) {
+	t.Helper()
+	topic := Topic(t, b, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := b.Setup(ctx, topic, 3); err != nil {
+		t.Fatalf("%s: Setup is not idempotent: %v", b.Name(), err)
+	}
+	if err := b.Setup(ctx, topic, 2); err == nil {
+		t.Fatalf("%s: Setup with fewer shards than exist succeeded", b.Name())
+	}
 }
 
 // cleanupTopic deletes topic after the test (registered before the
@@ -141,7 +163,7 @@ func waitDone(t *testing.T, b brokers.Broker, s brokers.Subscription, timeout ti
 // at the beginning), half after.
 func testPublishConsumeAll(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
-	topic := setup(t, b, 4)
+	topic := Topic(t, b, 4)
 	msgs := Events(t, UniqueName(t, "e"), 16, 50, 0)
 	c := NewCollector(b.Name(), msgs)
 	start := time.Now()
@@ -169,7 +191,7 @@ func testPublishConsumeAll(t *testing.T, newBroker NewBroker) {
 // again: both copies carry the same event id, with new transport ids.
 func testPublisherRetryKeepsID(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	prefix := UniqueName(t, "e")
 	first := Event(t, prefix, 0, 1, 0, 0)
 	retry := Event(t, prefix, 0, 1, 1, 0)
@@ -203,7 +225,7 @@ func testPublisherRetryKeepsID(t *testing.T, newBroker NewBroker) {
 func testCrashRedelivers(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	caps := b.Capabilities()
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	group := UniqueName(t, "g")
 	msgs := Events(t, UniqueName(t, "e"), 4, 5, 0)
 	target := msgs[6].ID // v2 of key 2: not the first message of its shard
@@ -256,7 +278,7 @@ func testCrashRedelivers(t *testing.T, newBroker NewBroker) {
 // claimed, keeps per-key order (redeliveries of acked ids are tolerated).
 func testRestartMidStream(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
-	topic := setup(t, b, 4)
+	topic := Topic(t, b, 4)
 	group := UniqueName(t, "g")
 	msgs := Events(t, UniqueName(t, "e"), 16, 100, 0)
 	c := NewCollector(b.Name(), msgs)
@@ -284,7 +306,7 @@ func testRestartMidStream(t *testing.T, newBroker NewBroker) {
 // which drops the message).
 func testRetryNotLost(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	msgs := Events(t, UniqueName(t, "e"), 4, 10, 0)
 	c := NewCollector(b.Name(), msgs)
 	const retries = 2
@@ -325,7 +347,7 @@ func testRejectDeadLetters(t *testing.T, newBroker NewBroker) {
 	if !ok {
 		t.Fatalf("%s claims DeadLetter but does not implement brokers.DeadLetterReader", b.Name())
 	}
-	topic := setup(t, b, 2)
+	topic := Topic(t, b, 2)
 	msgs := Events(t, UniqueName(t, "e"), 4, 5, 0)
 	poison := map[string]bool{}
 	var good []brokers.Message
@@ -387,7 +409,7 @@ func testPerKeyOrder(t *testing.T, newBroker NewBroker) {
 	if !b.Capabilities().PerKeyOrder {
 		t.Skipf("%s does not claim PerKeyOrder", b.Name())
 	}
-	topic := setup(t, b, 8)
+	topic := Topic(t, b, 8)
 	msgs := Events(t, UniqueName(t, "e"), 16, 625, 0)
 	c := NewCollector(b.Name(), msgs)
 	subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, brokers.PerDelivery(c.Handle))

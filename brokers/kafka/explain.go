@@ -7,8 +7,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/config"
-	"github.com/inboxbench/inboxbench/internal/tlsfiles"
 )
 
 // Explain turns what the client returns when the brokers refuse the
@@ -17,14 +17,7 @@ import (
 // message; any other error comes back unchanged. None of these is retried
 // by the client: a command that meets one ends at once.
 func Explain(cfg config.Config, err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *config.SettingError
-	if errors.As(err, &se) {
-		return err // explained already
-	}
-	if e := tlsfiles.Explain(err, cfg, tlsKeys); e != err {
+	if done, e := driverutil.Explained(cfg, err, tlsKeys); done {
 		return e
 	}
 	user, mech := cfg.Get(SettingUser), cfg.Get(SettingSASL)

@@ -39,7 +39,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,9 +131,8 @@ type Broker struct {
 	adm   *kadm.Client
 	calls driverutil.Calls
 
-	mu     sync.Mutex
-	subs   map[*subscription]struct{}
-	closed bool
+	mu   sync.Mutex
+	subs *driverutil.Subs[*subscription]
 }
 
 type settings struct {
@@ -194,7 +192,7 @@ func ClientOpts(cfg config.Config) ([]kgo.Opt, error) {
 		return nil, config.Invalid(SettingBrokers, nil, "no seed brokers configured")
 	}
 	opts := []kgo.Opt{kgo.SeedBrokers(seeds...)}
-	if useTLS(cfg) {
+	if UsesTLS(cfg) {
 		tc, err := tlsfiles.Config(cfg, tlsKeys)
 		if err != nil {
 			return nil, err
@@ -279,7 +277,7 @@ func newBroker(name string, base []kgo.Opt, s settings, fake *kfake.Cluster) (*B
 	if err != nil {
 		return nil, fmt.Errorf("%s: create producer: %w", name, err)
 	}
-	return &Broker{
+	b := &Broker{
 		name:           name,
 		acks:           s.acks,
 		base:           base,
@@ -288,8 +286,10 @@ func newBroker(name string, base []kgo.Opt, s settings, fake *kfake.Cluster) (*B
 		fake:           fake,
 		prod:           prod,
 		adm:            kadm.NewClient(prod),
-		subs:           map[*subscription]struct{}{},
-	}, nil
+		calls:          driverutil.Calls{Driver: name},
+	}
+	b.subs = driverutil.NewSubs[*subscription](&b.mu)
+	return b, nil
 }
 
 // Name implements brokers.Broker.
@@ -417,7 +417,7 @@ func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Messa
 // so one key's records keep slice and call order. The promises, and so
 // done, run on the producer's promise goroutine.
 func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
-	p := b.calls.Start(ctx, b.name, topic, msgs, done)
+	p := b.calls.Start(ctx, topic, msgs, done)
 	if p == nil {
 		return
 	}
@@ -436,15 +436,11 @@ func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.
 
 // Close implements brokers.Broker.
 func (b *Broker) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	first, err := b.subs.Close(nil)
+	if !first {
 		return nil
 	}
-	b.closed = true
-	subs := maps.Clone(b.subs)
-	b.mu.Unlock()
-	errs := []error{driverutil.CloseAll(subs)}
+	errs := []error{err}
 	if !closeBounded(b.prod) {
 		errs = append(errs, b.errorf("producer did not close within 15s (unreachable cluster?)"))
 	}
@@ -467,22 +463,6 @@ func closeBounded(cl *kgo.Client) bool {
 	case <-time.After(15 * time.Second):
 		return false
 	}
-}
-
-func (b *Broker) track(s *subscription) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return b.errorf("subscribe: broker is closed")
-	}
-	b.subs[s] = struct{}{}
-	return nil
-}
-
-func (b *Broker) untrack(s *subscription) {
-	b.mu.Lock()
-	delete(b.subs, s)
-	b.mu.Unlock()
 }
 
 // DeadLetters implements brokers.DeadLetterReader by reading topic.dlq

@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,72 +13,23 @@ import (
 	"github.com/inboxbench/inboxbench/workload"
 )
 
-func newReal(tb testing.TB) brokers.Broker { return newRealWith(tb, nil) }
+// driver is the driver on the local stack, embedded the one on kfake.
+var (
+	driver   = brokertest.OnStack(kafka.Name, testenv.Kafka)
+	embedded = brokertest.InProcess(kafka.EmbeddedName)
+)
 
-// newRealWindow is newReal with a publish window of n messages.
-func newRealWindow(tb testing.TB, n int) brokers.Broker {
-	return newRealWith(tb, brokers.Options{kafka.OptPublishWindow: strconv.Itoa(n)})
+func TestConformance(t *testing.T) {
+	brokertest.Run(t, driver.New, brokertest.WithWindow(driver.Window))
 }
-
-func newRealWith(tb testing.TB, opts brokers.Options) brokers.Broker {
-	cfg := testenv.Require(tb, testenv.Kafka)
-	b, err := kafka.New(context.Background(), cfg, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			tb.Errorf("close: %v", err)
-		}
-	})
-	return b
-}
-
-func newEmbedded(tb testing.TB) brokers.Broker { return newEmbeddedWith(tb, nil) }
-
-// newEmbeddedWindow is newEmbedded with a publish window of n messages.
-func newEmbeddedWindow(tb testing.TB, n int) brokers.Broker {
-	return newEmbeddedWith(tb, brokers.Options{kafka.OptPublishWindow: strconv.Itoa(n)})
-}
-
-func newEmbeddedWith(tb testing.TB, opts brokers.Options) brokers.Broker {
-	b, err := kafka.NewEmbedded(context.Background(), opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			tb.Errorf("close: %v", err)
-		}
-	})
-	return b
-}
-
-func TestConformance(t *testing.T) { brokertest.Run(t, newReal, brokertest.WithWindow(newRealWindow)) }
 func TestConformanceEmbedded(t *testing.T) {
-	brokertest.Run(t, newEmbedded, brokertest.WithWindow(newEmbeddedWindow))
+	brokertest.Run(t, embedded.New, brokertest.WithWindow(embedded.Window))
 }
 
-func BenchmarkRaw1KiB(b *testing.B) {
-	brokertest.BenchMaxBatch(b, newReal, brokertest.BenchOptions{Size: 1024}, 1, 100)
-}
-
-// BenchmarkRate1KiB publishes open loop at low rates with handler batches
-// of up to 500: a driver that waited to fill a batch, or whose fetch
-// lingered, would show it in the batch sizes and the latency from the
-// due time.
-func BenchmarkRate1KiB(b *testing.B) {
-	brokertest.BenchRate(b, newReal, brokertest.BenchOptions{Size: 1024, MaxBatch: 500}, 200, 2000)
-}
-
-// BenchmarkDrain1KiB times consuming a preloaded backlog: the consumer
-// side alone, where MaxBatch shows.
-func BenchmarkDrain1KiB(b *testing.B) {
-	brokertest.BenchMaxBatch(b, newReal, brokertest.BenchOptions{Size: 1024, Preload: true}, 1, 100)
-}
-func BenchmarkRaw1KiBEmbedded(b *testing.B) {
-	brokertest.BenchMaxBatch(b, newEmbedded, brokertest.BenchOptions{Size: 1024}, 1, 100)
-}
+func BenchmarkRaw1KiB(b *testing.B)         { brokertest.Raw1KiB(b, driver.New) }
+func BenchmarkRate1KiB(b *testing.B)        { brokertest.Rate1KiB(b, driver.New) }
+func BenchmarkDrain1KiB(b *testing.B)       { brokertest.Drain1KiB(b, driver.New) }
+func BenchmarkRaw1KiBEmbedded(b *testing.B) { brokertest.Raw1KiB(b, embedded.New) }
 
 func TestOptionsRejectUnknown(t *testing.T) {
 	_, err := kafka.NewEmbedded(context.Background(), brokers.Options{"replication-fctor": "1"})
@@ -130,19 +80,15 @@ func TestRegistered(t *testing.T) {
 
 // The largest message_size a workload accepts fits Kafka's default limit,
 // the smallest of the three brokers'.
-func TestLargestWorkloadMessage(t *testing.T) { brokertest.LargestWorkloadMessage(t, newReal) }
+func TestLargestWorkloadMessage(t *testing.T) { brokertest.LargestWorkloadMessage(t, driver.New) }
 
 // One byte over the limit the workload bound is derived from fails: the
 // limit is real, so the bound is not just a guess.
 func TestMessageOverBatchLimitFails(t *testing.T) {
-	b := newReal(t)
+	b := driver.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	topic := brokertest.UniqueName(t, "ib")
-	if err := b.Setup(ctx, topic, 1); err != nil {
-		t.Fatal(err)
-	}
-	defer b.(*kafka.Broker).DeleteTopic(ctx, topic)
+	topic := brokertest.Topic(t, b, 1)
 	msg := brokers.Message{Key: "k", ID: "too-large", Body: make([]byte, workload.KafkaBatchLimit)}
 	err := brokers.FirstError(b.Publish(ctx, topic, []brokers.Message{msg}))
 	if err == nil || !strings.Contains(err.Error(), "MESSAGE_TOO_LARGE") {

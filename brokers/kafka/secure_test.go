@@ -1,15 +1,10 @@
 package kafka_test
 
 import (
-	"context"
-	"errors"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/inboxbench/inboxbench/brokers/brokertest"
 	"github.com/inboxbench/inboxbench/brokers/kafka"
-	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
@@ -21,32 +16,13 @@ func TestSecureRefusals(t *testing.T) {
 	cfg := testenv.Secure(t, testenv.Kafka)
 	noTLS := cfg.With(kafka.SettingTLS, "false").With(kafka.SettingCAFile, "").With(kafka.SettingCertFile, "").
 		With(kafka.SettingKeyFile, "").With(kafka.SettingServerName, "")
-	for _, tc := range []struct {
-		name string
-		cfg  config.Config
-		key  string
-	}{
-		{"wrong password", cfg.With(kafka.SettingPassword, "not-the-password"), kafka.SettingPassword},
-		{"unknown user", cfg.With(kafka.SettingUser, "nobody"), kafka.SettingPassword},
-		{"plaintext client", noTLS, kafka.SettingTLS},
-		{"no SASL", cfg.With(kafka.SettingSASL, ""), kafka.SettingSASL},
-		{"no client certificate", cfg.With(kafka.SettingCertFile, "").With(kafka.SettingKeyFile, ""), kafka.SettingCertFile},
-		{"unknown CA", cfg.With(kafka.SettingCAFile, testenv.ForeignCA(t)), kafka.SettingCAFile},
-		{"server name", cfg.With(kafka.SettingServerName, "kafka.example"), kafka.SettingServerName},
-	} {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			b, err := kafka.New(ctx, tc.cfg, nil)
-			if err == nil {
-				defer b.Close()
-				err = b.Setup(ctx, brokertest.UniqueName(t, "ib"), 1)
-			}
-			var se *config.SettingError
-			if !errors.As(err, &se) || se.Key != tc.key || ctx.Err() != nil {
-				t.Fatalf("Setup: %v (context: %v); want a setting error naming %s, before the context ends", err, ctx.Err(), tc.key)
-			}
-			t.Logf("%v", err)
-		})
-	}
+	brokertest.Refusals(t, kafka.Name,
+		brokertest.Refusal{Name: "wrong password", Cfg: cfg.With(kafka.SettingPassword, "not-the-password"), Key: kafka.SettingPassword},
+		brokertest.Refusal{Name: "unknown user", Cfg: cfg.With(kafka.SettingUser, "nobody"), Key: kafka.SettingPassword},
+		brokertest.Refusal{Name: "plaintext client", Cfg: noTLS, Key: kafka.SettingTLS},
+		brokertest.Refusal{Name: "no SASL", Cfg: cfg.With(kafka.SettingSASL, ""), Key: kafka.SettingSASL},
+		brokertest.Refusal{Name: "no client certificate", Cfg: cfg.With(kafka.SettingCertFile, "").With(kafka.SettingKeyFile, ""), Key: kafka.SettingCertFile},
+		brokertest.Refusal{Name: "unknown CA", Cfg: cfg.With(kafka.SettingCAFile, testenv.ForeignCA(t)), Key: kafka.SettingCAFile},
+		brokertest.Refusal{Name: "server name", Cfg: cfg.With(kafka.SettingServerName, "kafka.example"), Key: kafka.SettingServerName},
+	)
 }

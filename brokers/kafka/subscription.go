@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -22,19 +21,15 @@ import (
 const DefaultGroup = "inboxbench"
 
 type subscription struct {
-	b     *Broker
-	topic string
-	group string
-	opts  brokers.SubscribeOptions
-	h     brokers.Handler
-	cl    *kgo.Client
-	life  *driverutil.Lifecycle
-	stats brokers.Counters
+	driverutil.Sub // its end is shutdown
+	b              *Broker
+	topic          string
+	group          string
+	cl             *kgo.Client
 
 	ctx    context.Context // cancelled by Close and Crash: stops polling and handlers
 	cancel context.CancelFunc
 
-	crashed   atomic.Bool
 	closeOnce sync.Once
 
 	mu      sync.Mutex
@@ -86,12 +81,12 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		group = DefaultGroup
 	}
 	s := &subscription{
-		b: b, topic: topic, group: group, opts: opts.WithDefaults(), h: h,
-		life:      driverutil.NewLifecycle(),
+		b: b, topic: topic, group: group,
 		workers:   map[int32]*worker{},
 		done:      map[int32]kgo.EpochOffset{},
 		committed: map[int32]int64{},
 	}
+	s.Init(opts, h, s.shutdown)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	cl, err := kgo.NewClient(append(b.base[:len(b.base):len(b.base)],
 		kgo.ConsumerGroup(group),
@@ -113,17 +108,17 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		return nil, b.errorf("subscribe %s as %s: %w", topic, group, err)
 	}
 	s.cl = cl
-	if err := b.track(s); err != nil {
+	if !b.subs.Add(s) {
 		s.cancel()
 		cl.Close()
-		return nil, err
+		return nil, b.errorf("subscribe: broker is closed")
 	}
 	// Fail fast on an unreachable cluster or a missing topic instead of
 	// polling forever: the caller's ctx bounds this check.
 	if err := s.checkTopic(ctx); err != nil {
 		s.cancel()
 		closeBounded(cl)
-		b.untrack(s)
+		b.subs.Remove(s)
 		return nil, err
 	}
 	s.loops.Add(2)
@@ -141,16 +136,6 @@ func (s *subscription) checkTopic(ctx context.Context) error {
 		return s.b.errorf("subscribe %s: topic does not exist (run Setup first): %v", s.topic, d.Err)
 	}
 	return nil
-}
-
-func (s *subscription) Done() <-chan struct{} { return s.life.Done() }
-func (s *subscription) Err() error            { return s.life.Err() }
-func (s *subscription) Stats() brokers.Stats  { return s.stats.Stats() }
-
-// Close implements brokers.Subscription.
-func (s *subscription) Close() error {
-	s.shutdown(nil)
-	return s.life.Wait()
 }
 
 // shutdown ends the subscription once: stop polling, stop workers (their
@@ -172,7 +157,7 @@ func (s *subscription) shutdown(cause error) {
 			if cause != nil {
 				errs = append(errs, cause)
 			}
-			if !s.crashed.Load() {
+			if !s.Crashed() {
 				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := s.commit(cctx, nil); err != nil {
 					errs = append(errs, err)
@@ -185,17 +170,10 @@ func (s *subscription) shutdown(cause error) {
 			if !closeBounded(s.cl) {
 				errs = append(errs, s.b.errorf("consumer of %s did not close within 15s (unreachable cluster?)", s.topic))
 			}
-			s.b.untrack(s)
-			s.life.Finish(errors.Join(errs...))
+			s.b.subs.Remove(s)
+			s.Finish(errors.Join(errs...))
 		}()
 	})
-}
-
-func (s *subscription) crash() {
-	if s.crashed.CompareAndSwap(false, true) {
-		s.stats.Crashed()
-		s.shutdown(brokers.ErrCrashed)
-	}
 }
 
 // poll fetches and hands each partition's records to its worker. With
@@ -238,7 +216,7 @@ func (s *subscription) poll() {
 // several fetches: one 1 MiB fetch of 1 KiB records is already ~1000
 // records, and a bound at one fetch paused and resumed the partition on
 // nearly every fetch, halving the drain rate (bench calibrate showed it).
-func (s *subscription) highWater() int { return max(4*s.opts.Prefetch, 8192) }
+func (s *subscription) highWater() int { return max(4*s.Opts.Prefetch, 8192) }
 
 func (w *worker) push(s *subscription, recs []*kgo.Record) {
 	w.mu.Lock()
@@ -296,7 +274,7 @@ func (s *subscription) assigned(_ context.Context, _ *kgo.Client, m map[string][
 // what they finished — nothing more — before the partitions move.
 func (s *subscription) revoked(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
 	parts := s.detach(m[s.topic])
-	if len(parts) == 0 || s.crashed.Load() {
+	if len(parts) == 0 || s.Crashed() {
 		s.forget(parts)
 		return
 	}
@@ -353,7 +331,7 @@ func stopWorkers(ws []*worker) {
 func (s *subscription) run(w *worker) {
 	defer close(w.exited)
 	for {
-		recs := w.pop(s, s.opts.MaxBatch)
+		recs := w.pop(s, s.Opts.MaxBatch)
 		if len(recs) == 0 {
 			select {
 			case <-w.ctx.Done():
@@ -372,35 +350,11 @@ func (s *subscription) run(w *worker) {
 			d.Message, d.TransportID, d.Shard, d.BrokerTime = message(r), transportID(w.tid, r.Offset), w.shard, r.Timestamp
 			ds[i] = d
 		}
-		next := 0 // HandleBatch settles consecutive prefixes of the batch
-		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
-			mine := recs[next : next+len(ds)]
-			next += len(ds)
-			for i, v := range vs {
-				if v != brokers.Reject {
-					continue
-				}
-				if err := s.deadLetter(w.ctx, mine[i]); err != nil {
-					// Not finished: what precedes it is, the rest is
-					// redelivered rather than skipped.
-					if i > 0 {
-						s.finished(mine[i-1])
-					}
-					return err
-				}
-			}
-			s.finished(mine[len(mine)-1])
-			return nil
-		}
-		switch out, err := driverutil.HandleBatch(w.ctx, s.h, ds, s.opts, &s.stats, settle); out {
-		case driverutil.Settled:
-		case driverutil.Unfinished:
-			return
-		case driverutil.Crashed:
-			s.crash()
-			return
-		default:
-			s.shutdown(s.b.errorf("%s partition %d: %w", s.topic, w.p, err))
+		settle := driverutil.InOrder(
+			func(i int) error { return s.deadLetter(w.ctx, recs[i]) },
+			func(i int) { s.finished(recs[i]) })
+		fail := func(err error) { s.shutdown(s.b.errorf("%s partition %d: %w", s.topic, w.p, err)) }
+		if !s.Handle(w.ctx, ds, settle, fail) {
 			return
 		}
 	}
@@ -451,7 +405,7 @@ func (s *subscription) committer() {
 func (s *subscription) commit(ctx context.Context, parts []int32) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
-	if s.crashed.Load() {
+	if s.Crashed() {
 		return nil
 	}
 	offsets := map[int32]kgo.EpochOffset{}

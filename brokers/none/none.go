@@ -44,7 +44,6 @@ import (
 	"maps"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
@@ -105,10 +104,9 @@ type topic struct {
 
 // Broker is a handle on the process-wide in-memory topics.
 type Broker struct {
-	calls  driverutil.Calls
-	mu     sync.Mutex
-	subs   map[*subscription]struct{}
-	closed bool
+	calls driverutil.Calls
+	mu    sync.Mutex
+	subs  *driverutil.Subs[*subscription]
 }
 
 // New accepts no options.
@@ -116,7 +114,9 @@ func New(_ context.Context, _ config.Config, opts brokers.Options) (*Broker, err
 	if err := brokers.CheckOptions(Name, opts); err != nil {
 		return nil, err
 	}
-	return &Broker{subs: map[*subscription]struct{}{}}, nil
+	b := &Broker{calls: driverutil.Calls{Driver: Name}}
+	b.subs = driverutil.NewSubs[*subscription](&b.mu)
+	return b, nil
 }
 
 // Name implements brokers.Broker.
@@ -182,13 +182,8 @@ func (b *Broker) Publish(ctx context.Context, name string, msgs []brokers.Messag
 // keep slice order, and are confirmed at once (done runs on a goroutine of
 // its own). There is no window: it never blocks on consumers.
 func (b *Broker) PublishAsync(ctx context.Context, name string, msgs []brokers.Message, done func([]error)) {
-	p := b.calls.Start(ctx, Name, name, msgs, done)
-	if p == nil {
-		return
-	}
-	err := b.publish(ctx, name, msgs)
-	for i := range msgs {
-		p.SettleInCall(i, err)
+	if p := b.calls.Start(ctx, name, msgs, done); p != nil {
+		p.SettleAllInCall(b.publish(ctx, name, msgs))
 	}
 }
 
@@ -275,32 +270,23 @@ func (b *Broker) DeleteTopic(_ context.Context, name string) error {
 // Close implements brokers.Broker: it closes this instance's
 // subscriptions; the topics stay for other instances of the process.
 func (b *Broker) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil
+	first, err := b.subs.Close(nil)
+	if first {
+		b.calls.Close(errors.New("broker is closed"), time.Second)
 	}
-	b.closed = true
-	subs := maps.Clone(b.subs)
-	b.mu.Unlock()
-	b.calls.Close(errors.New("broker is closed"), time.Second)
-	return driverutil.CloseAll(subs)
+	return err
 }
 
 // subscription runs one worker per shard; a worker handles its shard only
 // while its subscription owns it.
 type subscription struct {
-	b     *Broker
-	t     *topic
-	opts  brokers.SubscribeOptions
-	h     brokers.Handler
-	life  *driverutil.Lifecycle
-	stats brokers.Counters
+	driverutil.Sub
+	b *Broker
+	t *topic
 
 	ctx    context.Context // cancelled on Close, Crash or failure
 	cancel context.CancelFunc
 
-	crashed atomic.Bool
 	endOnce sync.Once
 	workers sync.WaitGroup
 }
@@ -315,16 +301,13 @@ func (b *Broker) Subscribe(ctx context.Context, name, _ string, opts brokers.Sub
 	if err != nil {
 		return nil, err
 	}
-	s := &subscription{b: b, t: t, opts: opts.WithDefaults(), h: h, life: driverutil.NewLifecycle()}
+	s := &subscription{b: b, t: t}
+	s.Init(opts, h, s.end)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.subs.Add(s) {
 		s.cancel()
 		return nil, errors.New("none: subscribe: broker is closed")
 	}
-	b.subs[s] = struct{}{}
-	b.mu.Unlock()
 	for i := range t.shards {
 		s.workers.Add(1)
 		go s.run(i)
@@ -332,39 +315,18 @@ func (b *Broker) Subscribe(ctx context.Context, name, _ string, opts brokers.Sub
 	return s, nil
 }
 
-func (s *subscription) Done() <-chan struct{} { return s.life.Done() }
-func (s *subscription) Err() error            { return s.life.Err() }
-func (s *subscription) Stats() brokers.Stats  { return s.stats.Stats() }
-
-// Close implements brokers.Subscription: running handlers finish and what
-// they finished is acknowledged; the rest stays queued.
-func (s *subscription) Close() error {
-	s.end(nil)
-	return s.life.Wait()
-}
-
-// end stops the subscription once; Done closes when every worker left
-// (and gave up its shard).
+// end stops the subscription once (Close: running handlers finish and
+// what they finished is acknowledged; the rest stays queued); Done closes
+// when every worker left (and gave up its shard).
 func (s *subscription) end(cause error) {
 	s.endOnce.Do(func() {
 		s.cancel()
 		go func() {
 			s.workers.Wait()
-			s.b.mu.Lock()
-			delete(s.b.subs, s)
-			s.b.mu.Unlock()
-			s.life.Finish(cause)
+			s.b.subs.Remove(s)
+			s.Finish(cause)
 		}()
 	})
-}
-
-// crash marks the subscription crashed before ending it, so no worker
-// settles anything after this point.
-func (s *subscription) crash() {
-	if s.crashed.CompareAndSwap(false, true) {
-		s.stats.Crashed()
-		s.end(brokers.ErrCrashed)
-	}
 }
 
 // run is shard i's worker: it waits to own the shard, then handles its
@@ -391,16 +353,9 @@ func (s *subscription) run(i int) {
 			}
 		}
 		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error { return s.settle(sh, ds, vs) }
-		switch out, err := driverutil.HandleBatch(s.ctx, s.h, ds, s.opts, &s.stats, settle); out {
-		case driverutil.Settled:
-		case driverutil.Unfinished:
-			return // the rest stays at the head of the shard
-		case driverutil.Crashed:
-			s.crash()
-			return
-		default:
-			s.end(fmt.Errorf("none: %s: %w", sh.name, err))
-			return
+		fail := func(err error) { s.end(fmt.Errorf("none: %s: %w", sh.name, err)) }
+		if !s.Handle(s.ctx, ds, settle, fail) {
+			return // unfinished: the rest stays at the head of the shard
 		}
 	}
 }
@@ -419,7 +374,7 @@ func (s *subscription) take(sh *shard) ([]*brokers.Delivery, <-chan struct{}, er
 	if sh.owner != s || len(sh.items) == 0 {
 		return nil, sh.changed, nil
 	}
-	n := min(s.opts.MaxBatch, len(sh.items))
+	n := min(s.Opts.MaxBatch, len(sh.items))
 	ds := make([]*brokers.Delivery, n)
 	slab := make([]brokers.Delivery, n) // one allocation for the batch's deliveries
 	for k, it := range sh.items[:n] {
@@ -443,7 +398,7 @@ func (s *subscription) take(sh *shard) ([]*brokers.Delivery, <-chan struct{}, er
 func (s *subscription) settle(sh *shard, ds []*brokers.Delivery, vs []brokers.Verdict) error {
 	s.t.mu.Lock()
 	defer s.t.mu.Unlock()
-	if s.crashed.Load() {
+	if s.Crashed() {
 		return brokers.ErrCrashed
 	}
 	if s.t.deleted {

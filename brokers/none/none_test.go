@@ -14,38 +14,14 @@ import (
 	"github.com/inboxbench/inboxbench/config"
 )
 
-func newBroker(tb testing.TB) brokers.Broker {
-	b, err := none.New(context.Background(), config.Default(), nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			tb.Errorf("close: %v", err)
-		}
-	})
-	return b
-}
+// driver opens the driver (in this process).
+var driver = brokertest.InProcess(none.Name)
 
-func TestConformance(t *testing.T) { brokertest.Run(t, newBroker) }
+func TestConformance(t *testing.T) { brokertest.Run(t, driver.New) }
 
-func BenchmarkRaw1KiB(b *testing.B) {
-	brokertest.BenchMaxBatch(b, newBroker, brokertest.BenchOptions{Size: 1024}, 1, 100)
-}
-
-// BenchmarkRate1KiB publishes open loop at low rates with handler batches
-// of up to 500: a driver that waited to fill a batch, or whose fetch
-// lingered, would show it in the batch sizes and the latency from the
-// due time.
-func BenchmarkRate1KiB(b *testing.B) {
-	brokertest.BenchRate(b, newBroker, brokertest.BenchOptions{Size: 1024, MaxBatch: 500}, 200, 2000)
-}
-
-// BenchmarkDrain1KiB times consuming a preloaded backlog: the consumer
-// side alone, where MaxBatch shows.
-func BenchmarkDrain1KiB(b *testing.B) {
-	brokertest.BenchMaxBatch(b, newBroker, brokertest.BenchOptions{Size: 1024, Preload: true}, 1, 100)
-}
+func BenchmarkRaw1KiB(b *testing.B)   { brokertest.Raw1KiB(b, driver.New) }
+func BenchmarkRate1KiB(b *testing.B)  { brokertest.Rate1KiB(b, driver.New) }
+func BenchmarkDrain1KiB(b *testing.B) { brokertest.Drain1KiB(b, driver.New) }
 
 func TestOptionsRejectUnknown(t *testing.T) {
 	_, err := none.New(context.Background(), config.Default(), brokers.Options{"shards": "4"})
@@ -55,43 +31,25 @@ func TestOptionsRejectUnknown(t *testing.T) {
 }
 
 func TestPublishWithoutSetupFails(t *testing.T) {
-	b := newBroker(t)
+	b := driver.New(t)
 	err := brokers.FirstError(b.Publish(context.Background(), brokertest.UniqueName(t, "ib"), brokertest.Events(t, "e", 1, 1, 0)))
 	if err == nil || !strings.Contains(err.Error(), "none: topic") {
 		t.Fatalf("want an error naming the driver and the topic, got %v", err)
 	}
 }
 
-func TestSetupShardCountMustMatch(t *testing.T) {
-	b := newBroker(t)
-	ctx := context.Background()
-	topic := brokertest.UniqueName(t, "ib")
-	defer b.(brokers.TopicDeleter).DeleteTopic(ctx, topic)
-	if err := b.Setup(ctx, topic, 3); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Setup(ctx, topic, 3); err != nil {
-		t.Fatalf("Setup is not idempotent: %v", err)
-	}
-	if err := b.Setup(ctx, topic, 2); err == nil {
-		t.Fatal("Setup with another shard count succeeded")
-	}
-}
+func TestSetupShardCountMustMatch(t *testing.T) { brokertest.SetupKeepsShards(t, driver.New(t)) }
 
 // The queues are process-wide: a new instance (a consumer restarted after
 // a crash) sees what another instance published and left unacked.
 func TestStateSharedAcrossInstances(t *testing.T) {
 	ctx := context.Background()
-	pub := newBroker(t)
-	topic := brokertest.UniqueName(t, "ib")
-	if err := pub.Setup(ctx, topic, 2); err != nil {
-		t.Fatal(err)
-	}
-	defer pub.(brokers.TopicDeleter).DeleteTopic(ctx, topic)
+	pub := driver.New(t)
+	topic := brokertest.Topic(t, pub, 2)
 	msgs := brokertest.Events(t, "e", 1, 3, 0)
 	brokertest.Publish(t, pub, topic, msgs, 10*time.Second)
 
-	first := newBroker(t)
+	first := driver.New(t)
 	sub, err := first.Subscribe(ctx, topic, "g", brokers.SubscribeOptions{MaxBatch: 10},
 		func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
 			vs := make([]brokers.Verdict, len(ds))
@@ -107,7 +65,7 @@ func TestStateSharedAcrossInstances(t *testing.T) {
 	}
 	_ = first.Close()
 
-	second := newBroker(t)
+	second := driver.New(t)
 	var got atomic.Value
 	done := make(chan struct{})
 	sub, err = second.Subscribe(ctx, topic, "g", brokers.SubscribeOptions{MaxBatch: 10},
@@ -141,12 +99,8 @@ func TestStateSharedAcrossInstances(t *testing.T) {
 // a waiting subscription takes it over and gets the rest.
 func TestShardTakeOver(t *testing.T) {
 	ctx := context.Background()
-	b := newBroker(t)
-	topic := brokertest.UniqueName(t, "ib")
-	if err := b.Setup(ctx, topic, 1); err != nil {
-		t.Fatal(err)
-	}
-	defer b.(brokers.TopicDeleter).DeleteTopic(ctx, topic)
+	b := driver.New(t)
+	topic := brokertest.Topic(t, b, 1)
 	var firstN, secondN atomic.Int64
 	count := func(n *atomic.Int64) brokers.Handler {
 		return brokers.PerDelivery(func(context.Context, *brokers.Delivery) brokers.Verdict {

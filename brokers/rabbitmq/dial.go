@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/tlsfiles"
 )
@@ -65,7 +66,7 @@ func Dial(cfg config.Config, name string, timeout time.Duration) (*amqp.Connecti
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return dialAny(ctx, cfg, URLs(cfg.Get(SettingURL)), nil, name)
+	return dialAny(ctx, cfg, nil, name)
 }
 
 // heartbeat is the AMQP heartbeat the driver asks for: a node that stops
@@ -77,14 +78,15 @@ const heartbeat = 5 * time.Second
 // unanswered before the next node is tried as well.
 const staggerDial = time.Second
 
-// dialAny connects to one of urls (the nodes of one cluster) as cfg says
-// (DialConfig), the one at prefer first (urls[0] when prefer is nil): a
-// node that refuses, or has not finished the AMQP handshake within
-// staggerDial, is joined by an attempt on the next one, and the first
-// connection made wins (the others are closed as they finish). The node
-// that answered becomes the preferred one. Each attempt is bounded by
-// ctx and dialTimeout; what every node refused is explained (Explain).
-func dialAny(ctx context.Context, cfg config.Config, urls []string, prefer *atomic.Int32, name string) (*amqp.Connection, error) {
+// dialAny connects to one of cfg's URLs (the nodes of one cluster) as cfg
+// says (DialConfig), the one at prefer first (the first when prefer is
+// nil): a node that refuses, or has not finished the AMQP handshake
+// within staggerDial, is joined by an attempt on the next one, and the
+// first connection made wins (the others are closed as they finish). The
+// node that answered becomes the preferred one. Each attempt is bounded
+// by ctx and dialTimeout; what every node refused is explained (Explain).
+func dialAny(ctx context.Context, cfg config.Config, prefer *atomic.Int32, name string) (*amqp.Connection, error) {
+	urls := URLs(cfg.Get(SettingURL))
 	base, err := DialConfig(cfg, dialTimeout)
 	if err != nil {
 		return nil, err
@@ -182,14 +184,7 @@ func dialer(ctx context.Context) func(network, addr string) (net.Conn, error) {
 // naming the setting to change and what to do, keeping the node's words;
 // any other error comes back unchanged.
 func Explain(cfg config.Config, err error) error {
-	if err == nil {
-		return nil
-	}
-	var se *config.SettingError
-	if errors.As(err, &se) {
-		return err // explained already
-	}
-	if e := tlsfiles.Explain(err, cfg, tlsKeys); e != err {
+	if done, e := driverutil.Explained(cfg, err, tlsKeys); done {
 		return e
 	}
 	raw := cfg.Get(SettingURL)

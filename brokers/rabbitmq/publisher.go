@@ -182,11 +182,11 @@ func (q *queuePub) close() {
 	}
 }
 
-// send hands msgs[i] of p to the queue: it waits for a place in the
-// window, then writes the message when no write is under way, else queues
-// it for the writer. It reports false when ctx ended first (p failed the
-// message then).
-func (q *queuePub) send(ctx context.Context, p *driverutil.Pending, i int, m *brokers.Message) bool {
+// Send implements driverutil.Queue: it hands msgs[i] of p to the queue:
+// it waits for a place in the window, then writes the message when no
+// write is under way, else queues it for the writer. It reports false
+// when ctx ended first (p failed the message then).
+func (q *queuePub) Send(ctx context.Context, p *driverutil.Pending, i int, m *brokers.Message) bool {
 	select {
 	case q.window <- struct{}{}:
 	case <-ctx.Done():

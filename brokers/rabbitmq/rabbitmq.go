@@ -83,7 +83,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -177,8 +176,7 @@ type Broker struct {
 
 	mu     sync.Mutex
 	shards map[string]int
-	subs   map[*subscription]struct{}
-	closed bool
+	subs   *driverutil.Subs[*subscription]
 	conn   *amqp.Connection       // for publishing and topology; reopened when lost
 	pconn  *pubConn               // conn with its confirm-timeout state
 	pubs   map[string][]*queuePub // topic → a publisher per shard queue
@@ -229,9 +227,11 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		}
 		size, _ = strconv.Atoi(v)
 	}
-	return &Broker{cfg: cfg, urls: URLs(cfg.Get(SettingURL)), queueType: qt, quorumSize: size, mandatory: cfg.Bool(SettingMandatory),
-		window: n, confirmTimeout: confirmTimeout, shards: map[string]int{},
-		subs: map[*subscription]struct{}{}, pubs: map[string][]*queuePub{}}, nil
+	b := &Broker{cfg: cfg, urls: URLs(cfg.Get(SettingURL)), queueType: qt, quorumSize: size, mandatory: cfg.Bool(SettingMandatory),
+		window: n, confirmTimeout: confirmTimeout, calls: driverutil.Calls{Driver: Name}, shards: map[string]int{},
+		pubs: map[string][]*queuePub{}}
+	b.subs = driverutil.NewSubs[*subscription](&b.mu)
+	return b, nil
 }
 
 // Name implements brokers.Broker.
@@ -255,7 +255,7 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 // dial connects to one of the broker's nodes (dialAny), the one that
 // answered last first.
 func (b *Broker) dial(ctx context.Context, name string) (*amqp.Connection, error) {
-	return dialAny(ctx, b.cfg, b.urls, &b.prefer, name)
+	return dialAny(ctx, b.cfg, &b.prefer, name)
 }
 
 // connection returns the shared publishing/topology connection, dialling
@@ -263,7 +263,7 @@ func (b *Broker) dial(ctx context.Context, name string) (*amqp.Connection, error
 func (b *Broker) connection() (*amqp.Connection, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.subs.Closed() {
 		return nil, errors.New("rabbitmq: broker is closed")
 	}
 	if b.conn != nil && !b.conn.IsClosed() {
@@ -458,44 +458,22 @@ func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Messa
 // unconfirmed; the channel's collector settles them (and runs done) as
 // the confirms come, in order.
 func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
-	p := b.calls.Start(ctx, Name, topic, msgs, done)
-	if p == nil {
-		return
-	}
-	if ctx.Err() != nil {
-		return // the call fails every message with ctx's error
-	}
-	qs, err := b.publishers(topic)
-	if err != nil {
-		for i := range msgs {
-			p.SettleInCall(i, err)
-		}
-		return
-	}
-	for i := range msgs {
-		if ctx.Err() != nil {
-			return // the call failed what is not handed over yet
-		}
-		if !qs[driverutil.Shard(msgs[i].Key, len(qs))].send(ctx, p, i, &msgs[i]) {
-			return
-		}
-	}
+	queues := func() ([]*queuePub, error) { return b.publishers(topic) }
+	driverutil.Spread(ctx, b.calls.Start(ctx, topic, msgs, done), queues)
 }
 
 // Close implements brokers.Broker.
 func (b *Broker) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	var conn *amqp.Connection
+	var pubs map[string][]*queuePub
+	first, err := b.subs.Close(func() {
+		conn, pubs = b.conn, b.pubs
+		b.pubs = map[string][]*queuePub{}
+	})
+	if !first {
 		return nil
 	}
-	b.closed = true
-	subs := maps.Clone(b.subs)
-	conn := b.conn
-	pubs := b.pubs
-	b.pubs = map[string][]*queuePub{}
-	b.mu.Unlock()
-	errs := []error{driverutil.CloseAll(subs)}
+	errs := []error{err}
 	// The connection first, with a deadline: a blocked connection (resource
 	// alarm) answers no close, and closing it closes its channels.
 	if conn != nil && !conn.IsClosed() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,53 +20,21 @@ import (
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
-func newBroker(tb testing.TB) brokers.Broker { return newBrokerWith(tb, nil) }
-
-// newBrokerWindow is newBroker with a publish window of n messages.
-func newBrokerWindow(tb testing.TB, n int) brokers.Broker {
-	return newBrokerWith(tb, brokers.Options{rabbitmq.OptPublishWindow: strconv.Itoa(n)})
-}
-
-func newBrokerWith(tb testing.TB, opts brokers.Options) brokers.Broker {
-	cfg := testenv.Require(tb, testenv.RabbitMQ)
-	b, err := rabbitmq.New(context.Background(), cfg, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			tb.Errorf("close: %v", err)
-		}
-	})
-	return b
-}
+// driver is the driver on the local stack.
+var driver = brokertest.OnStack(rabbitmq.Name, testenv.RabbitMQ)
 
 func TestConformance(t *testing.T) {
-	brokertest.Run(t, newBroker, brokertest.WithWindow(newBrokerWindow))
+	brokertest.Run(t, driver.New, brokertest.WithWindow(driver.Window))
 }
 
-func BenchmarkRaw1KiB(b *testing.B) {
-	brokertest.BenchMaxBatch(b, newBroker, brokertest.BenchOptions{Size: 1024}, 1, 100)
-}
-
-// BenchmarkRate1KiB publishes open loop at low rates with handler batches
-// of up to 500: a driver that waited to fill a batch, or whose fetch
-// lingered, would show it in the batch sizes and the latency from the
-// due time.
-func BenchmarkRate1KiB(b *testing.B) {
-	brokertest.BenchRate(b, newBroker, brokertest.BenchOptions{Size: 1024, MaxBatch: 500}, 200, 2000)
-}
-
-// BenchmarkDrain1KiB times consuming a preloaded backlog: the consumer
-// side alone, where MaxBatch shows.
-func BenchmarkDrain1KiB(b *testing.B) {
-	brokertest.BenchMaxBatch(b, newBroker, brokertest.BenchOptions{Size: 1024, Preload: true}, 1, 100)
-}
+func BenchmarkRaw1KiB(b *testing.B)   { brokertest.Raw1KiB(b, driver.New) }
+func BenchmarkRate1KiB(b *testing.B)  { brokertest.Rate1KiB(b, driver.New) }
+func BenchmarkDrain1KiB(b *testing.B) { brokertest.Drain1KiB(b, driver.New) }
 
 // Publishing to a topic whose queues are missing is an error, never a
 // silent drop.
 func TestPublishUnknownTopicFails(t *testing.T) {
-	b := newBroker(t)
+	b := driver.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	topic := brokertest.UniqueName(t, "ib")
@@ -80,7 +47,7 @@ func TestPublishUnknownTopicFails(t *testing.T) {
 // A queue deleted behind the driver's back turns into a returned
 // (unroutable) message error.
 func TestPublishUnroutableFails(t *testing.T) {
-	b := newBroker(t)
+	b := driver.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	topic := brokertest.UniqueName(t, "ib")
@@ -101,14 +68,10 @@ func TestPublishUnroutableFails(t *testing.T) {
 // driver matches each basic.return to its message by id and queue.
 func TestPublishUnroutableFailsOnlyItsMessages(t *testing.T) {
 	cfg := testenv.Require(t, testenv.RabbitMQ)
-	b := newBroker(t)
+	b := driver.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	topic := brokertest.UniqueName(t, "ib")
-	if err := b.Setup(ctx, topic, 2); err != nil {
-		t.Fatal(err)
-	}
-	defer b.(*rabbitmq.Broker).DeleteTopic(ctx, topic)
+	topic := brokertest.Topic(t, b, 2)
 	conn, err := amqp.Dial(cfg.Get(rabbitmq.SettingURL))
 	if err != nil {
 		t.Fatal(err)
@@ -145,26 +108,11 @@ func TestPublishUnroutableFailsOnlyItsMessages(t *testing.T) {
 	}
 }
 
-func TestSetupRejectsFewerShards(t *testing.T) {
-	b := newBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	topic := brokertest.UniqueName(t, "ib")
-	if err := b.Setup(ctx, topic, 3); err != nil {
-		t.Fatal(err)
-	}
-	defer b.(*rabbitmq.Broker).DeleteTopic(ctx, topic)
-	if err := b.Setup(ctx, topic, 3); err != nil {
-		t.Fatalf("Setup is not idempotent: %v", err)
-	}
-	if err := b.Setup(ctx, topic, 2); err == nil {
-		t.Fatal("Setup with fewer shards than exist succeeded")
-	}
-}
+func TestSetupRejectsFewerShards(t *testing.T) { brokertest.SetupKeepsShards(t, driver.New(t)) }
 
 // The largest message_size a workload accepts goes through at the
 // broker's default limits.
-func TestLargestWorkloadMessage(t *testing.T) { brokertest.LargestWorkloadMessage(t, newBroker) }
+func TestLargestWorkloadMessage(t *testing.T) { brokertest.LargestWorkloadMessage(t, driver.New) }
 
 // TestPublishBlockedByAlarmFailsNamingIt raises a real memory alarm on the
 // running broker (a watermark of almost nothing, through the node's own
@@ -194,11 +142,7 @@ func TestPublishBlockedByAlarmFailsNamingIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	topic := brokertest.UniqueName(t, "ib")
-	if err := b.Setup(ctx, topic, 1); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.DeleteTopic(context.Background(), topic) })
+	topic := brokertest.Topic(t, b, 1)
 	msgs := brokertest.Events(t, "e", 4, 4, 512)
 	if err := brokers.FirstError(b.Publish(ctx, topic, msgs)); err != nil {
 		t.Fatalf("publish before the alarm: %v", err)
@@ -265,62 +209,31 @@ func TestConfirmTimeoutOption(t *testing.T) {
 	}
 }
 
+// replicated is the driver on the replicated stack; the topic's shards
+// are its "<topic>." queues.
+var replicated = brokertest.ReplicatedDriver{Name: rabbitmq.Name, Resource: func(topic string) string { return topic + "." }}
+
 // TestReplicatedFailoverLeaderKill publishes with confirms while the
 // leader of the topic's quorum queues is killed (kill -9) and started
 // again: every confirmed message must be delivered, the publisher and
 // the consumer moving to the surviving nodes. Needs the replicated stack
 // (`bench stack up --topology replicated rabbitmq`).
 func TestReplicatedFailoverLeaderKill(t *testing.T) {
-	replicatedFailover(t, syscall.SIGKILL, 8*time.Second)
+	replicated.Failover(t, brokertest.Fault{Signal: syscall.SIGKILL, Down: 8 * time.Second})
 }
 
 // TestReplicatedFailoverLeaderPause pauses the leader's VM (SIGSTOP)
 // past the cluster's failure detection, then resumes it: a zombie
 // leader must lose no confirmed message either.
 func TestReplicatedFailoverLeaderPause(t *testing.T) {
-	replicatedFailover(t, syscall.SIGSTOP, 25*time.Second)
-}
-
-func replicatedFailover(t *testing.T, sig syscall.Signal, down time.Duration) {
-	replicatedFailoverWith(t, sig, down, 0, false)
-}
-
-// replicatedFailoverWith hits the leader after pausing its followers for
-// lag (0: not), with the cluster's weak setting when weak.
-func replicatedFailoverWith(t *testing.T, sig syscall.Signal, down, lag time.Duration, weak bool) brokertest.FailoverResult {
-	cfg, e, cluster := brokertest.Replicated(t, "rabbitmq")
-	if weak {
-		var name string
-		cfg, name = brokertest.Weaken(t, cfg, e, cluster)
-		t.Logf("weak setting: %s", name)
-	}
-	b, err := rabbitmq.New(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() }) // after the topic's clean-up
-	res := brokertest.Failover(t, brokertest.FailoverSpec{
-		Broker: b, Env: e, Cluster: cluster, Shards: 4, Rate: 200, Signal: sig,
-		Resource: func(topic string) string { return topic + "." },
-		Before:   5 * time.Second, Down: down, After: 10 * time.Second, Lag: lag, StopConsumer: lag > 0, Lossy: weak,
-	})
-	if res.Published == 0 || (!weak && res.Delivered < res.Published) {
-		t.Errorf("delivered %d of %d confirmed", res.Delivered, res.Published)
-	}
-	return res
+	replicated.Failover(t, brokertest.Fault{Signal: syscall.SIGSTOP, Down: 25 * time.Second})
 }
 
 // TestReplicatedDurability: on the replicated stack the driver declares
 // three-member quorum queues and verifies them, and sees three nodes of
 // one cluster.
 func TestReplicatedDurability(t *testing.T) {
-	cfg, _, _ := brokertest.Replicated(t, "rabbitmq")
-	b, err := rabbitmq.New(context.Background(), cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	m := brokertest.Durability(t, b, "queue type", "quorum members", "nodes", "replication")
+	m := replicated.Durability(t, "queue type", "quorum members", "nodes", "replication")
 	if !strings.HasPrefix(m["quorum members"], "3 (verified") || !strings.Contains(m["nodes"], "3 given") || !strings.Contains(m["nodes"], "3 answering") || !strings.HasPrefix(m[brokers.ReplicatedKey], "yes") {
 		t.Errorf("want 3 verified quorum members and 3 nodes answering: %v", m)
 	}
@@ -330,7 +243,7 @@ func TestReplicatedDurability(t *testing.T) {
 // kills the leader and resumes them: a quorum queue confirms nothing
 // without a majority, so nothing confirmed is lost.
 func TestReplicatedFailoverLaggingFollowers(t *testing.T) {
-	replicatedFailoverWith(t, syscall.SIGKILL, 8*time.Second, 5*time.Second, false)
+	replicated.Failover(t, brokertest.LaggingKill())
 }
 
 // TestReplicatedWeakLosesConfirmed is the failover control: classic
@@ -338,8 +251,5 @@ func TestReplicatedFailoverLaggingFollowers(t *testing.T) {
 // published while their node is down (RabbitMQ confirms and drops it),
 // every time.
 func TestReplicatedWeakLosesConfirmed(t *testing.T) {
-	res := replicatedFailoverWith(t, syscall.SIGKILL, 8*time.Second, 5*time.Second, true)
-	if len(res.Lost) == 0 {
-		t.Errorf("the weak setting lost no confirmed message: the control does not show what it should")
-	}
+	replicated.WeakControl(t)
 }

@@ -67,35 +67,15 @@ func TestSecureRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain := strings.Replace(cfg.Get(rabbitmq.SettingURL), "amqps://", "amqp://", 1)
-	for _, tc := range []struct {
-		name string
-		cfg  config.Config
-		key  string
-		text string
-	}{
-		{"wrong password", withUser(t, cfg, "inboxbench", "not-the-password"), rabbitmq.SettingURL, "refused the login"},
-		{"plaintext client", cfg.With(rabbitmq.SettingURL, plain), rabbitmq.SettingURL, "amqps://"},
-		{"no client certificate", cfg.With(rabbitmq.SettingCertFile, "").With(rabbitmq.SettingKeyFile, ""), rabbitmq.SettingCertFile, "requires a client certificate"},
-		{"unknown CA", cfg.With(rabbitmq.SettingCAFile, testenv.ForeignCA(t)), rabbitmq.SettingCAFile, "does not hold"},
-		{"server name", cfg.With(rabbitmq.SettingServerName, "rabbit.example"), rabbitmq.SettingServerName, "localhost"},
-		{"no permission on the vhost", withUser(t, cfg, "ib-test-none", password), rabbitmq.SettingURL, "may not open vhost"},
-		{"no permission to declare", withUser(t, cfg, "ib-test-nodeclare", password), rabbitmq.SettingURL, "lacks a permission"},
-	} {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			b, err := rabbitmq.New(ctx, tc.cfg, nil)
-			if err == nil {
-				defer b.Close()
-				err = b.Setup(ctx, brokertest.UniqueName(t, "ib"), 1)
-			}
-			var se *config.SettingError
-			if !errors.As(err, &se) || se.Key != tc.key || !strings.Contains(err.Error(), tc.text) || ctx.Err() != nil {
-				t.Fatalf("Setup: %v (context: %v); want a setting error naming %s that says %q, before the context ends", err, ctx.Err(), tc.key, tc.text)
-			}
-			t.Logf("%v", err)
-		})
-	}
+	brokertest.Refusals(t, rabbitmq.Name,
+		brokertest.Refusal{Name: "wrong password", Cfg: withUser(t, cfg, "inboxbench", "not-the-password"), Key: rabbitmq.SettingURL, Text: "refused the login"},
+		brokertest.Refusal{Name: "plaintext client", Cfg: cfg.With(rabbitmq.SettingURL, plain), Key: rabbitmq.SettingURL, Text: "amqps://"},
+		brokertest.Refusal{Name: "no client certificate", Cfg: cfg.With(rabbitmq.SettingCertFile, "").With(rabbitmq.SettingKeyFile, ""), Key: rabbitmq.SettingCertFile, Text: "requires a client certificate"},
+		brokertest.Refusal{Name: "unknown CA", Cfg: cfg.With(rabbitmq.SettingCAFile, testenv.ForeignCA(t)), Key: rabbitmq.SettingCAFile, Text: "does not hold"},
+		brokertest.Refusal{Name: "server name", Cfg: cfg.With(rabbitmq.SettingServerName, "rabbit.example"), Key: rabbitmq.SettingServerName, Text: "localhost"},
+		brokertest.Refusal{Name: "no permission on the vhost", Cfg: withUser(t, cfg, "ib-test-none", password), Key: rabbitmq.SettingURL, Text: "may not open vhost"},
+		brokertest.Refusal{Name: "no permission to declare", Cfg: withUser(t, cfg, "ib-test-nodeclare", password), Key: rabbitmq.SettingURL, Text: "lacks a permission"},
+	)
 }
 
 // TestSecureExternalLogin: with EXTERNAL the node takes the user from the

@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/tlsfiles"
 )
@@ -23,29 +24,30 @@ const DefaultURL = "amqp://inboxbench:inboxbench@127.0.0.1:55672/inboxbench"
 // key (amqp091's own cacertfile, certfile and keyfile URL parameters are
 // used only when none of them is set).
 var (
-	SettingURL = config.Register(config.Setting{Key: "rabbitmq.url", Flag: "rabbitmq-url", Env: "INBOXBENCH_RABBITMQ_URL",
-		Default: DefaultURL, Check: checkURL,
+	SettingURL = driverutil.Setting(Name, "url", config.Setting{Default: DefaultURL, Check: checkURL,
 		Usage: "RabbitMQ AMQP URL (amqp:// or amqps:// for TLS, with vhost and credentials); the nodes of one cluster as several URLs, comma separated: the driver connects to one and moves to another when it is lost"})
-	SettingCAFile = config.Register(config.Setting{Key: "rabbitmq.ca-file", Flag: "rabbitmq-ca-file", Env: "INBOXBENCH_RABBITMQ_CA_FILE",
-		Usage: "PEM file of CA certificates for RabbitMQ TLS (amqps://; default: system roots)"})
-	SettingCertFile = config.Register(config.Setting{Key: "rabbitmq.cert-file", Flag: "rabbitmq-cert-file", Env: "INBOXBENCH_RABBITMQ_CERT_FILE",
-		Usage: "PEM client certificate for RabbitMQ TLS (with rabbitmq.key-file), for nodes that verify their peers"})
-	SettingKeyFile = config.Register(config.Setting{Key: "rabbitmq.key-file", Flag: "rabbitmq-key-file", Env: "INBOXBENCH_RABBITMQ_KEY_FILE",
-		Usage: "PEM private key of the RabbitMQ client certificate"})
-	SettingServerName = config.Register(config.Setting{Key: "rabbitmq.server-name", Flag: "rabbitmq-server-name", Env: "INBOXBENCH_RABBITMQ_SERVER_NAME",
-		Usage: "name the RabbitMQ node's certificate must hold (default: the URL's host)"})
-	SettingSASL = config.Register(config.Setting{Key: "rabbitmq.sasl", Flag: "rabbitmq-sasl", Env: "INBOXBENCH_RABBITMQ_SASL",
-		Usage: "RabbitMQ SASL mechanism: plain (the URL's user and password; default) or external (the client certificate's identity)", Check: checkSASL})
+	SettingSASL = driverutil.Setting(Name, "sasl", config.Setting{Check: checkSASL,
+		Usage: "RabbitMQ SASL mechanism: plain (the URL's user and password; default) or external (the client certificate's identity)"})
+	SettingCAFile     = tlsKeys.CA
+	SettingCertFile   = tlsKeys.Cert
+	SettingKeyFile    = tlsKeys.Key
+	SettingServerName = tlsKeys.ServerName
 )
+
+// tlsKeys are the driver's TLS settings; there is no TLS switch: the URL's
+// scheme is.
+var tlsKeys = driverutil.RegisterTLS(Name, SettingURL, driverutil.TLSUsage{
+	CA:         "PEM file of CA certificates for RabbitMQ TLS (amqps://; default: system roots)",
+	Cert:       "PEM client certificate for RabbitMQ TLS (with rabbitmq.key-file), for nodes that verify their peers",
+	Key:        "PEM private key of the RabbitMQ client certificate",
+	ServerName: "name the RabbitMQ node's certificate must hold (default: the URL's host)",
+})
 
 // SASL mechanisms.
 const (
 	SASLPlain    = "plain"
 	SASLExternal = "external"
 )
-
-// tlsKeys are the driver's TLS settings.
-var tlsKeys = tlsfiles.Keys{CA: SettingCAFile, Cert: SettingCertFile, Key: SettingKeyFile, ServerName: SettingServerName, Addr: SettingURL}
 
 func init() {
 	config.RegisterCheck(checkTogether)
@@ -237,14 +239,11 @@ const (
 // (replicated quorum queues, mandatory publishes), and the weak setting a
 // failover control runs with (compose's RabbitMQ cluster, WeakSetting).
 var (
-	SettingQueueType = config.Register(config.Setting{Key: "rabbitmq.queue-type", Flag: "rabbitmq-queue-type", Env: "INBOXBENCH_RABBITMQ_QUEUE_TYPE",
-		Default: QueueQuorum, Check: checkQueueType,
+	SettingQueueType = driverutil.Setting(Name, "queue-type", config.Setting{Default: QueueQuorum, Check: checkQueueType,
 		Usage: "the shard queues the driver declares: quorum (replicated, Raft; the default) or classic (durable, on the one node that declared it, not replicated)"})
-	SettingQuorumSize = config.Register(config.Setting{Key: "rabbitmq.quorum-size", Flag: "rabbitmq-quorum-size", Env: "INBOXBENCH_RABBITMQ_QUORUM_SIZE",
-		Check: checkQuorumSize,
+	SettingQuorumSize = driverutil.Setting(Name, "quorum-size", config.Setting{Check: checkQuorumSize,
 		Usage: "members of each quorum queue (x-quorum-initial-group-size), declared and verified by the driver; empty: the cluster's default (quorum_cluster_size, 3, capped at its nodes)"})
-	SettingMandatory = config.Register(config.Setting{Key: "rabbitmq.mandatory", Flag: "rabbitmq-mandatory", Env: "INBOXBENCH_RABBITMQ_MANDATORY",
-		Kind: config.Bool, Default: "true",
+	SettingMandatory = driverutil.Setting(Name, "mandatory", config.Setting{Kind: config.Bool, Default: "true",
 		Usage: "publish with the mandatory flag (the default): a message no queue takes is returned and fails; without it RabbitMQ confirms and drops it (a classic queue whose node is down)"})
 )
 

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -18,13 +17,10 @@ import (
 )
 
 type subscription struct {
+	driverutil.Sub
 	b     *Broker
 	topic string
 	n     int // shard queues
-	opts  brokers.SubscribeOptions
-	h     brokers.Handler
-	life  *driverutil.Lifecycle
-	stats brokers.Counters
 
 	ctx    context.Context // cancelled on Close, Crash or failure
 	cancel context.CancelFunc
@@ -32,7 +28,6 @@ type subscription struct {
 	mu   sync.Mutex
 	sess *session // the current connection's consumers
 
-	crashed  atomic.Bool
 	endOnce  sync.Once
 	loopDone chan struct{} // the session loop returned: no worker runs
 }
@@ -83,22 +78,19 @@ func (b *Broker) Subscribe(ctx context.Context, topic, _ string, opts brokers.Su
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("rabbitmq: subscribe %s: %w", topic, ctx.Err())
 	}
-	s := &subscription{b: b, topic: topic, n: n, opts: opts.WithDefaults(), h: h, life: driverutil.NewLifecycle(), loopDone: make(chan struct{})}
+	s := &subscription{b: b, topic: topic, n: n, loopDone: make(chan struct{})}
+	s.Init(opts, h, s.end)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	sess, err := s.connect(ctx)
 	if err != nil {
 		s.cancel()
 		return nil, err
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.subs.Add(s) {
 		s.cancel()
 		_ = sess.conn.Close()
 		return nil, errors.New("rabbitmq: subscribe: broker is closed")
 	}
-	b.subs[s] = struct{}{}
-	b.mu.Unlock()
 	go s.loop(sess)
 	return s, nil
 }
@@ -125,8 +117,8 @@ func (s *subscription) connect(ctx context.Context) (*session, error) {
 			return fail(fmt.Errorf("rabbitmq: subscribe %s: open channel for %s: %w", topic, c.q, err))
 		}
 		c.closed = c.ch.NotifyClose(make(chan *amqp.Error, 1))
-		if err := c.ch.Qos(s.opts.Prefetch, 0, false); err != nil {
-			return fail(fmt.Errorf("rabbitmq: subscribe %s: set prefetch %d on %s: %w", topic, s.opts.Prefetch, c.q, err))
+		if err := c.ch.Qos(s.Opts.Prefetch, 0, false); err != nil {
+			return fail(fmt.Errorf("rabbitmq: subscribe %s: set prefetch %d on %s: %w", topic, s.Opts.Prefetch, c.q, err))
 		}
 		tag := fmt.Sprintf("inboxbench-%s-%d", c.q, time.Now().UnixNano())
 		// Not ctx: amqp091 cancels the consumer when that context ends, and
@@ -192,7 +184,7 @@ func (s *subscription) serve(sess *session) {
 	defer sess.cancel()
 	s.mu.Lock()
 	s.sess = sess
-	crashed := s.crashed.Load()
+	crashed := s.Crashed()
 	s.mu.Unlock()
 	if crashed {
 		_ = sess.conn.Close()
@@ -215,7 +207,7 @@ func (s *subscription) serve(sess *session) {
 		// goroutine has not looped back yet. The pump keeps what the
 		// broker already sent (at most Prefetch) in a buffered channel,
 		// filled while the handler runs, which is what a batch drains.
-		buf := make(chan amqp.Delivery, s.opts.Prefetch)
+		buf := make(chan amqp.Delivery, s.Opts.Prefetch)
 		go pump(sess.ctx, c.in, buf)
 		sess.workers.Add(1)
 		go s.run(sess, c, buf)
@@ -250,16 +242,6 @@ func pump(ctx context.Context, in <-chan amqp.Delivery, out chan<- amqp.Delivery
 	}
 }
 
-func (s *subscription) Done() <-chan struct{} { return s.life.Done() }
-func (s *subscription) Err() error            { return s.life.Err() }
-func (s *subscription) Stats() brokers.Stats  { return s.stats.Stats() }
-
-// Close implements brokers.Subscription.
-func (s *subscription) Close() error {
-	s.end(nil)
-	return s.life.Wait()
-}
-
 // end stops the subscription once. A clean end stops the workers, lets
 // running handlers finish and ack, then closes the connection, which
 // returns the remaining prefetched deliveries to the front of their
@@ -286,10 +268,8 @@ func (s *subscription) end(cause error) {
 					errs = append(errs, fmt.Errorf("rabbitmq: close consumer of %s: %w", s.topic, err))
 				}
 			}
-			s.b.mu.Lock()
-			delete(s.b.subs, s)
-			s.b.mu.Unlock()
-			s.life.Finish(errors.Join(errs...))
+			s.b.subs.Remove(s)
+			s.Finish(errors.Join(errs...))
 		}()
 	})
 }
@@ -299,7 +279,7 @@ func (s *subscription) end(cause error) {
 // MaxBatch.
 func (s *subscription) run(sess *session, c shardConsumer, buf <-chan amqp.Delivery) {
 	defer sess.workers.Done()
-	batch := make([]amqp.Delivery, 0, s.opts.MaxBatch)
+	batch := make([]amqp.Delivery, 0, s.Opts.MaxBatch)
 	for {
 		batch = batch[:0]
 		open := true
@@ -314,7 +294,7 @@ func (s *subscription) run(sess *session, c shardConsumer, buf <-chan amqp.Deliv
 			batch = append(batch, d)
 		}
 	drain:
-		for len(batch) < s.opts.MaxBatch {
+		for len(batch) < s.Opts.MaxBatch {
 			select {
 			case d, ok := <-buf:
 				if !ok {
@@ -357,19 +337,9 @@ func (s *subscription) run(sess *session, c shardConsumer, buf <-chan amqp.Deliv
 			}
 			return nil
 		}
-		switch out, err := driverutil.HandleBatch(sess.ctx, s.h, ds, s.opts, &s.stats, settle); out {
-		case driverutil.Settled:
-		case driverutil.Unfinished:
-			return // left unacked: returned to the queue when the connection closes
-		case driverutil.Crashed:
-			if s.crashed.CompareAndSwap(false, true) {
-				s.stats.Crashed()
-				s.end(brokers.ErrCrashed)
-			}
-			return
-		default:
+		fail := func(err error) {
 			switch {
-			case s.crashed.Load():
+			case s.Crashed():
 			case sess.conn.IsClosed():
 				// The ack went down with the connection: what the Handler
 				// finished is redelivered, and the inbox knows it.
@@ -377,7 +347,9 @@ func (s *subscription) run(sess *session, c shardConsumer, buf <-chan amqp.Deliv
 			default:
 				sess.end(nil, fmt.Errorf("rabbitmq: %s: %w", c.q, err))
 			}
-			return
+		}
+		if !s.Handle(sess.ctx, ds, settle, fail) {
+			return // unfinished: left unacked, returned to the queue when the connection closes
 		}
 		if !open {
 			s.consumerEnded(sess, c)

@@ -31,11 +31,11 @@ const (
 // queues, readable and writable (UPDATE_AND_CREATE_TOPIC: a topic that
 // exists takes the new queue counts).
 func (r *Remoting) CreateTopic(ctx context.Context, addr, topic string, n int) error {
-	_, err := r.call(ctx, addr, rmqUpdateAndCreateTopic, map[string]string{
+	_, err := r.call(ctx, addr, request{rmqUpdateAndCreateTopic, map[string]string{
 		"topic": topic, "defaultTopic": "TBW102",
 		"readQueueNums": strconv.Itoa(n), "writeQueueNums": strconv.Itoa(n),
 		"perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false",
-	}, nil)
+	}, nil})
 	if err != nil {
 		return fmt.Errorf("create topic %s on broker %s: %w", topic, addr, err)
 	}
@@ -46,13 +46,13 @@ func (r *Remoting) CreateTopic(ctx context.Context, addr, topic string, n int) e
 // routes.
 func (r *Remoting) DeleteTopic(ctx context.Context, brokers, namesrvs []string, topic string) error {
 	for _, a := range brokers {
-		if _, err := r.call(ctx, a, rmqDeleteTopicInBroker, map[string]string{"topic": topic}, nil); err != nil {
+		if _, err := r.call(ctx, a, request{rmqDeleteTopicInBroker, map[string]string{"topic": topic}, nil}); err != nil {
 			return fmt.Errorf("delete topic %s on broker %s: %w", topic, a, err)
 		}
 	}
 	var errs []error
 	for _, ns := range namesrvs {
-		if _, err := r.call(ctx, ns, rmqDeleteTopicInNamesrv, map[string]string{"topic": topic}, nil); err != nil {
+		if _, err := r.call(ctx, ns, request{rmqDeleteTopicInNamesrv, map[string]string{"topic": topic}, nil}); err != nil {
 			errs = append(errs, fmt.Errorf("delete topic %s on name server %s: %w", topic, ns, err))
 		}
 	}
@@ -63,7 +63,7 @@ func (r *Remoting) DeleteTopic(ctx context.Context, brokers, namesrvs []string, 
 // sets its password when it exists (RocketMQ 5 authentication; the
 // caller must be a super user).
 func (r *Remoting) EnsureUser(ctx context.Context, addr, name, password string) error {
-	body, err := r.call(ctx, addr, rmqAuthGetUser, map[string]string{"username": name}, nil)
+	body, err := r.call(ctx, addr, request{rmqAuthGetUser, map[string]string{"username": name}, nil})
 	if err != nil {
 		return fmt.Errorf("get user %s on broker %s: %w", name, addr, err)
 	}
@@ -75,7 +75,7 @@ func (r *Remoting) EnsureUser(ctx context.Context, addr, name, password string) 
 	if err != nil {
 		return err
 	}
-	if _, err := r.call(ctx, addr, code, map[string]string{"username": name}, info); err != nil {
+	if _, err := r.call(ctx, addr, request{code, map[string]string{"username": name}, info}); err != nil {
 		return fmt.Errorf("create user %s on broker %s: %w", name, addr, err)
 	}
 	return nil
@@ -108,7 +108,7 @@ func (r *Remoting) GrantACL(ctx context.Context, addr, subject string, grants ..
 	if err != nil {
 		return err
 	}
-	if _, err := r.call(ctx, addr, rmqAuthCreateACL, map[string]string{"subject": subject}, body); err != nil {
+	if _, err := r.call(ctx, addr, request{rmqAuthCreateACL, map[string]string{"subject": subject}, body}); err != nil {
 		return fmt.Errorf("grant %s on broker %s: %w", subject, addr, err)
 	}
 	return nil

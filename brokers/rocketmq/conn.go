@@ -260,17 +260,17 @@ func (p *pool) conn(ctx context.Context, addr string) (*conn, error) {
 // call sends a signed request to addr and returns the response; codes
 // other than 0 and those in ok are errors. A refusal of the connection
 // settings is explained (Explain).
-func (p *pool) call(ctx context.Context, addr string, code int, ext map[string]string, body []byte, ok ...int) (frame, error) {
-	f, err := p.callOnce(ctx, addr, code, ext, body, ok...)
+func (p *pool) call(ctx context.Context, addr string, req request, ok ...int) (frame, error) {
+	f, err := p.callOnce(ctx, addr, req, ok...)
 	return f, Explain(p.r.cfg, err, p.r.tls != nil)
 }
 
-func (p *pool) callOnce(ctx context.Context, addr string, code int, ext map[string]string, body []byte, ok ...int) (frame, error) {
+func (p *pool) callOnce(ctx context.Context, addr string, req request, ok ...int) (frame, error) {
 	c, err := p.conn(ctx, addr)
 	if err != nil {
 		return frame{}, err
 	}
-	f, err := c.call(ctx, code, signed(p.r.creds, ext, body), body)
+	f, err := c.call(ctx, req.code, signed(p.r.creds, req.ext, req.body), req.body)
 	if err != nil {
 		return frame{}, err
 	}

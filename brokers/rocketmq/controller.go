@@ -37,7 +37,7 @@ func (r *Remoting) SyncStateSet(ctx context.Context, controller, group string) (
 	if err != nil {
 		return SyncState{}, err
 	}
-	resp, err := r.call(ctx, controller, rmqControllerSyncStates, nil, body)
+	resp, err := r.call(ctx, controller, request{rmqControllerSyncStates, nil, body})
 	if err != nil {
 		return SyncState{}, fmt.Errorf("rocketmq controller %s: SyncStateSet of %s: %w", controller, group, err)
 	}
@@ -79,7 +79,7 @@ func (r *Remoting) UpdateBrokerConfig(ctx context.Context, broker string, kv map
 	for k, v := range kv {
 		fmt.Fprintf(&b, "%s=%s\n", k, v)
 	}
-	if _, err := r.call(ctx, broker, rmqUpdateBrokerConfig, nil, []byte(b.String())); err != nil {
+	if _, err := r.call(ctx, broker, request{rmqUpdateBrokerConfig, nil, []byte(b.String())}); err != nil {
 		return fmt.Errorf("rocketmq broker %s: update broker config: %w", broker, err)
 	}
 	return nil

@@ -20,7 +20,7 @@ const rmqGetBrokerConfig = 26
 // BrokerConfig asks a broker for its configuration (GET_BROKER_CONFIG,
 // what `mqadmin getBrokerConfig` prints).
 func (r *Remoting) BrokerConfig(ctx context.Context, broker string) (map[string]string, error) {
-	body, err := r.call(ctx, broker, rmqGetBrokerConfig, nil, nil)
+	body, err := r.call(ctx, broker, request{rmqGetBrokerConfig, nil, nil})
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq broker %s: get broker config: %w", broker, err)
 	}

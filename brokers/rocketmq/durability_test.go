@@ -9,5 +9,5 @@ import (
 // The driver reports what a confirm means on the real server, with the
 // settings it read and a yes/no verdict on fsync.
 func TestDurability(t *testing.T) {
-	brokertest.Durability(t, newBroker(t), "flushDiskType", "brokerRole")
+	brokertest.Durability(t, driver.New(t), "flushDiskType", "brokerRole")
 }

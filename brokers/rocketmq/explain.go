@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/config"
-	"github.com/inboxbench/inboxbench/internal/tlsfiles"
 )
 
 // resNoPermission is ResponseCode.NO_PERMISSION: what a broker answers a
@@ -21,14 +21,7 @@ const resNoPermission = 16
 // spoke TLS), an unknown user or a bad signature, a missing permission.
 // Any other error comes back unchanged. None of these is retried.
 func Explain(cfg config.Config, err error, overTLS bool) error {
-	if err == nil {
-		return nil
-	}
-	var se *config.SettingError
-	if errors.As(err, &se) {
-		return err // explained already
-	}
-	if e := tlsfiles.Explain(err, cfg, tlsKeys); e != err {
+	if done, e := driverutil.Explained(cfg, err, tlsKeys); done {
 		return e
 	}
 	var closed *closedError

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 )
 
 // lockMode is how the fake broker answers LOCK_BATCH_MQ.
@@ -244,7 +245,8 @@ func storedMessage(topic string, offset int64, body string) []byte {
 // own consumer, retrying in place every 20 ms.
 func fakeSubscription(t *testing.T, fb *fakeBroker, h brokers.Handler) *subscription {
 	t.Helper()
-	b := &Broker{namesrv: []string{fb.addr}, rm: &Remoting{}, instance: "fake", sendTimeout: time.Second, subs: map[*subscription]struct{}{}}
+	b := &Broker{namesrv: []string{fb.addr}, rm: &Remoting{}, instance: "fake", sendTimeout: time.Second}
+	b.subs = driverutil.NewSubs[*subscription](&b.mu)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := b.subscribe(ctx, fb.topic, "g", brokers.SubscribeOptions{RetryBackoff: 20 * time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond}, h)

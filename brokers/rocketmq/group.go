@@ -55,6 +55,7 @@ type queue struct {
 	QueueID    int    `json:"queueId"`
 }
 
+// String is "<broker>:<queue id>", as Delivery.Shard and the logs show it.
 func (q queue) String() string { return q.BrokerName + ":" + strconv.Itoa(q.QueueID) }
 
 // topicRoute is what the name server says about a topic: its read
@@ -71,7 +72,7 @@ type topicRoute struct {
 func (r *Remoting) fetchRoute(ctx context.Context, namesrvs []string, topic string) (*topicRoute, error) {
 	var errs []error
 	for _, ns := range namesrvs {
-		body, err := r.call(ctx, ns, rmqGetRouteInfoByTopic, map[string]string{"topic": topic}, nil)
+		body, err := r.call(ctx, ns, request{rmqGetRouteInfoByTopic, map[string]string{"topic": topic}, nil})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", ns, err))
 			continue
@@ -211,20 +212,20 @@ func (g *groupClient) heartbeat(ctx context.Context, addr, topic string, subVers
 	if err != nil {
 		return err
 	}
-	_, err = g.call(ctx, addr, rmqHeartbeat, nil, body)
+	_, err = g.call(ctx, addr, request{rmqHeartbeat, nil, body})
 	return err
 }
 
 // unregister tells the broker the consumer left, so the other members
 // rebalance at once instead of after the broker's channel timeout.
 func (g *groupClient) unregister(ctx context.Context, addr string) error {
-	_, err := g.call(ctx, addr, rmqUnregisterClient, map[string]string{"clientID": g.clientID, "consumerGroup": g.group}, nil)
+	_, err := g.call(ctx, addr, request{rmqUnregisterClient, map[string]string{"clientID": g.clientID, "consumerGroup": g.group}, nil})
 	return err
 }
 
 // members lists the client ids of the group's consumers known to addr.
 func (g *groupClient) members(ctx context.Context, addr string) ([]string, error) {
-	f, err := g.call(ctx, addr, rmqGetConsumerList, map[string]string{"consumerGroup": g.group}, nil)
+	f, err := g.call(ctx, addr, request{rmqGetConsumerList, map[string]string{"consumerGroup": g.group}, nil})
 	if err != nil {
 		return nil, err
 	}
@@ -240,15 +241,11 @@ func (g *groupClient) members(ctx context.Context, addr string) ([]string, error
 // lock locks (or renews) qs on the broker at addr for this consumer and
 // returns those it holds now.
 func (g *groupClient) lock(ctx context.Context, addr string, qs []queue) ([]queue, error) {
-	body, err := json.Marshal(struct {
-		ConsumerGroup string  `json:"consumerGroup"`
-		ClientID      string  `json:"clientId"`
-		MQSet         []queue `json:"mqSet"`
-	}{g.group, g.clientID, qs})
+	body, err := g.queueSet(qs)
 	if err != nil {
 		return nil, err
 	}
-	f, err := g.call(ctx, addr, rmqLockBatchMQ, nil, body)
+	f, err := g.call(ctx, addr, request{rmqLockBatchMQ, nil, body})
 	if err != nil {
 		return nil, err
 	}
@@ -261,17 +258,24 @@ func (g *groupClient) lock(ctx context.Context, addr string, qs []queue) ([]queu
 	return out.LockOKMQSet, nil
 }
 
+// unlock releases this consumer's locks of qs on the broker at addr.
 func (g *groupClient) unlock(ctx context.Context, addr string, qs []queue) error {
-	body, err := json.Marshal(struct {
+	body, err := g.queueSet(qs)
+	if err != nil {
+		return err
+	}
+	_, err = g.call(ctx, addr, request{rmqUnlockBatchMQ, nil, body})
+	return err
+}
+
+// queueSet is the body of a lock or unlock request of qs for this
+// consumer.
+func (g *groupClient) queueSet(qs []queue) ([]byte, error) {
+	return json.Marshal(struct {
 		ConsumerGroup string  `json:"consumerGroup"`
 		ClientID      string  `json:"clientId"`
 		MQSet         []queue `json:"mqSet"`
 	}{g.group, g.clientID, qs})
-	if err != nil {
-		return err
-	}
-	_, err = g.call(ctx, addr, rmqUnlockBatchMQ, nil, body)
-	return err
 }
 
 func (g *groupClient) queueExt(q queue) map[string]string {
@@ -282,7 +286,7 @@ func (g *groupClient) queueExt(q queue) map[string]string {
 // committed one starts at 0, the first offset (the broker moves a pull
 // below its minimum up to it).
 func (g *groupClient) offset(ctx context.Context, addr string, q queue) (int64, error) {
-	f, err := g.call(ctx, addr, rmqQueryConsumerOffset, g.queueExt(q), nil, resQueryNotFound)
+	f, err := g.call(ctx, addr, request{rmqQueryConsumerOffset, g.queueExt(q), nil}, resQueryNotFound)
 	if err != nil {
 		return 0, err
 	}
@@ -295,7 +299,7 @@ func (g *groupClient) offset(ctx context.Context, addr string, q queue) (int64, 
 func (g *groupClient) commit(ctx context.Context, addr string, q queue, offset int64) error {
 	ext := g.queueExt(q)
 	ext["commitOffset"] = strconv.FormatInt(offset, 10)
-	_, err := g.call(ctx, addr, rmqUpdateConsumerOff, ext, nil)
+	_, err := g.call(ctx, addr, request{rmqUpdateConsumerOff, ext, nil})
 	return err
 }
 
@@ -307,26 +311,34 @@ type pulled struct {
 	moved bool // the offset asked for is out of the queue's range
 }
 
-// pull asks for up to max messages of q from offset on. With nothing new
-// the broker holds the request for up to hold and answers as soon as a
-// message arrives (long polling); ctx must outlast hold.
-func (g *groupClient) pull(ctx context.Context, addr string, q queue, offset int64, max int, hold time.Duration) (pulled, error) {
-	ext := g.queueExt(q)
-	ext["queueOffset"] = strconv.FormatInt(offset, 10)
-	ext["maxMsgNums"] = strconv.Itoa(max)
+// pullRequest asks for up to max messages of q from offset on; with
+// nothing new the broker holds it for up to hold.
+type pullRequest struct {
+	q      queue
+	offset int64
+	max    int
+	hold   time.Duration
+}
+
+// pull sends pr to the broker at addr, which answers as soon as a message
+// arrives (long polling); ctx must outlast pr.hold.
+func (g *groupClient) pull(ctx context.Context, addr string, pr pullRequest) (pulled, error) {
+	ext := g.queueExt(pr.q)
+	ext["queueOffset"] = strconv.FormatInt(pr.offset, 10)
+	ext["maxMsgNums"] = strconv.Itoa(pr.max)
 	ext["sysFlag"] = strconv.Itoa(pullFlagSuspend | pullFlagSubscription)
 	ext["commitOffset"] = "0"
-	ext["suspendTimeoutMillis"] = strconv.FormatInt(hold.Milliseconds(), 10)
+	ext["suspendTimeoutMillis"] = strconv.FormatInt(pr.hold.Milliseconds(), 10)
 	ext["subscription"] = "*"
 	ext["subVersion"] = "0"
 	ext["expressionType"] = "TAG"
-	f, err := g.call(ctx, addr, rmqPullMessage, ext, nil, resPullNotFound, resPullRetryImmediately, resPullOffsetMoved)
+	f, err := g.call(ctx, addr, request{rmqPullMessage, ext, nil}, resPullNotFound, resPullRetryImmediately, resPullOffsetMoved)
 	if err != nil {
 		return pulled{}, err
 	}
 	next, err := strconv.ParseInt(f.ExtFields["nextBeginOffset"], 10, 64)
 	if err != nil {
-		return pulled{}, fmt.Errorf("pull %s: no nextBeginOffset in the answer (code %d): %w", q, f.Code, err)
+		return pulled{}, fmt.Errorf("pull %s: no nextBeginOffset in the answer (code %d): %w", pr.q, f.Code, err)
 	}
 	out := pulled{next: next, moved: f.Code == resPullOffsetMoved}
 	if f.Code == 0 && len(f.body) > 0 {

@@ -56,14 +56,8 @@ func orderlyClientConsumer(t *testing.T, topic string, h func(*primitive.Message
 
 func pitfallTopic(t *testing.T, keys, perKey int) (string, []brokers.Message) {
 	t.Helper()
-	b := newBroker(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	topic := brokertest.UniqueName(t, "ib")
-	if err := b.Setup(ctx, topic, 1); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.(brokers.TopicDeleter).DeleteTopic(context.Background(), topic) })
+	b := driver.New(t)
+	topic := brokertest.Topic(t, b, 1)
 	msgs := brokertest.Events(t, brokertest.UniqueName(t, "e"), keys, perKey, 0)
 	brokertest.Publish(t, b, topic, msgs, 30*time.Second)
 	return topic, msgs

@@ -122,7 +122,7 @@ func (p *remotingProducer) sendOnce(ctx context.Context, mq *primitive.MessageQu
 			"queueId": strconv.Itoa(mq.QueueId), "sysFlag": "0", "bornTimestamp": born, "flag": strconv.Itoa(int(m0.Flag)),
 			"properties": props, "reconsumeTimes": "0", "unitMode": "false", "maxReconsumeTimes": "0", "batch": "false", "bname": mq.BrokerName}
 	}
-	f, err := p.pool.call(ctx, addr, code, ext, body, resFlushDiskTimeout, resSlaveNotAvailable, resFlushSlaveTimeout)
+	f, err := p.pool.call(ctx, addr, request{code, ext, body}, resFlushDiskTimeout, resSlaveNotAvailable, resFlushSlaveTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,7 @@ const batchOverhead = 256
 // whichever path sent them.
 type queueSelector struct{}
 
+// Select implements the client's producer.QueueSelector.
 func (queueSelector) Select(m *primitive.Message, mqs []*primitive.MessageQueue, _ string) *primitive.MessageQueue {
 	if m.Queue != nil {
 		return m.Queue
@@ -130,28 +131,8 @@ func (b *Broker) Publish(ctx context.Context, topic string, msgs []brokers.Messa
 // as busy is sent again before anything later of its queue. A failed send
 // fails its messages only.
 func (b *Broker) PublishAsync(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) {
-	p := b.calls.Start(ctx, Name, topic, msgs, done)
-	if p == nil {
-		return
-	}
-	if ctx.Err() != nil {
-		return // the call fails every message with ctx's error
-	}
-	qs, err := b.senders(ctx, topic)
-	if err != nil {
-		for i := range msgs {
-			p.SettleInCall(i, err)
-		}
-		return
-	}
-	for i := range msgs {
-		if ctx.Err() != nil {
-			return // the call failed what is not handed over yet
-		}
-		if !qs[driverutil.Shard(msgs[i].Key, len(qs))].enqueue(ctx, p, i, &msgs[i]) {
-			return
-		}
-	}
+	queues := func() ([]*queueSender, error) { return b.senders(ctx, topic) }
+	driverutil.Spread(ctx, b.calls.Start(ctx, topic, msgs, done), queues)
 }
 
 // senders returns the topic's queue senders, starting them on first use.
@@ -176,7 +157,7 @@ func (b *Broker) senders(ctx context.Context, topic string) ([]*queueSender, err
 	}
 	b.mu.Lock() // Close waits for the senders started before it
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.subs.Closed() {
 		return nil, errors.New("rocketmq: broker is closed")
 	}
 	ts.smu.Lock()
@@ -231,9 +212,9 @@ type queued struct {
 	m *brokers.Message
 }
 
-// enqueue hands m over to the sender once the window has room; false when
-// ctx ended first (p failed the message then).
-func (q *queueSender) enqueue(ctx context.Context, p *driverutil.Pending, i int, m *brokers.Message) bool {
+// Send implements driverutil.Queue: it hands m over to the sender once the
+// window has room; false when ctx ended first (p failed the message then).
+func (q *queueSender) Send(ctx context.Context, p *driverutil.Pending, i int, m *brokers.Message) bool {
 	select {
 	case q.window <- struct{}{}:
 	case <-ctx.Done():
@@ -409,9 +390,10 @@ func checkStatus(res *primitive.SendResult) error {
 	return nil
 }
 
-// send publishes one message (a dead-letter copy) with the hash selector.
-func (b *Broker) send(ctx context.Context, p producerAPI, topic string, m brokers.Message, extra map[string]string) error {
-	if err := b.sendBatch(ctx, p, []*primitive.Message{b.message(topic, m, extra)}); err != nil {
+// send publishes one message (a dead-letter copy) with the driver's
+// producer and the hash selector.
+func (b *Broker) send(ctx context.Context, topic string, m brokers.Message, extra map[string]string) error {
+	if err := b.sendBatch(ctx, b.prod, []*primitive.Message{b.message(topic, m, extra)}); err != nil {
 		return fmt.Errorf("rocketmq: publish %s to %s: %w", m.ID, topic, err)
 	}
 	return nil

@@ -93,7 +93,7 @@ type Remoting struct {
 // Remoting they describe.
 func NewRemoting(cfg config.Config) (*Remoting, error) {
 	r := &Remoting{cfg: cfg, creds: primitive.Credentials{AccessKey: cfg.Get(SettingAccessKey), SecretKey: cfg.Get(SettingSecretKey)}}
-	if useTLS(cfg) {
+	if UsesTLS(cfg) {
 		tc, err := tlsfiles.Config(cfg, tlsKeys)
 		if err != nil {
 			return nil, err
@@ -128,7 +128,7 @@ func (r *Remoting) dial(ctx context.Context, addr string) (net.Conn, error) {
 
 // ClusterInfo sends GET_BROKER_CLUSTER_INFO to a name server.
 func (r *Remoting) ClusterInfo(ctx context.Context, namesrv string) (*ClusterInfoResult, error) {
-	body, err := r.call(ctx, namesrv, rmqGetBrokerClusterInfo, nil, nil)
+	body, err := r.call(ctx, namesrv, request{rmqGetBrokerClusterInfo, nil, nil})
 	if err != nil {
 		return nil, fmt.Errorf("rocketmq name server %s: cluster info: %w", namesrv, err)
 	}
@@ -142,7 +142,7 @@ func (r *Remoting) ClusterInfo(ctx context.Context, namesrv string) (*ClusterInf
 // BrokerVersion asks a broker for its runtime info and returns its
 // version ("5.3.3" from brokerVersionDesc "V5_3_3").
 func (r *Remoting) BrokerVersion(ctx context.Context, broker string) (string, error) {
-	body, err := r.call(ctx, broker, rmqGetBrokerRuntimeInfo, nil, nil)
+	body, err := r.call(ctx, broker, request{rmqGetBrokerRuntimeInfo, nil, nil})
 	if err != nil {
 		return "", fmt.Errorf("rocketmq broker %s: runtime info: %w", broker, err)
 	}
@@ -173,16 +173,24 @@ type remotingHeader struct {
 // rocketmq-client-go sends).
 const remotingVersion = 317
 
+// request is one remoting command: its request code, header fields and
+// body.
+type request struct {
+	code int
+	ext  map[string]string
+	body []byte
+}
+
 // call sends one signed request over a connection of its own and returns
 // the response body; a non-zero response code is an error carrying the
 // server's remark. For the occasional admin call; consumers and the
 // producer keep a conn. A failure is explained (Explain).
-func (r *Remoting) call(ctx context.Context, addr string, code int, ext map[string]string, body []byte) ([]byte, error) {
-	out, err := r.callOnce(ctx, addr, code, ext, body)
+func (r *Remoting) call(ctx context.Context, addr string, req request) ([]byte, error) {
+	out, err := r.callOnce(ctx, addr, req)
 	return out, Explain(r.cfg, err, r.tls != nil)
 }
 
-func (r *Remoting) callOnce(ctx context.Context, addr string, code int, ext map[string]string, body []byte) ([]byte, error) {
+func (r *Remoting) callOnce(ctx context.Context, addr string, req request) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
@@ -198,8 +206,8 @@ func (r *Remoting) callOnce(ctx context.Context, addr string, code int, ext map[
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 	defer stop()
 
-	h := remotingHeader{Code: code, Language: "GO", Version: remotingVersion, Opaque: rmqOpaque.Add(1), ExtFields: signed(r.creds, ext, body)}
-	if err := writeFrame(conn, h, body); err != nil {
+	h := remotingHeader{Code: req.code, Language: "GO", Version: remotingVersion, Opaque: rmqOpaque.Add(1), ExtFields: signed(r.creds, req.ext, req.body)}
+	if err := writeFrame(conn, h, req.body); err != nil {
 		return nil, err
 	}
 	for first := true; ; first = false {
@@ -225,9 +233,12 @@ func (r *Remoting) callOnce(ctx context.Context, addr string, code int, ext map[
 // plaintext client.
 type closedError struct{ err error }
 
+// Error says what the server did, with the read's error.
 func (e *closedError) Error() string {
 	return "the server closed the connection without answering the first request (" + e.err.Error() + ")"
 }
+
+// Unwrap returns the read's error.
 func (e *closedError) Unwrap() error { return e.err }
 
 // RemotingError is a response with a non-zero code: the server answered
@@ -237,6 +248,7 @@ type RemotingError struct {
 	Remark string
 }
 
+// Error gives the response code and the server's remark.
 func (e *RemotingError) Error() string {
 	return fmt.Sprintf("remoting response code %d: %s", e.Code, e.Remark)
 }
@@ -253,7 +265,7 @@ func FastJSONToJSON(b []byte) []byte {
 // RouteQueues asks a name server for topic's route and returns its number
 // of write queues (0 when the name server does not route the topic yet).
 func (r *Remoting) RouteQueues(ctx context.Context, namesrv, topic string) (int, error) {
-	body, err := r.call(ctx, namesrv, rmqGetRouteInfoByTopic, map[string]string{"topic": topic}, nil)
+	body, err := r.call(ctx, namesrv, request{rmqGetRouteInfoByTopic, map[string]string{"topic": topic}, nil})
 	if err != nil {
 		var re *RemotingError
 		if errors.As(err, &re) {

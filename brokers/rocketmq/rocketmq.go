@@ -100,7 +100,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,9 +174,8 @@ type Broker struct {
 	prod     producerAPI
 	prodErr  error
 
-	mu     sync.Mutex
-	subs   map[*subscription]struct{}
-	closed bool
+	mu   sync.Mutex // guards subs and the start of senders and of the producer
+	subs *driverutil.Subs[*subscription]
 }
 
 // producerAPI is how the driver sends (remotingProducer; a fake in
@@ -219,8 +217,9 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		sendTimeout: 10 * time.Second,
 		window:      DefaultPublishWindow,
 		instance:    fmt.Sprintf("inboxbench-%d", time.Now().UnixNano()),
-		subs:        map[*subscription]struct{}{},
+		calls:       driverutil.Calls{Driver: Name},
 	}
+	b.subs = driverutil.NewSubs[*subscription](&b.mu)
 	if v, ok := opts[OptSendTimeout]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -276,7 +275,7 @@ func (b *Broker) producer() (producerAPI, error) {
 	b.prodOnce.Do(func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		if b.closed {
+		if b.subs.Closed() {
 			b.prodErr = errors.New("rocketmq: broker is closed")
 			return
 		}
@@ -410,15 +409,11 @@ func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 
 // Close implements brokers.Broker.
 func (b *Broker) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	first, err := b.subs.Close(nil)
+	if !first {
 		return nil
 	}
-	b.closed = true
-	subs := maps.Clone(b.subs)
-	b.mu.Unlock()
-	errs := []error{driverutil.CloseAll(subs)}
+	errs := []error{err}
 	b.topics.Range(func(_, v any) bool {
 		v.(*topicState).dropSenders()
 		return true

@@ -2,8 +2,6 @@ package rocketmq_test
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +9,6 @@ import (
 	"github.com/inboxbench/inboxbench/brokers/rocketmq"
 	"github.com/inboxbench/inboxbench/compose"
 	rocketstack "github.com/inboxbench/inboxbench/compose/rocketmq"
-	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 )
 
@@ -47,33 +44,13 @@ func TestSecureRefusals(t *testing.T) {
 		}
 	}
 	noTLS := cfg.With(rocketmq.SettingTLS, "false").With(rocketmq.SettingCAFile, "").With(rocketmq.SettingServerName, "")
-	for _, tc := range []struct {
-		name string
-		cfg  config.Config
-		key  string
-		text string
-	}{
-		{"wrong secret key", cfg.With(rocketmq.SettingSecretKey, "not-the-password"), rocketmq.SettingSecretKey, "signature"},
-		{"unknown user", cfg.With(rocketmq.SettingAccessKey, "nobody"), rocketmq.SettingAccessKey, "no enabled user"},
-		{"no access key", cfg.With(rocketmq.SettingAccessKey, "").With(rocketmq.SettingSecretKey, ""), rocketmq.SettingAccessKey, "not signed"},
-		{"plaintext client", noTLS, rocketmq.SettingTLS, "enforcing"},
-		{"unknown CA", cfg.With(rocketmq.SettingCAFile, testenv.ForeignCA(t)), rocketmq.SettingCAFile, "does not hold"},
-		{"server name", cfg.With(rocketmq.SettingServerName, "rocketmq.example"), rocketmq.SettingServerName, "localhost"},
-		{"no permission", cfg.With(rocketmq.SettingAccessKey, "ib-test-nothing").With(rocketmq.SettingSecretKey, password), rocketmq.SettingAccessKey, "lacks a permission"},
-	} {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			b, err := rocketmq.New(ctx, tc.cfg, nil)
-			if err == nil {
-				defer b.Close()
-				err = b.Setup(ctx, brokertest.UniqueName(t, "ib"), 1)
-			}
-			var se *config.SettingError
-			if !errors.As(err, &se) || se.Key != tc.key || !strings.Contains(err.Error(), tc.text) || ctx.Err() != nil {
-				t.Fatalf("Setup: %v (context: %v); want a setting error naming %s that says %q, before the context ends", err, ctx.Err(), tc.key, tc.text)
-			}
-			t.Logf("%v", err)
-		})
-	}
+	brokertest.Refusals(t, rocketmq.Name,
+		brokertest.Refusal{Name: "wrong secret key", Cfg: cfg.With(rocketmq.SettingSecretKey, "not-the-password"), Key: rocketmq.SettingSecretKey, Text: "signature"},
+		brokertest.Refusal{Name: "unknown user", Cfg: cfg.With(rocketmq.SettingAccessKey, "nobody"), Key: rocketmq.SettingAccessKey, Text: "no enabled user"},
+		brokertest.Refusal{Name: "no access key", Cfg: cfg.With(rocketmq.SettingAccessKey, "").With(rocketmq.SettingSecretKey, ""), Key: rocketmq.SettingAccessKey, Text: "not signed"},
+		brokertest.Refusal{Name: "plaintext client", Cfg: noTLS, Key: rocketmq.SettingTLS, Text: "enforcing"},
+		brokertest.Refusal{Name: "unknown CA", Cfg: cfg.With(rocketmq.SettingCAFile, testenv.ForeignCA(t)), Key: rocketmq.SettingCAFile, Text: "does not hold"},
+		brokertest.Refusal{Name: "server name", Cfg: cfg.With(rocketmq.SettingServerName, "rocketmq.example"), Key: rocketmq.SettingServerName, Text: "localhost"},
+		brokertest.Refusal{Name: "no permission", Cfg: cfg.With(rocketmq.SettingAccessKey, "ib-test-nothing").With(rocketmq.SettingSecretKey, password), Key: rocketmq.SettingAccessKey, Text: "lacks a permission"},
+	)
 }

@@ -49,20 +49,16 @@ const (
 )
 
 type subscription struct {
+	driverutil.Sub
 	b        *Broker
 	topic    string
 	group    string
-	opts     brokers.SubscribeOptions
-	h        brokers.Handler
 	gc       *groupClient
 	clientID string
-	life     *driverutil.Lifecycle
-	stats    brokers.Counters
 
 	ctx    context.Context // cancelled by Close and Crash: stops everything
 	cancel context.CancelFunc
 
-	crashed  atomic.Bool
 	endOnce  sync.Once
 	kick     chan struct{} // cap 1: rebalance now
 	loopDone chan struct{}
@@ -102,14 +98,14 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 func (b *Broker) subscribe(ctx context.Context, topic, group string, opts brokers.SubscribeOptions, h brokers.Handler) (*subscription, error) {
 	host, _ := os.Hostname()
 	s := &subscription{
-		b: b, topic: topic, group: group, opts: opts.WithDefaults(), h: h,
+		b: b, topic: topic, group: group,
 		clientID:  host + "@" + b.uniqueName("consumer"),
-		life:      driverutil.NewLifecycle(),
 		kick:      make(chan struct{}, 1),
 		loopDone:  make(chan struct{}),
 		workers:   map[queue]*worker{},
 		releasing: map[queue]chan struct{}{},
 	}
+	s.Init(opts, h, s.end)
 	s.gc = newGroupClient(b.rm, group, s.clientID, s.rebalanceSoon)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// Register now, so a broker that cannot be reached fails Subscribe
@@ -118,14 +114,10 @@ func (b *Broker) subscribe(ctx context.Context, topic, group string, opts broker
 		s.abandon()
 		return nil, fmt.Errorf("rocketmq: subscribe %s as %s: %w", topic, group, err)
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	if !b.subs.Add(s) {
 		s.abandon()
 		return nil, errors.New("rocketmq: subscribe: broker is closed")
 	}
-	b.subs[s] = struct{}{}
-	b.mu.Unlock()
 	go s.loop()
 	return s, nil
 }
@@ -142,23 +134,6 @@ func (s *subscription) abandon() {
 	defer cancel()
 	s.leave(ctx, nil, route)
 	s.gc.close()
-}
-
-func (s *subscription) Done() <-chan struct{} { return s.life.Done() }
-func (s *subscription) Err() error            { return s.life.Err() }
-func (s *subscription) Stats() brokers.Stats  { return s.stats.Stats() }
-
-// Close implements brokers.Subscription.
-func (s *subscription) Close() error {
-	s.end(nil)
-	return s.life.Wait()
-}
-
-func (s *subscription) crash() {
-	if s.crashed.CompareAndSwap(false, true) {
-		s.stats.Crashed()
-		s.end(brokers.ErrCrashed)
-	}
 }
 
 func (s *subscription) rebalanceSoon() {
@@ -198,7 +173,7 @@ func (s *subscription) end(cause error) {
 			errs := []error{cause}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if !s.crashed.Load() {
+			if !s.Crashed() {
 				for _, w := range held {
 					if err := s.commit(ctx, w); err != nil {
 						errs = append(errs, fmt.Errorf("rocketmq: commit the offset of %s (its last messages will be redelivered): %w", w.q, err))
@@ -207,10 +182,8 @@ func (s *subscription) end(cause error) {
 			}
 			s.leave(ctx, held, route)
 			s.gc.close()
-			s.b.mu.Lock()
-			delete(s.b.subs, s)
-			s.b.mu.Unlock()
-			s.life.Finish(errors.Join(errs...))
+			s.b.subs.Remove(s)
+			s.Finish(errors.Join(errs...))
 		}()
 	})
 }

@@ -180,26 +180,16 @@ func (s *subscription) expire(w *worker) {
 // the lock was lost to another member, nothing more is done with it.
 // Called with s.mu held.
 func (s *subscription) handBack(w *worker, keep bool) {
-	delete(s.workers, w.q)
-	done := make(chan struct{})
-	s.releasing[w.q] = done
-	w.cancel()
-	go func() {
-		defer close(done)
-		<-w.exited
-		if keep && !s.crashed.Load() {
-			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	var then func(ctx context.Context)
+	if keep {
+		then = func(ctx context.Context) {
 			if err := s.commit(ctx, w); err != nil {
 				s.warn("commit on hand-over of "+w.q.String()+" (its last messages will be redelivered)", err)
 			}
 			_ = s.gc.unlock(ctx, w.addr, []queue{w.q}) // else it expires
-			cancel()
 		}
-		s.mu.Lock()
-		delete(s.releasing, w.q)
-		s.mu.Unlock()
-		s.rebalanceSoon()
-	}()
+	}
+	s.release(w, then)
 }
 
 // handOver stops a worker whose queue's master moved to addr: once its
@@ -207,6 +197,19 @@ func (s *subscription) handBack(w *worker, keep bool) {
 // old master is gone or demoted), and the queue is consumed there from
 // the next round on. Called with s.mu held.
 func (s *subscription) handOver(w *worker, addr string) {
+	s.release(w, func(ctx context.Context) {
+		w.addr = addr
+		if err := s.commit(ctx, w); err != nil {
+			s.warn("commit on the new master of "+w.q.String()+" (its last messages will be redelivered)", err)
+		}
+	})
+}
+
+// release stops a worker and, once its handler call returned, runs then
+// (nil: nothing; skipped after a crash, which settles nothing more)
+// before the queue counts as released and a rebalance may take it again.
+// Called with s.mu held.
+func (s *subscription) release(w *worker, then func(ctx context.Context)) {
 	delete(s.workers, w.q)
 	done := make(chan struct{})
 	s.releasing[w.q] = done
@@ -214,12 +217,9 @@ func (s *subscription) handOver(w *worker, addr string) {
 	go func() {
 		defer close(done)
 		<-w.exited
-		if !s.crashed.Load() {
+		if then != nil && !s.Crashed() {
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-			w.addr = addr
-			if err := s.commit(ctx, w); err != nil {
-				s.warn("commit on the new master of "+w.q.String()+" (its last messages will be redelivered)", err)
-			}
+			then(ctx)
 			cancel()
 		}
 		s.mu.Lock()
@@ -276,9 +276,9 @@ func (s *subscription) startOffset(w *worker) (int64, bool) {
 // that finds nothing waits at the broker for the next message.
 func (s *subscription) pullLoop(w *worker, off int64) {
 	backoff := 100 * time.Millisecond
-	for w.waitSpace(s.opts.Prefetch) {
+	for w.waitSpace(s.Opts.Prefetch) {
 		ctx, cancel := context.WithTimeout(w.ctx, 2*pullHold)
-		res, err := s.gc.pull(ctx, w.addr, w.q, off, min(s.opts.Prefetch, pullMax), pullHold)
+		res, err := s.gc.pull(ctx, w.addr, pullRequest{q: w.q, offset: off, max: min(s.Opts.Prefetch, pullMax), hold: pullHold})
 		cancel()
 		if err != nil {
 			if w.ctx.Err() != nil {
@@ -306,7 +306,7 @@ func (s *subscription) pullLoop(w *worker, off int64) {
 func (s *subscription) handleLoop(w *worker) {
 	shard := w.q.String() // one queue per worker: built once, not per delivery
 	for {
-		msgs := w.take(s.opts.MaxBatch)
+		msgs := w.take(s.Opts.MaxBatch)
 		if msgs == nil || !w.waitLease() {
 			return
 		}
@@ -319,33 +319,11 @@ func (s *subscription) handleLoop(w *worker) {
 				BrokerTime:  time.UnixMilli(m.StoreTimestamp),
 			}
 		}
-		next := 0 // HandleBatch settles consecutive prefixes of the batch
-		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
-			mine := msgs[next : next+len(ds)]
-			next += len(ds)
-			for i, v := range vs {
-				if v != brokers.Reject {
-					continue
-				}
-				if err := s.deadLetter(ds[i]); err != nil {
-					if i > 0 {
-						w.ack(mine[i-1].QueueOffset + 1)
-					}
-					return err
-				}
-			}
-			w.ack(mine[len(mine)-1].QueueOffset + 1)
-			return nil
-		}
-		switch out, err := driverutil.HandleBatch(w.ctx, s.h, ds, s.opts, &s.stats, settle); out {
-		case driverutil.Settled:
-		case driverutil.Unfinished:
-			return
-		case driverutil.Crashed:
-			s.crash()
-			return
-		default:
-			s.end(fmt.Errorf("rocketmq: %s queue %s: %w", s.topic, w.q, err))
+		settle := driverutil.InOrder(
+			func(i int) error { return s.deadLetter(ds[i]) },
+			func(i int) { w.ack(msgs[i].QueueOffset + 1) })
+		fail := func(err error) { s.end(fmt.Errorf("rocketmq: %s queue %s: %w", s.topic, w.q, err)) }
+		if !s.Handle(w.ctx, ds, settle, fail) {
 			return
 		}
 	}
@@ -356,7 +334,7 @@ func (s *subscription) handleLoop(w *worker) {
 func (s *subscription) deadLetter(d *brokers.Delivery) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.b.sendTimeout)
 	defer cancel()
-	if err := s.b.send(ctx, s.b.prod, s.topic+DLQSuffix, d.Message, map[string]string{propSource: d.TransportID}); err != nil {
+	if err := s.b.send(ctx, s.topic+DLQSuffix, d.Message, map[string]string{propSource: d.TransportID}); err != nil {
 		return fmt.Errorf("dead-letter %s: %w", d.TransportID, err)
 	}
 	return nil
@@ -380,7 +358,7 @@ func (s *subscription) commit(ctx context.Context, w *worker) error {
 // commitAll commits every held queue's finished offset (each rebalance
 // round): after a crash, at most that much is handled again.
 func (s *subscription) commitAll() {
-	if s.crashed.Load() {
+	if s.Crashed() {
 		return
 	}
 	s.mu.Lock()

@@ -16,6 +16,9 @@ var unsettled = errors.New("unsettled")
 // Calls tracks a driver's open PublishAsync calls, so Close can fail
 // what its transport left unconfirmed and return after every done.
 type Calls struct {
+	// Driver names the driver in the errors of its calls.
+	Driver string
+
 	mu     sync.Mutex
 	open   map[*Pending]struct{}
 	closed error // set by Close
@@ -42,15 +45,15 @@ type Pending struct {
 	left int     // unsettled messages
 }
 
-// Start registers a call of msgs to topic; driver names the driver in
-// errors. When Calls is closed it fails every message at once (done on
-// another goroutine) and returns nil: the caller hands nothing over.
-func (c *Calls) Start(ctx context.Context, driver, topic string, msgs []brokers.Message, done func([]error)) *Pending {
+// Start registers a call of msgs to topic. When Calls is closed it fails
+// every message at once (done on another goroutine) and returns nil: the
+// caller hands nothing over.
+func (c *Calls) Start(ctx context.Context, topic string, msgs []brokers.Message, done func([]error)) *Pending {
 	c.mu.Lock()
 	if c.closed != nil {
 		err := c.closed
 		c.mu.Unlock()
-		FailAsync(len(msgs), fmt.Errorf("%s: publish to %s: %w", driver, topic, err), done)
+		FailAsync(len(msgs), fmt.Errorf("%s: publish to %s: %w", c.Driver, topic, err), done)
 		return nil
 	}
 	if len(msgs) == 0 {
@@ -62,7 +65,7 @@ func (c *Calls) Start(ctx context.Context, driver, topic string, msgs []brokers.
 	for i := range errs {
 		errs[i] = unsettled
 	}
-	p := &Pending{calls: c, driver: driver, topic: topic, msgs: msgs, done: done, errs: errs, left: len(msgs)}
+	p := &Pending{calls: c, driver: c.Driver, topic: topic, msgs: msgs, done: done, errs: errs, left: len(msgs)}
 	if c.open == nil {
 		c.open = map[*Pending]struct{}{}
 	}
@@ -72,6 +75,37 @@ func (c *Calls) Start(ctx context.Context, driver, topic string, msgs []brokers.
 	p.stop = context.AfterFunc(ctx, func() { p.abort(fmt.Errorf("not confirmed: %w", ctx.Err())) })
 	p.mu.Unlock()
 	return p
+}
+
+// Queue is a driver's publisher of one shard queue, for Spread.
+type Queue interface {
+	// Send hands m, message i of p, to the queue, blocking while its
+	// window is full; it reports false when ctx ended first (p failed the
+	// message then) and nothing more is to be handed over.
+	Send(ctx context.Context, p *Pending, i int, m *brokers.Message) bool
+}
+
+// Spread is the PublishAsync of a driver with a publisher per shard queue,
+// once Start registered the call as p (nil: nothing to do): unless ctx
+// ended, it gets the topic's queues from queues (their error fails every
+// message) and hands each message, in slice order, to the queue its key
+// hashes onto (Shard), so one key's messages keep slice and call order.
+// It stops handing over when ctx ends: the call fails the rest.
+func Spread[Q Queue](ctx context.Context, p *Pending, queues func() ([]Q, error)) {
+	if p == nil || ctx.Err() != nil {
+		return // the call fails every message with ctx's error
+	}
+	qs, err := queues()
+	if err != nil {
+		p.SettleAllInCall(err)
+		return
+	}
+	for i := range p.msgs {
+		m := &p.msgs[i]
+		if ctx.Err() != nil || !qs[Shard(m.Key, len(qs))].Send(ctx, p, i, m) {
+			return
+		}
+	}
 }
 
 // FailAsync calls done with n copies of err on a goroutine of its own.
@@ -91,6 +125,13 @@ func (p *Pending) Settle(i int, err error) { p.settle(i, err, false) }
 // SettleInCall is Settle for the goroutine that called PublishAsync: when it was
 // the last, done runs on a goroutine of its own.
 func (p *Pending) SettleInCall(i int, err error) { p.settle(i, err, true) }
+
+// SettleAllInCall is SettleInCall of every message of the call with err.
+func (p *Pending) SettleAllInCall(err error) {
+	for i := range p.msgs {
+		p.SettleInCall(i, err)
+	}
+}
 
 func (p *Pending) settle(i int, err error, async bool) {
 	p.mu.Lock()

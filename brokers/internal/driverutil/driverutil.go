@@ -1,166 +1,87 @@
 // Package driverutil holds the pieces every broker driver needs in the same
-// shape: the subscription life cycle, batch handling with in-place retry
-// and key hashing.
+// shape: the subscription's state and batch handling with in-place retry
+// (Sub), the driver's set of subscriptions (Subs), the bookkeeping of
+// PublishAsync calls (Calls), key hashing, the start of Explain and the
+// TLS settings.
 package driverutil
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"hash/fnv"
+	"maps"
 	"sync"
 	"time"
-
-	"github.com/inboxbench/inboxbench/brokers"
 )
 
-// Lifecycle implements Done/Err of brokers.Subscription: the first Finish
-// wins, later ones are ignored.
-type Lifecycle struct {
-	once sync.Once
-	done chan struct{}
-	mu   sync.Mutex
-	err  error
-}
-
-// NewLifecycle returns a running Lifecycle.
-func NewLifecycle() *Lifecycle { return &Lifecycle{done: make(chan struct{})} }
-
-// Finish records err (nil for a clean end) and closes Done.
-func (l *Lifecycle) Finish(err error) {
-	l.once.Do(func() {
-		l.mu.Lock()
-		l.err = err
-		l.mu.Unlock()
-		close(l.done)
-	})
-}
-
-// Done is closed by the first Finish.
-func (l *Lifecycle) Done() <-chan struct{} { return l.done }
-
-// Err is the error given to the first Finish.
-func (l *Lifecycle) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
-// Wait blocks until the first Finish and returns what a Subscription's
-// Close reports: nil after a clean end or a deliberate crash (ErrCrashed is
-// the caller's own doing), else the error that ended it.
-func (l *Lifecycle) Wait() error {
-	<-l.done
-	if err := l.Err(); err != nil && !errors.Is(err, brokers.ErrCrashed) {
-		return err
-	}
-	return nil
-}
-
-// CloseAll closes every subscription and joins their errors. Drivers copy
-// their set under their lock (maps.Clone; an ending subscription removes
-// itself from the original), mark themselves closed, and call it unlocked:
-// a subscription's Close waits for running handlers.
-func CloseAll[S interface {
+// Subs is a driver's set of running subscriptions and whether the driver
+// is closed. It is kept under the driver's own lock (NewSubs), which may
+// guard more of the driver's state: a driver that must not start
+// something after Close checks Closed while holding that lock.
+type Subs[S interface {
 	comparable
 	Close() error
-}](set map[S]struct{}) error {
+}] struct {
+	mu     *sync.Mutex
+	closed bool
+	set    map[S]struct{}
+}
+
+// NewSubs returns an empty set kept under mu, the driver's lock.
+func NewSubs[S interface {
+	comparable
+	Close() error
+}](mu *sync.Mutex) *Subs[S] {
+	return &Subs[S]{mu: mu, set: map[S]struct{}{}}
+}
+
+// Add registers a started subscription; it reports false, registering
+// nothing, when the driver is closed (the caller undoes its start).
+func (x *Subs[S]) Add(s S) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return false
+	}
+	x.set[s] = struct{}{}
+	return true
+}
+
+// Remove forgets an ended subscription.
+func (x *Subs[S]) Remove(s S) {
+	x.mu.Lock()
+	delete(x.set, s)
+	x.mu.Unlock()
+}
+
+// Closed reports whether Close was called; the caller holds the driver's
+// lock.
+func (x *Subs[S]) Closed() bool { return x.closed }
+
+// Close begins a driver's Close: under the driver's lock it marks the
+// driver closed and runs locked (nil: nothing), where the driver takes
+// whatever else it must release in the same step; then, unlocked (a
+// subscription's Close waits for running handlers), it closes every
+// subscription and joins their errors. first is false, and nothing is
+// done, when the driver was closed already.
+func (x *Subs[S]) Close(locked func()) (first bool, err error) {
+	x.mu.Lock()
+	if x.closed {
+		x.mu.Unlock()
+		return false, nil
+	}
+	x.closed = true
+	set := maps.Clone(x.set) // an ending subscription removes itself
+	if locked != nil {
+		locked()
+	}
+	x.mu.Unlock()
 	var errs []error
 	for s := range set {
 		if err := s.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
-}
-
-// Settle acknowledges (Ack) or dead-letters (Reject) ds in order; vs[i] is
-// ds[i]'s verdict, always Ack or Reject. Successive calls for one batch
-// cover consecutive deliveries from its start (the first call a prefix,
-// the next one the prefix of the rest, …), so a driver can keep its
-// transport handles in a slice parallel to the batch. An error ends the
-// subscription: nothing after it is settled.
-type Settle func(ds []*brokers.Delivery, vs []brokers.Verdict) error
-
-// Outcome is how HandleBatch ended.
-type Outcome int
-
-const (
-	// Settled: every delivery of the batch was acked or dead-lettered.
-	Settled Outcome = iota
-	// Crashed: a Crash verdict (or one the driver does not know); nothing
-	// of the last Handler call was settled. The driver crashes.
-	Crashed
-	// Unfinished: ctx ended before the batch was settled; the rest is left
-	// unacknowledged for redelivery.
-	Unfinished
-	// Failed: the Handler broke its contract or settling failed; the error
-	// says which, and the driver ends the subscription with it.
-	Failed
-)
-
-// HandleBatch calls h with ds (one shard's deliveries, in order) until
-// every delivery is settled, obeying the verdicts as brokers.Handler
-// documents: the Ack/Reject prefix before the first Retry is settled right
-// away (so a retry backoff never delays acks), then, after
-// opts.Backoff, the Handler gets the deliveries from that Retry onward
-// again — held in place, not requeued, which is what keeps a shard's
-// order. Any Crash settles nothing of that call. Deliveries, Acked,
-// DeadLettered and Retried are counted in c; Attempt is set on each
-// delivery before each call.
-func HandleBatch(ctx context.Context, h brokers.Handler, ds []*brokers.Delivery, opts brokers.SubscribeOptions, c *brokers.Counters, settle Settle) (Outcome, error) {
-	for _, d := range ds {
-		d.Attempt = 0
-	}
-	for {
-		if ctx.Err() != nil {
-			return Unfinished, nil
-		}
-		for _, d := range ds {
-			d.Attempt++
-			c.Delivered()
-		}
-		vs := h(ctx, ds)
-		if len(vs) != len(ds) {
-			// Guessing which delivery a missing verdict belongs to could ack
-			// something the caller never committed: settle nothing.
-			return Failed, fmt.Errorf("handler returned %d verdicts for a batch of %d deliveries (first %s): it must return one per delivery", len(vs), len(ds), ds[0].TransportID)
-		}
-		cut := len(vs) // index of the first Retry
-		for i, v := range vs {
-			switch v {
-			case brokers.Ack, brokers.Reject:
-			case brokers.Retry:
-				cut = min(cut, i)
-			default: // Crash, or a verdict the driver does not know: ack nothing
-				return Crashed, nil
-			}
-		}
-		if cut > 0 {
-			if err := settle(ds[:cut], vs[:cut]); err != nil {
-				return Failed, err
-			}
-			for _, v := range vs[:cut] {
-				if v == brokers.Ack {
-					c.Acked()
-				} else {
-					c.DeadLettered()
-				}
-			}
-		}
-		if cut == len(ds) {
-			return Settled, nil
-		}
-		c.Retried()
-		ds = ds[cut:]
-		t := time.NewTimer(opts.Backoff(ds[0].Attempt))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Unfinished, nil
-		case <-t.C:
-		}
-	}
+	return true, errors.Join(errs...)
 }
 
 // Shard maps an ordering key onto one of n shards (FNV-1a, as RocketMQ's

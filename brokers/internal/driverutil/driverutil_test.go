@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,8 +45,14 @@ func ids(ds []*brokers.Delivery) string {
 	return strings.Join(out, ",")
 }
 
+// sub is a Sub calling h, whose end does nothing.
+func sub(h brokers.Handler, opts brokers.SubscribeOptions) *Sub {
+	s := &Sub{}
+	s.Init(opts, h, func(error) {})
+	return s
+}
+
 func TestHandleBatchRetriesFromTheFirstRetry(t *testing.T) {
-	var c brokers.Counters
 	var calls []string
 	var attempts []int
 	h := func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
@@ -60,8 +67,8 @@ func TestHandleBatchRetriesFromTheFirstRetry(t *testing.T) {
 		return []brokers.Verdict{brokers.Ack}
 	}
 	var got []settled
-	opts := brokers.SubscribeOptions{RetryBackoff: time.Millisecond}.WithDefaults()
-	out, err := HandleBatch(context.Background(), h, batch("a", "b", "c", "d"), opts, &c, recorder(&got))
+	s := sub(h, brokers.SubscribeOptions{RetryBackoff: time.Millisecond})
+	out, err := s.HandleBatch(context.Background(), batch("a", "b", "c", "d"), recorder(&got))
 	if out != Settled || err != nil {
 		t.Fatalf("outcome %v, %v", out, err)
 	}
@@ -84,7 +91,7 @@ func TestHandleBatchRetriesFromTheFirstRetry(t *testing.T) {
 			t.Errorf("settle %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	if st := c.Stats(); st.Deliveries != 7 || st.Retried != 2 || st.Acked != 3 || st.DeadLettered != 1 {
+	if st := s.Stats(); st.Deliveries != 7 || st.Retried != 2 || st.Acked != 3 || st.DeadLettered != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -94,7 +101,7 @@ func TestHandleBatchCrashSettlesNothing(t *testing.T) {
 	h := func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
 		return []brokers.Verdict{brokers.Ack, brokers.Reject, brokers.Crash}
 	}
-	out, err := HandleBatch(context.Background(), h, batch("a", "b", "c"), brokers.SubscribeOptions{}.WithDefaults(), &brokers.Counters{}, recorder(&got))
+	out, err := sub(h, brokers.SubscribeOptions{}).HandleBatch(context.Background(), batch("a", "b", "c"), recorder(&got))
 	if out != Crashed || err != nil || len(got) != 0 {
 		t.Fatalf("outcome %v err %v settled %+v", out, err, got)
 	}
@@ -103,7 +110,7 @@ func TestHandleBatchCrashSettlesNothing(t *testing.T) {
 func TestHandleBatchWrongVerdictCount(t *testing.T) {
 	var got []settled
 	h := func(context.Context, []*brokers.Delivery) []brokers.Verdict { return []brokers.Verdict{brokers.Ack} }
-	out, err := HandleBatch(context.Background(), h, batch("a", "b"), brokers.SubscribeOptions{}.WithDefaults(), &brokers.Counters{}, recorder(&got))
+	out, err := sub(h, brokers.SubscribeOptions{}).HandleBatch(context.Background(), batch("a", "b"), recorder(&got))
 	if out != Failed || err == nil || !strings.Contains(err.Error(), "1 verdicts for a batch of 2") || len(got) != 0 {
 		t.Fatalf("outcome %v err %v settled %+v", out, err, got)
 	}
@@ -112,7 +119,7 @@ func TestHandleBatchWrongVerdictCount(t *testing.T) {
 func TestHandleBatchSettleError(t *testing.T) {
 	boom := errors.New("boom")
 	h := func(context.Context, []*brokers.Delivery) []brokers.Verdict { return []brokers.Verdict{brokers.Ack} }
-	out, err := HandleBatch(context.Background(), h, batch("a"), brokers.SubscribeOptions{}.WithDefaults(), &brokers.Counters{},
+	out, err := sub(h, brokers.SubscribeOptions{}).HandleBatch(context.Background(), batch("a"),
 		func([]*brokers.Delivery, []brokers.Verdict) error { return boom })
 	if out != Failed || !errors.Is(err, boom) {
 		t.Fatalf("outcome %v err %v", out, err)
@@ -126,8 +133,7 @@ func TestHandleBatchStopsOnCancel(t *testing.T) {
 		cancel()
 		return []brokers.Verdict{brokers.Ack, brokers.Retry}
 	}
-	opts := brokers.SubscribeOptions{RetryBackoff: time.Hour}.WithDefaults()
-	out, _ := HandleBatch(ctx, h, batch("a", "b"), opts, &brokers.Counters{}, recorder(&got))
+	out, _ := sub(h, brokers.SubscribeOptions{RetryBackoff: time.Hour}).HandleBatch(ctx, batch("a", "b"), recorder(&got))
 	if out != Unfinished {
 		t.Fatalf("a cancelled retry ended as %v", out)
 	}
@@ -150,12 +156,99 @@ func TestShardStable(t *testing.T) {
 	}
 }
 
-func TestLifecycleFirstFinishWins(t *testing.T) {
-	l := NewLifecycle()
-	l.Finish(nil)
-	l.Finish(brokers.ErrCrashed)
-	<-l.Done()
-	if l.Err() != nil {
-		t.Fatal(l.Err())
+func TestSubFirstFinishWins(t *testing.T) {
+	s := sub(nil, brokers.SubscribeOptions{})
+	s.Finish(nil)
+	s.Finish(brokers.ErrCrashed)
+	<-s.Done()
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}
+
+// closer counts its Close calls.
+type closer struct{ n *int }
+
+func (c closer) Close() error { *c.n++; return nil }
+
+// Close closes every registered subscription once, refuses later ones,
+// and a second Close does nothing.
+func TestSubsCloseOnce(t *testing.T) {
+	var mu sync.Mutex
+	subs := NewSubs[closer](&mu)
+	var n1, n2, n3 int
+	subs.Add(closer{&n1})
+	subs.Add(closer{&n2})
+	subs.Remove(closer{&n2})
+	locked := false
+	if first, err := subs.Close(func() { locked = !mu.TryLock() }); !first || err != nil || !locked {
+		t.Fatalf("first Close: %v, %v; ran under the lock: %v", first, err, locked)
+	}
+	if n1 != 1 || n2 != 0 {
+		t.Fatalf("closed %d and %d times, want 1 and 0 (removed)", n1, n2)
+	}
+	if subs.Add(closer{&n3}) || !subs.Closed() {
+		t.Fatal("a closed set took a subscription")
+	}
+	if first, _ := subs.Close(nil); first || n1 != 1 {
+		t.Fatalf("second Close: first %v, closed %d times", first, n1)
+	}
+}
+
+// Handle goes on after a settled batch only; a crash crashes the
+// subscription and a failure goes to fail.
+func TestHandleOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		v                    brokers.Verdict
+		goOn, crashed, fails bool
+	}{
+		{brokers.Ack, true, false, false},
+		{brokers.Crash, false, true, false},
+		{brokers.Reject, false, false, true}, // the settle below fails
+	} {
+		var ended error
+		s := &Sub{}
+		s.Init(brokers.SubscribeOptions{}, func(context.Context, []*brokers.Delivery) []brokers.Verdict {
+			return []brokers.Verdict{tc.v}
+		}, func(cause error) { ended = cause })
+		settle := func(_ []*brokers.Delivery, vs []brokers.Verdict) error {
+			if vs[0] == brokers.Reject {
+				return errors.New("no dead-letter queue")
+			}
+			return nil
+		}
+		var failed error
+		goOn := s.Handle(context.Background(), batch("a"), settle, func(err error) { failed = err })
+		if goOn != tc.goOn || s.Crashed() != tc.crashed || (failed != nil) != tc.fails {
+			t.Errorf("%v: goes on %v, crashed %v, failed %v", tc.v, goOn, s.Crashed(), failed)
+		}
+		if tc.crashed && (!errors.Is(ended, brokers.ErrCrashed) || s.Stats().Crashed != 1) {
+			t.Errorf("%v: ended with %v, stats %+v", tc.v, ended, s.Stats())
+		}
+	}
+}
+
+// InOrder dead-letters a prefix's Rejects in order and acks up to its
+// last delivery; after a failed copy it acks only what precedes it.
+func TestInOrder(t *testing.T) {
+	var dead, acked []int
+	failAt := 3
+	settle := InOrder(func(i int) error {
+		if i == failAt {
+			return errors.New("no copy")
+		}
+		dead = append(dead, i)
+		return nil
+	}, func(i int) { acked = append(acked, i) })
+	ds := batch("a", "b", "c", "d", "e")
+	A, R := brokers.Ack, brokers.Reject
+	if err := settle(ds[:2], []brokers.Verdict{A, R}); err != nil {
+		t.Fatal(err)
+	}
+	if err := settle(ds[2:5], []brokers.Verdict{A, R, A}); err == nil {
+		t.Fatal("a failed dead-letter copy settled")
+	}
+	if !slices.Equal(dead, []int{1}) || !slices.Equal(acked, []int{1, 2}) {
+		t.Fatalf("dead-lettered %v, acked up to %v; want [1], [1 2]", dead, acked)
 	}
 }
