@@ -74,8 +74,10 @@
 //
 // User strategies come from SQL files (LoadStrategyFile, FileStrategy):
 // a team's own inbox SQL with named parameters, run in the same schema
-// after the built-in migration and judged by the same checker. They are
-// not registered: a runner takes them beside the registry's names. The
+// after the built-in migration and judged by the same checker. Package
+// strategyfile reads and checks a file; running it is this package's.
+// They are not registered: a runner takes them beside the registry's
+// names. The
 // harness parks the events a file answers GAP and applies them again
 // through the file (userpark.go); a file with a @batch section applies
 // batches (userbatch.go). A file never falls back to a built-in path. The

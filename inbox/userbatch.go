@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxbench/inboxbench/envelope"
+	"github.com/inboxbench/inboxbench/inbox/strategyfile"
 )
 
 // outcome: batch — a strategy file's @batch statements apply a whole batch
@@ -149,7 +150,7 @@ type fileBatch struct {
 // batch, or of a parked event) gets the first copy's result, DUPLICATE
 // where that one applied, as in the built-in batch strategy.
 func (r *fileRun) runBatch(ctx context.Context, evs []*envelope.Event, sweep bool) (fileBatch, error) {
-	stmts := r.sql[secBatch]
+	stmts := r.sql[strategyfile.Batch]
 	b := fileBatch{last: stmts[len(stmts)-1]}
 	err := pgx.BeginFunc(ctx, r.in.pool, func(tx pgx.Tx) error {
 		all := evs
@@ -203,10 +204,10 @@ func firstCopies(evs []*envelope.Event) (uniq []*envelope.Event, first []int, ag
 // known up front, and the server runs them in order, each seeing what the
 // ones before it did; an error skips the rest.
 func (r *fileRun) decideBatch(ctx context.Context, tx pgx.Tx, evs []*envelope.Event, last **renderedStmt) (_ []string, err error) {
-	stmts := r.sql[secBatch]
+	stmts := r.sql[strategyfile.Batch]
 	b := &pgx.Batch{}
 	for _, st := range stmts {
-		b.Queue(st.sql, batchArgs(st, r.consumer, evs)...)
+		b.Queue(st.SQL, batchArgs(st, r.consumer, evs)...)
 	}
 	br := tx.SendBatch(ctx, b)
 	defer func() {
