@@ -18,23 +18,14 @@ import (
 // order-42 at balance 0, version 0 and consumer balance-v1 with an empty
 // inbox (a fresh schema per cell), and prints the article's line.
 func init() {
-	register(&Scenario{
-		Name:    "duplicate",
-		Proves:  "the article's duplicate experiment: commit, close without ack, the same event comes back and is skipped (balance=10 inbox=1)",
-		Timeout: 2 * time.Minute,
-		Run: func(ctx context.Context, c Cell) Outcome {
-			return redeliveryExperiment(ctx, c, false)
-		},
-	})
-	register(&Scenario{
-		Name:    "split",
-		Proves:  "the business update fails after the inbox claim: a correct inbox rolls the claim back so the redelivery applies; a split commit keeps it and swallows the change (balance=0 inbox=1)",
-		Timeout: 2 * time.Minute,
-		Catches: []string{"broken-split"},
-		Run: func(ctx context.Context, c Cell) Outcome {
-			return redeliveryExperiment(ctx, c, true)
-		},
-	})
+	redelivery := func(name, proves string, catches []string, failUpdate bool) *Scenario {
+		return &Scenario{Name: name, Proves: proves, Timeout: 2 * time.Minute, Catches: catches,
+			Run: func(ctx context.Context, c Cell) Outcome { return redeliveryExperiment(ctx, c, failUpdate) }}
+	}
+	register(redelivery("duplicate", "the article's duplicate experiment: commit, close without ack, the same event comes back and is skipped (balance=10 inbox=1)",
+		nil, false))
+	register(redelivery("split", "the business update fails after the inbox claim: a correct inbox rolls the claim back so the redelivery applies; a split commit keeps it and swallows the change (balance=0 inbox=1)",
+		[]string{"broken-split"}, true))
 	register(&Scenario{
 		Name:    "concurrent",
 		Proves:  "two consumers, each with its own connection, race one event: the primary key lets exactly one apply (applied=1 duplicate=1 balance=10 inbox=1)",

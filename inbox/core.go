@@ -41,14 +41,24 @@ type applier struct {
 // failures. It is the tx strategy, and the path every other strategy falls
 // back to for idempotency keys, snapshots and version decisions.
 func (a applier) applyOne(ctx context.Context, ev *envelope.Event, ao applyOpts) Outcome {
-	if err := validate(a.consumer, ev); err != nil {
-		o := Outcome{Err: err}
-		if ev != nil {
-			o = newOutcome(ev)
-			o.Err = err
-		}
+	if o, bad := invalid(a.consumer, ev); bad {
 		return o
 	}
+	return a.retried(ctx, ev, func(ctx context.Context) (Outcome, error) {
+		return a.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
+			o, commit, err := a.applyInTx(ctx, tx, ev, ao)
+			if err != nil || !commit || o.Result != Applied || ao.then == nil || ev.Kind == envelope.Snapshot {
+				return o, commit, err
+			}
+			return o, true, ao.then(ctx, tx)
+		})
+	})
+}
+
+// retried runs attempt for ev under the inbox's retries, its partition
+// ensured first, and turns a failure that stayed into ev's outcome with
+// the error; Attempts and Duration are set either way.
+func (a applier) retried(ctx context.Context, ev *envelope.Event, attempt func(ctx context.Context) (Outcome, error)) Outcome {
 	start := time.Now()
 	var out Outcome
 	attempts, err := a.retry(ctx, func(ctx context.Context) error {
@@ -56,21 +66,14 @@ func (a applier) applyOne(ctx context.Context, ev *envelope.Event, ao applyOpts)
 			return err
 		}
 		var err error
-		out, err = a.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
-			o, commit, err := a.applyInTx(ctx, tx, ev, ao)
-			if err != nil || !commit || o.Result != Applied || ao.then == nil || ev.Kind == envelope.Snapshot {
-				return o, commit, err
-			}
-			return o, true, ao.then(ctx, tx)
-		})
+		out, err = attempt(ctx)
 		return err
 	})
 	if err != nil {
 		out = newOutcome(ev)
 		out.Err = eventErr(a.consumer, ev, a.strategy, err)
 	}
-	out.Attempts = attempts
-	out.Duration = time.Since(start)
+	out.Attempts, out.Duration = attempts, time.Since(start)
 	return out
 }
 
@@ -180,9 +183,15 @@ func (a applier) applyInTx(ctx context.Context, tx pgx.Tx, ev *envelope.Event, a
 			return a.park(ctx, tx, ev, out)
 		}
 	}
+	return a.applied(ctx, tx, out, ao)
+}
+
+// applied marks out APPLIED and, with parking on, drains the parked
+// successors of the version it reached; commit, unless that failed.
+func (a applier) applied(ctx context.Context, tx pgx.Tx, out Outcome, ao applyOpts) (Outcome, bool, error) {
 	out.Result = Applied
 	if ao.parking {
-		drained, err := a.drainIfParked(ctx, tx, ev.Subject, ev.AggregateVersion)
+		drained, err := a.drainIfParked(ctx, tx, out.Subject, out.Version)
 		if err != nil {
 			return out, false, err
 		}
@@ -415,17 +424,9 @@ func (a applier) applySnapshot(ctx context.Context, tx pgx.Tx, ev *envelope.Even
 		out.Result = Stale
 		return out, false, nil
 	}
-	out.Result = Applied
-	if ao.parking {
-		// Parked increments up to the snapshot's version are now stale; the
-		// next one may apply.
-		drained, err := a.drainIfParked(ctx, tx, ev.Subject, ev.AggregateVersion)
-		if err != nil {
-			return out, false, err
-		}
-		out.Drained = drained
-	}
-	return out, true, nil
+	// Parked increments up to the snapshot's version are now stale; the
+	// next one may apply.
+	return a.applied(ctx, tx, out, ao)
 }
 
 // RequestHash is the hash stored with an idempotency key: the business

@@ -193,22 +193,9 @@ func (a applier) applyLeased(ctx context.Context, ev *envelope.Event, existsMean
 	if err := validate(a.consumer, ev); err != nil || ev.Kind == envelope.Snapshot {
 		return a.applyOne(ctx, ev, applyOpts{hook: true})
 	}
-	start := time.Now()
-	var out Outcome
-	attempts, err := a.retry(ctx, func(ctx context.Context) error {
-		if err := a.ensurePartitions(ctx, ev); err != nil {
-			return err
-		}
-		var err error
-		out, err = a.leased(ctx, ev, existsMeansDone)
-		return err
+	return a.retried(ctx, ev, func(ctx context.Context) (Outcome, error) {
+		return a.leased(ctx, ev, existsMeansDone)
 	})
-	if err != nil {
-		out = newOutcome(ev)
-		out.Err = eventErr(a.consumer, ev, a.strategy, err)
-	}
-	out.Attempts, out.Duration = attempts, time.Since(start)
-	return out
 }
 
 // leaseMode is what a delivery does once it holds the lease.
