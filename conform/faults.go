@@ -222,7 +222,7 @@ func pruneAll(e *Env) func(ctx context.Context, c runner.CellInfo) error {
 		defer conn.Close(context.Background())
 		// Retention shorter than the replay window: everything applied so
 		// far is forgotten.
-		_, err = inbox.Prune(ctx, conn, c.Schema, time.Nanosecond, 1000)
+		_, err = inbox.ApplyRetention(ctx, conn, c.Schema, time.Nanosecond, 1000)
 		return err
 	}
 }

@@ -68,7 +68,7 @@ func retentionReplay(ctx context.Context, c Cell) Outcome {
 	}
 	// Retention shorter than the replay window: the inbox forgets
 	// everything, then a third of the stream is replayed from the start.
-	pruned, err := inbox.Prune(ctx, l.pool, l.schema, time.Nanosecond, 1000)
+	pruned, err := inbox.ApplyRetention(ctx, l.pool, l.schema, time.Nanosecond, 1000)
 	if err != nil {
 		return fail(err)
 	}
@@ -89,7 +89,7 @@ func retentionReplay(ctx context.Context, c Cell) Outcome {
 		delete(out.Anomalies, runner.EffectWithoutInbox)
 		delete(out.Examples, runner.EffectWithoutInbox)
 	}
-	out.Notes = append(out.Notes, fmt.Sprintf("pruned %d inbox rows, replayed %d events", pruned, len(replay)))
+	out.Notes = append(out.Notes, fmt.Sprintf("pruned %d inbox rows, replayed %d events", pruned.Rows, len(replay)))
 	out.Verdict = verdict(out.Anomalies)
 	return out
 }

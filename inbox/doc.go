@@ -90,7 +90,7 @@
 // # Layouts and retention
 //
 // Retention must cover every window in which an event can come again;
-// ApplyRetention (Prune) always takes an explicit bound. A schema gets one
+// ApplyRetention (Inbox.Prune) always takes an explicit bound. A schema gets one
 // of two inbox layouts when it is created (MigrateLayout). The plain one
 // is pruned by deleting old rows in small batches. The partitioned one is
 // PARTITION BY RANGE (event_time) with primary key (consumer, source,
