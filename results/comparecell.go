@@ -82,7 +82,7 @@ func cellMetrics(b, n *Cell, limit float64) []metric {
 		// reference machine the first of two runs a few minutes apart
 		// measured every cell, the baseline included, about 9% lower,
 		// and the ratios moved by 0.04 at most
-		// (docs/measurements-rerun.md).
+		// (docs/measurements.md, "`make bench` twice in a row").
 		ms = append(ms, metric{name: vsBaselineMetric, get: func(c *Cell) float64 { return c.Throughput.VsBaseline },
 			rule: ChangeRule{Threshold: limit, HigherIsBetter: true}, format: FormatShare})
 	}
