@@ -199,10 +199,6 @@ func gapsAfterAnomalies(c results.Cell) bool {
 // dead-lettered (acked silently, or lost).
 const PoisonUncounted = "poison-uncounted"
 
-func endsWith(s, suffix string) bool {
-	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
-}
-
 func poisonBodies() [][]byte {
 	return [][]byte{
 		[]byte("not json at all"),
@@ -210,20 +206,6 @@ func poisonBodies() [][]byte {
 		[]byte(`{"specversion":"1.0","source":"payments","type":"t","subject":"acct-x","aggregateversion":1,"kind":"increment","amount":5}`),
 		[]byte(`{"specversion":"1.0","source":"payments","id":"p-3","type":"t","subject":"acct-x","aggregateversion":1,"kind":"delta","amount":5}`),
 		[]byte(`{"specversion":"1.0","source":"payments","id":"p-4","type":"t","subject":"acct-x","aggregateversion":0,"kind":"increment","amount":5}`),
-	}
-}
-
-func pruneAll(e *Env) func(ctx context.Context, c runner.CellInfo) error {
-	return func(ctx context.Context, c runner.CellInfo) error {
-		conn, err := pgx.Connect(ctx, e.Cfg.PGURL)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(context.Background())
-		// Retention shorter than the replay window: everything applied so
-		// far is forgotten.
-		_, err = inbox.ApplyRetention(ctx, conn, c.Schema, time.Nanosecond, 1000)
-		return err
 	}
 }
 
