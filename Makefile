@@ -152,7 +152,7 @@ test-replicated-brokers: build
 # fuzz coordinator can fail a clean run with "context deadline exceeded"
 # as the time runs out (go.dev/issue/75804, fixed in Go 1.27).
 FUZZ_TIME ?= 100000x
-FUZZERS = envelope:FuzzUnmarshal workload:FuzzParse inbox:FuzzParseStrategyFile
+FUZZERS = envelope:FuzzUnmarshal workload:FuzzParse inbox/strategyfile:FuzzParse
 fuzz:
 	@for f in $(FUZZERS); do \
 	  pkg=$${f%%:*}; name=$${f#*:}; \

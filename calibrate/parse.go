@@ -53,18 +53,12 @@ func ParseProducerPerformance(out string, warmup time.Duration) (Figure, error) 
 	var ws []window
 	var at float64
 	var summary *window
-	for _, line := range lines(out) {
-		m := producerPerfRE.FindStringSubmatch(line)
-		if m == nil {
+	for _, r := range recordsLines(out, producerPerfRE) {
+		if r.rate <= 0 {
 			continue
 		}
-		n, _ := strconv.ParseInt(m[1], 10, 64)
-		rate, _ := strconv.ParseFloat(m[2], 64)
-		if rate <= 0 {
-			continue
-		}
-		w := window{n: n, secs: float64(n) / rate, start: at}
-		if strings.Contains(line, "max latency, ") {
+		w := window{n: r.n, secs: float64(r.n) / r.rate, start: at}
+		if strings.HasSuffix(r.m[0], "max latency, ") {
 			summary = &w
 			continue
 		}
@@ -100,6 +94,27 @@ func ParseProducerPerformance(out string, warmup time.Duration) (Figure, error) 
 	return f, nil
 }
 
+// recordsLine is a ProducerPerformance line a pattern matched: its
+// submatches, and the records (m[1]) and records/sec (m[2]) it reports.
+type recordsLine struct {
+	m    []string
+	n    int64
+	rate float64
+}
+
+// recordsLines are the lines of out that re matches, in order.
+func recordsLines(out string, re *regexp.Regexp) []recordsLine {
+	var rs []recordsLine
+	for _, line := range lines(out) {
+		if m := re.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.ParseInt(m[1], 10, 64)
+			rate, _ := strconv.ParseFloat(m[2], 64)
+			rs = append(rs, recordsLine{m: m, n: n, rate: rate})
+		}
+	}
+	return rs
+}
+
 // producerPerfSummaryRE matches ProducerPerformance's final summary, the
 // only line with percentiles (whole run, in ms): "N records sent, R
 // records/sec (M MB/sec), A ms avg latency, X ms max latency, P ms 50th,
@@ -112,18 +127,12 @@ var producerPerfSummaryRE = regexp.MustCompile(`^(\d+) records sent, ([\d.]+) re
 // covers the whole run, the producer's start included; the tool prints
 // no percentiles per window.
 func ParseProducerPerformanceAtRate(out string) (results.RateFigures, error) {
-	for _, line := range lines(out) {
-		m := producerPerfSummaryRE.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		n, _ := strconv.ParseInt(m[1], 10, 64)
-		rate, _ := strconv.ParseFloat(m[2], 64)
-		p50, _ := strconv.ParseInt(m[3], 10, 64)
-		p99, _ := strconv.ParseInt(m[4], 10, 64)
+	for _, r := range recordsLines(out, producerPerfSummaryRE) {
+		p50, _ := strconv.ParseInt(r.m[3], 10, 64)
+		p99, _ := strconv.ParseInt(r.m[4], 10, 64)
 		// 0 ms is "under a millisecond": half of one, not nothing.
 		ms := func(v int64) int64 { return max(500, v*1000) }
-		return results.RateFigures{Achieved: rate, Messages: n, PublishP50: ms(p50), PublishP99: ms(p99)}, nil
+		return results.RateFigures{Achieved: r.rate, Messages: r.n, PublishP50: ms(p50), PublishP99: ms(p99)}, nil
 	}
 	return results.RateFigures{}, fmt.Errorf("ProducerPerformance: %w (want its final summary \"N records sent, … ms 50th, … ms 99th, …\": the run must reach --num-records)", ErrNoReport)
 }

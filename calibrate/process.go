@@ -150,6 +150,8 @@ type lineWriter struct {
 	line func(string)
 }
 
+// Write hands each complete line of p to line, keeping a partial last
+// line for the next write.
 func (w *lineWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -278,8 +278,13 @@ type fieldFlag struct {
 	p   *string
 }
 
+// String is the field's value.
 func (f *fieldFlag) String() string { return *f.p }
-func (f *fieldFlag) Type() string   { return "string" }
+
+// Type tells pflag the value is a string.
+func (f *fieldFlag) Type() string { return "string" }
+
+// Set writes the field and marks the setting given.
 func (f *fieldFlag) Set(x string) error {
 	*f.p = x
 	f.c.markGiven(f.key)
@@ -292,6 +297,8 @@ type flagValue struct {
 	s Setting
 }
 
+// String is the setting's value, "***" for a secret that is set (pflag
+// prints defaults in --help).
 func (v *flagValue) String() string {
 	if v.s.Secret && v.c.Get(v.s.Key) != "" {
 		return "***"
@@ -299,6 +306,7 @@ func (v *flagValue) String() string {
 	return v.c.Get(v.s.Key)
 }
 
+// Set stores the setting (a Bool must parse) and marks it given.
 func (v *flagValue) Set(x string) error {
 	if v.s.Kind == Bool {
 		if _, err := parseBool(x); err != nil {
@@ -310,6 +318,7 @@ func (v *flagValue) Set(x string) error {
 	return nil
 }
 
+// Type is the setting's kind as pflag names it.
 func (v *flagValue) Type() string {
 	switch v.s.Kind {
 	case List:

@@ -236,10 +236,15 @@ func (c Config) RedactError(err error) error {
 	return redactedError{err: err, text: c.RedactSecrets(err.Error())}
 }
 
+// redactedError is an error whose text has its secrets redacted; it
+// still unwraps to the original.
 type redactedError struct {
 	err  error
 	text string
 }
 
+// Error is the redacted text.
 func (r redactedError) Error() string { return r.text }
+
+// Unwrap is the original error.
 func (r redactedError) Unwrap() error { return r.err }

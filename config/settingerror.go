@@ -27,8 +27,10 @@ func Invalid(key string, value any, format string, a ...any) error {
 	return &SettingError{Key: key, Value: value, Err: fmt.Errorf(format, a...)}
 }
 
+// Error names the setting by its key (Text names it as a program does).
 func (e *SettingError) Error() string { return e.Text(e.Key) }
 
+// Unwrap is the error underneath, if any.
 func (e *SettingError) Unwrap() error { return e.Err }
 
 // Text is the error with the setting called name (a program's own name

@@ -18,23 +18,14 @@ import (
 // order-42 at balance 0, version 0 and consumer balance-v1 with an empty
 // inbox (a fresh schema per cell), and prints the article's line.
 func init() {
-	register(&Scenario{
-		Name:    "duplicate",
-		Proves:  "the article's duplicate experiment: commit, close without ack, the same event comes back and is skipped (balance=10 inbox=1)",
-		Timeout: 2 * time.Minute,
-		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-			return redeliveryExperiment(ctx, e, "duplicate", broker, st, false)
-		},
-	})
-	register(&Scenario{
-		Name:    "split",
-		Proves:  "the business update fails after the inbox claim: a correct inbox rolls the claim back so the redelivery applies; a split commit keeps it and swallows the change (balance=0 inbox=1)",
-		Timeout: 2 * time.Minute,
-		Catches: []string{"broken-split"},
-		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-			return redeliveryExperiment(ctx, e, "split", broker, st, true)
-		},
-	})
+	redelivery := func(name, proves string, catches []string, failUpdate bool) *Scenario {
+		return &Scenario{Name: name, Proves: proves, Timeout: 2 * time.Minute, Catches: catches,
+			Run: func(ctx context.Context, c Cell) Outcome { return redeliveryExperiment(ctx, c, failUpdate) }}
+	}
+	register(redelivery("duplicate", "the article's duplicate experiment: commit, close without ack, the same event comes back and is skipped (balance=10 inbox=1)",
+		nil, false))
+	register(redelivery("split", "the business update fails after the inbox claim: a correct inbox rolls the claim back so the redelivery applies; a split commit keeps it and swallows the change (balance=0 inbox=1)",
+		[]string{"broken-split"}, true))
 	register(&Scenario{
 		Name:    "concurrent",
 		Proves:  "two consumers, each with its own connection, race one event: the primary key lets exactly one apply (applied=1 duplicate=1 balance=10 inbox=1)",
@@ -54,9 +45,10 @@ func init() {
 // redeliveryExperiment: publish one persistent, confirmed message; the
 // consumer applies it and dies before acking (split: the business update
 // fails first); a new consumer gets it again and applies it again.
-func redeliveryExperiment(ctx context.Context, e *Env, name, broker string, st inbox.Strategy, failUpdate bool) Outcome {
+func redeliveryExperiment(ctx context.Context, c Cell, failUpdate bool) Outcome {
+	name := c.Scenario
 	var once sync.Once
-	l, err := newLab(ctx, e, name, broker, st, func(o *inbox.Options) {
+	l, err := newLab(ctx, c, func(o *inbox.Options) {
 		if failUpdate {
 			// The business update of the first attempt fails (the article
 			// rolls it back); strategies without a step between claim
@@ -80,21 +72,19 @@ func redeliveryExperiment(ctx context.Context, e *Env, name, broker string, st i
 	if err := l.publish(ctx, topic, ev); err != nil {
 		return fail(err)
 	}
-	ch := make(chan got, 4)
-	var mu sync.Mutex
-	n := 0
+	r := newReader(topic, 4)
 	// First delivery: the transaction ran (committed, or failed and rolled
 	// back); the consumer dies before the ack either way.
-	sub, err := l.consume(ctx, topic, "g1", func(n int, g got) brokers.Verdict {
+	sub, err := l.consume(ctx, r, func(n int, g got) brokers.Verdict {
 		if n == 1 {
 			return brokers.Crash
 		}
 		return brokers.Ack
-	}, ch, &n, &mu)
+	})
 	if err != nil {
 		return fail(err)
 	}
-	first, err := next(ctx, ch, "the first delivery")
+	first, err := r.next(ctx, "the first delivery")
 	if err != nil {
 		sub.Close()
 		return fail(err)
@@ -104,12 +94,12 @@ func redeliveryExperiment(ctx context.Context, e *Env, name, broker string, st i
 	case <-ctx.Done():
 		return fail(fmt.Errorf("the crashed subscription did not end: %w", ctx.Err()))
 	}
-	sub, err = l.consume(ctx, topic, "g1", func(int, got) brokers.Verdict { return brokers.Ack }, ch, &n, &mu)
+	sub, err = l.consume(ctx, r, func(int, got) brokers.Verdict { return brokers.Ack })
 	if err != nil {
 		return fail(err)
 	}
 	defer sub.Close()
-	second, err := next(ctx, ch, "the redelivery")
+	second, err := r.next(ctx, "the redelivery")
 	if err != nil {
 		return fail(errors.Join(errNotRedelivered, err))
 	}
@@ -131,7 +121,7 @@ func redeliveryExperiment(ctx context.Context, e *Env, name, broker string, st i
 		out.Verdict = verdict(out.Anomalies)
 	}
 	if !l.b.Capabilities().RedeliveryFlag {
-		out.Notes = append(out.Notes, broker+" has no redelivered flag: redelivered means the same event id came back")
+		out.Notes = append(out.Notes, c.Broker+" has no redelivered flag: redelivered means the same event id came back")
 	}
 	return out
 }
@@ -142,80 +132,23 @@ const LostDelivery = "lost-delivery"
 // concurrentExperiment: the same event reaches two consumers at once (two
 // topics, one subscription each); both wait at one barrier, then apply on
 // their own connections.
-func concurrentExperiment(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-	var mu sync.Mutex
-	arrived, both := 0, make(chan struct{})
-	l, err := newLab(ctx, e, "concurrent", broker, st, func(o *inbox.Options) {
-		// Between the claim (or the check) and the update, each applier
-		// waits for the other, up to a second: two check-then-insert
-		// consumers have then both checked before either inserts, however
-		// the machine schedules them (a fixed 100 ms pause let a loaded
-		// machine serialize them). A correct strategy's second claim
-		// waits on the first's row instead, so the first goes on alone
-		// after the second.
-		o.BeforeEffect = func(ctx context.Context, _ string, _ *envelope.Event) error {
-			mu.Lock()
-			if arrived++; arrived == 2 {
-				close(both)
-			}
-			mu.Unlock()
-			select {
-			case <-both:
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-			}
-			return nil
-		}
-	})
+func concurrentExperiment(ctx context.Context, c Cell) Outcome {
+	l, err := newLab(ctx, c, func(o *inbox.Options) { o.BeforeEffect = pairUp() })
 	if err != nil {
 		return fail(err)
 	}
 	defer l.close()
 	ev := event("same-event", 1, 10)
-	barrier := newBarrier(2)
 	results := make(chan inbox.Outcome, 2)
 	pol := runner.NewErrorPolicy(runner.RetryBound{})
-	var subs []brokers.Subscription
+	subs, err := l.race(ctx, ev, pol, results)
 	defer func() {
 		for _, s := range subs {
 			s.Close()
 		}
 	}()
-	for i, suffix := range []string{"-a", "-b"} {
-		topic, err := l.topic(ctx, suffix)
-		if err != nil {
-			return fail(err)
-		}
-		if err := l.publish(ctx, topic, ev); err != nil {
-			return fail(err)
-		}
-		h := brokers.PerDelivery(func(hctx context.Context, d *brokers.Delivery) brokers.Verdict {
-			got, err := envelope.Unmarshal(d.Body)
-			if err != nil {
-				return brokers.Reject
-			}
-			if !barrier.wait(hctx, 30*time.Second) {
-				return brokers.Retry
-			}
-			outs, _ := st.ApplyBatch(hctx, l.in, l.consumer, []*envelope.Event{got})
-			v := brokers.Ack
-			if outs[0].Err != nil || outs[0].Result == inbox.Gap {
-				var final bool
-				if v, final = undecided(hctx, pol, d, got, outs[0]); !final {
-					return v
-				}
-			}
-			select {
-			case results <- outs[0]:
-			case <-hctx.Done():
-			}
-			return v
-		})
-		sub, err := l.b.Subscribe(ctx, topic, fmt.Sprintf("g%d", i), brokers.SubscribeOptions{Prefetch: 1}, h)
-		if err != nil {
-			return fail(fmt.Errorf("%s: subscribe %s: %w", broker, topic, err))
-		}
-		subs = append(subs, sub)
+	if err != nil {
+		return fail(err)
 	}
 	applied, dup := 0, 0
 	for range 2 {
@@ -251,6 +184,77 @@ func concurrentExperiment(ctx context.Context, e *Env, broker string, st inbox.S
 	return out
 }
 
+// pairUp is the concurrent experiment's BeforeEffect. Between the claim
+// (or the check) and the update, each applier waits for the other, up to
+// a second: two check-then-insert consumers have then both checked
+// before either inserts, however the machine schedules them (a fixed
+// 100 ms pause let a loaded machine serialize them). A correct strategy's
+// second claim waits on the first's row instead, so the first goes on
+// alone after the second.
+func pairUp() func(context.Context, string, *envelope.Event) error {
+	var mu sync.Mutex
+	arrived, both := 0, make(chan struct{})
+	return func(ctx context.Context, _ string, _ *envelope.Event) error {
+		mu.Lock()
+		if arrived++; arrived == 2 {
+			close(both)
+		}
+		mu.Unlock()
+		select {
+		case <-both:
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+		return nil
+	}
+}
+
+// race publishes ev to two topics of the cell, one consumer subscribed to
+// each: both wait at one barrier, then apply ev on their own connections
+// and report what they decided on results. It returns the subscriptions
+// made, also on an error.
+func (l *lab) race(ctx context.Context, ev *envelope.Event, pol *runner.ErrorPolicy, results chan<- inbox.Outcome) ([]brokers.Subscription, error) {
+	barrier := newBarrier(2)
+	var subs []brokers.Subscription
+	for i, suffix := range []string{"-a", "-b"} {
+		topic, err := l.topic(ctx, suffix)
+		if err != nil {
+			return subs, err
+		}
+		if err := l.publish(ctx, topic, ev); err != nil {
+			return subs, err
+		}
+		h := brokers.PerDelivery(func(hctx context.Context, d *brokers.Delivery) brokers.Verdict {
+			delivered, err := envelope.Unmarshal(d.Body)
+			if err != nil {
+				return brokers.Reject
+			}
+			if !barrier.wait(hctx, 30*time.Second) {
+				return brokers.Retry
+			}
+			outs, _ := l.st.ApplyBatch(hctx, l.in, l.consumer, []*envelope.Event{delivered})
+			v := brokers.Ack
+			if outs[0].Err != nil || outs[0].Result == inbox.Gap {
+				var final bool
+				if v, final = undecided(hctx, pol, got{d: d, ev: delivered, out: outs[0]}); !final {
+					return v
+				}
+			}
+			select {
+			case results <- outs[0]:
+			case <-hctx.Done():
+			}
+			return v
+		})
+		sub, err := l.b.Subscribe(ctx, topic, fmt.Sprintf("g%d", i), brokers.SubscribeOptions{Prefetch: 1}, h)
+		if err != nil {
+			return subs, fmt.Errorf("%s: subscribe %s: %w", l.broker, topic, err)
+		}
+		subs = append(subs, sub)
+	}
+	return subs, nil
+}
+
 // DuplicateClaim is counted when two racing consumers did not end as one
 // APPLIED and one DUPLICATE ("two consumers both think they are first").
 const DuplicateClaim = "duplicate-claim"
@@ -258,8 +262,8 @@ const DuplicateClaim = "duplicate-claim"
 // orderExperiment (parking off, as in the article): event-2 first is a gap
 // and leaves nothing; event-1 applies; event-2 again applies; event-2 once
 // more is a duplicate; a new id carrying version 1 is stale.
-func orderExperiment(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-	l, err := newLab(ctx, e, "order", broker, st, func(o *inbox.Options) { o.DisableParking = true })
+func orderExperiment(ctx context.Context, c Cell) Outcome {
+	l, err := newLab(ctx, c, func(o *inbox.Options) { o.DisableParking = true })
 	if err != nil {
 		return fail(err)
 	}
@@ -268,12 +272,10 @@ func orderExperiment(ctx context.Context, e *Env, broker string, st inbox.Strate
 	if err != nil {
 		return fail(err)
 	}
-	ch := make(chan got, 8)
-	var mu sync.Mutex
-	n := 0
+	rd := newReader(topic, 8)
 	// The article rejects the gap and replays event-2 later: the consumer
 	// answers every decision with an ack and the test publishes the replay.
-	sub, err := l.consume(ctx, topic, "g1", func(int, got) brokers.Verdict { return brokers.Ack }, ch, &n, &mu)
+	sub, err := l.consume(ctx, rd, func(int, got) brokers.Verdict { return brokers.Ack })
 	if err != nil {
 		return fail(err)
 	}
@@ -283,7 +285,7 @@ func orderExperiment(ctx context.Context, e *Env, broker string, st inbox.Strate
 		if err := l.publish(ctx, topic, ev); err != nil {
 			return 0, err
 		}
-		g, err := next(ctx, ch, ev.ID)
+		g, err := rd.next(ctx, ev.ID)
 		if err != nil {
 			return 0, err
 		}

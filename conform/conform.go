@@ -61,6 +61,15 @@ type Outcome struct {
 	crashes int64
 }
 
+// Cell is one run of a scenario: the environment it runs against, the
+// scenario's name, and the broker and strategy of its row.
+type Cell struct {
+	Env      *Env
+	Scenario string
+	Broker   string
+	Strategy inbox.Strategy
+}
+
 // Scenario is a named, deterministic program of publishes, deliveries and
 // faults with its own expected final state.
 type Scenario struct {
@@ -96,7 +105,7 @@ type Scenario struct {
 	// disturb what every cell shares (PostgreSQL failing over, the
 	// machine's cores while a cluster recovers).
 	Exclusive bool
-	Run       func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome
+	Run       func(ctx context.Context, c Cell) Outcome
 }
 
 var registry []*Scenario
@@ -188,11 +197,12 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 						return
 					}
 					var row results.ConformRow
-					if why := notApplicable(&o.Env, sc, bc, b, st); why != "" {
+					c := Cell{Env: &o.Env, Scenario: sc.Name, Broker: b, Strategy: st}
+					if why := notApplicable(c, sc, bc); why != "" {
 						row = results.ConformRow{Scenario: sc.Name, Broker: b, Strategy: st.Name(), Broken: st.Broken(),
 							Expected: results.VerdictNA, Verdict: results.VerdictNA, Reason: why}
 					} else {
-						row = runOne(ctx, &o.Env, sc, b, st)
+						row = runOne(ctx, sc, c)
 					}
 					mu.Lock()
 					rows = append(rows, row)
@@ -233,8 +243,11 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 	return rows
 }
 
-func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.Strategy) (row results.ConformRow) {
-	row = results.ConformRow{Scenario: sc.Name, Broker: broker, Strategy: st.Name(), Broken: st.Broken(), Expected: results.VerdictPass}
+// runOne runs cell c of scenario sc, bounded by its timeout and alone
+// when it is Exclusive, into its row.
+func runOne(ctx context.Context, sc *Scenario, c Cell) (row results.ConformRow) {
+	st := c.Strategy
+	row = results.ConformRow{Scenario: sc.Name, Broker: c.Broker, Strategy: st.Name(), Broken: st.Broken(), Expected: results.VerdictPass}
 	if st.Broken() && slices.Contains(sc.Catches, st.Name()) {
 		row.Expected = results.VerdictFail
 	}
@@ -257,7 +270,7 @@ func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.S
 			row.Verdict, row.Error = results.VerdictError, fmt.Sprintf("panic: %v", r)
 		}
 	}()
-	out := sc.Run(ctx, e, broker, st)
+	out := sc.Run(ctx, c)
 	row.Verdict, row.Anomalies, row.Examples, row.Line, row.Notes = out.Verdict, out.Anomalies, out.Examples, out.Line, out.Notes
 	row.Faults, row.Timeline, row.Control = out.Faults, out.Timeline, out.Control
 	if out.Err != nil {
@@ -267,10 +280,10 @@ func runOne(ctx context.Context, e *Env, sc *Scenario, broker string, st inbox.S
 			row.Error = fmt.Sprintf("timed out after %s: %v", sc.Timeout, out.Err)
 		}
 		// A client library may quote its endpoint, credentials and all.
-		row.Error = e.Cfg.RedactSecrets(row.Error)
+		row.Error = c.Env.Cfg.RedactSecrets(row.Error)
 	}
-	if row.Line != "" && e.Out != nil {
-		fmt.Fprintln(e.Out, row.Line)
+	if row.Line != "" && c.Env.Out != nil {
+		fmt.Fprintln(c.Env.Out, row.Line)
 	}
 	return row
 }
@@ -316,21 +329,21 @@ func caps(cfg config.Config, broker string) brokers.Capabilities {
 	return b.Capabilities()
 }
 
-// notApplicable says why a scenario does not apply to a broker and a
-// strategy, or "" when it does.
-func notApplicable(e *Env, sc *Scenario, c brokers.Capabilities, broker string, st inbox.Strategy) string {
+// notApplicable says why scenario sc does not apply to cell c's broker
+// (with capabilities bc) and strategy, or "" when it does.
+func notApplicable(c Cell, sc *Scenario, bc brokers.Capabilities) string {
 	if sc.Where != nil {
-		if why := sc.Where(e, broker); why != "" {
+		if why := sc.Where(c.Env, c.Broker); why != "" {
 			return why
 		}
 	}
 	if sc.Needs != nil {
-		if why := sc.Needs(c); why != "" {
-			return broker + " " + why
+		if why := sc.Needs(bc); why != "" {
+			return c.Broker + " " + why
 		}
 	}
 	for _, f := range sc.Requires {
-		if why := inbox.Lacks(st, f); why != "" {
+		if why := inbox.Lacks(c.Strategy, f); why != "" {
 			return fmt.Sprintf("%s tests %s: %s", sc.Name, f, why)
 		}
 	}

@@ -217,7 +217,7 @@ func TestStrategyFileWithoutConsumerTable(t *testing.T) {
 	// audit consumer's event finds the balance consumer's change in its
 	// way first, an effect that changes no row at the version its own
 	// table shows (ERROR, dead-lettered).
-	out := sc[0].Run(ctx, &Env{Cfg: testenv.Require(t, testenv.Postgres)}, "none", st[0])
+	out := sc[0].Run(ctx, Cell{Env: &Env{Cfg: testenv.Require(t, testenv.Postgres)}, Scenario: sc[0].Name, Broker: "none", Strategy: st[0]})
 	if out.Verdict == results.VerdictPass {
 		t.Fatalf("two-consumers run regardless passed the file (%v): the N/A hides nothing", out.Anomalies)
 	}

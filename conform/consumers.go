@@ -33,8 +33,8 @@ func init() {
 // twoConsumers sends the same events to two consumers with their own
 // target tables (account and audit_account) and checks both reach the
 // oracle's state.
-func twoConsumers(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-	l, err := newLab(ctx, e, "two-consumers", broker, st, nil)
+func twoConsumers(ctx context.Context, c Cell) Outcome {
+	l, err := newLab(ctx, c, nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -57,23 +57,23 @@ func twoConsumers(ctx context.Context, e *Env, broker string, st inbox.Strategy)
 	for _, p := range plan.Publishes {
 		evs = append(evs, p.Event)
 	}
-	var done atomic.Int64
-	pol := runner.NewErrorPolicy(runner.RetryBound{})
-	for i, c := range []consumerTable{{"balance-v1", l.in}, {"audit-v1", audit}} {
-		sub, err := l.consumeAs(ctx, fmt.Sprintf("-%d", i), c, st, evs, pol, &done)
+	f := &fanOut{l: l, evs: evs, pol: runner.NewErrorPolicy(runner.RetryBound{})}
+	auditTable := consumerTable{"audit-v1", "audit_account", audit}
+	for i, c := range []consumerTable{{"balance-v1", "account", l.in}, auditTable} {
+		sub, err := f.consume(ctx, fmt.Sprintf("-%d", i), c)
 		if err != nil {
 			return fail(err)
 		}
 		defer sub.Close()
 	}
-	for done.Load() < int64(2*len(evs)) {
+	for f.done.Load() < int64(2*len(evs)) {
 		select {
 		case <-ctx.Done():
-			return fail(fmt.Errorf("%d of %d deliveries handled: %w", done.Load(), 2*len(evs), ctx.Err()))
+			return fail(fmt.Errorf("%d of %d deliveries handled: %w", f.done.Load(), 2*len(evs), ctx.Err()))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if err := deadLettered(pol); err != nil {
+	if err := deadLettered(f.pol); err != nil {
 		return fail(err)
 	}
 	out, err := l.check(ctx, plan.Events, plan.Expected)
@@ -81,45 +81,50 @@ func twoConsumers(ctx context.Context, e *Env, broker string, st inbox.Strategy)
 		return fail(err)
 	}
 	// The audit consumer's table against the same oracle.
-	if err := l.checkTable(ctx, "audit_account", "audit-v1", plan.Expected, &out); err != nil {
+	if err := l.checkTable(ctx, auditTable, plan.Expected, &out); err != nil {
 		return fail(err)
 	}
 	out.Verdict = verdict(out.Anomalies)
 	return out
 }
 
-// consumerTable is a consumer and the inbox bound to its business table.
+// consumerTable is a consumer, its business table and the inbox bound to
+// it.
 type consumerTable struct {
-	name string
-	in   *inbox.Inbox
+	name, table string
+	in          *inbox.Inbox
 }
 
-// consumeAs publishes evs to a topic of their own and consumes it as c,
-// counting each delivery answered for good in done.
-func (l *lab) consumeAs(ctx context.Context, suffix string, c consumerTable, st inbox.Strategy, evs []*envelope.Event,
-	pol *runner.ErrorPolicy, done *atomic.Int64) (brokers.Subscription, error) {
+// fanOut is the two consumers' reading: each gets every event of evs on
+// a topic of its own; done counts the deliveries answered for good.
+type fanOut struct {
+	l    *lab
+	evs  []*envelope.Event
+	pol  *runner.ErrorPolicy
+	done atomic.Int64
+}
+
+// consume publishes the events to the lab's topic with suffix and
+// consumes it as c.
+func (f *fanOut) consume(ctx context.Context, suffix string, c consumerTable) (brokers.Subscription, error) {
+	l := f.l
 	topic, err := l.topic(ctx, suffix)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.publish(ctx, topic, evs...); err != nil {
+	if err := l.publish(ctx, topic, f.evs...); err != nil {
 		return nil, err
 	}
-	sub, err := l.b.Subscribe(ctx, topic, c.name, brokers.SubscribeOptions{}, brokers.PerDelivery(
-		func(hctx context.Context, d *brokers.Delivery) brokers.Verdict {
-			ev, err := envelope.Unmarshal(d.Body)
-			if err != nil {
-				return brokers.Reject
-			}
-			outs, _ := st.ApplyBatch(hctx, c.in, c.name, []*envelope.Event{ev})
-			if outs[0].Err != nil || outs[0].Result == inbox.Gap {
-				v, final := undecided(hctx, pol, d, ev, outs[0])
+	sub, err := l.b.Subscribe(ctx, topic, c.name, brokers.SubscribeOptions{}, l.applyEach(c.in, c.name,
+		func(ctx context.Context, g got) brokers.Verdict {
+			if g.out.Err != nil || g.out.Result == inbox.Gap {
+				v, final := undecided(ctx, f.pol, g)
 				if final {
-					done.Add(1)
+					f.done.Add(1)
 				}
 				return v
 			}
-			done.Add(1)
+			f.done.Add(1)
 			return brokers.Ack
 		}))
 	if err != nil {
@@ -128,10 +133,11 @@ func (l *lab) consumeAs(ctx context.Context, suffix string, c consumerTable, st 
 	return sub, nil
 }
 
-// checkTable compares a consumer's business table with the oracle and
+// checkTable compares consumer c's business table with the oracle and
 // counts a lost effect for every aggregate off it.
-func (l *lab) checkTable(ctx context.Context, table, consumer string, want map[string]workload.State, out *Outcome) error {
-	rows, err := l.pool.Query(ctx, "SELECT id, balance, version FROM "+pgx.Identifier{l.schema, table}.Sanitize())
+func (l *lab) checkTable(ctx context.Context, c consumerTable, want map[string]workload.State, out *Outcome) error {
+	consumer := c.name
+	rows, err := l.pool.Query(ctx, "SELECT id, balance, version FROM "+pgx.Identifier{l.schema, c.table}.Sanitize())
 	if err != nil {
 		return err
 	}

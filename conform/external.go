@@ -20,8 +20,8 @@ import (
 func init() {
 	ext := func(name, proves string, catches []string, faults string, opts ...func(*runner.Options, *Env)) *Scenario {
 		return &Scenario{Name: name, Proves: proves, Timeout: 4 * time.Minute, Catches: catches, External: true,
-			Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-				return runStream(ctx, e, name, broker, st, faults, append([]func(*runner.Options, *Env){externalSpec}, opts...)...)
+			Run: func(ctx context.Context, c Cell) Outcome {
+				return runStream(ctx, c, faults, append([]func(*runner.Options, *Env){externalSpec}, opts...)...)
 			}}
 	}
 	register(ext("external-timeout", "10% of external calls are applied by the service and answered only after the caller gave up: every event is paid exactly once (the retry carries the same key, or asks for the key's result)",
@@ -35,11 +35,12 @@ func init() {
 	register(&Scenario{Name: "external-worker-crash", Timeout: 5 * time.Minute, External: true, Catches: []string{"broken-ext-new-key", "broken-ext-exists"},
 		Proves: "two bench worker processes consume; a few are killed with kill -9 between the external call and the database commit, the transaction open, and replaced: every event is paid exactly once",
 		Needs:  outOfProcess,
-		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-			if len(e.WorkerCmd) == 0 {
+		Run: func(ctx context.Context, c Cell) Outcome {
+			if len(c.Env.WorkerCmd) == 0 {
 				return fail(errors.New("external-worker-crash needs the bench program to start workers with (conform.Env.WorkerCmd)"))
 			}
-			out := runStream(ctx, e, "external-worker-crash", broker, st, "crash_after_call: 0.02", externalSpec, func(o *runner.Options, e *Env) {
+			st := c.Strategy
+			out := runStream(ctx, c, "crash_after_call: 0.02", externalSpec, func(o *runner.Options, e *Env) {
 				o.Workers = runner.Workers{Local: 2, Cmd: e.WorkerCmd}
 				o.Spec.Consumers = 2
 			})
@@ -50,7 +51,7 @@ func init() {
 				return fail(errors.New("no worker process was killed: the scenario proved nothing"))
 			}
 			if out.Err == nil {
-				out.Line = fmt.Sprintf("external-worker-crash: %s/%s workers=2 killed=%d", broker, st.Name(), out.crashes)
+				out.Line = fmt.Sprintf("external-worker-crash: %s/%s workers=2 killed=%d", c.Broker, st.Name(), out.crashes)
 			}
 			return out
 		}})

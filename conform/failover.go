@@ -63,8 +63,8 @@ func failoverScenario(name, proves string, f workload.FailoverFault, weak bool) 
 		Where: func(e *Env, broker string) string {
 			return failoverWhere(e, f.Target, broker, weak)
 		},
-		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-			return runFailover(ctx, e, name, broker, st, f, weak)
+		Run: func(ctx context.Context, c Cell) Outcome {
+			return runFailover(ctx, c, f, weak)
 		}}
 	if weak {
 		sc.MustShow = runner.LostEffect
@@ -91,7 +91,8 @@ func failoverWhere(e *Env, target, broker string, weak bool) string {
 
 // runFailover runs the scenario's stream with its fault, under the
 // cluster's weak setting for a control.
-func runFailover(ctx context.Context, e *Env, name, broker string, st inbox.Strategy, f workload.FailoverFault, weak bool) Outcome {
+func runFailover(ctx context.Context, c Cell, f workload.FailoverFault, weak bool) Outcome {
+	e, name, broker := c.Env, c.Scenario, c.Broker
 	s := failover.Stack{Cfg: e.Cfg, Dir: e.StackDir}
 	cfg, control := e.Cfg, ""
 	if weak {
@@ -113,7 +114,7 @@ func runFailover(ctx context.Context, e *Env, name, broker string, st inbox.Stra
 	if err := spec.Validate(); err != nil {
 		return fail(fmt.Errorf("scenario %s: workload: %w", name, err))
 	}
-	out := runStream(ctx, e, name, broker, st, "", func(o *runner.Options, e *Env) {
+	out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
 		o.Spec, o.Cfg = spec, cfg
 		o.Stream.Failover = s.Injector()
 		o.Measure.Latency = true // the faults' e2e p99.9

@@ -25,8 +25,8 @@ import (
 func init() {
 	stream := func(name, proves string, catches []string, faults string, opts ...func(*runner.Options, *Env)) *Scenario {
 		return &Scenario{Name: name, Proves: proves, Timeout: 4 * time.Minute, Catches: catches,
-			Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-				return runStream(ctx, e, name, broker, st, faults, opts...)
+			Run: func(ctx context.Context, c Cell) Outcome {
+				return runStream(ctx, c, faults, opts...)
 			}}
 	}
 	register(stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
@@ -34,19 +34,19 @@ func init() {
 	register(&Scenario{Name: "consumer-crash", Timeout: 5 * time.Minute, Catches: []string{"broken-ack-before-commit"},
 		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced: every redelivery is deduplicated, nothing is lost",
 		Needs:  outOfProcess,
-		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-			if len(e.WorkerCmd) == 0 {
+		Run: func(ctx context.Context, c Cell) Outcome {
+			if len(c.Env.WorkerCmd) == 0 {
 				return fail(errors.New("consumer-crash needs the bench program to start workers with (conform.Env.WorkerCmd)"))
 			}
-			out := runStream(ctx, e, "consumer-crash", broker, st, "crash_after_commit: 0.015", func(o *runner.Options, e *Env) {
+			out := runStream(ctx, c, "crash_after_commit: 0.015", func(o *runner.Options, e *Env) {
 				o.Workers = runner.Workers{Local: 2, Cmd: e.WorkerCmd}
 				o.Spec.Consumers = 2
 			})
-			if out.Err == nil && out.crashes == 0 && !st.Broken() {
+			if out.Err == nil && out.crashes == 0 && !c.Strategy.Broken() {
 				return fail(errors.New("no worker process was killed: the scenario proved nothing"))
 			}
 			if out.Err == nil {
-				out.Line = fmt.Sprintf("consumer-crash: %s/%s workers=2 killed=%d", broker, st.Name(), out.crashes)
+				out.Line = fmt.Sprintf("consumer-crash: %s/%s workers=2 killed=%d", c.Broker, c.Strategy.Name(), out.crashes)
 			}
 			return out
 		}})
@@ -73,9 +73,9 @@ func init() {
 	register(idem)
 	register(&Scenario{Name: "db-connection-kill", Timeout: 4 * time.Minute,
 		Proves: "the consumers' database connections are terminated twice mid-stream, mid-transaction: the events are retried, none lost or doubled",
-		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
+		Run: func(ctx context.Context, c Cell) Outcome {
 			var killed atomic.Int64
-			out := runStream(ctx, e, "db-connection-kill", broker, st, "", func(o *runner.Options, e *Env) {
+			out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
 				o.Spec.PublishRate = 200 // a live stream while the connections die
 				kill := runner.Action{Name: "pg_terminate_backend on consumer connections", Do: killConnections(e, &killed)}
 				kill.At = 0.3
@@ -94,10 +94,10 @@ func init() {
 	register(&Scenario{Name: "broker-restart", Timeout: 6 * time.Minute,
 		Proves: "the broker is stopped and started mid-stream through bench stack: consumers reconnect, nothing lost or doubled",
 		Needs:  outOfProcess,
-		Run: func(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-			return runStream(ctx, e, "broker-restart", broker, st, "", func(o *runner.Options, e *Env) {
+		Run: func(ctx context.Context, c Cell) Outcome {
+			return runStream(ctx, c, "", func(o *runner.Options, e *Env) {
 				o.Spec.PublishRate = 100 // publishing goes on across the restart
-				o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: "restart " + broker, At: 0.3, Do: restartBroker(e)})
+				o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: "restart " + c.Broker, At: 0.3, Do: restartBroker(e)})
 			})
 		}})
 }
@@ -113,7 +113,10 @@ shards: 4
 batch_size: 50
 `
 
-func runStream(ctx context.Context, e *Env, name, broker string, st inbox.Strategy, faults string, opts ...func(*runner.Options, *Env)) Outcome {
+// runStream runs cell c's scenario as a runner cell: the base stream
+// with faults, adjusted by opts.
+func runStream(ctx context.Context, c Cell, faults string, opts ...func(*runner.Options, *Env)) Outcome {
+	e, name, st := c.Env, c.Scenario, c.Strategy
 	y := baseSpec + "name: " + name + "\n"
 	if faults != "" {
 		y += "faults:\n  " + faults + "\n"
@@ -128,7 +131,7 @@ func runStream(ctx context.Context, e *Env, name, broker string, st inbox.Strate
 	// drop tables in the database meanwhile (other scenarios, other tests);
 	// the trigger catches every negative control as well (runner's tests
 	// run each control under all three audit modes).
-	o := runner.Options{Cfg: e.Cfg, Spec: spec, Brokers: []string{broker}, RunID: uniqueName(name),
+	o := runner.Options{Cfg: e.Cfg, Spec: spec, Brokers: []string{c.Broker}, RunID: uniqueName(name),
 		Measure: runner.Measure{Audit: true, AuditMode: inbox.AuditStatement}, Limits: runner.Limits{Stall: 20 * time.Second}, Console: runner.Console{Progress: io.Discard},
 		Output: runner.Output{NoWrite: true}}
 	if reg, err := inbox.Lookup(st.Name()); err == nil && reg == st {
@@ -143,29 +146,29 @@ func runStream(ctx context.Context, e *Env, name, broker string, st inbox.Strate
 	if err != nil {
 		return fail(err)
 	}
-	c := run.Cells[0]
-	if gapsAfterAnomalies(c) {
+	rc := run.Cells[0]
+	if gapsAfterAnomalies(rc) {
 		// The events dead-lettered were the successors of an effect the
 		// checker names lost: their gap never filled. The anomaly is the
 		// verdict, the dead letters its consequence.
-		c.Invariants.Verdict = results.VerdictFail
+		rc.Invariants.Verdict = results.VerdictFail
 	}
-	if c.Invariants.Verdict == results.VerdictError || c.Invariants.Verdict == "" {
-		return fail(fmt.Errorf("%s", c.Error))
+	if rc.Invariants.Verdict == results.VerdictError || rc.Invariants.Verdict == "" {
+		return fail(fmt.Errorf("%s", rc.Error))
 	}
-	out := Outcome{Verdict: c.Invariants.Verdict, Anomalies: c.Invariants.Anomalies, Examples: c.Invariants.Examples, Notes: c.Notes,
-		crashes: c.Counters.Crashes, Faults: c.Faults, Timeline: c.Timeline}
-	if c.Error != "" {
-		out.Notes = append(out.Notes, c.Error)
+	out := Outcome{Verdict: rc.Invariants.Verdict, Anomalies: rc.Invariants.Anomalies, Examples: rc.Invariants.Examples, Notes: rc.Notes,
+		crashes: rc.Counters.Crashes, Faults: rc.Faults, Timeline: rc.Timeline}
+	if rc.Error != "" {
+		out.Notes = append(out.Notes, rc.Error)
 	}
-	if len(o.Stream.Poison) > 0 && c.Counters.Rejected != int64(len(o.Stream.Poison)) {
-		out.Anomalies[PoisonUncounted] += int64(len(o.Stream.Poison)) - c.Counters.Rejected
-		out.Examples[PoisonUncounted] = []string{fmt.Sprintf("%d malformed messages sent, %d dead-lettered", len(o.Stream.Poison), c.Counters.Rejected)}
+	if len(o.Stream.Poison) > 0 && rc.Counters.Rejected != int64(len(o.Stream.Poison)) {
+		out.Anomalies[PoisonUncounted] += int64(len(o.Stream.Poison)) - rc.Counters.Rejected
+		out.Examples[PoisonUncounted] = []string{fmt.Sprintf("%d malformed messages sent, %d dead-lettered", len(o.Stream.Poison), rc.Counters.Rejected)}
 		out.Verdict = verdict(out.Anomalies)
 	}
-	if strings.Contains(c.Error, "action ") {
+	if strings.Contains(rc.Error, "action ") {
 		// The fault itself could not be injected: the cell proves nothing.
-		return fail(errors.New(c.Error))
+		return fail(errors.New(rc.Error))
 	}
 	return out
 }
@@ -196,10 +199,6 @@ func gapsAfterAnomalies(c results.Cell) bool {
 // dead-lettered (acked silently, or lost).
 const PoisonUncounted = "poison-uncounted"
 
-func endsWith(s, suffix string) bool {
-	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
-}
-
 func poisonBodies() [][]byte {
 	return [][]byte{
 		[]byte("not json at all"),
@@ -207,20 +206,6 @@ func poisonBodies() [][]byte {
 		[]byte(`{"specversion":"1.0","source":"payments","type":"t","subject":"acct-x","aggregateversion":1,"kind":"increment","amount":5}`),
 		[]byte(`{"specversion":"1.0","source":"payments","id":"p-3","type":"t","subject":"acct-x","aggregateversion":1,"kind":"delta","amount":5}`),
 		[]byte(`{"specversion":"1.0","source":"payments","id":"p-4","type":"t","subject":"acct-x","aggregateversion":0,"kind":"increment","amount":5}`),
-	}
-}
-
-func pruneAll(e *Env) func(ctx context.Context, c runner.CellInfo) error {
-	return func(ctx context.Context, c runner.CellInfo) error {
-		conn, err := pgx.Connect(ctx, e.Cfg.PGURL)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(context.Background())
-		// Retention shorter than the replay window: everything applied so
-		// far is forgotten.
-		_, err = inbox.Prune(ctx, conn, c.Schema, time.Nanosecond, 1000)
-		return err
 	}
 }
 

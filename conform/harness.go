@@ -25,7 +25,7 @@ import (
 // lab is one scenario cell's database and broker: a fresh schema with the
 // checker's audit trigger, an inbox bound to it, and a topic of its own.
 type lab struct {
-	e        *Env
+	broker   string
 	pool     *pgxpool.Pool
 	in       *inbox.Inbox
 	st       inbox.Strategy
@@ -47,9 +47,10 @@ func uniqueName(parts ...string) string {
 	return n + "_" + hex.EncodeToString(r[:])
 }
 
-// newLab prepares a cell. opt adjusts the inbox options (parking, hooks).
-func newLab(ctx context.Context, e *Env, scenario, broker string, st inbox.Strategy, opt func(*inbox.Options)) (*lab, error) {
-	schema := uniqueName(scenario, broker, st.Name())
+// newLab prepares cell c. opt adjusts the inbox options (parking, hooks).
+func newLab(ctx context.Context, c Cell, opt func(*inbox.Options)) (*lab, error) {
+	e, broker, st := c.Env, c.Broker, c.Strategy
+	schema := uniqueName(c.Scenario, broker, st.Name())
 	pcfg, err := pgxpool.ParseConfig(e.Cfg.PGURL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres URL: %w", err)
@@ -66,7 +67,7 @@ func newLab(ctx context.Context, e *Env, scenario, broker string, st inbox.Strat
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	l := &lab{e: e, pool: pool, st: st, schema: schema, consumer: "balance-v1"}
+	l := &lab{broker: broker, pool: pool, st: st, schema: schema, consumer: "balance-v1"}
 	if _, err := inbox.Migrate(ctx, pool, schema); err != nil {
 		l.close()
 		return nil, fmt.Errorf("postgres: migrate %s: %w", schema, err)
@@ -134,38 +135,59 @@ type got struct {
 	out inbox.Outcome
 }
 
-// policy decides the verdict for a delivery after its apply.
-type policy func(n int, g got) brokers.Verdict
-
-// consume subscribes with a handler that applies each delivery with the
-// cell's strategy, reports it on the returned channel and answers what
-// pol says. n counts deliveries across subscriptions of the same channel.
-func (l *lab) consume(ctx context.Context, topic, group string, pol policy, ch chan got, count *int, mu *sync.Mutex) (brokers.Subscription, error) {
-	h := brokers.PerDelivery(func(hctx context.Context, d *brokers.Delivery) brokers.Verdict {
+// applyEach is the handler of the scenarios' consumers: each delivery's
+// event applied alone with the cell's strategy, on in for consumer, and
+// answered as then says; a body that is not an event is rejected.
+func (l *lab) applyEach(in *inbox.Inbox, consumer string, then func(ctx context.Context, g got) brokers.Verdict) brokers.Handler {
+	return brokers.PerDelivery(func(ctx context.Context, d *brokers.Delivery) brokers.Verdict {
 		ev, err := envelope.Unmarshal(d.Body)
 		if err != nil {
 			return brokers.Reject
 		}
-		outs, _ := l.st.ApplyBatch(hctx, l.in, l.consumer, []*envelope.Event{ev})
-		g := got{d: d, ev: ev, out: outs[0]}
-		mu.Lock()
-		*count++
-		n := *count
-		mu.Unlock()
+		outs, _ := l.st.ApplyBatch(ctx, in, consumer, []*envelope.Event{ev})
+		return then(ctx, got{d: d, ev: ev, out: outs[0]})
+	})
+}
+
+// policy decides the verdict for the nth delivery after its apply.
+type policy func(n int, g got) brokers.Verdict
+
+// reader is what a scenario's consumers of one topic report: each
+// delivery on ch, counted across their subscriptions.
+type reader struct {
+	topic string
+	ch    chan got
+	mu    sync.Mutex
+	n     int
+}
+
+func newReader(topic string, capacity int) *reader {
+	return &reader{topic: topic, ch: make(chan got, capacity)}
+}
+
+// consume subscribes to r's topic (group g1) with a handler that applies
+// each delivery with the cell's strategy, reports it to r and answers
+// what pol says.
+func (l *lab) consume(ctx context.Context, r *reader, pol policy) (brokers.Subscription, error) {
+	h := l.applyEach(l.in, l.consumer, func(ctx context.Context, g got) brokers.Verdict {
+		r.mu.Lock()
+		r.n++
+		n := r.n
+		r.mu.Unlock()
 		v := pol(n, g)
 		select {
-		case ch <- g:
-		case <-hctx.Done():
+		case r.ch <- g:
+		case <-ctx.Done():
 		}
 		return v
 	})
-	return l.b.Subscribe(ctx, topic, group, brokers.SubscribeOptions{Prefetch: 1}, h)
+	return l.b.Subscribe(ctx, r.topic, "g1", brokers.SubscribeOptions{Prefetch: 1}, h)
 }
 
 // next waits for the next reported delivery.
-func next(ctx context.Context, ch <-chan got, what string) (got, error) {
+func (r *reader) next(ctx context.Context, what string) (got, error) {
 	select {
-	case g := <-ch:
+	case g := <-r.ch:
 		return g, nil
 	case <-ctx.Done():
 		return got{}, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
@@ -208,12 +230,13 @@ var errNotRedelivered = errors.New("the unacknowledged delivery did not come bac
 // error, or a GAP nobody parks) as `bench run` does: sent back while a
 // retryable failure is within the bound, dead-lettered otherwise — never
 // acked as if applied. final reports a dead letter.
-func undecided(ctx context.Context, pol *runner.ErrorPolicy, d *brokers.Delivery, ev *envelope.Event, out inbox.Outcome) (v brokers.Verdict, final bool) {
+func undecided(ctx context.Context, pol *runner.ErrorPolicy, g got) (v brokers.Verdict, final bool) {
+	ev := g.ev
 	f := inbox.Failure{Kind: "version_gap", Retryable: true, Message: fmt.Sprintf("%s v%d was not parked and its predecessor did not come", ev.Subject, ev.AggregateVersion)}
-	if out.Err != nil {
-		f = inbox.Describe(out.Err)
+	if g.out.Err != nil {
+		f = inbox.Describe(g.out.Err)
 	}
-	v = pol.Verdict(ctx, ev.Key()+"#"+d.ID, ev, f)
+	v = pol.Verdict(ctx, ev.Key()+"#"+g.d.ID, ev, f)
 	return v, v == brokers.Reject
 }
 

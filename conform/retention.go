@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
-	"github.com/inboxbench/inboxbench/envelope"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/runner"
 	"github.com/inboxbench/inboxbench/workload"
@@ -23,8 +22,8 @@ func init() {
 	})
 }
 
-func retentionReplay(ctx context.Context, e *Env, broker string, st inbox.Strategy) Outcome {
-	l, err := newLab(ctx, e, "retention-replay", broker, st, nil)
+func retentionReplay(ctx context.Context, c Cell) Outcome {
+	l, err := newLab(ctx, c, nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -39,21 +38,16 @@ func retentionReplay(ctx context.Context, e *Env, broker string, st inbox.Strate
 		return fail(err)
 	}
 	var handled atomic.Int64
-	sub, err := l.b.Subscribe(ctx, topic, "g1", brokers.SubscribeOptions{}, brokers.PerDelivery(
-		func(hctx context.Context, d *brokers.Delivery) brokers.Verdict {
-			ev, err := envelope.Unmarshal(d.Body)
-			if err != nil {
-				return brokers.Reject
-			}
-			outs, _ := st.ApplyBatch(hctx, l.in, l.consumer, []*envelope.Event{ev})
-			if outs[0].Err != nil || outs[0].Result == inbox.Gap {
+	sub, err := l.b.Subscribe(ctx, topic, "g1", brokers.SubscribeOptions{}, l.applyEach(l.in, l.consumer,
+		func(_ context.Context, g got) brokers.Verdict {
+			if g.out.Err != nil || g.out.Result == inbox.Gap {
 				return brokers.Retry
 			}
 			handled.Add(1)
 			return brokers.Ack
 		}))
 	if err != nil {
-		return fail(fmt.Errorf("%s: subscribe %s: %w", broker, topic, err))
+		return fail(fmt.Errorf("%s: subscribe %s: %w", c.Broker, topic, err))
 	}
 	defer sub.Close()
 	wait := func(n int64) error {
@@ -74,7 +68,7 @@ func retentionReplay(ctx context.Context, e *Env, broker string, st inbox.Strate
 	}
 	// Retention shorter than the replay window: the inbox forgets
 	// everything, then a third of the stream is replayed from the start.
-	pruned, err := inbox.Prune(ctx, l.pool, l.schema, time.Nanosecond, 1000)
+	pruned, err := inbox.ApplyRetention(ctx, l.pool, l.schema, time.Nanosecond, 1000)
 	if err != nil {
 		return fail(err)
 	}
@@ -95,7 +89,7 @@ func retentionReplay(ctx context.Context, e *Env, broker string, st inbox.Strate
 		delete(out.Anomalies, runner.EffectWithoutInbox)
 		delete(out.Examples, runner.EffectWithoutInbox)
 	}
-	out.Notes = append(out.Notes, fmt.Sprintf("pruned %d inbox rows, replayed %d events", pruned, len(replay)))
+	out.Notes = append(out.Notes, fmt.Sprintf("pruned %d inbox rows, replayed %d events", pruned.Rows, len(replay)))
 	out.Verdict = verdict(out.Anomalies)
 	return out
 }

@@ -76,7 +76,9 @@ func (c *calibration) size(ctx context.Context, st string) error {
 	if batched(st) {
 		pilot = c.o.Spec.Consumers * c.o.Spec.BatchSize * 40
 	}
-	cell, _, err := c.none(ctx, c.emptyInbox(), st, max(pilot, c.o.Spec.Aggregates), inbox.AuditOff)
+	spec := c.emptyInbox()
+	spec.Strategy, spec.Events = st, max(pilot, c.o.Spec.Aggregates)
+	cell, _, err := c.none(ctx, spec, inbox.AuditOff)
 	if err != nil {
 		return fmt.Errorf("pilot cell: %w", err)
 	}
@@ -166,7 +168,7 @@ func (c *calibration) inboxSize(ctx context.Context, round int, cmp, st string) 
 	specs := map[string]workload.Spec{"empty": c.emptyInbox(), "prefilled": c.prefilled(), "pruned": *c.o.Spec}
 	cells, cpus := map[string]results.Cell{}, map[string]*CPU{}
 	for _, k := range kinds {
-		cell, cpu, err := c.none(ctx, specs[k], st, c.rep.Events[st], inbox.AuditStatement)
+		cell, cpu, err := c.none(ctx, c.sized(specs[k], st), inbox.AuditStatement)
 		if err != nil {
 			return fmt.Errorf("round %d, %s cell, %s: %w", round, k, st, err)
 		}
@@ -220,7 +222,7 @@ func (c *calibration) versusTwins(ctx context.Context, round int, cmp, st string
 	for _, s := range twinOrder(round, refs) {
 		if s == none.Name {
 			var err error
-			if cell, cellCPU, err = c.none(ctx, c.emptyInbox(), st, c.rep.Events[st], mode); err != nil {
+			if cell, cellCPU, err = c.none(ctx, c.sized(c.emptyInbox(), st), mode); err != nil {
 				return fmt.Errorf("round %d, %s, %s: %w", round, cmp, st, err)
 			}
 			continue
@@ -279,9 +281,9 @@ func (c *calibration) twin(ctx context.Context, ref, st string, mode inbox.Audit
 			return 0, nil, err
 		}
 	}
-	var local *pgxpool.Pool
+	at := Target{PGURL: c.o.Cfg.PGURL, Warmup: c.o.Spec.Warmup.D(), Measure: c.o.Measure}
 	if c.local {
-		local = c.pool
+		at.Local = c.pool
 	}
 	// As every bench run cell does (runner/stream.go), so that no side pays
 	// for a checkpoint another made due.
@@ -291,13 +293,13 @@ func (c *calibration) twin(ctx context.Context, ref, st string, mode inbox.Audit
 	var eps float64
 	var cpu *CPU
 	if ref == ComparePGX {
-		run, err := RunLoop(ctx, c.o.Cfg.PGURL, sh, c.o.Spec.Warmup.D(), c.o.Measure, local)
+		run, err := RunLoop(ctx, sh, at)
 		if err != nil {
 			return 0, nil, err
 		}
 		eps, cpu = run.EventsPerS, run.CPU
 	} else {
-		run, err := RunPGBench(ctx, c.o.PGBench, c.o.Cfg.PGURL, sh, c.o.Spec.Warmup.D(), c.o.Measure, local)
+		run, err := RunPGBench(ctx, c.o.PGBench, sh, at)
 		c.rep.PGBench[st] = run.Command
 		if script, serr := Script(sh); serr == nil {
 			c.rep.Scripts[st] = script
@@ -336,7 +338,7 @@ func (c *calibration) auditAB(ctx context.Context, round int, st string, s *Samp
 		s.SubjectFirst = false
 	}
 	for _, m := range modes {
-		cell, cpu, err := c.none(ctx, c.emptyInbox(), st, c.rep.Events[st], m)
+		cell, cpu, err := c.none(ctx, c.sized(c.emptyInbox(), st), m)
 		if err != nil {
 			return err
 		}
@@ -352,11 +354,19 @@ func (c *calibration) auditAB(ctx context.Context, round int, st string, s *Samp
 	return nil
 }
 
-// none runs one `bench run --brokers none` cell of the strategy, with its
-// CPU per event when the server is local, and drops its schema. A cell
-// that did not pass is an error: its figures would not be the strategy's.
-func (c *calibration) none(ctx context.Context, spec workload.Spec, st string, events int, mode inbox.AuditMode) (results.Cell, *CPU, error) {
-	spec.Events, spec.Strategy = events, st
+// sized is spec running strategy st over the events its none cells were
+// sized to (size).
+func (c *calibration) sized(spec workload.Spec, st string) workload.Spec {
+	spec.Strategy, spec.Events = st, c.rep.Events[st]
+	return spec
+}
+
+// none runs one `bench run --brokers none` cell of spec's strategy and
+// events, with its CPU per event when the server is local, and drops its
+// schema. A cell that did not pass is an error: its figures would not be
+// the strategy's.
+func (c *calibration) none(ctx context.Context, spec workload.Spec, mode inbox.AuditMode) (results.Cell, *CPU, error) {
+	st := spec.Strategy
 	// The none side runs the events its pgbench twin ran, once: a
 	// workload's steady-state window and rounds are for bench run.
 	spec.Measure, spec.WarmupMax, spec.Rounds, spec.MaxBacklog = 0, 0, 0, 0

@@ -156,13 +156,13 @@ func TestTwinsRunAsTheStrategies(t *testing.T) {
 			t.Cleanup(func() { inbox.DropSchema(context.Background(), pool, s.Schema) })
 			var eps float64
 			if ref == ComparePGX {
-				run, err := RunLoop(ctx, cfg.PGURL, s, time.Second, 2*time.Second, pool)
+				run, err := RunLoop(ctx, s, Target{PGURL: cfg.PGURL, Warmup: time.Second, Measure: 2 * time.Second, Local: pool})
 				if err != nil {
 					t.Fatalf("%s, %s: %v", st, ref, err)
 				}
 				eps = run.EventsPerS
 			} else {
-				run, err := RunPGBench(ctx, bin, cfg.PGURL, s, time.Second, 2*time.Second, pool)
+				run, err := RunPGBench(ctx, bin, s, Target{PGURL: cfg.PGURL, Warmup: time.Second, Measure: 2 * time.Second, Local: pool})
 				if err != nil || run.Failed != 0 {
 					t.Fatalf("%s, %s: %d failed: %v", st, ref, run.Failed, err)
 				}
@@ -193,7 +193,7 @@ func TestLoopFailsNamingTheStatement(t *testing.T) {
 	cfg := testenv.Require(t, testenv.Postgres)
 	s := shape("tx", true)
 	s.Schema = "ib_twin_test_missing"
-	_, err := RunLoop(context.Background(), cfg.PGURL, s, time.Second, time.Second, nil)
+	_, err := RunLoop(context.Background(), s, Target{PGURL: cfg.PGURL, Warmup: time.Second, Measure: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "claim") || !strings.Contains(err.Error(), "ib_twin_test_missing") {
 		t.Fatalf("got %v, want the claim's error naming the schema", err)
 	}

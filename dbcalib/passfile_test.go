@@ -33,7 +33,7 @@ exit 1
 		{"postgres://app@127.0.0.1:5432/db?password=Pw-Se%3Acret%40x&sslmode=disable", "postgres://app@127.0.0.1:5432/db?sslmode=disable"},
 		{"host=127.0.0.1 port=5432 user=app password='Pw-Se:cret@x' dbname=db sslmode=disable", "host=127.0.0.1 port=5432 user=app dbname=db sslmode=disable"},
 	} {
-		_, err := RunPGBench(context.Background(), bin, tc.url, shape("tx", false), 0, time.Second, nil)
+		_, err := RunPGBench(context.Background(), bin, shape("tx", false), Target{PGURL: tc.url, Measure: time.Second})
 		if err == nil {
 			t.Fatal("the recording pgbench exits 1: want an error")
 		}

@@ -54,10 +54,21 @@ type PGBenchRun struct {
 // pgbenchAppName is the application_name of the twin's connections.
 const pgbenchAppName = "inboxbench-twin"
 
-// RunPGBench runs s's twin for warmup+measure against pgURL (a libpq URL)
-// and measures its steady rate: the per-second progress after warmup.
-// With pool (a server on this host), it also samples the twin's CPU.
-func RunPGBench(ctx context.Context, bin, pgURL string, s Shape, warmup, measure time.Duration, pool *pgxpool.Pool) (PGBenchRun, error) {
+// Target is the server a twin runs against and how it is measured.
+type Target struct {
+	// PGURL is the server, a libpq URL.
+	PGURL string
+	// Warmup is left out of the rate; Measure is measured after it.
+	Warmup, Measure time.Duration
+	// Local is a pool on the server when it runs on this host: the
+	// twin's CPU is then sampled. Nil otherwise.
+	Local *pgxpool.Pool
+}
+
+// RunPGBench runs s's twin with pgbench (the program bin) for warm-up
+// plus measure against at's server and measures its steady rate: the
+// per-second progress after the warm-up.
+func RunPGBench(ctx context.Context, bin string, s Shape, at Target) (PGBenchRun, error) {
 	script, err := Script(s)
 	if err != nil {
 		return PGBenchRun{}, err
@@ -74,7 +85,7 @@ func RunPGBench(ctx context.Context, bin, pgURL string, s Shape, warmup, measure
 	if err := f.Close(); err != nil {
 		return PGBenchRun{}, err
 	}
-	secs := int((warmup + measure + time.Second - 1) / time.Second)
+	secs := int((at.Warmup + at.Measure + time.Second - 1) / time.Second)
 	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(s.Clients), "-j", strconv.Itoa(min(s.Clients, runtime.NumCPU())),
 		"-T", strconv.Itoa(secs), "-P", "1"}
 	for _, d := range s.Defines() {
@@ -82,7 +93,7 @@ func RunPGBench(ctx context.Context, bin, pgURL string, s Shape, warmup, measure
 	}
 	args = append(args, "-f", f.Name())
 	run := PGBenchRun{Command: append([]string{bin}, append(args, "$INBOXBENCH_PG_URL")...)}
-	conn, passfile, err := withoutPassword(pgURL)
+	conn, passfile, err := withoutPassword(at.PGURL)
 	if err != nil {
 		return run, fmt.Errorf("pgbench (twin of %s): %w", s.Strategy, err)
 	}
@@ -98,15 +109,15 @@ func RunPGBench(ctx context.Context, bin, pgURL string, s Shape, warmup, measure
 		return run, fmt.Errorf("pgbench (twin of %s): %w", s.Strategy, err)
 	}
 	var stop func(time.Duration) (CPU, error)
-	if pool != nil {
+	if at.Local != nil {
 		pid := cmd.Process.Pid
-		sm := &sampler{pool: pool, client: func() (time.Duration, error) { _, c, err := procCPU(pid); return c, err },
+		sm := &sampler{pool: at.Local, client: func() (time.Duration, error) { _, c, err := procCPU(pid); return c, err },
 			side: func(context.Context) (string, string, error) { return s.Schema, pgbenchAppName, nil }}
 		stop = sm.start(ctx)
 	}
 	err = cmd.Wait()
 	if stop != nil {
-		if c, cerr := stop(warmup); cerr == nil {
+		if c, cerr := stop(at.Warmup); cerr == nil {
 			run.CPU = &c
 		}
 	}
@@ -117,7 +128,7 @@ func RunPGBench(ctx context.Context, bin, pgURL string, s Shape, warmup, measure
 	if strings.Contains(out, "aborted") {
 		return run, fmt.Errorf("pgbench (twin of %s): a client aborted: %s", s.Strategy, lastLines(out, 5))
 	}
-	run.TPS, err = steadyTPS(stderr.String(), warmup)
+	run.TPS, err = steadyTPS(stderr.String(), at.Warmup)
 	if err != nil {
 		return run, fmt.Errorf("pgbench (twin of %s): %w", s.Strategy, err)
 	}

@@ -53,15 +53,15 @@ func (s Shape) loopEvent(c, idx int) loopEvent {
 		amount: int64(1 + (idx*7919)%100), time: time.UnixMilli(int64(idx)).UTC()}
 }
 
-// RunLoop runs s's twin from the bare pgx loop against pgURL for
-// warmup+measure and measures its rate after warmup. With local (a server
-// on this host) it also samples the loop's CPU. The schema must be
-// prepared (Prepare) and is left as the loop leaves it, for Verify.
-func RunLoop(ctx context.Context, pgURL string, s Shape, warmup, measure time.Duration, local *pgxpool.Pool) (LoopRun, error) {
+// RunLoop runs s's twin from the bare pgx loop against at's server for
+// warm-up plus measure and measures its rate after the warm-up. The
+// schema must be prepared (Prepare) and is left as the loop leaves it,
+// for Verify.
+func RunLoop(ctx context.Context, s Shape, at Target) (LoopRun, error) {
 	if err := s.check(); err != nil {
 		return LoopRun{}, err
 	}
-	cfg, err := pgxpool.ParseConfig(pgURL)
+	cfg, err := pgxpool.ParseConfig(at.PGURL)
 	if err != nil {
 		return LoopRun{}, fmt.Errorf("postgres URL: %w", err)
 	}
@@ -82,8 +82,8 @@ func RunLoop(ctx context.Context, pgURL string, s Shape, warmup, measure time.Du
 	l.lock, l.parked, l.insert, l.updateBatch = st("batch-lock"), st("batch-parked"), st("batch-inbox-insert"), st("batch-update")
 	t, _ := twinOf(s.Strategy) // check found it
 	var stop func(time.Duration) (CPU, error)
-	if local != nil {
-		sm := &sampler{pool: local, client: selfCPU, side: func(context.Context) (string, string, error) { return s.Schema, pgxAppName, nil }}
+	if at.Local != nil {
+		sm := &sampler{pool: at.Local, client: selfCPU, side: func(context.Context) (string, string, error) { return s.Schema, pgxAppName, nil }}
 		stop = sm.start(ctx)
 	}
 	lctx, cancel := context.WithCancelCause(ctx)
@@ -102,16 +102,16 @@ func RunLoop(ctx context.Context, pgURL string, s Shape, warmup, measure time.Du
 		})
 	}
 	var run LoopRun
-	if ctxtime.Sleep(lctx, warmup) {
-		from, at := done.Load(), time.Now()
-		if ctxtime.Sleep(lctx, measure) {
-			run.EventsPerS = float64(done.Load()-from) / time.Since(at).Seconds()
+	if ctxtime.Sleep(lctx, at.Warmup) {
+		from, start := done.Load(), time.Now()
+		if ctxtime.Sleep(lctx, at.Measure) {
+			run.EventsPerS = float64(done.Load()-from) / time.Since(start).Seconds()
 		}
 	}
 	cancel(nil)
 	wg.Wait()
 	if stop != nil {
-		if c, cerr := stop(warmup); cerr == nil {
+		if c, cerr := stop(at.Warmup); cerr == nil {
 			run.CPU = &c
 		}
 	}
@@ -123,7 +123,7 @@ func RunLoop(ctx context.Context, pgURL string, s Shape, warmup, measure time.Du
 	case ctx.Err() != nil:
 		return run, ctx.Err()
 	default:
-		return run, fmt.Errorf("pgx loop (twin of %s): no transaction completed in the %s measured", s.Strategy, measure)
+		return run, fmt.Errorf("pgx loop (twin of %s): no transaction completed in the %s measured", s.Strategy, at.Measure)
 	}
 }
 

@@ -222,24 +222,25 @@ type Snapshot struct {
 // ReadSnapshot reads the accounts, the consumer's inbox and parked keys
 // and, with audited, the audit log of schema.
 func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited bool) (*Snapshot, error) {
-	s := pgx.Identifier{schema}.Sanitize()
+	r := snapshotReader{db: db, s: pgx.Identifier{schema}.Sanitize(), consumer: consumer}
+	s := r.s
 	snap := &Snapshot{Accounts: map[string]AccountState{}, Inbox: map[string]bool{}, Parked: map[string]bool{}, Audited: audited}
 	var id, src string
 	var st AccountState
-	if err := each(ctx, db, "SELECT id, balance, version FROM "+s+".account", rowScan{[]any{&id, &st.Balance, &st.Version},
+	if err := r.each(ctx, "SELECT id, balance, version FROM "+s+".account", rowScan{[]any{&id, &st.Balance, &st.Version},
 		func() { snap.Accounts[id] = st }}); err != nil {
 		return nil, err
 	}
 	// Version 0 marks history loaded before the run (Prefill), not events.
-	if err := each(ctx, db, "SELECT source, event_id FROM "+s+".inbox WHERE consumer = $1 AND aggregate_version > 0", rowScan{[]any{&src, &id},
+	if err := r.each(ctx, "SELECT source, event_id FROM "+s+".inbox WHERE consumer = $1 AND aggregate_version > 0", rowScan{[]any{&src, &id},
 		func() { snap.Inbox[src+" "+id] = true }}, consumer); err != nil {
 		return nil, err
 	}
-	if err := each(ctx, db, "SELECT source, event_id FROM "+s+".parked WHERE consumer = $1", rowScan{[]any{&src, &id},
+	if err := r.each(ctx, "SELECT source, event_id FROM "+s+".parked WHERE consumer = $1", rowScan{[]any{&src, &id},
 		func() { snap.Parked[src+" "+id] = true }}, consumer); err != nil {
 		return nil, err
 	}
-	if err := readUnfinished(ctx, db, s, consumer, snap); err != nil {
+	if err := r.unfinished(ctx, snap); err != nil {
 		return nil, err
 	}
 	if !audited {
@@ -257,7 +258,7 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 	last := map[string]AccountState{}
 	var agg string
 	var now AccountState
-	err := each(ctx, db, "SELECT aggregate_id, version, balance FROM "+s+".account_audit WHERE seq > 0 ORDER BY seq",
+	err := r.each(ctx, "SELECT aggregate_id, version, balance FROM "+s+".account_audit WHERE seq > 0 ORDER BY seq",
 		rowScan{[]any{&agg, &now.Version, &now.Balance}, func() {
 			was := last[agg]
 			if was == now {
@@ -273,19 +274,28 @@ func ReadSnapshot(ctx context.Context, db DB, schema, consumer string, audited b
 	return snap, nil
 }
 
-// readUnfinished fills snap.Unfinished from the external strategies'
-// tables (migration 0003).
-func readUnfinished(ctx context.Context, db DB, s, consumer string, snap *Snapshot) error {
+// snapshotReader is where ReadSnapshot reads: the database, the schema
+// (quoted) and the consumer.
+type snapshotReader struct {
+	db       DB
+	s        string
+	consumer string
+}
+
+// unfinished fills snap.Unfinished from the external strategies' tables
+// (migration 0003).
+func (r snapshotReader) unfinished(ctx context.Context, snap *Snapshot) error {
+	s, consumer := r.s, r.consumer
 	snap.Unfinished = map[string]string{}
 	var src, id, state string
 	var takeovers int
-	if err := each(ctx, db, "SELECT source, event_id, state, attempts FROM "+s+".external_op WHERE consumer = $1 AND state <> 'DONE'",
+	if err := r.each(ctx, "SELECT source, event_id, state, attempts FROM "+s+".external_op WHERE consumer = $1 AND state <> 'DONE'",
 		rowScan{[]any{&src, &id, &state, &takeovers}, func() {
 			snap.Unfinished[src+" "+id] = fmt.Sprintf("left %s after %d attempt(s)", state, takeovers)
 		}}, consumer); err != nil {
 		return err
 	}
-	return each(ctx, db, "SELECT source, event_id, attempts FROM "+s+".outbox WHERE consumer = $1 AND sent_at IS NULL",
+	return r.each(ctx, "SELECT source, event_id, attempts FROM "+s+".outbox WHERE consumer = $1 AND sent_at IS NULL",
 		rowScan{[]any{&src, &id, &takeovers}, func() {
 			snap.Unfinished[src+" "+id] = fmt.Sprintf("outbox row never sent (%d attempt(s) recorded)", takeovers)
 		}}, consumer)
@@ -305,8 +315,8 @@ type rowScan struct {
 }
 
 // each scans every row of sql into to.
-func each(ctx context.Context, db DB, sql string, to rowScan, args ...any) error {
-	rows, err := db.Query(ctx, sql, args...)
+func (r snapshotReader) each(ctx context.Context, sql string, to rowScan, args ...any) error {
+	rows, err := r.db.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("checker: %s: %w", sql, err)
 	}

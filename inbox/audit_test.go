@@ -99,23 +99,31 @@ func TestAuditWALRefusesWhatItCannotRead(t *testing.T) {
 	}
 }
 
+// installAudit installs the audit in mode and checks the log table's
+// persistence (pg_class.relpersistence: "u" unlogged, "p" logged).
+func installAudit(t *testing.T, in *Inbox, mode AuditMode, persistence string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := InstallAudit(ctx, in.pool, in.Schema(), mode); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := in.pool.QueryRow(ctx, `SELECT relpersistence FROM pg_class WHERE oid = $1::regclass`,
+		in.Schema()+".account_audit").Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != persistence {
+		t.Fatalf("account_audit persistence %q, want %q", got, persistence)
+	}
+}
+
 // TestAuditLostInACrashIsRefused: an unlogged log emptied by crash
 // recovery (here: truncated by hand) must stop the checker, not make it
 // report every effect as lost.
 func TestAuditLostInACrashIsRefused(t *testing.T) {
 	in := newInbox(t, nil)
 	ctx := context.Background()
-	if err := InstallAudit(ctx, in.pool, in.Schema(), AuditStatement); err != nil {
-		t.Fatal(err)
-	}
-	var persistence string
-	if err := in.pool.QueryRow(ctx, `SELECT relpersistence FROM pg_class WHERE oid = $1::regclass`,
-		in.Schema()+".account_audit").Scan(&persistence); err != nil {
-		t.Fatal(err)
-	}
-	if persistence != "u" {
-		t.Fatalf("account_audit persistence %q, want u (unlogged)", persistence)
-	}
+	installAudit(t, in, AuditStatement, "u") // unlogged
 	if _, err := in.pool.Exec(ctx, "TRUNCATE "+in.Schema()+".account_audit"); err != nil {
 		t.Fatal(err)
 	}
@@ -132,17 +140,7 @@ func TestAuditLostInACrashIsRefused(t *testing.T) {
 func TestLoggedAuditSurvivesWhatUnloggedDoesNot(t *testing.T) {
 	in := newInbox(t, nil)
 	ctx := context.Background()
-	if err := InstallAudit(ctx, in.pool, in.Schema(), AuditLogged); err != nil {
-		t.Fatal(err)
-	}
-	var persistence string
-	if err := in.pool.QueryRow(ctx, `SELECT relpersistence FROM pg_class WHERE oid = $1::regclass`,
-		in.Schema()+".account_audit").Scan(&persistence); err != nil {
-		t.Fatal(err)
-	}
-	if persistence != "p" {
-		t.Fatalf("account_audit persistence %q, want p (logged)", persistence)
-	}
+	installAudit(t, in, AuditLogged, "p") // logged
 	if _, err := in.pool.Exec(ctx, "INSERT INTO "+in.Schema()+".account (id, balance, version) VALUES ('acct-1', 10, 1)"); err != nil {
 		t.Fatal(err)
 	}

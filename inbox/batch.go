@@ -12,18 +12,16 @@ import (
 )
 
 // batchStrategy applies many events per transaction with set-based SQL.
-type batchStrategy struct{}
-
-func (batchStrategy) Name() string { return "batch" }
-func (batchStrategy) Description() string {
-	return "N events per transaction: aggregates locked with one SELECT … ORDER BY id FOR UPDATE, one multi-row INSERT … ON CONFLICT … RETURNING for the inbox, one UPDATE … FROM unnest(…) for every account"
-}
-func (batchStrategy) Broken() bool { return false }
+type batchStrategy struct{ about }
 
 // PrefersBatches implements Batching.
 func (batchStrategy) PrefersBatches() bool { return true }
 
-func (batchStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+// ApplyBatch implements Strategy: plain increments in chunks of the
+// batch size, each chunk one transaction; snapshots and keyed events
+// through the shared path after them.
+func (s batchStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	a := applier{in, s.Name(), consumer}
 	outs := make([]Outcome, len(events))
 	var fast, slow []int
 	first := make(map[eventKey]int, len(events)) // index of each event's first copy in this call
@@ -42,12 +40,12 @@ func (batchStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string,
 		}
 	}
 	for start := 0; start < len(fast); start += in.opt.BatchSize {
-		in.batchChunk(ctx, consumer, events, fast[start:min(start+in.opt.BatchSize, len(fast))], outs)
+		a.batchChunk(ctx, events, fast[start:min(start+in.opt.BatchSize, len(fast))], outs)
 	}
 	// Snapshots and keyed events after the increments: an increment waiting
 	// on a snapshot in the same batch is parked, then drained by it.
 	for _, i := range slow {
-		outs[i] = in.applyOne(ctx, "batch", consumer, events[i], in.defaultApplyOpts())
+		outs[i] = a.applyOne(ctx, events[i], in.defaultApplyOpts())
 	}
 	// A second copy of an event in one batch reads as its redelivery would.
 	for i, j := range copies {
@@ -61,29 +59,29 @@ func (batchStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string,
 	return outs, joinOutcomeErrors(outs)
 }
 
-func (in *Inbox) batchChunk(ctx context.Context, consumer string, events []*envelope.Event, idx []int, outs []Outcome) {
+func (a applier) batchChunk(ctx context.Context, events []*envelope.Event, idx []int, outs []Outcome) {
 	start := time.Now()
 	var res map[int]Outcome
 	var post []string
-	attempts, err := in.retry(ctx, func(ctx context.Context) error {
+	attempts, err := a.retry(ctx, func(ctx context.Context) error {
 		var err error
-		res, post, err = in.batchTx(ctx, consumer, events, idx)
+		res, post, err = a.batchTx(ctx, events, idx)
 		return err
 	})
 	if err != nil {
 		if errors.Is(err, ErrRetryable) || ctx.Err() != nil {
 			for _, i := range idx {
 				outs[i] = newOutcome(events[i])
-				outs[i].Err = eventErr(consumer, events[i], fmt.Sprintf("batch of %d", len(idx)), err)
+				outs[i].Err = eventErr(a.consumer, events[i], fmt.Sprintf("batch of %d", len(idx)), err)
 				outs[i].Attempts = attempts
 			}
 			return
 		}
 		// One transaction for all: a non-retryable failure cost every event
 		// its decision. Redo them one by one so the others still get theirs.
-		in.counters.batchFallbacks.Add(1)
+		a.counters.batchFallbacks.Add(1)
 		for _, i := range idx {
-			outs[i] = in.applyOne(ctx, "batch", consumer, events[i], applyOpts{parking: in.opt.Parking()})
+			outs[i] = a.applyOne(ctx, events[i], applyOpts{parking: a.opt.Parking()})
 		}
 		return
 	}
@@ -101,7 +99,7 @@ func (in *Inbox) batchChunk(ctx context.Context, consumer string, events []*enve
 	// through the shared path, which handles keys.
 	for _, agg := range post {
 		i := byAgg[agg]
-		drained, err := in.drainAggregate(ctx, consumer, agg)
+		drained, err := a.drainAggregate(ctx, agg)
 		outs[i].Drained = append(outs[i].Drained, drained...)
 		if err != nil {
 			outs[i].DrainErr = err
@@ -119,18 +117,18 @@ func (in *Inbox) batchChunk(ctx context.Context, consumer string, events []*enve
 // inside it, the only row locks are then the sorted ones, so concurrent
 // batches cannot deadlock each other. Once accounts exist (the steady
 // state) this costs nothing.
-func (in *Inbox) lockBatch(ctx context.Context, consumer string, aggs []string, claim textCols, claimV []int64) (pgx.Tx, map[string]int64, []*envelope.Event, map[eventKey]bool, error) {
+func (a applier) lockBatch(ctx context.Context, aggs []string, claim textCols, claimV []int64) (pgx.Tx, map[string]int64, []*envelope.Event, map[eventKey]bool, error) {
 	for attempt := 0; ; attempt++ {
-		tx, err := in.pool.Begin(ctx)
+		tx, err := a.pool.Begin(ctx)
 		if err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("begin: %w", err)
 		}
 		b := &pgx.Batch{}
-		b.Queue(in.sql.batchLock, aggs)
-		if in.opt.Parking() {
-			b.Queue(in.sql.batchParked, consumer, aggs)
+		b.Queue(a.sql.batchLock, aggs)
+		if a.opt.Parking() {
+			b.Queue(a.sql.batchParked, a.consumer, aggs)
 		}
-		b.Queue(in.sql.batchInboxInsert, consumer, claim.s, claim.e, claim.a, claimV, claim.t)
+		b.Queue(a.sql.batchInboxInsert, a.consumer, claim.s, claim.e, claim.a, claimV, claim.t)
 		br := tx.SendBatch(ctx, b)
 		cur := make(map[string]int64, len(aggs))
 		rows, err := br.Query()
@@ -140,7 +138,7 @@ func (in *Inbox) lockBatch(ctx context.Context, consumer string, aggs []string, 
 			_, err = pgx.ForEachRow(rows, []any{&id, &v}, func() error { cur[id] = v; return nil })
 		}
 		var parked []*envelope.Event
-		if err == nil && in.opt.Parking() {
+		if err == nil && a.opt.Parking() {
 			rows, err = br.Query()
 			if err == nil {
 				parked, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*envelope.Event, error) { return scanParked(r, "") })
@@ -175,7 +173,7 @@ func (in *Inbox) lockBatch(ctx context.Context, consumer string, aggs []string, 
 				missing = append(missing, a)
 			}
 		}
-		if _, err := in.pool.Exec(ctx, in.sql.batchEnsure, missing); err != nil {
+		if _, err := a.pool.Exec(ctx, a.sql.batchEnsure, missing); err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("create accounts: %w", err)
 		}
 	}
@@ -210,7 +208,7 @@ func (c *textCols) add(ev *envelope.Event) {
 
 // batchTx decides and applies one chunk in one transaction. It returns the
 // outcome per event index and the aggregates to drain afterwards.
-func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelope.Event, idx []int) (_ map[int]Outcome, post []string, err error) {
+func (a applier) batchTx(ctx context.Context, events []*envelope.Event, idx []int) (_ map[int]Outcome, post []string, err error) {
 	aggs, claim, claimV := batchKeys(events, idx)
 	// Outside the transaction; an event that cannot have a partition fails
 	// the chunk, which is then redone event by event.
@@ -218,10 +216,10 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 	for k, i := range idx {
 		evs[k] = events[i]
 	}
-	if err := in.ensurePartitions(ctx, evs...); err != nil {
+	if err := a.ensurePartitions(ctx, evs...); err != nil {
 		return nil, nil, err
 	}
-	tx, cur, parkedRows, claimed, err := in.lockBatch(ctx, consumer, aggs, claim, claimV)
+	tx, cur, parkedRows, claimed, err := a.lockBatch(ctx, aggs, claim, claimV)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -230,22 +228,22 @@ func (in *Inbox) batchTx(ctx context.Context, consumer string, events []*envelop
 			err = rollback(ctx, tx, err)
 		}
 	}()
-	d := &batchDecision{in: in, res: make(map[int]Outcome, len(idx)), drained: map[string][]Outcome{}, parkedPerAgg: map[string]int{}}
+	d := &batchDecision{in: a.Inbox, res: make(map[int]Outcome, len(idx)), drained: map[string][]Outcome{}, parkedPerAgg: map[string]int{}}
 	d.w.updID, d.w.updDelta = make([]string, 0, len(aggs)), make([]int64, 0, len(aggs))
 	d.w.updOld, d.w.updNew = make([]int64, 0, len(aggs)), make([]int64, 0, len(aggs))
 	byAgg := d.candidates(events, idx, parkedRows, claimed)
 	for _, agg := range aggs {
 		d.decide(agg, cur[agg], byAgg[agg])
 	}
-	if err := d.write(ctx, tx, consumer); err != nil {
+	if err := d.write(ctx, tx, a.consumer); err != nil {
 		return nil, nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, nil, fmt.Errorf("commit: %w", err)
 	}
-	in.counters.drained.Add(d.nDrained)
-	in.counters.parked.Add(d.nParked)
-	in.counters.parkOverflow.Add(d.nOverflow)
+	a.counters.drained.Add(d.nDrained)
+	a.counters.parked.Add(d.nParked)
+	a.counters.parkOverflow.Add(d.nOverflow)
 	d.attachDrained(events, idx)
 	return d.res, d.post, nil
 }

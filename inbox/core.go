@@ -18,42 +18,62 @@ import (
 type applyOpts struct {
 	parking bool // park version-ahead increments (else GAP)
 	hook    bool // call Options.BeforeEffect
+	// then runs in an increment's transaction once the change applied,
+	// before the commit (an external call, an outbox write); its error
+	// rolls everything back. Snapshots never run it.
+	then func(ctx context.Context, tx pgx.Tx) error
 }
 
 func (in *Inbox) defaultApplyOpts() applyOpts {
 	return applyOpts{parking: in.opt.Parking(), hook: true}
 }
 
+// applier applies events for one consumer on behalf of one strategy: the
+// shared per-event path, and the decisions taken inside an event's
+// transaction, are its methods. strategy names the strategy in the
+// events' errors ("" where no strategy applies, as in DrainParked).
+type applier struct {
+	*Inbox
+	strategy, consumer string
+}
+
 // applyOne applies one event in its own transaction, retrying retryable
 // failures. It is the tx strategy, and the path every other strategy falls
 // back to for idempotency keys, snapshots and version decisions.
-func (in *Inbox) applyOne(ctx context.Context, strategy, consumer string, ev *envelope.Event, ao applyOpts) Outcome {
-	if err := validate(consumer, ev); err != nil {
-		o := Outcome{Err: err}
-		if ev != nil {
-			o = newOutcome(ev)
-			o.Err = err
-		}
+func (a applier) applyOne(ctx context.Context, ev *envelope.Event, ao applyOpts) Outcome {
+	if o, bad := invalid(a.consumer, ev); bad {
 		return o
 	}
+	return a.retried(ctx, ev, func(ctx context.Context) (Outcome, error) {
+		return a.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
+			o, commit, err := a.applyInTx(ctx, tx, ev, ao)
+			if err != nil || !commit || o.Result != Applied || ao.then == nil || ev.Kind == envelope.Snapshot {
+				return o, commit, err
+			}
+			return o, true, ao.then(ctx, tx)
+		})
+	})
+}
+
+// retried runs attempt for ev under the inbox's retries, its partition
+// ensured first, and turns a failure that stayed into ev's outcome with
+// the error; Attempts and Duration are set either way.
+func (a applier) retried(ctx context.Context, ev *envelope.Event, attempt func(ctx context.Context) (Outcome, error)) Outcome {
 	start := time.Now()
 	var out Outcome
-	attempts, err := in.retry(ctx, func(ctx context.Context) error {
-		if err := in.ensurePartitions(ctx, ev); err != nil {
+	attempts, err := a.retry(ctx, func(ctx context.Context) error {
+		if err := a.ensurePartitions(ctx, ev); err != nil {
 			return err
 		}
 		var err error
-		out, err = in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
-			return in.applyInTx(ctx, tx, consumer, ev, ao)
-		})
+		out, err = attempt(ctx)
 		return err
 	})
 	if err != nil {
 		out = newOutcome(ev)
-		out.Err = eventErr(consumer, ev, strategy, err)
+		out.Err = eventErr(a.consumer, ev, a.strategy, err)
 	}
-	out.Attempts = attempts
-	out.Duration = time.Since(start)
+	out.Attempts, out.Duration = attempts, time.Since(start)
 	return out
 }
 
@@ -84,19 +104,19 @@ func (in *Inbox) inTx(ctx context.Context, f func(pgx.Tx) (Outcome, bool, error)
 }
 
 // applyInTx decides one event inside tx and reports whether to commit.
-func (in *Inbox) applyInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *envelope.Event, ao applyOpts) (Outcome, bool, error) {
+func (a applier) applyInTx(ctx context.Context, tx pgx.Tx, ev *envelope.Event, ao applyOpts) (Outcome, bool, error) {
 	out := newOutcome(ev)
 	// The article's first statement: the primary key arbitrates between
 	// concurrent deliveries; a SELECT beforehand would prove nothing. With
 	// parking on it is guarded against claiming a parked event's key.
 	if ao.parking {
 		var parked, claimed bool
-		err := tx.QueryRow(ctx, in.sql.inboxClaimGuarded, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev)).Scan(&parked, &claimed)
+		err := tx.QueryRow(ctx, a.sql.inboxClaimGuarded, a.consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev)).Scan(&parked, &claimed)
 		switch {
 		case err != nil:
 			return out, false, fmt.Errorf("claim inbox key: %w", err)
 		case parked:
-			in.counters.parked.Add(1)
+			a.counters.parked.Add(1)
 			out.Result = Parked
 			return out, false, nil
 		case !claimed:
@@ -104,7 +124,7 @@ func (in *Inbox) applyInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *
 			return out, false, nil
 		}
 	} else {
-		tag, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev))
+		tag, err := tx.Exec(ctx, a.sql.inboxInsert, a.consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev))
 		if err != nil {
 			return out, false, fmt.Errorf("claim inbox key: %w", err)
 		}
@@ -114,7 +134,7 @@ func (in *Inbox) applyInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *
 		}
 	}
 	if ev.IdempotencyKey != "" {
-		res, stored, err := in.claimKey(ctx, tx, consumer, ev)
+		res, stored, err := a.claimKey(ctx, tx, ev)
 		if err != nil {
 			return out, false, err
 		}
@@ -123,16 +143,16 @@ func (in *Inbox) applyInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *
 			return out, false, nil
 		}
 	}
-	if ao.hook && in.opt.BeforeEffect != nil {
-		if err := in.opt.BeforeEffect(ctx, consumer, ev); err != nil {
+	if ao.hook && a.opt.BeforeEffect != nil {
+		if err := a.opt.BeforeEffect(ctx, a.consumer, ev); err != nil {
 			return out, false, fmt.Errorf("before effect: %w", err)
 		}
 	}
 	if ev.Kind == envelope.Snapshot {
-		return in.applySnapshot(ctx, tx, consumer, ev, ao)
+		return a.applySnapshot(ctx, tx, ev, ao)
 	}
 	for try := 0; ; try++ {
-		n, err := in.updateAccount(ctx, tx, ev)
+		n, err := a.updateAccount(ctx, tx, ev)
 		if err != nil {
 			return out, false, err
 		}
@@ -142,7 +162,7 @@ func (in *Inbox) applyInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *
 		// 0 rows: read the version under a row lock to tell stale, ahead
 		// and "predecessor just committed" apart. The lock also orders this
 		// decision against the predecessor's drain check (see park).
-		cur, err := in.lockVersion(ctx, tx, ev.Subject)
+		cur, err := a.lockVersion(ctx, tx, ev.Subject)
 		if err != nil {
 			return out, false, err
 		}
@@ -160,12 +180,18 @@ func (in *Inbox) applyInTx(ctx context.Context, tx pgx.Tx, consumer string, ev *
 			out.Result = Gap
 			return out, false, nil
 		default:
-			return in.park(ctx, tx, consumer, ev, out)
+			return a.park(ctx, tx, ev, out)
 		}
 	}
+	return a.applied(ctx, tx, out, ao)
+}
+
+// applied marks out APPLIED and, with parking on, drains the parked
+// successors of the version it reached; commit, unless that failed.
+func (a applier) applied(ctx context.Context, tx pgx.Tx, out Outcome, ao applyOpts) (Outcome, bool, error) {
 	out.Result = Applied
 	if ao.parking {
-		drained, err := in.drainIfParked(ctx, tx, consumer, ev.Subject, ev.AggregateVersion)
+		drained, err := a.drainIfParked(ctx, tx, out.Subject, out.Version)
 		if err != nil {
 			return out, false, err
 		}
@@ -218,36 +244,36 @@ func (in *Inbox) lockVersion(ctx context.Context, tx pgx.Tx, agg string) (int64,
 // this transaction saw the new version and did not park) or waits for it
 // (then the predecessor's drain check, a later statement with a fresh
 // snapshot, sees this parked row).
-func (in *Inbox) park(ctx context.Context, tx pgx.Tx, consumer string, ev *envelope.Event, out Outcome) (Outcome, bool, error) {
+func (a applier) park(ctx context.Context, tx pgx.Tx, ev *envelope.Event, out Outcome) (Outcome, bool, error) {
 	var total, self int64
-	if err := tx.QueryRow(ctx, in.sql.parkedCount, consumer, ev.Subject, ev.Source, ev.ID).Scan(&total, &self); err != nil {
+	if err := tx.QueryRow(ctx, a.sql.parkedCount, a.consumer, ev.Subject, ev.Source, ev.ID).Scan(&total, &self); err != nil {
 		return out, false, fmt.Errorf("count parked events of %s: %w", ev.Subject, err)
 	}
-	if self == 0 && total >= int64(in.opt.ParkMaxPerAggregate) {
+	if self == 0 && total >= int64(a.opt.ParkMaxPerAggregate) {
 		// Counted and reported, not dropped: nothing commits, so the
 		// transport redelivers the event later.
-		in.counters.parkOverflow.Add(1)
+		a.counters.parkOverflow.Add(1)
 		out.Result, out.ParkOverflow = Gap, true
 		return out, false, nil
 	}
 	// A parked event has no inbox row (draining writes it), so remove the
 	// claim made at the start of this transaction, and the idempotency
 	// claim with it.
-	if _, err := tx.Exec(ctx, in.sql.inboxDelete, consumer, ev.Source, ev.ID, eventTime(ev)); err != nil {
+	if _, err := tx.Exec(ctx, a.sql.inboxDelete, a.consumer, ev.Source, ev.ID, eventTime(ev)); err != nil {
 		return out, false, fmt.Errorf("withdraw inbox claim to park: %w", err)
 	}
 	if ev.IdempotencyKey != "" {
-		if _, err := tx.Exec(ctx, in.sql.idemDelete, ev.Tenant, ev.Operation, ev.IdempotencyKey, ev.Source, ev.ID); err != nil {
+		if _, err := tx.Exec(ctx, a.sql.idemDelete, ev.Tenant, ev.Operation, ev.IdempotencyKey, ev.Source, ev.ID); err != nil {
 			return out, false, fmt.Errorf("withdraw idempotency claim to park: %w", err)
 		}
 	}
 	if self == 0 {
-		if _, err := tx.Exec(ctx, in.sql.parkInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, ev.Kind, ev.Amount,
+		if _, err := tx.Exec(ctx, a.sql.parkInsert, a.consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, ev.Kind, ev.Amount,
 			ev.Type, nullTime(ev.Time), ev.IdempotencyKey, ev.Tenant, ev.Operation); err != nil {
 			return out, false, fmt.Errorf("park: %w", err)
 		}
 	}
-	in.counters.parked.Add(1)
+	a.counters.parked.Add(1)
 	out.Result = Parked
 	return out, true, nil
 }
@@ -262,25 +288,25 @@ func nullTime(t time.Time) *time.Time {
 // drainIfParked drains the aggregate's parked successors when it has any.
 // It must run as a statement after the one that took the row lock: only a
 // fresh snapshot sees parks that committed while this transaction waited.
-func (in *Inbox) drainIfParked(ctx context.Context, tx pgx.Tx, consumer, agg string, cur int64) ([]Outcome, error) {
+func (a applier) drainIfParked(ctx context.Context, tx pgx.Tx, agg string, cur int64) ([]Outcome, error) {
 	var exists bool
-	if err := tx.QueryRow(ctx, in.sql.parkedExists, consumer, agg).Scan(&exists); err != nil {
+	if err := tx.QueryRow(ctx, a.sql.parkedExists, a.consumer, agg).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("look for parked successors of %s: %w", agg, err)
 	}
 	if !exists {
 		return nil, nil
 	}
-	return in.drainInTx(ctx, tx, consumer, agg, cur)
+	return a.drainInTx(ctx, tx, agg, cur)
 }
 
 // drainInTx applies, in version order, the parked events of agg that follow
 // cur, writing each one's inbox row; parked events at or below the version
 // reached are removed as STALE (a snapshot overtook them, or a second event
 // carried the same version). The caller holds the account row lock.
-func (in *Inbox) drainInTx(ctx context.Context, tx pgx.Tx, consumer, agg string, cur int64) ([]Outcome, error) {
+func (a applier) drainInTx(ctx context.Context, tx pgx.Tx, agg string, cur int64) ([]Outcome, error) {
 	var outs []Outcome
 	for {
-		rows, err := tx.Query(ctx, in.sql.parkedNext, consumer, agg, cur+1)
+		rows, err := tx.Query(ctx, a.sql.parkedNext, a.consumer, agg, cur+1)
 		if err != nil {
 			return outs, fmt.Errorf("read parked events of %s: %w", agg, err)
 		}
@@ -295,7 +321,7 @@ func (in *Inbox) drainInTx(ctx context.Context, tx pgx.Tx, consumer, agg string,
 			if ev.AggregateVersion > cur+1 {
 				continue
 			}
-			if _, err := tx.Exec(ctx, in.sql.parkedDelete, consumer, ev.Source, ev.ID); err != nil {
+			if _, err := tx.Exec(ctx, a.sql.parkedDelete, a.consumer, ev.Source, ev.ID); err != nil {
 				return outs, fmt.Errorf("unpark %s: %w", ev.Key(), err)
 			}
 			o := newOutcome(ev)
@@ -305,7 +331,7 @@ func (in *Inbox) drainInTx(ctx context.Context, tx pgx.Tx, consumer, agg string,
 				// before, was outside that statement's snapshot: then the
 				// copy is the inbox's DUPLICATE, not STALE.
 				var seen bool
-				if err := tx.QueryRow(ctx, in.sql.inboxExists, consumer, ev.Source, ev.ID).Scan(&seen); err != nil {
+				if err := tx.QueryRow(ctx, a.sql.inboxExists, a.consumer, ev.Source, ev.ID).Scan(&seen); err != nil {
 					return outs, fmt.Errorf("unpark %s: look up its inbox key: %w", ev.Key(), err)
 				}
 				o.Result = Stale
@@ -315,14 +341,14 @@ func (in *Inbox) drainInTx(ctx context.Context, tx pgx.Tx, consumer, agg string,
 				outs = append(outs, o)
 				continue
 			}
-			o, err = in.applyDrained(ctx, tx, consumer, ev, o)
+			o, err = a.applyDrained(ctx, tx, ev, o)
 			if err != nil {
 				return outs, err
 			}
 			if o.Result == Applied {
 				cur++
 				progressed = true
-				in.counters.drained.Add(1)
+				a.counters.drained.Add(1)
 			}
 			outs = append(outs, o)
 		}
@@ -334,8 +360,8 @@ func (in *Inbox) drainInTx(ctx context.Context, tx pgx.Tx, consumer, agg string,
 
 // applyDrained applies a parked event whose predecessor is committed (or
 // being committed by this transaction), under the account lock.
-func (in *Inbox) applyDrained(ctx context.Context, tx pgx.Tx, consumer string, ev *envelope.Event, o Outcome) (Outcome, error) {
-	tag, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev))
+func (a applier) applyDrained(ctx context.Context, tx pgx.Tx, ev *envelope.Event, o Outcome) (Outcome, error) {
+	tag, err := tx.Exec(ctx, a.sql.inboxInsert, a.consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev))
 	if err != nil {
 		return o, fmt.Errorf("drain %s: claim inbox key: %w", ev.Key(), err)
 	}
@@ -344,19 +370,19 @@ func (in *Inbox) applyDrained(ctx context.Context, tx pgx.Tx, consumer string, e
 		return o, nil
 	}
 	if ev.IdempotencyKey != "" {
-		res, stored, err := in.claimKey(ctx, tx, consumer, ev)
+		res, stored, err := a.claimKey(ctx, tx, ev)
 		if err != nil {
 			return o, fmt.Errorf("drain %s: %w", ev.Key(), err)
 		}
 		if res != NoResult {
-			if _, err := tx.Exec(ctx, in.sql.inboxDelete, consumer, ev.Source, ev.ID, eventTime(ev)); err != nil {
+			if _, err := tx.Exec(ctx, a.sql.inboxDelete, a.consumer, ev.Source, ev.ID, eventTime(ev)); err != nil {
 				return o, fmt.Errorf("drain %s: withdraw inbox claim: %w", ev.Key(), err)
 			}
 			o.Result, o.StoredResult = res, stored
 			return o, nil
 		}
 	}
-	n, err := in.updateAccount(ctx, tx, ev)
+	n, err := a.updateAccount(ctx, tx, ev)
 	if err != nil {
 		return o, fmt.Errorf("drain %s: %w", ev.Key(), err)
 	}
@@ -388,9 +414,9 @@ func scanParked(r pgx.CollectableRow, agg string) (*envelope.Event, error) {
 // snapshot overwrites balance and version; an older or equal one is STALE.
 // Dedup is still the inbox's: the inbox key (and an idempotency key) was
 // claimed before.
-func (in *Inbox) applySnapshot(ctx context.Context, tx pgx.Tx, consumer string, ev *envelope.Event, ao applyOpts) (Outcome, bool, error) {
+func (a applier) applySnapshot(ctx context.Context, tx pgx.Tx, ev *envelope.Event, ao applyOpts) (Outcome, bool, error) {
 	out := newOutcome(ev)
-	tag, err := tx.Exec(ctx, in.sql.snapshotUpsert, ev.Subject, ev.Amount, ev.AggregateVersion)
+	tag, err := tx.Exec(ctx, a.sql.snapshotUpsert, ev.Subject, ev.Amount, ev.AggregateVersion)
 	if err != nil {
 		return out, false, fmt.Errorf("apply snapshot to %s: %w", ev.Subject, err)
 	}
@@ -398,17 +424,9 @@ func (in *Inbox) applySnapshot(ctx context.Context, tx pgx.Tx, consumer string, 
 		out.Result = Stale
 		return out, false, nil
 	}
-	out.Result = Applied
-	if ao.parking {
-		// Parked increments up to the snapshot's version are now stale; the
-		// next one may apply.
-		drained, err := in.drainIfParked(ctx, tx, consumer, ev.Subject, ev.AggregateVersion)
-		if err != nil {
-			return out, false, err
-		}
-		out.Drained = drained
-	}
-	return out, true, nil
+	// Parked increments up to the snapshot's version are now stale; the
+	// next one may apply.
+	return a.applied(ctx, tx, out, ao)
 }
 
 // RequestHash is the hash stored with an idempotency key: the business
@@ -439,10 +457,10 @@ func storedResult(ev *envelope.Event) string {
 // is now ours (it commits only with the effect); DUPLICATE carries the
 // first request's stored result; CONFLICT means the key was used for a
 // different request and the event must be rejected.
-func (in *Inbox) claimKey(ctx context.Context, tx pgx.Tx, consumer string, ev *envelope.Event) (Result, string, error) {
+func (a applier) claimKey(ctx context.Context, tx pgx.Tx, ev *envelope.Event) (Result, string, error) {
 	hash := RequestHash(ev)
 	for range 3 {
-		tag, err := tx.Exec(ctx, in.sql.idemClaim, ev.Tenant, ev.Operation, ev.IdempotencyKey, hash, storedResult(ev), consumer, ev.Source, ev.ID)
+		tag, err := tx.Exec(ctx, a.sql.idemClaim, ev.Tenant, ev.Operation, ev.IdempotencyKey, hash, storedResult(ev), a.consumer, ev.Source, ev.ID)
 		if err != nil {
 			return NoResult, "", fmt.Errorf("claim idempotency key %s/%s/%s: %w", ev.Tenant, ev.Operation, ev.IdempotencyKey, err)
 		}
@@ -450,7 +468,7 @@ func (in *Inbox) claimKey(ctx context.Context, tx pgx.Tx, consumer string, ev *e
 			return NoResult, "", nil
 		}
 		var gotHash, result string
-		err = tx.QueryRow(ctx, in.sql.idemGet, ev.Tenant, ev.Operation, ev.IdempotencyKey).Scan(&gotHash, &result)
+		err = tx.QueryRow(ctx, a.sql.idemGet, ev.Tenant, ev.Operation, ev.IdempotencyKey).Scan(&gotHash, &result)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // its claimer withdrew it (parked) after we waited; claim again
 		}
@@ -471,7 +489,8 @@ func (in *Inbox) claimKey(ctx context.Context, tx pgx.Tx, consumer string, ev *e
 // between a one-statement apply and its drain, and a final sweep before a
 // run is checked.
 func (in *Inbox) DrainParked(ctx context.Context, consumer string) ([]Outcome, error) {
-	return in.drainEach(ctx, consumer, func(agg string) ([]Outcome, error) { return in.drainAggregate(ctx, consumer, agg) })
+	a := applier{Inbox: in, consumer: consumer}
+	return in.drainEach(ctx, consumer, func(agg string) ([]Outcome, error) { return a.drainAggregate(ctx, agg) })
 }
 
 // drainEach drains, with drain, every aggregate of consumer that has
@@ -498,22 +517,22 @@ func (in *Inbox) drainEach(ctx context.Context, consumer string, drain func(agg 
 
 // drainAggregate locks agg and drains its parked successors in a new
 // transaction, with retries.
-func (in *Inbox) drainAggregate(ctx context.Context, consumer, agg string) ([]Outcome, error) {
+func (a applier) drainAggregate(ctx context.Context, agg string) ([]Outcome, error) {
 	var outs []Outcome
-	_, err := in.retry(ctx, func(ctx context.Context) error {
-		o, err := in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
-			cur, err := in.lockVersion(ctx, tx, agg)
+	_, err := a.retry(ctx, func(ctx context.Context) error {
+		o, err := a.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
+			cur, err := a.lockVersion(ctx, tx, agg)
 			if err != nil {
 				return Outcome{}, false, err
 			}
-			d, err := in.drainInTx(ctx, tx, consumer, agg, cur)
+			d, err := a.drainInTx(ctx, tx, agg, cur)
 			return Outcome{Drained: d}, true, err
 		})
 		outs = o.Drained
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("inbox: consumer %q: drain parked events of %s: %w", consumer, agg, err)
+		return nil, fmt.Errorf("inbox: consumer %q: drain parked events of %s: %w", a.consumer, agg, err)
 	}
 	return outs, nil
 }

@@ -14,15 +14,12 @@ import (
 )
 
 // cteStrategy applies each event with one statement in one round trip.
-type cteStrategy struct{}
+type cteStrategy struct{ about }
 
-func (cteStrategy) Name() string { return "cte" }
-func (cteStrategy) Description() string {
-	return "one statement per event: a data-modifying CTE claims the inbox key, applies the conditional update and returns the outcome (autocommit, one round trip)"
-}
-func (cteStrategy) Broken() bool { return false }
-func (cteStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
-	return perEvent(events, func(ev *envelope.Event) Outcome { return in.applyCTE(ctx, "cte", consumer, ev) })
+// ApplyBatch implements Strategy, one event at a time.
+func (s cteStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	a := applier{in, s.Name(), consumer}
+	return perEvent(events, func(ev *envelope.Event) Outcome { return a.applyCTE(ctx, ev) })
 }
 
 // fastPath reports whether ev can take a one-statement path: plain
@@ -33,20 +30,20 @@ func fastPath(ev *envelope.Event) bool {
 }
 
 // applyCTE runs the cte statement for ev, with retries.
-func (in *Inbox) applyCTE(ctx context.Context, strategy, consumer string, ev *envelope.Event) Outcome {
-	if err := validate(consumer, ev); err != nil || !fastPath(ev) {
-		return in.applyOne(ctx, strategy, consumer, ev, in.defaultApplyOpts())
+func (a applier) applyCTE(ctx context.Context, ev *envelope.Event) Outcome {
+	if err := validate(a.consumer, ev); err != nil || !fastPath(ev) {
+		return a.applyOne(ctx, ev, a.defaultApplyOpts())
 	}
 	start := time.Now()
 	var res string
 	var drain bool
-	attempts, err := in.retry(ctx, func(ctx context.Context) error {
-		if err := in.ensurePartitions(ctx, ev); err != nil {
+	attempts, err := a.retry(ctx, func(ctx context.Context) error {
+		if err := a.ensurePartitions(ctx, ev); err != nil {
 			return err
 		}
-		return in.pool.QueryRow(ctx, in.sql.cte, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, ev.Amount, in.opt.Parking(), eventTime(ev)).Scan(&res, &drain)
+		return a.pool.QueryRow(ctx, a.sql.cte, a.consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, ev.Amount, a.opt.Parking(), eventTime(ev)).Scan(&res, &drain)
 	})
-	o := in.finishFast(ctx, strategy, consumer, ev, pipeResult{done: true, result: res, drain: drain, err: err})
+	o := a.finishFast(ctx, ev, pipeResult{done: true, result: res, drain: drain, err: err})
 	o.Attempts += attempts
 	o.Duration = time.Since(start)
 	return o
@@ -55,46 +52,44 @@ func (in *Inbox) applyCTE(ctx context.Context, strategy, consumer string, ev *en
 // finishFast turns a one-statement result into an Outcome: IB001 (the
 // update matched no row) goes to the locked decision path; an applied
 // event with parked successors drains them right after its commit.
-func (in *Inbox) finishFast(ctx context.Context, strategy, consumer string, ev *envelope.Event, r pipeResult) Outcome {
+func (a applier) finishFast(ctx context.Context, ev *envelope.Event, r pipeResult) Outcome {
 	if pgCode(r.err) == codeNotApplied {
 		// Gap, stale, or the predecessor committed a moment ago: decide under
 		// the row lock. The statement rolled back, claim included.
-		in.counters.slowPath.Add(1)
-		o := in.applyOne(ctx, strategy, consumer, ev, applyOpts{parking: in.opt.Parking()})
-		return o
+		a.counters.slowPath.Add(1)
+		return a.applyOne(ctx, ev, applyOpts{parking: a.opt.Parking()})
 	}
 	out := newOutcome(ev)
 	if r.err != nil {
-		out.Err = eventErr(consumer, ev, strategy, r.err)
+		out.Err = eventErr(a.consumer, ev, a.strategy, r.err)
 		return out
 	}
 	res, err := ParseResult(r.result)
 	if err != nil {
-		out.Err = eventErr(consumer, ev, strategy, err)
+		out.Err = eventErr(a.consumer, ev, a.strategy, err)
 		return out
 	}
 	out.Result = res
 	if res == Parked {
-		in.counters.parked.Add(1)
+		a.counters.parked.Add(1)
 	}
 	if res == Applied && r.drain {
-		out.Drained, out.DrainErr = in.drainAggregate(ctx, consumer, ev.Subject)
+		out.Drained, out.DrainErr = a.drainAggregate(ctx, ev.Subject)
 	}
 	return out
 }
 
 // pipelineStrategy sends many events' cte statements in one round trip.
-type pipelineStrategy struct{}
-
-func (pipelineStrategy) Name() string { return "pipeline" }
-func (pipelineStrategy) Description() string {
-	return "the cte statement for many events in one round trip (libpq pipeline mode), a sync point after each so every event is its own transaction"
-}
-func (pipelineStrategy) Broken() bool { return false }
+type pipelineStrategy struct{ about }
 
 // PrefersBatches implements Batching.
 func (pipelineStrategy) PrefersBatches() bool { return true }
-func (pipelineStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+
+// ApplyBatch implements Strategy: runs of plain increments pipelined, in
+// chunks of the batch size; snapshots and keyed events through the shared
+// path, in delivery order.
+func (s pipelineStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	a := applier{in, s.Name(), consumer}
 	outs := make([]Outcome, len(events))
 	var fast []int
 	// Events are decided in delivery order: the pipelined run before a
@@ -103,14 +98,14 @@ func (pipelineStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer stri
 	// order the broker delivered them.
 	flush := func() {
 		for start := 0; start < len(fast); start += in.opt.BatchSize {
-			in.pipelineChunk(ctx, consumer, events, fast[start:min(start+in.opt.BatchSize, len(fast))], outs)
+			a.pipelineChunk(ctx, events, fast[start:min(start+in.opt.BatchSize, len(fast))], outs)
 		}
 		fast = fast[:0]
 	}
 	for i, ev := range events {
 		if validate(consumer, ev) != nil || !fastPath(ev) {
 			flush()
-			outs[i] = in.applyOne(ctx, "pipeline", consumer, ev, in.defaultApplyOpts())
+			outs[i] = a.applyOne(ctx, ev, in.defaultApplyOpts())
 			continue
 		}
 		fast = append(fast, i)
@@ -126,11 +121,11 @@ type pipeResult struct {
 	err    error
 }
 
-func (in *Inbox) pipelineChunk(ctx context.Context, consumer string, events []*envelope.Event, idx []int, outs []Outcome) {
+func (a applier) pipelineChunk(ctx context.Context, events []*envelope.Event, idx []int, outs []Outcome) {
 	start := time.Now()
-	idx = in.ensureEach(ctx, events, idx, func(i, attempts int, err error) {
+	idx = a.ensureEach(ctx, events, idx, func(i, attempts int, err error) {
 		outs[i] = newOutcome(events[i])
-		outs[i].Err, outs[i].Attempts = eventErr(consumer, events[i], "pipeline", err), attempts
+		outs[i].Err, outs[i].Attempts = eventErr(a.consumer, events[i], a.strategy, err), attempts
 	})
 	if len(idx) == 0 {
 		return
@@ -138,16 +133,16 @@ func (in *Inbox) pipelineChunk(ctx context.Context, consumer string, events []*e
 	res := make([]pipeResult, len(idx))
 	// A transport failure leaves the unread events undecided; they are
 	// redone one by one below (a committed one then reads as DUPLICATE).
-	_ = in.sendPipeline(ctx, consumer, events, idx, res)
+	_ = a.sendPipeline(ctx, events, idx, res)
 	d := time.Since(start)
 	for k, i := range idx {
 		ev, r := events[i], res[k]
 		switch {
 		case !r.done || (r.err != nil && errors.Is(classify(ctx, r.err), ErrRetryable)):
-			outs[i] = in.applyCTE(ctx, "pipeline", consumer, ev)
+			outs[i] = a.applyCTE(ctx, ev)
 			outs[i].Attempts++
 		default:
-			outs[i] = in.finishFast(ctx, "pipeline", consumer, ev, r)
+			outs[i] = a.finishFast(ctx, ev, r)
 			outs[i].Attempts++
 			if outs[i].Duration == 0 {
 				outs[i].Duration = d
@@ -163,18 +158,18 @@ func (in *Inbox) cteStmtName() string {
 	return "inboxbench_cte_" + hex.EncodeToString(h[:8])
 }
 
-func (in *Inbox) sendPipeline(ctx context.Context, consumer string, events []*envelope.Event, idx []int, res []pipeResult) (err error) {
-	c, err := in.pool.Acquire(ctx)
+func (a applier) sendPipeline(ctx context.Context, events []*envelope.Event, idx []int, res []pipeResult) (err error) {
+	c, err := a.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire connection: %w", err)
 	}
 	defer c.Release()
-	sd, err := c.Conn().Prepare(ctx, in.cteStmtName(), in.sql.cte)
+	sd, err := c.Conn().Prepare(ctx, a.cteStmtName(), a.sql.cte)
 	if err != nil {
 		return fmt.Errorf("prepare cte statement: %w", err)
 	}
 	parking := []byte("f")
-	if in.opt.Parking() {
+	if a.opt.Parking() {
 		parking = []byte("t")
 	}
 	pl := c.Conn().PgConn().StartPipeline(ctx)
@@ -186,7 +181,7 @@ func (in *Inbox) sendPipeline(ctx context.Context, consumer string, events []*en
 			}
 		}
 	}()
-	bconsumer := []byte(consumer)
+	bconsumer := []byte(a.consumer)
 	for _, i := range idx {
 		ev := events[i]
 		pl.SendQueryStatement(sd, [][]byte{bconsumer, []byte(ev.Source), []byte(ev.ID), []byte(ev.Subject),

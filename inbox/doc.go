@@ -74,8 +74,10 @@
 //
 // User strategies come from SQL files (LoadStrategyFile, FileStrategy):
 // a team's own inbox SQL with named parameters, run in the same schema
-// after the built-in migration and judged by the same checker. They are
-// not registered: a runner takes them beside the registry's names. The
+// after the built-in migration and judged by the same checker. Package
+// strategyfile reads and checks a file; running it is this package's.
+// They are not registered: a runner takes them beside the registry's
+// names. The
 // harness parks the events a file answers GAP and applies them again
 // through the file (userpark.go); a file with a @batch section applies
 // batches (userbatch.go). A file never falls back to a built-in path. The
@@ -88,7 +90,7 @@
 // # Layouts and retention
 //
 // Retention must cover every window in which an event can come again;
-// ApplyRetention (Prune) always takes an explicit bound. A schema gets one
+// ApplyRetention (Inbox.Prune) always takes an explicit bound. A schema gets one
 // of two inbox layouts when it is created (MigrateLayout). The plain one
 // is pruned by deleting old rows in small batches. The partitioned one is
 // PARTITION BY RANGE (event_time) with primary key (consumer, source,

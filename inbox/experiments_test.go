@@ -52,19 +52,36 @@ func experimentDuplicate(t *testing.T, in *Inbox, s Strategy) {
 // TestExperimentSplit reproduces the split-commit bug with broken-split
 // and shows the correct tx strategy surviving the same failure.
 func TestExperimentSplit(t *testing.T) {
-	for _, tc := range []struct {
-		strategy              string
-		wantRedelivery        Result
-		wantBalance, wantVers int64
-	}{
-		{"broken-split", Duplicate, 0, 0}, // the article's bug: dedup "succeeded", balance stayed 0
-		{"tx", Applied, 10, 1},            // the claim rolled back with the update
-	} {
-		t.Run(tc.strategy, func(t *testing.T) {
+	builtin := func(name string) func(*testing.T, *Inbox) Strategy {
+		return func(t *testing.T, _ *Inbox) Strategy { return mustStrategy(t, name) }
+	}
+	experimentSplit(t, nil, []splitCase{
+		{"broken-split", builtin("broken-split"), Duplicate, 0, 0}, // the article's bug: dedup "succeeded", balance stayed 0
+		{"tx", builtin("tx"), Applied, 10, 1},                      // the claim rolled back with the update
+	})
+}
+
+// splitCase is one strategy under the split-commit experiment, and the
+// state its redelivery leaves.
+type splitCase struct {
+	name                  string
+	strategy              func(*testing.T, *Inbox) Strategy
+	wantRedelivery        Result
+	wantBalance, wantVers int64
+}
+
+// experimentSplit fails each case's first delivery between claim and
+// effect, delivers again, and checks what the redelivery found.
+func experimentSplit(t *testing.T, mutate func(*Options), cases []splitCase) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var fail atomic32
 			fail.set(1)
 			in := newInbox(t, func(o *Options) {
+				if mutate != nil {
+					mutate(o)
+				}
 				o.MaxAttempts = 1 // the failure must surface, as in the article, not be retried away
 				o.BeforeEffect = func(ctx context.Context, consumer string, ev *envelope.Event) error {
 					if fail.get() == 1 {
@@ -73,7 +90,7 @@ func TestExperimentSplit(t *testing.T) {
 					return nil
 				}
 			})
-			s := mustStrategy(t, tc.strategy)
+			s := tc.strategy(t, in)
 			resetAccount(t, in, consumer, order42)
 			e := ev("payment-recorded-42-1", order42, 1, 10)
 			o, err := in.Apply(ctxT(t), s, consumer, e)
@@ -87,7 +104,7 @@ func TestExperimentSplit(t *testing.T) {
 			if n := inboxRows(t, in, consumer); n != 1 {
 				t.Fatalf("inbox=%d, want 1", n)
 			}
-			t.Logf("split (%s): redelivered=true duplicateSkipped=%t balance=%d inbox=1", tc.strategy, o.Result == Duplicate, tc.wantBalance)
+			t.Logf("split (%s): redelivered=true duplicateSkipped=%t balance=%d inbox=1", tc.name, o.Result == Duplicate, tc.wantBalance)
 		})
 	}
 }

@@ -139,78 +139,49 @@ func (t *sqlText) external(s func(string) string) {
 	t.outboxPending = s(`SELECT count(*) FROM {S}.outbox WHERE sent_at IS NULL`)
 }
 
-// extKey is the idempotency-key pattern.
-type extKey struct{}
+// extKey is the idempotency-key pattern. With newKeyEachAttempt it is
+// broken-ext-new-key: every attempt sends a fresh request id, so a call
+// that timed out after the service applied it, or a handler that died
+// before its commit, is paid twice (external-duplicate).
+type extKey struct {
+	about
+	newKeyEachAttempt bool
+}
 
-func (extKey) Name() string { return "ext-key" }
-func (extKey) Description() string {
-	return "external call with an idempotency key = the event identity, before the commit: claim and change as tx, call, commit after the call answered; a redelivery calls again with the same key and gets the stored result"
-}
-func (extKey) Broken() bool { return false }
-func (extKey) ExternalStep() string {
-	return "in the transaction, before the commit, key = event identity"
-}
-func (extKey) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+// ApplyBatch implements Strategy: the call runs in the event's
+// transaction once the change applied, before the commit.
+func (s extKey) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	a := applier{in, s.Name(), consumer}
 	return perEvent(events, func(ev *envelope.Event) Outcome {
-		return in.applyThen(ctx, "ext-key", consumer, ev, func(ctx context.Context, tx pgx.Tx, _ int) error {
-			if _, err := in.pay(ctx, ExternalRequest(ExternalKey(consumer, ev), ev)); err != nil {
+		return a.applyOne(ctx, ev, applyOpts{hook: true, then: func(ctx context.Context, tx pgx.Tx) error {
+			key := ExternalKey(consumer, ev)
+			if s.newKeyEachAttempt {
+				// The mistake: "a new request deserves a new id".
+				key += "#" + newRequestID()
+			}
+			if _, err := in.pay(ctx, ExternalRequest(key, ev)); err != nil {
 				return err
 			}
 			return in.afterCall(ctx, consumer, ev)
-		})
+		}})
 	})
 }
 
-// applyThen applies an increment as the tx strategy does, without
-// parking, and runs step (an external call, an outbox write) in the same
-// transaction once the change applied, before the commit; a step that
-// fails rolls everything back. Attempt counts the executions (1, 2 …).
-// Snapshots take the database-only path.
-func (in *Inbox) applyThen(ctx context.Context, name, consumer string, ev *envelope.Event, step func(ctx context.Context, tx pgx.Tx, attempt int) error) Outcome {
-	ao := applyOpts{hook: true}
-	if err := validate(consumer, ev); err != nil || ev.Kind == envelope.Snapshot {
-		return in.applyOne(ctx, name, consumer, ev, ao)
-	}
-	start := time.Now()
-	var out Outcome
-	attempt := 0
-	attempts, err := in.retry(ctx, func(ctx context.Context) error {
-		attempt++
-		if err := in.ensurePartitions(ctx, ev); err != nil {
-			return err
-		}
-		var err error
-		out, err = in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
-			o, commit, err := in.applyInTx(ctx, tx, consumer, ev, ao)
-			if err != nil || !commit || o.Result != Applied {
-				return o, commit, err
-			}
-			return o, true, step(ctx, tx, attempt)
-		})
-		return err
-	})
-	if err != nil {
-		out = newOutcome(ev)
-		out.Err = eventErr(consumer, ev, name, err)
-	}
-	out.Attempts, out.Duration = attempts, time.Since(start)
-	return out
+// extLease is the durable-state pattern. With existsMeansDone it is
+// broken-ext-exists, reading "the row exists" as "it succeeded": a
+// delivery that finds a PROCESSING operation (its holder died, or its
+// call failed) acks it as a DUPLICATE. The operation stays PROCESSING for
+// ever and the change never applies (processing-stuck).
+type extLease struct {
+	about
+	existsMeansDone bool
 }
 
-// extLease is the durable-state pattern.
-type extLease struct{}
-
-func (extLease) Name() string { return "ext-lease" }
-func (extLease) Description() string {
-	return "durable PROCESSING state with a lease: claim and commit, call with the key outside any transaction, record DONE with the inbox row and the change; an expired lease is taken over by querying the result by key first; an operation taken over too often is STUCK and reported"
-}
-func (extLease) Broken() bool { return false }
-func (extLease) ExternalStep() string {
-	return "between two transactions, under a lease, key = event identity"
-}
-func (extLease) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+// ApplyBatch implements Strategy.
+func (s extLease) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	a := applier{in, s.Name(), consumer}
 	return perEvent(events, func(ev *envelope.Event) Outcome {
-		return in.applyLeased(ctx, "ext-lease", consumer, ev, false)
+		return a.applyLeased(ctx, ev, s.existsMeansDone)
 	})
 }
 
@@ -218,26 +189,13 @@ func (extLease) ApplyBatch(ctx context.Context, in *Inbox, consumer string, even
 // failures (a refused or unanswered call, a lease held by another
 // delivery) from the start: each retry finds the operation where the last
 // one left it. existsMeansDone is broken-ext-exists's mistake.
-func (in *Inbox) applyLeased(ctx context.Context, name, consumer string, ev *envelope.Event, existsMeansDone bool) Outcome {
-	if err := validate(consumer, ev); err != nil || ev.Kind == envelope.Snapshot {
-		return in.applyOne(ctx, name, consumer, ev, applyOpts{hook: true})
+func (a applier) applyLeased(ctx context.Context, ev *envelope.Event, existsMeansDone bool) Outcome {
+	if err := validate(a.consumer, ev); err != nil || ev.Kind == envelope.Snapshot {
+		return a.applyOne(ctx, ev, applyOpts{hook: true})
 	}
-	start := time.Now()
-	var out Outcome
-	attempts, err := in.retry(ctx, func(ctx context.Context) error {
-		if err := in.ensurePartitions(ctx, ev); err != nil {
-			return err
-		}
-		var err error
-		out, err = in.leased(ctx, consumer, ev, existsMeansDone)
-		return err
+	return a.retried(ctx, ev, func(ctx context.Context) (Outcome, error) {
+		return a.leased(ctx, ev, existsMeansDone)
 	})
-	if err != nil {
-		out = newOutcome(ev)
-		out.Err = eventErr(consumer, ev, name, err)
-	}
-	out.Attempts, out.Duration = attempts, time.Since(start)
-	return out
 }
 
 // leaseMode is what a delivery does once it holds the lease.
@@ -249,14 +207,14 @@ const (
 )
 
 // leased is one attempt of the lease protocol.
-func (in *Inbox) leased(ctx context.Context, consumer string, ev *envelope.Event, existsMeansDone bool) (Outcome, error) {
-	key := ExternalKey(consumer, ev)
-	lease := in.opt.Lease.Microseconds()
+func (a applier) leased(ctx context.Context, ev *envelope.Event, existsMeansDone bool) (Outcome, error) {
+	key := ExternalKey(a.consumer, ev)
+	lease := a.opt.Lease.Microseconds()
 	var mode leaseMode
 	stuck := false
-	o, err := in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
+	o, err := a.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
 		o := newOutcome(ev)
-		tag, err := tx.Exec(ctx, in.sql.opClaim, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, key, lease)
+		tag, err := tx.Exec(ctx, a.sql.opClaim, a.consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, key, lease)
 		if err != nil {
 			return o, false, fmt.Errorf("claim external operation: %w", err)
 		}
@@ -269,7 +227,7 @@ func (in *Inbox) leased(ctx context.Context, consumer string, ev *envelope.Event
 			var state string
 			var expired bool
 			var takeovers int
-			if err := tx.QueryRow(ctx, in.sql.opRead, consumer, ev.Source, ev.ID).Scan(&state, &expired, &takeovers, &key); err != nil {
+			if err := tx.QueryRow(ctx, a.sql.opRead, a.consumer, ev.Source, ev.ID).Scan(&state, &expired, &takeovers, &key); err != nil {
 				return o, false, fmt.Errorf("read external operation: %w", err)
 			}
 			switch {
@@ -280,14 +238,14 @@ func (in *Inbox) leased(ctx context.Context, consumer string, ev *envelope.Event
 				return o, false, fmt.Errorf("%w: marked STUCK earlier", ErrStuck)
 			case !expired:
 				return o, false, &retryableError{ErrInProgress}
-			case takeovers >= in.opt.LeaseTakeovers:
-				if _, err := tx.Exec(ctx, in.sql.opStuck, consumer, ev.Source, ev.ID); err != nil {
+			case takeovers >= a.opt.LeaseTakeovers:
+				if _, err := tx.Exec(ctx, a.sql.opStuck, a.consumer, ev.Source, ev.ID); err != nil {
 					return o, false, fmt.Errorf("mark external operation stuck: %w", err)
 				}
 				stuck = true
 				return o, true, nil
 			}
-			if _, err := tx.Exec(ctx, in.sql.opTakeOver, consumer, ev.Source, ev.ID, lease); err != nil {
+			if _, err := tx.Exec(ctx, a.sql.opTakeOver, a.consumer, ev.Source, ev.ID, lease); err != nil {
 				return o, false, fmt.Errorf("take over external operation: %w", err)
 			}
 			mode = leaseRecover
@@ -296,7 +254,7 @@ func (in *Inbox) leased(ctx context.Context, consumer string, ev *envelope.Event
 		// A new operation: the version decides before anything is called.
 		// Nothing but a newer snapshot can change the version meanwhile:
 		// the next increment waits for this one's version.
-		cur, err := in.lockVersion(ctx, tx, ev.Subject)
+		cur, err := a.lockVersion(ctx, tx, ev.Subject)
 		if err != nil {
 			return o, false, err
 		}
@@ -315,37 +273,37 @@ func (in *Inbox) leased(ctx context.Context, consumer string, ev *envelope.Event
 	case err != nil || o.Result != NoResult:
 		return o, err
 	case stuck:
-		return o, fmt.Errorf("%w after %d takeovers of its lease: reported, not retried", ErrStuck, in.opt.LeaseTakeovers)
+		return o, fmt.Errorf("%w after %d takeovers of its lease: reported, not retried", ErrStuck, a.opt.LeaseTakeovers)
 	}
 	// Outside any transaction: no lock is held while the service works.
 	var p external.Payment
 	found := false
 	if mode == leaseRecover {
 		// The previous holder may have been answered, or not: ask.
-		p, found, err = in.lookup(ctx, key)
+		p, found, err = a.lookup(ctx, key)
 		if err != nil {
-			return o, in.releaseLease(ctx, consumer, ev, err)
+			return o, a.releaseLease(ctx, ev, err)
 		}
 	}
 	if !found {
-		if p, err = in.pay(ctx, ExternalRequest(key, ev)); err != nil {
-			return o, in.releaseLease(ctx, consumer, ev, err)
+		if p, err = a.pay(ctx, ExternalRequest(key, ev)); err != nil {
+			return o, a.releaseLease(ctx, ev, err)
 		}
 	}
-	if err := in.afterCall(ctx, consumer, ev); err != nil {
+	if err := a.afterCall(ctx, a.consumer, ev); err != nil {
 		return o, err // died: the lease expires
 	}
-	return in.recordLeased(ctx, consumer, ev, p.ID)
+	return a.recordLeased(ctx, ev, p.ID)
 }
 
 // releaseLease ends the lease after a failed call, so that the next
 // attempt takes the operation over at once (it queries the key's result
 // first: a call without an answer may have been applied). If the release
 // fails too, the lease expires.
-func (in *Inbox) releaseLease(ctx context.Context, consumer string, ev *envelope.Event, cause error) error {
+func (a applier) releaseLease(ctx context.Context, ev *envelope.Event, cause error) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, _ = in.pool.Exec(rctx, in.sql.opRelease, consumer, ev.Source, ev.ID)
+	_, _ = a.pool.Exec(rctx, a.sql.opRelease, a.consumer, ev.Source, ev.ID)
 	return cause
 }
 
@@ -354,11 +312,11 @@ func (in *Inbox) releaseLease(ctx context.Context, consumer string, ev *envelope
 // by a delivery that took it over: this one is a DUPLICATE. A change that
 // no longer applies (a newer snapshot overtook the increment while it
 // called) leaves the operation DONE and nothing else.
-func (in *Inbox) recordLeased(ctx context.Context, consumer string, ev *envelope.Event, payment string) (Outcome, error) {
+func (a applier) recordLeased(ctx context.Context, ev *envelope.Event, payment string) (Outcome, error) {
 	var done bool
-	o, err := in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
+	o, err := a.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
 		o := newOutcome(ev)
-		tag, err := tx.Exec(ctx, in.sql.opDone, consumer, ev.Source, ev.ID, payment)
+		tag, err := tx.Exec(ctx, a.sql.opDone, a.consumer, ev.Source, ev.ID, payment)
 		if err != nil {
 			return o, false, fmt.Errorf("record external operation done: %w", err)
 		}
@@ -366,12 +324,12 @@ func (in *Inbox) recordLeased(ctx context.Context, consumer string, ev *envelope
 			o.Result = Duplicate
 			return o, false, nil
 		}
-		o, commit, err := in.applyInTx(ctx, tx, consumer, ev, applyOpts{hook: true})
+		o, commit, err := a.applyInTx(ctx, tx, ev, applyOpts{hook: true})
 		done = err == nil && o.Result == Stale
 		return o, commit, err
 	})
 	if err == nil && done {
-		if _, err := in.pool.Exec(ctx, in.sql.opDone, consumer, ev.Source, ev.ID, payment); err != nil {
+		if _, err := a.pool.Exec(ctx, a.sql.opDone, a.consumer, ev.Source, ev.ID, payment); err != nil {
 			return o, fmt.Errorf("record external operation done (%s): %w", o.Result, err)
 		}
 	}
@@ -379,32 +337,30 @@ func (in *Inbox) recordLeased(ctx context.Context, consumer string, ev *envelope
 }
 
 // extOutbox is the transactional-outbox pattern.
-type extOutbox struct{}
+type extOutbox struct{ about }
 
-func (extOutbox) Name() string { return "ext-outbox" }
-func (extOutbox) Description() string {
-	return "transactional outbox: the request is written in the inbox transaction with its key; a relay sends it at least once and marks it sent, the service deduplicates"
-}
-func (extOutbox) Broken() bool { return false }
-func (extOutbox) ExternalStep() string {
-	return "after the commit, by a relay reading the outbox, key = event identity"
-}
-func (extOutbox) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+// ApplyBatch implements Strategy: the request is written in the event's
+// transaction once the change applied.
+func (s extOutbox) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	a := applier{in, s.Name(), consumer}
 	return perEvent(events, func(ev *envelope.Event) Outcome {
-		return in.applyThen(ctx, "ext-outbox", consumer, ev, func(ctx context.Context, tx pgx.Tx, _ int) error {
+		return a.applyOne(ctx, ev, applyOpts{hook: true, then: func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, in.sql.outboxInsert, consumer, ev.Source, ev.ID, ExternalKey(consumer, ev), ev.Subject, ev.Amount, nullTime(ev.IntendedAt)); err != nil {
 				return fmt.Errorf("write outbox: %w", err)
 			}
 			return nil
-		})
+		}})
 	})
 }
 
 // relayBatch is how many outbox rows one relay claims and sends at once.
 const relayBatch = 64
 
+// RunRelay implements Relaying with Inbox.RunRelay.
 func (extOutbox) RunRelay(ctx context.Context, in *Inbox, workers int) { in.RunRelay(ctx, workers) }
-func (extOutbox) FlushRelay(ctx context.Context, in *Inbox) error      { return in.FlushRelay(ctx) }
+
+// FlushRelay implements Relaying with Inbox.FlushRelay.
+func (extOutbox) FlushRelay(ctx context.Context, in *Inbox) error { return in.FlushRelay(ctx) }
 
 // RunRelay sends the schema's pending outbox rows with workers concurrent
 // relays until ctx ends; each claims rows with SKIP LOCKED, so relays (in

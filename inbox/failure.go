@@ -144,9 +144,14 @@ type StatementError struct {
 	Err     error
 }
 
+// where is "path:line @section statement n".
 func (e *StatementError) where() string {
 	return fmt.Sprintf("%s:%d @%s statement %d", e.Path, e.Line, e.Section, e.Index)
 }
 
+// Error names the file, line, section and statement, then the server's
+// error.
 func (e *StatementError) Error() string { return e.where() + ": " + e.Err.Error() }
+
+// Unwrap is the server's error.
 func (e *StatementError) Unwrap() error { return e.Err }

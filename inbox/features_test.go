@@ -203,13 +203,13 @@ func TestPruneAndStats(t *testing.T) {
 	if st.Rows != 3 || time.Since(st.Oldest) > time.Minute || st.SizeBytes <= 0 {
 		t.Fatalf("stats after prune %+v", st)
 	}
-	if n, err := Prune(ctx, in.pool, in.Schema(), time.Hour, 100); err != nil || n != 0 {
-		t.Fatalf("second prune: %d, %v", n, err)
+	if r, err := ApplyRetention(ctx, in.pool, in.Schema(), time.Hour, 100); err != nil || r.Rows != 0 {
+		t.Fatalf("second prune: %d, %v", r.Rows, err)
 	}
-	if _, err := Prune(ctx, in.pool, in.Schema(), 0, 100); err == nil {
+	if _, err := ApplyRetention(ctx, in.pool, in.Schema(), 0, 100); err == nil {
 		t.Fatal("prune with no retention bound must be refused")
 	}
-	if _, err := Prune(ctx, in.pool, in.Schema(), time.Hour, 0); err == nil {
+	if _, err := ApplyRetention(ctx, in.pool, in.Schema(), time.Hour, 0); err == nil {
 		t.Fatal("prune with batch size 0 must be refused")
 	}
 	// Pruned rows are gone from dedup: that is why retention must cover

@@ -221,7 +221,7 @@ func preparePartitioned(ctx context.Context, tx pgx.Tx, schema string, layout La
 	case layout.Interval != 0 && layout.Interval != p.Interval:
 		return fmt.Errorf("inbox: schema %s is partitioned by %v, not %v: the interval is fixed when the schema is created", schema, p.Interval, layout.Interval)
 	}
-	_, err = createAhead(ctx, tx, schema, p.Interval, cmp.Or(layout.Ahead, DefaultPartitionsAhead))
+	_, err = createAhead(ctx, tx, schema, time.Duration(cmp.Or(layout.Ahead, DefaultPartitionsAhead))*p.Interval)
 	return err
 }
 

@@ -259,14 +259,14 @@ func CreatePartitions(ctx context.Context, db DB, schema string, from, to time.T
 	return created, nil
 }
 
-// createAhead creates the partition of the database's current time and
-// ahead more after it.
-func createAhead(ctx context.Context, db DB, schema string, iv time.Duration, ahead int) ([]Partition, error) {
+// createAhead creates the partitions from the database's current time to
+// ahead after it.
+func createAhead(ctx context.Context, db DB, schema string, ahead time.Duration) ([]Partition, error) {
 	var now time.Time
 	if err := db.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 		return nil, fmt.Errorf("inbox: create partitions of %s: read the time: %w", schema, err)
 	}
-	return CreatePartitions(ctx, db, schema, now, now.Add(time.Duration(ahead)*iv))
+	return CreatePartitions(ctx, db, schema, now, now.Add(ahead))
 }
 
 // DropPartitions drops every partition of schema's inbox whose whole range

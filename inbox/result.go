@@ -33,6 +33,8 @@ const (
 
 var resultNames = [...]string{"NONE", "APPLIED", "DUPLICATE", "GAP", "STALE", "CONFLICT", "PARKED"}
 
+// String is the result's name: APPLIED, DUPLICATE, GAP, STALE, CONFLICT,
+// PARKED, or NONE.
 func (r Result) String() string {
 	if int(r) < len(resultNames) {
 		return resultNames[r]
@@ -103,8 +105,13 @@ var ErrInjected = errors.New("injected failure")
 
 type retryableError struct{ err error }
 
-func (e *retryableError) Error() string        { return e.err.Error() + " (retryable)" }
-func (e *retryableError) Unwrap() error        { return e.err }
+// Error is the failure, marked "(retryable)".
+func (e *retryableError) Error() string { return e.err.Error() + " (retryable)" }
+
+// Unwrap is the failure.
+func (e *retryableError) Unwrap() error { return e.err }
+
+// Is matches ErrRetryable.
 func (e *retryableError) Is(target error) bool { return target == ErrRetryable }
 
 // SQLSTATEs handled specially.

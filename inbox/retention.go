@@ -59,14 +59,8 @@ func ApplyRetention(ctx context.Context, db DB, schema string, olderThan time.Du
 	for _, d := range r.Dropped {
 		r.Rows += d.Rows
 	}
-	r.Created, err = createAhead(ctx, db, schema, p.Interval, DefaultPartitionsAhead)
+	r.Created, err = createAhead(ctx, db, schema, DefaultPartitionsAhead*p.Interval)
 	return r, err
-}
-
-// Prune is ApplyRetention returning only the rows removed.
-func Prune(ctx context.Context, db DB, schema string, olderThan time.Duration, batchSize int) (int64, error) {
-	r, err := ApplyRetention(ctx, db, schema, olderThan, batchSize)
-	return r.Rows, err
 }
 
 // pruneRows is the plain layout's batched delete.
@@ -157,7 +151,8 @@ func (in *Inbox) Stats(ctx context.Context) (Stats, error) {
 
 // Prune applies retention to the Inbox's schema (see the package function).
 func (in *Inbox) Prune(ctx context.Context, olderThan time.Duration, batchSize int) (int64, error) {
-	return Prune(ctx, in.pool, in.opt.Schema, olderThan, batchSize)
+	r, err := ApplyRetention(ctx, in.pool, in.opt.Schema, olderThan, batchSize)
+	return r.Rows, err
 }
 
 // ParkedEvent is a parked row as StuckParked reports it.

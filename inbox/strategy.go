@@ -226,16 +226,114 @@ func Resolve(spec string) ([]Strategy, error) {
 	return out, nil
 }
 
+// builtins are the built-in strategies, each with its registry name and
+// the one line bench inbox strategies prints for it.
+func builtins() []Strategy {
+	return []Strategy{
+		txStrategy{about{
+			name:        "tx",
+			description: "the article's transaction: INSERT inbox … ON CONFLICT DO NOTHING, then UPDATE account … WHERE version = v-1, one event per transaction",
+		}},
+		cteStrategy{about{
+			name:        "cte",
+			description: "one statement per event: a data-modifying CTE claims the inbox key, applies the conditional update and returns the outcome (autocommit, one round trip)",
+		}},
+		batchStrategy{about{
+			name:        "batch",
+			description: "N events per transaction: aggregates locked with one SELECT … ORDER BY id FOR UPDATE, one multi-row INSERT … ON CONFLICT … RETURNING for the inbox, one UPDATE … FROM unnest(…) for every account",
+		}},
+		pipelineStrategy{about{
+			name:        "pipeline",
+			description: "the cte statement for many events in one round trip (libpq pipeline mode), a sync point after each so every event is its own transaction",
+		}},
+		brokenSplit{about{
+			name:        "broken-split",
+			description: "inbox row in autocommit, business update in a second transaction that may roll back (split commit → inbox-without-effect)",
+		}},
+		brokenCheckThenInsert{about{
+			name:        "broken-check-then-insert",
+			description: "SELECT the inbox, then apply and INSERT … ON CONFLICT DO NOTHING ignoring the row count: the check, not the primary key, decides (races → duplicate-effect)",
+		}},
+		brokenGlobalKey{about{
+			name:        "broken-global-key",
+			description: "dedup key is the event id alone, shared by all consumers: a second consumer skips the event (lost-effect)",
+		}},
+		brokenAggregateKey{about{
+			name:        "broken-aggregate-key",
+			description: "dedup key is the aggregate id: the aggregate's later legitimate events are skipped (lost-effect)",
+		}},
+		brokenNoVersion{about{
+			name:        "broken-no-version",
+			description: "correct inbox, unconditional update ignoring versions: gaps and stale events are applied (version-gap, stale-applied)",
+		}},
+		brokenAckBeforeCommit{txStrategy{about{
+			name:        "broken-ack-before-commit",
+			description: "consumer-level: acks the delivery before the tx strategy commits; a crash in between loses the event (lost-effect). The runner implements the ack ordering",
+		}}},
+		brokenTTLDedup{about{
+			name:        "broken-ttl-dedup",
+			description: "dedup marker that expires after 100ms (a TTL cache); the version check alone stops a later redelivery, as STALE (dedup-miss)",
+		}},
+		extKey{about: about{
+			name:        "ext-key",
+			description: "external call with an idempotency key = the event identity, before the commit: claim and change as tx, call, commit after the call answered; a redelivery calls again with the same key and gets the stored result",
+			step:        "in the transaction, before the commit, key = event identity",
+		}},
+		extLease{about: about{
+			name:        "ext-lease",
+			description: "durable PROCESSING state with a lease: claim and commit, call with the key outside any transaction, record DONE with the inbox row and the change; an expired lease is taken over by querying the result by key first; an operation taken over too often is STUCK and reported",
+			step:        "between two transactions, under a lease, key = event identity",
+		}},
+		extOutbox{about{
+			name:        "ext-outbox",
+			description: "transactional outbox: the request is written in the inbox transaction with its key; a relay sends it at least once and marks it sent, the service deduplicates",
+			step:        "after the commit, by a relay reading the outbox, key = event identity",
+		}},
+		extKey{about: about{
+			name:        "broken-ext-new-key",
+			description: "ext-key retrying under a new request id each attempt: a call that timed out after it was applied, or a handler that died before its commit, is paid again (external-duplicate)",
+			step:        "in the transaction, before the commit, a new key per attempt",
+		}, newKeyEachAttempt: true},
+		extLease{about: about{
+			name:        "broken-ext-exists",
+			description: "ext-lease taking an existing operation row for success: a PROCESSING operation whose holder died or failed is acked as DUPLICATE and never finished (processing-stuck)",
+			step:        "between two transactions, under a lease, key = event identity",
+		}, existsMeansDone: true},
+		brokenExtAfterCommit{about{
+			name:        "broken-ext-after-commit",
+			description: "commits, then calls without an idempotency key and retries a few times: a timed-out call is paid twice (external-duplicate), one refused for longer is never paid (external-lost)",
+			step:        "after the commit, without a key",
+		}},
+	}
+}
+
 func init() {
-	for _, s := range []Strategy{
-		txStrategy{}, cteStrategy{}, batchStrategy{}, pipelineStrategy{},
-		brokenSplit{}, brokenCheckThenInsert{}, brokenGlobalKey{}, brokenAggregateKey{}, brokenNoVersion{}, brokenAckBeforeCommit{},
-		brokenTTLDedup{},
-		extKey{}, extLease{}, extOutbox{}, brokenExtNewKey{}, brokenExtExists{}, brokenExtAfterCommit{},
-	} {
+	for _, s := range builtins() {
 		Register(s)
 	}
 }
+
+// about is what a built-in strategy says of itself: embedded in each, it
+// gives Strategy's Name, Description and Broken and Externals'
+// ExternalStep, so that the strategy's own type holds only what it does.
+type about struct {
+	name, description string
+	// step says when an external strategy calls the service; "" for the
+	// database-only ones.
+	step string
+}
+
+// Name implements Strategy.
+func (a about) Name() string { return a.name }
+
+// Description implements Strategy.
+func (a about) Description() string { return a.description }
+
+// Broken implements Strategy: the negative controls are named broken-*.
+func (a about) Broken() bool { return strings.HasPrefix(a.name, brokenPrefix) }
+
+// ExternalStep implements Externals.
+func (a about) ExternalStep() string { return a.step }
 
 // perEvent runs f for each event and collects outcomes.
 func perEvent(events []*envelope.Event, f func(ev *envelope.Event) Outcome) ([]Outcome, error) {
@@ -247,15 +345,14 @@ func perEvent(events []*envelope.Event, f func(ev *envelope.Event) Outcome) ([]O
 }
 
 // txStrategy is the article's transaction.
-type txStrategy struct{}
+type txStrategy struct{ about }
 
-func (txStrategy) Name() string { return "tx" }
-func (txStrategy) Description() string {
-	return "the article's transaction: INSERT inbox … ON CONFLICT DO NOTHING, then UPDATE account … WHERE version = v-1, one event per transaction"
-}
-func (txStrategy) Broken() bool { return false }
+// ApplyBatch implements Strategy. Its errors name "tx" even in
+// broken-ack-before-commit, whose mistake is in the consumer and whose
+// transaction is this one.
 func (txStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	a := applier{in, "tx", consumer}
 	return perEvent(events, func(ev *envelope.Event) Outcome {
-		return in.applyOne(ctx, "tx", consumer, ev, in.defaultApplyOpts())
+		return a.applyOne(ctx, ev, in.defaultApplyOpts())
 	})
 }

@@ -88,7 +88,7 @@ func TestRegistry(t *testing.T) {
 			t.Fatal("registering a duplicate name must panic")
 		}
 	}()
-	Register(txStrategy{})
+	Register(s)
 }
 
 func TestRegisterRejectsDisguisedControl(t *testing.T) {
@@ -97,7 +97,11 @@ func TestRegisterRejectsDisguisedControl(t *testing.T) {
 			t.Fatal("a broken strategy without the broken- prefix must panic")
 		}
 	}()
-	Register(disguised{})
+	s, err := Lookup("broken-no-version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	Register(disguised{s.(brokenNoVersion)})
 }
 
 type disguised struct{ brokenNoVersion }

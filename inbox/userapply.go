@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxbench/inboxbench/envelope"
+	"github.com/inboxbench/inboxbench/inbox/strategyfile"
 )
 
 // The apply paths of strategy files: one event per transaction as the
@@ -44,7 +45,7 @@ func (s *FileStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer strin
 	}
 	var outs []Outcome
 	var swept map[string]bool
-	if s.f.header.outcome == OutcomeBatch {
+	if s.f.Header.Outcome == strategyfile.OutcomeBatch {
 		outs, swept = r.batch(ctx, events, in.opt.Parking())
 	} else {
 		outs, _ = perEvent(events, func(ev *envelope.Event) Outcome { return r.event(ctx, ev) })
@@ -52,7 +53,7 @@ func (s *FileStrategy) ApplyBatch(ctx context.Context, in *Inbox, consumer strin
 	// A file with an external step does not park, as the built-in
 	// external strategies do not: a drained event would take effect
 	// without its call.
-	if in.opt.Parking() && s.f.header.external == "" {
+	if in.opt.Parking() && s.f.Header.External == "" {
 		r.parkAndDrain(ctx, events, outs, swept)
 	}
 	return outs, joinOutcomeErrors(outs)
@@ -112,15 +113,15 @@ func (r *fileRun) event(ctx context.Context, ev *envelope.Event) Outcome {
 	}
 	start := time.Now()
 	var o Outcome
-	switch h := r.s.f.header; {
-	case h.outcome == OutcomeBatch:
+	switch h := r.s.f.Header; {
+	case h.Outcome == strategyfile.OutcomeBatch:
 		// The parking code calls this for one event and keeps the parked
 		// table itself: no sweep.
 		outs, _ := r.batch(ctx, []*envelope.Event{ev}, false)
 		o = outs[0]
-	case h.outcome == OutcomeResult:
+	case h.Outcome == strategyfile.OutcomeResult:
 		o = r.result(ctx, ev)
-	case h.transaction == TxSplit:
+	case h.Transaction == strategyfile.TxSplit:
 		o = r.split(ctx, ev)
 	default:
 		o = r.rows(ctx, ev)
@@ -184,7 +185,7 @@ func (r *fileRun) result(ctx context.Context, ev *envelope.Event) Outcome {
 // runApply executes the @apply statements once; it returns the result
 // column of the last one and the statement that failed or answered.
 func (r *fileRun) runApply(ctx context.Context, ev *envelope.Event) (string, *renderedStmt, error) {
-	apply := r.sql[secApply]
+	apply := r.sql[strategyfile.Apply]
 	last := apply[len(apply)-1]
 	if len(apply) == 1 {
 		res, err := queryResult(ctx, r.in.pool, last, eventArgs(last, r.consumer, ev))
@@ -195,7 +196,7 @@ func (r *fileRun) runApply(ctx context.Context, ev *envelope.Event) (string, *re
 		return "", nil, fmt.Errorf("begin: %w", err)
 	}
 	for _, st := range apply[:len(apply)-1] {
-		if _, err := tx.Exec(ctx, st.sql, eventArgs(st, r.consumer, ev)...); err != nil {
+		if _, err := tx.Exec(ctx, st.SQL, eventArgs(st, r.consumer, ev)...); err != nil {
 			return "", st, rollback(ctx, tx, err)
 		}
 	}
@@ -216,7 +217,7 @@ type querier interface {
 // queryResult runs st with args and returns its result column from
 // exactly one row.
 func queryResult(ctx context.Context, q querier, st *renderedStmt, args []any) (string, error) {
-	rows, err := q.Query(ctx, st.sql, args...)
+	rows, err := q.Query(ctx, st.SQL, args...)
 	if err != nil {
 		return "", err
 	}
@@ -262,8 +263,8 @@ func queryResult(ctx context.Context, q querier, st *renderedStmt, args []any) (
 // function call) does not.
 func (r *fileRun) execEffect(ctx context.Context, tx pgx.Tx, ev *envelope.Event) (int64, *renderedStmt, error) {
 	var n int64
-	for _, st := range r.sql[secEffect] {
-		tag, err := tx.Exec(ctx, st.sql, eventArgs(st, r.consumer, ev)...)
+	for _, st := range r.sql[strategyfile.Effect] {
+		tag, err := tx.Exec(ctx, st.SQL, eventArgs(st, r.consumer, ev)...)
 		if err != nil {
 			return 0, st, err
 		}
@@ -279,7 +280,7 @@ func (r *fileRun) execEffect(ctx context.Context, tx pgx.Tx, ev *envelope.Event)
 // account's row lock) says STALE or GAP, or, when the predecessor just
 // committed, the effect is tried again. commit reports whether to commit.
 func (r *fileRun) decideEffect(ctx context.Context, tx pgx.Tx, ev *envelope.Event) (res Result, commit bool, err error) {
-	path := r.s.f.path
+	path := r.s.f.Path
 	if r.in.opt.BeforeEffect != nil {
 		if err := r.in.opt.BeforeEffect(ctx, r.consumer, ev); err != nil {
 			return NoResult, false, fmt.Errorf("before effect: %w", err)
@@ -318,19 +319,19 @@ func (s *FileStrategy) stmtErr(st *renderedStmt, err error) error {
 	if st == nil {
 		return err
 	}
-	return &StatementError{Path: s.f.path, Line: s.f.line(st.off), Section: st.section.String(), Index: st.index, Err: err}
+	return &StatementError{Path: s.f.Path, Line: s.f.Line(st.Off), Section: st.Section.String(), Index: st.Index, Err: err}
 }
 
 // rows is the article's transaction: claim, then effect, in one
 // transaction; anything but APPLIED rolls back, claim included.
 func (r *fileRun) rows(ctx context.Context, ev *envelope.Event) Outcome {
-	claim := r.sql[secClaim][0]
+	claim := r.sql[strategyfile.Claim][0]
 	var out Outcome
 	attempts, err := r.in.retry(ctx, func(ctx context.Context) error {
 		var err error
 		out, err = r.in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
 			o := newOutcome(ev)
-			tag, err := tx.Exec(ctx, claim.sql, eventArgs(claim, r.consumer, ev)...)
+			tag, err := tx.Exec(ctx, claim.SQL, eventArgs(claim, r.consumer, ev)...)
 			if err != nil {
 				return o, false, r.s.stmtErr(claim, err)
 			}
@@ -340,7 +341,7 @@ func (r *fileRun) rows(ctx context.Context, ev *envelope.Event) Outcome {
 			}
 			res, commit, err := r.decideEffect(ctx, tx, ev)
 			o.Result = res
-			if err == nil && commit && r.s.f.header.external != "" {
+			if err == nil && commit && r.s.f.Header.External != "" {
 				err = r.callExternal(ctx, tx, ev)
 			}
 			return o, commit, err
@@ -360,8 +361,8 @@ func (r *fileRun) rows(ctx context.Context, ev *envelope.Event) Outcome {
 // after the service answered. A failed call rolls the event back and it
 // is tried again, with the key the statement gives again.
 func (r *fileRun) callExternal(ctx context.Context, tx pgx.Tx, ev *envelope.Event) error {
-	st := r.sql[secExternal][0]
-	rows, err := tx.Query(ctx, st.sql, eventArgs(st, r.consumer, ev)...)
+	st := r.sql[strategyfile.External][0]
+	rows, err := tx.Query(ctx, st.SQL, eventArgs(st, r.consumer, ev)...)
 	if err != nil {
 		return r.s.stmtErr(st, err)
 	}
@@ -420,8 +421,8 @@ func (r *fileRun) split(ctx context.Context, ev *envelope.Event) Outcome {
 	out := newOutcome(ev)
 	out.Attempts = 1
 	fail := func(err error) Outcome { return r.failed(ev, classify(ctx, err), 1) }
-	claim := r.sql[secClaim][0]
-	tag, err := r.in.pool.Exec(ctx, claim.sql, eventArgs(claim, r.consumer, ev)...)
+	claim := r.sql[strategyfile.Claim][0]
+	tag, err := r.in.pool.Exec(ctx, claim.SQL, eventArgs(claim, r.consumer, ev)...)
 	if err != nil {
 		return fail(r.s.stmtErr(claim, err))
 	}
@@ -456,8 +457,8 @@ func (r *fileRun) split(ctx context.Context, ev *envelope.Event) Outcome {
 // @prune returns 0 and no error: the built-in `bench inbox prune` applies.
 func (s *FileStrategy) Prune(ctx context.Context, in *Inbox, before time.Time, limit int64) (int64, error) {
 	var total int64
-	for _, st := range s.sqlFor(tableKey{in.Schema(), in.opt.AccountTable})[secPrune] {
-		tag, err := in.pool.Exec(ctx, st.sql, pruneArgs(st, before, limit)...)
+	for _, st := range s.sqlFor(tableKey{in.Schema(), in.opt.AccountTable})[strategyfile.Prune] {
+		tag, err := in.pool.Exec(ctx, st.SQL, pruneArgs(st, before, limit)...)
 		if err != nil {
 			return total, s.stmtErr(st, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inboxbench/inboxbench/envelope"
+	"github.com/inboxbench/inboxbench/inbox/strategyfile"
 )
 
 // outcome: batch — a strategy file's @batch statements apply a whole batch
@@ -149,13 +150,13 @@ type fileBatch struct {
 // batch, or of a parked event) gets the first copy's result, DUPLICATE
 // where that one applied, as in the built-in batch strategy.
 func (r *fileRun) runBatch(ctx context.Context, evs []*envelope.Event, sweep bool) (fileBatch, error) {
-	stmts := r.sql[secBatch]
+	stmts := r.sql[strategyfile.Batch]
 	b := fileBatch{last: stmts[len(stmts)-1]}
 	err := pgx.BeginFunc(ctx, r.in.pool, func(tx pgx.Tx) error {
 		all := evs
 		if sweep {
 			var err error
-			if b.parked, err = r.in.sweepParked(ctx, tx, r.consumer, evs); err != nil {
+			if b.parked, err = r.sweepParked(ctx, tx, evs); err != nil {
 				return err
 			}
 			all = append(append(make([]*envelope.Event, 0, len(b.parked)+len(evs)), b.parked...), evs...)
@@ -172,7 +173,7 @@ func (r *fileRun) runBatch(ctx context.Context, evs []*envelope.Event, sweep boo
 				b.res[k] = Duplicate.String()
 			}
 		}
-		return r.in.unparkDecided(ctx, tx, r.consumer, b.parked, b.res)
+		return r.unparkDecided(ctx, tx, b.parked, b.res)
 	})
 	return b, err
 }
@@ -203,10 +204,10 @@ func firstCopies(evs []*envelope.Event) (uniq []*envelope.Event, first []int, ag
 // known up front, and the server runs them in order, each seeing what the
 // ones before it did; an error skips the rest.
 func (r *fileRun) decideBatch(ctx context.Context, tx pgx.Tx, evs []*envelope.Event, last **renderedStmt) (_ []string, err error) {
-	stmts := r.sql[secBatch]
+	stmts := r.sql[strategyfile.Batch]
 	b := &pgx.Batch{}
 	for _, st := range stmts {
-		b.Queue(st.sql, batchArgs(st, r.consumer, evs)...)
+		b.Queue(st.SQL, batchArgs(st, r.consumer, evs)...)
 	}
 	br := tx.SendBatch(ctx, b)
 	defer func() {
@@ -247,14 +248,14 @@ func (r *fileRun) decideBatch(ctx context.Context, tx pgx.Tx, evs []*envelope.Ev
 
 // sweepParked takes the park locks of the events' aggregates (sorted) in
 // tx and reads their parked events, lowest version first.
-func (in *Inbox) sweepParked(ctx context.Context, tx pgx.Tx, consumer string, evs []*envelope.Event) ([]*envelope.Event, error) {
+func (r *fileRun) sweepParked(ctx context.Context, tx pgx.Tx, evs []*envelope.Event) ([]*envelope.Event, error) {
 	aggs := make([]string, len(evs))
 	for i, ev := range evs {
 		aggs[i] = ev.Subject
 	}
 	b := &pgx.Batch{} // one round trip: the read runs after the locks
-	b.Queue(in.sql.parkLockMany, consumer, aggs)
-	b.Queue(in.sql.batchParked, consumer, aggs)
+	b.Queue(r.in.sql.parkLockMany, r.consumer, aggs)
+	b.Queue(r.in.sql.batchParked, r.consumer, aggs)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -277,21 +278,21 @@ func (in *Inbox) sweepParked(ctx context.Context, tx pgx.Tx, consumer string, ev
 // unparkDecided deletes, in tx, the parked events the file decided (res
 // holds their results first); a result it cannot read fails the
 // transaction, so no parked event leaves without a decision.
-func (in *Inbox) unparkDecided(ctx context.Context, tx pgx.Tx, consumer string, parked []*envelope.Event, res []string) error {
+func (r *fileRun) unparkDecided(ctx context.Context, tx pgx.Tx, parked []*envelope.Event, res []string) error {
 	var src, ids []string
 	for k, p := range parked {
-		r, err := ParseResult(res[k])
+		rr, err := ParseResult(res[k])
 		if err != nil {
 			return fmt.Errorf("parked event %s: %w", p.Key(), err)
 		}
-		if r != Gap {
+		if rr != Gap {
 			src, ids = append(src, p.Source), append(ids, p.ID)
 		}
 	}
 	if len(src) == 0 {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, in.sql.batchParkedDelete, consumer, src, ids); err != nil {
+	if _, err := tx.Exec(ctx, r.in.sql.batchParkedDelete, r.consumer, src, ids); err != nil {
 		return fmt.Errorf("unpark decided events: %w", err)
 	}
 	return nil

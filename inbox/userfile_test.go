@@ -4,16 +4,16 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"reflect"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
+
+	"github.com/inboxbench/inboxbench/inbox/strategyfile"
 )
 
-// Reading strategy files: names, headers, every mistake a user can make,
-// and what the server finds in a file that loads (userfile.go and the
-// files beside it). The examples' runs are in userstrategy_test.go.
+// Loading strategy files: names, every mistake a user can make, and what
+// the server finds in a file that loads. The parser's own tests (headers,
+// the format's documentation) are in package strategyfile; the examples'
+// runs are in userstrategy_test.go.
 
 func TestStrategyFileNameAndHeader(t *testing.T) {
 	s, err := LoadStrategyFile(filepath.Join(examplesDir, "cte.sql"))
@@ -23,7 +23,7 @@ func TestStrategyFileNameAndHeader(t *testing.T) {
 	if !strings.HasPrefix(s.Name(), "file:cte.sql@") || len(s.Name()) != len("file:cte.sql@")+8 {
 		t.Fatalf("name %q, want file:cte.sql@<8 hex digits>", s.Name())
 	}
-	if s.Broken() || s.Outcome() != OutcomeResult || Label(s) != s.Name() {
+	if s.Broken() || s.Outcome() != strategyfile.OutcomeResult || Label(s) != s.Name() {
 		t.Fatalf("cte.sql: broken %t, outcome %s, label %q", s.Broken(), s.Outcome(), Label(s))
 	}
 	b, err := LoadStrategyFile(filepath.Join(examplesDir, "broken-split.sql"))
@@ -63,7 +63,7 @@ INSERT INTO {{schema}}.inbox (consumer, source, event_id, aggregate_id, aggregat
 VALUES (:consumer, :source, :event_id, :aggregate_id, :version) ON CONFLICT DO NOTHING
 `
 
-// TestStrategyFileBadInput: every mistake is an ErrStrategyFile naming the
+// TestStrategyFileBadInput: every mistake is a strategyfile.ErrInvalid naming the
 // file, the section and statement, the line:col, and the parameter.
 func TestStrategyFileBadInput(t *testing.T) {
 	in := newInbox(t, parkingOff)
@@ -118,8 +118,8 @@ func TestStrategyFileBadInput(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			if !errors.Is(err, ErrStrategyFile) {
-				t.Errorf("error %v does not match ErrStrategyFile", err)
+			if !errors.Is(err, strategyfile.ErrInvalid) {
+				t.Errorf("error %v does not match strategyfile.ErrInvalid", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -140,7 +140,7 @@ func TestStrategyFileValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	scratch := in.Schema() + "_chk"
-	if err := bad.Validate(ctxT(t), in.Pool(), scratch); !errors.Is(err, ErrStrategyFile) || !strings.Contains(err.Error(), "bad.sql:2:") {
+	if err := bad.Validate(ctxT(t), in.Pool(), scratch); !errors.Is(err, strategyfile.ErrInvalid) || !strings.Contains(err.Error(), "bad.sql:2:") {
 		t.Fatalf("validate: %v", err)
 	}
 	var n int
@@ -170,118 +170,23 @@ func TestStrategyFileTextTypedParams(t *testing.T) {
 	expect(t, apply(t, in, s, consumer, ev("x", "acc-x", 1, 5)), Stale)
 }
 
-// TestStrategyFileHeader: the header is read into typed settings, with
-// the outcome inferred from the sections when it is not set.
-func TestStrategyFileHeader(t *testing.T) {
-	for _, tc := range []struct {
-		file string
-		want fileHeader
-	}{
-		{"tx.sql", fileHeader{outcome: OutcomeRows, transaction: TxOne}},
-		{"cte.sql", fileHeader{outcome: OutcomeResult, transaction: TxOne}},
-		{"batch.sql", fileHeader{outcome: OutcomeBatch, transaction: TxOne}},
-		{"idempotency.sql", fileHeader{outcome: OutcomeResult, transaction: TxOne, idempotencyKeys: true}},
-		{"broken-split.sql", fileHeader{outcome: OutcomeRows, transaction: TxSplit, broken: true}},
-	} {
-		s, err := LoadStrategyFile(filepath.Join(examplesDir, tc.file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := s.f.header
-		if h.description == "" {
-			t.Errorf("%s: no description", tc.file)
-		}
-		h.description, h.at = "", nil
-		if !reflect.DeepEqual(h, tc.want) {
-			t.Errorf("%s: header %+v, want %+v", tc.file, h, tc.want)
+// TestBindersMatchParams: every parameter strategyfile accepts is bound
+// for each kind of section it accepts it in, and no other; the header
+// setting a file declares idempotency keys with is FeatureIdempotencyKeys.
+func TestBindersMatchParams(t *testing.T) {
+	params := strategyfile.Params()
+	for _, p := range params {
+		b, ok := binders[p.Name]
+		if !ok || (b.event != nil) != p.ForEvent || (b.batch != nil) != p.ForBatch || (b.prune != nil) != p.ForPrune {
+			t.Errorf("parameter :%s (event %t, batch %t, prune %t): binder %t %+v", p.Name, p.ForEvent, p.ForBatch, p.ForPrune, ok, b)
 		}
 	}
-	for content, want := range map[string]string{
-		"-- @apply\nSELECT 'APPLIED' AS result\n":               OutcomeResult,
-		goodClaim + "-- @effect\nSELECT 1\n":                    OutcomeRows,
-		"-- @batch\nSELECT 1 AS ordinal, 'APPLIED' AS result\n": OutcomeBatch,
-	} {
-		s, err := ParseStrategyFile("inferred.sql", []byte(content))
-		if err != nil || s.Outcome() != want {
-			t.Errorf("%q: outcome %v, %v; want %s", content, s, err, want)
-		}
+	if len(binders) != len(params) {
+		t.Errorf("%d binders for %d parameters", len(binders), len(params))
 	}
-}
-
-// TestStrategyFileHeaderErrors: a bad value, a setting given twice and
-// settings that contradict each other name the header line and what is
-// accepted.
-func TestStrategyFileHeaderErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name, content string
-		want          []string
-	}{
-		{"outcome.sql", "-- description: a file\n-- outcome: row\n-- @apply\nSELECT 'APPLIED' AS result\n",
-			[]string{"outcome.sql:2:1", `header outcome: "row"`, "want result, rows or batch"}},
-		{"bool.sql", "-- broken: yes\n-- @apply\nSELECT 'APPLIED' AS result\n",
-			[]string{"bool.sql:1:1", `header broken: "yes"`, "want true or false"}},
-		{"keys.sql", "-- idempotency-keys: 1\n-- @apply\nSELECT 'APPLIED' AS result\n",
-			[]string{"keys.sql:1:1", `header idempotency-keys: "1"`, "want true or false"}},
-		{"tx.sql", "-- transaction: two\n" + goodClaim + "-- @effect\nSELECT 1\n",
-			[]string{"tx.sql:1:1", `header transaction: "two"`, "want one or split"}},
-		{"twice.sql", "-- outcome: result\n\n-- outcome: rows\n-- @apply\nSELECT 'APPLIED' AS result\n",
-			[]string{"twice.sql:3:1", `header setting "outcome" appears twice (first at line 1)`}},
-		{"split-result.sql", "-- broken: true\n-- transaction: split\n-- @apply\nSELECT 'APPLIED' AS result\n",
-			[]string{"split-result.sql:2:1", "header transaction: split needs outcome: rows"}},
-		{"split-correct.sql", "-- outcome: rows\n-- transaction: split\n" + goodClaim + "-- @effect\nSELECT 1\n",
-			[]string{"split-correct.sql:2:1", "header transaction: split", "negative control (broken: true)"}},
-	} {
-		_, err := ParseStrategyFile(tc.name, []byte(tc.content))
-		if !errors.Is(err, ErrStrategyFile) {
-			t.Fatalf("%s: %v, want a strategy file error", tc.name, err)
-		}
-		for _, w := range tc.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("error %q does not mention %q", err, w)
-			}
-		}
-	}
-}
-
-// TestStrategyFileDocsMatchTables: examples/strategies/README.md lists
-// the header settings and the parameters the code knows, no more, no
-// fewer.
-func TestStrategyFileDocsMatchTables(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(examplesDir, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(b)
-	keys := regexp.MustCompile(`Keys are\s+([^;]*);`).FindStringSubmatch(doc)
-	if keys == nil {
-		t.Fatal("README.md no longer says \"Keys are …;\"")
-	}
-	var documented, known []string
-	for _, m := range regexp.MustCompile("`([a-z-]+)`").FindAllStringSubmatch(keys[1], -1) {
-		documented = append(documented, m[1])
-	}
-	for _, s := range headerSettings {
-		known = append(known, s.key)
-	}
-	if !slices.Equal(documented, known) {
-		t.Errorf("README.md lists the header settings %v, the code %v", documented, known)
-	}
-	documented, known = nil, nil
-	for _, line := range strings.Split(doc, "\n") {
-		if cell, ok := strings.CutPrefix(line, "| `:"); ok {
-			cell = "`:" + cell[:strings.Index(cell, "|")]
-			for _, m := range regexp.MustCompile("`:([a-z_]+)`").FindAllStringSubmatch(cell, -1) {
-				documented = append(documented, m[1])
-			}
-		}
-	}
-	for _, p := range fileParams {
-		known = append(known, p.name)
-	}
-	slices.Sort(documented)
-	slices.Sort(known)
-	if !slices.Equal(documented, known) {
-		t.Errorf("README.md's parameter table lists %v, the code %v", documented, known)
+	s, err := ParseStrategyFile("keys.sql", []byte("-- "+FeatureIdempotencyKeys+": true\n-- @apply\nSELECT 'APPLIED' AS result\n"))
+	if err != nil || !Handles(s, FeatureIdempotencyKeys) {
+		t.Errorf("a file declaring %s: %v, lacks %q", FeatureIdempotencyKeys, err, Lacks(s, FeatureIdempotencyKeys))
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inboxbench/inboxbench/inbox/strategyfile"
 )
 
 // FileStrategy is a user-defined strategy read from a SQL file: a team's
@@ -29,10 +31,10 @@ import (
 // a @batch section applies batches (userbatch.go); the apply paths are in
 // userapply.go. It never falls back to a built-in strategy: every event,
 // snapshots and idempotency keys included, goes through the file's SQL.
-// The file was checked when it was read: running it renders and binds
-// its statements, it never checks them again.
+// The file was checked when it was read (package strategyfile): running
+// it renders and binds its statements, it never checks them again.
 type FileStrategy struct {
-	f *parsedFile
+	f *strategyfile.File
 	// label, when set, names the strategy instead of file:NAME@HASH
 	// (Labelled).
 	label string
@@ -48,7 +50,7 @@ type tableKey struct{ schema, account string }
 
 // fileSQL is the file's statements for one schema and account table, by
 // section.
-type fileSQL [numSections][]*renderedStmt
+type fileSQL [strategyfile.NumSections][]*renderedStmt
 
 // Preparer is implemented by strategies that must set up their schema and
 // have the server check their SQL before any event is published (user
@@ -63,7 +65,7 @@ type Preparer interface {
 func LoadStrategyFile(path string) (*FileStrategy, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &FileError{Path: path, Msg: "cannot read it", Err: err}
+		return nil, &strategyfile.Error{Path: path, Msg: "cannot read it", Err: err}
 	}
 	return ParseStrategyFile(path, b)
 }
@@ -71,7 +73,7 @@ func LoadStrategyFile(path string) (*FileStrategy, error) {
 // ParseStrategyFile is LoadStrategyFile on content already read; path
 // names the strategy and appears in errors.
 func ParseStrategyFile(path string, content []byte) (*FileStrategy, error) {
-	f, err := parseStrategyFile(path, content)
+	f, err := strategyfile.Parse(path, content)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +87,7 @@ func (s *FileStrategy) Name() string {
 	if s.label != "" {
 		return s.label
 	}
-	return "file:" + s.f.base + "@" + s.f.hash
+	return "file:" + s.f.Base + "@" + s.f.Hash
 }
 
 // Label is the name a Labelled strategy was given, or "".
@@ -101,42 +103,43 @@ var labelPattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 // no difference). The label must not be a built-in strategy's name.
 func (s *FileStrategy) Labelled(label string) (*FileStrategy, error) {
 	if !labelPattern.MatchString(label) {
-		return nil, &FileError{Path: s.f.path, Msg: fmt.Sprintf("label %q: use 1 to 32 lower-case letters, digits, '-' or '_', starting with a letter (e.g. base, new)", label)}
+		return nil, &strategyfile.Error{Path: s.f.Path, Msg: fmt.Sprintf("label %q: use 1 to 32 lower-case letters, digits, '-' or '_', starting with a letter (e.g. base, new)", label)}
 	}
 	if _, err := Lookup(label); err == nil || strings.HasPrefix(label, "broken-") {
-		return nil, &FileError{Path: s.f.path, Msg: fmt.Sprintf("label %q is a built-in strategy's name: choose another", label)}
+		return nil, &strategyfile.Error{Path: s.f.Path, Msg: fmt.Sprintf("label %q is a built-in strategy's name: choose another", label)}
 	}
 	return &FileStrategy{f: s.f, label: label, rendered: map[tableKey]*fileSQL{}, prepared: map[tableKey]bool{}, ddlRan: map[string]bool{}}, nil
 }
 
 // Description is the header's description, with the file's path.
 func (s *FileStrategy) Description() string {
-	d := s.f.header.description
+	h := s.f.Header
+	d := h.Description
 	if d == "" {
-		d = "user strategy (outcome: " + s.f.header.outcome + ")"
+		d = "user strategy (outcome: " + h.Outcome + ")"
 	}
-	if n := s.f.header.name; n != "" {
-		d = n + ": " + d
+	if h.Name != "" {
+		d = h.Name + ": " + d
 	}
-	return d + " [" + s.f.path + "]"
+	return d + " [" + s.f.Path + "]"
 }
 
 // Broken reports the header's broken: true.
-func (s *FileStrategy) Broken() bool { return s.f.header.broken }
+func (s *FileStrategy) Broken() bool { return s.f.Header.Broken }
 
 // Path is the file the strategy was read from.
-func (s *FileStrategy) Path() string { return s.f.path }
+func (s *FileStrategy) Path() string { return s.f.Path }
 
 // Hash is the short content hash in Name.
-func (s *FileStrategy) Hash() string { return s.f.hash }
+func (s *FileStrategy) Hash() string { return s.f.Hash }
 
-// Outcome is OutcomeResult, OutcomeRows or OutcomeBatch.
-func (s *FileStrategy) Outcome() string { return s.f.header.outcome }
+// Outcome is strategyfile.OutcomeResult, OutcomeRows or OutcomeBatch.
+func (s *FileStrategy) Outcome() string { return s.f.Header.Outcome }
 
 // ExternalStep implements Externals: a file with the header "external:
 // before-commit" calls the external service in the event's transaction.
 func (s *FileStrategy) ExternalStep() string {
-	if s.f.header.external == "" {
+	if s.f.Header.External == "" {
 		return ""
 	}
 	return "in the transaction, before the commit, key = its @external statement's request_key"
@@ -144,13 +147,13 @@ func (s *FileStrategy) ExternalStep() string {
 
 // PrefersBatches implements Batching: a file with a @batch section is
 // handed batches, as the built-in batch strategy is.
-func (s *FileStrategy) PrefersBatches() bool { return s.f.header.outcome == OutcomeBatch }
+func (s *FileStrategy) PrefersBatches() bool { return s.f.Header.Outcome == strategyfile.OutcomeBatch }
 
 // HasPrune reports whether the file has a @prune section.
-func (s *FileStrategy) HasPrune() bool { return len(s.f.sections[secPrune]) > 0 }
+func (s *FileStrategy) HasPrune() bool { return len(s.f.Statements(strategyfile.Prune)) > 0 }
 
 // String is the name, for logs.
-func (s *FileStrategy) String() string { return s.Name() + " (" + strconv.Quote(s.f.path) + ")" }
+func (s *FileStrategy) String() string { return s.Name() + " (" + strconv.Quote(s.f.Path) + ")" }
 
 // sqlFor renders the file for a schema and account table (cached); the
 // names were checked where they came in (Prepare, Validate, New).
@@ -160,11 +163,11 @@ func (s *FileStrategy) sqlFor(k tableKey) *fileSQL {
 	if r := s.rendered[k]; r != nil {
 		return r
 	}
-	t := target{schema: pgx.Identifier{k.schema}.Sanitize(), account: pgx.Identifier{k.schema, k.account}.Sanitize()}
+	t := strategyfile.Target{Schema: pgx.Identifier{k.schema}.Sanitize(), Account: pgx.Identifier{k.schema, k.account}.Sanitize()}
 	r := &fileSQL{}
-	for sec, stmts := range s.f.sections {
-		for _, st := range stmts {
-			r[sec] = append(r[sec], st.render(t))
+	for sec := range strategyfile.NumSections {
+		for _, st := range s.f.Statements(sec) {
+			r[sec] = append(r[sec], render(st, t))
 		}
 	}
 	s.rendered[k] = r
@@ -176,11 +179,11 @@ func (s *FileStrategy) sqlFor(k tableKey) *fileSQL {
 func (s *FileStrategy) serverErr(r *renderedStmt, what string, err error) error {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
-		// Not the SQL's fault (connection, timeout): not ErrStrategyFile.
-		return fmt.Errorf("strategy file %s: @%s statement %d: %s: %w", s.f.path, r.section, r.index, what, err)
+		// Not the SQL's fault (connection, timeout): not strategyfile.ErrInvalid.
+		return fmt.Errorf("strategy file %s: @%s statement %d: %s: %w", s.f.Path, r.Section, r.Index, what, err)
 	}
-	line, col := s.f.errorAt(r, pe.Position)
-	return &FileError{Path: s.f.path, Line: line, Col: col, Section: r.section.String(), Index: r.index, Msg: what, Err: err}
+	line, col := s.f.Position(r.Rendered, pe.Position)
+	return &strategyfile.Error{Path: s.f.Path, Line: line, Col: col, Section: r.Section.String(), Index: r.Index, Msg: what, Err: err}
 }
 
 // Prepare runs the file's @ddl in schema (in one transaction, after the
@@ -208,14 +211,14 @@ func (s *FileStrategy) prepare(ctx context.Context, pool *pgxpool.Pool, k tableK
 	}
 	c, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("strategy file %s: acquire connection: %w", s.f.path, err)
+		return fmt.Errorf("strategy file %s: acquire connection: %w", s.f.Path, err)
 	}
 	defer c.Release()
-	for _, group := range r[secApply:] {
+	for _, group := range r[strategyfile.Apply:] {
 		for i, st := range group {
 			// The unnamed statement: parsed, analysed and described, not
 			// kept (pgx's statement cache prepares it per connection later).
-			sd, err := c.Conn().Prepare(ctx, "", st.sql)
+			sd, err := c.Conn().Prepare(ctx, "", st.SQL)
 			if err != nil {
 				return s.serverErr(st, "", err)
 			}
@@ -236,7 +239,7 @@ func (s *FileStrategy) prepare(ctx context.Context, pool *pgxpool.Pool, k tableK
 
 // runDDL runs the file's @ddl once per schema, in one transaction.
 func (s *FileStrategy) runDDL(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	ddl := s.sqlFor(tableKey{schema, DefaultOptions().AccountTable})[secDDL]
+	ddl := s.sqlFor(tableKey{schema, DefaultOptions().AccountTable})[strategyfile.DDL]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ddlRan[schema] || len(ddl) == 0 {
@@ -245,25 +248,25 @@ func (s *FileStrategy) runDDL(ctx context.Context, pool *pgxpool.Pool, schema st
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("strategy file %s: @ddl: begin: %w", s.f.path, err)
+		return fmt.Errorf("strategy file %s: @ddl: begin: %w", s.f.Path, err)
 	}
 	// Several processes (bench worker) prepare the same schema: the first
 	// runs the DDL, the others find its mark and skip it.
 	done, err := s.markDDL(ctx, tx, schema)
 	if err != nil {
-		return rollback(ctx, tx, fmt.Errorf("strategy file %s: @ddl: %w", s.f.path, err))
+		return rollback(ctx, tx, fmt.Errorf("strategy file %s: @ddl: %w", s.f.Path, err))
 	}
 	if done {
 		s.ddlRan[schema] = true
 		return tx.Commit(ctx)
 	}
 	for _, st := range ddl {
-		if _, err := tx.Exec(ctx, st.sql); err != nil {
+		if _, err := tx.Exec(ctx, st.SQL); err != nil {
 			return rollback(ctx, tx, s.serverErr(st, "", err))
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("strategy file %s: @ddl: commit: %w", s.f.path, err)
+		return fmt.Errorf("strategy file %s: @ddl: commit: %w", s.f.Path, err)
 	}
 	s.ddlRan[schema] = true
 	return nil
@@ -290,12 +293,12 @@ func (s *FileStrategy) markDDL(ctx context.Context, tx pgx.Tx, schema string) (b
 // checkLast checks what the last statement of a section must return: the
 // result column of @apply, ordinal and result of @batch.
 func (s *FileStrategy) checkLast(st *renderedStmt, sd *pgconn.StatementDescription) error {
-	switch st.section {
-	case secApply:
+	switch st.Section {
+	case strategyfile.Apply:
 		return s.checkColumns(st, sd, "result")
-	case secBatch:
+	case strategyfile.Batch:
 		return s.checkColumns(st, sd, "ordinal", "result")
-	case secExternal:
+	case strategyfile.External:
 		return s.checkColumns(st, sd, "request_key", "amount")
 	}
 	return nil
@@ -310,7 +313,7 @@ var intOIDs = map[uint32]bool{20: true, 21: true, 23: true}
 // checkColumns checks that a statement returns the named columns, result
 // as text and ordinal as an integer.
 func (s *FileStrategy) checkColumns(st *renderedStmt, sd *pgconn.StatementDescription, want ...string) error {
-	ferr := func(msg string, a ...any) error { return s.f.stmtErrAt(st.fileStmt, 0, msg, a...) }
+	ferr := func(msg string, a ...any) error { return s.f.StmtError(st.Stmt, msg, a...) }
 	var names []string
 	types := map[string]uint32{}
 	for _, fd := range sd.Fields {
@@ -324,13 +327,13 @@ func (s *FileStrategy) checkColumns(st *renderedStmt, sd *pgconn.StatementDescri
 	for _, w := range want {
 		oid, ok := types[w]
 		switch {
-		case !ok && st.section == secExternal:
+		case !ok && st.Section == strategyfile.External:
 			return ferr("missing %s column (it returns %s): the @external statement returns at most one row, with columns request_key (text: the idempotency key the call carries, '' for none) and amount (bigint: the payment); no row, no call", w, got)
 		case w == "request_key" && !textOIDs[oid]:
 			return ferr("the request_key column has type OID %d: it must be text", oid)
 		case w == "amount" && !intOIDs[oid]:
 			return ferr("the amount column has type OID %d: it must be an integer (bigint)", oid)
-		case !ok && st.section == secBatch:
+		case !ok && st.Section == strategyfile.Batch:
 			return ferr("missing %s column (it returns %s): the last @batch statement must return one row per event with columns ordinal (its position, 1..n) and result (APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED)", w, got)
 		case !ok:
 			return ferr("missing result column (it returns %s): with outcome: result the last @apply statement must return a text column named result (APPLIED, DUPLICATE, GAP, STALE, CONFLICT or PARKED); or use outcome: rows", got)

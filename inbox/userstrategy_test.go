@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -152,16 +151,23 @@ func TestStrategyFileExamplesMatchBuiltins(t *testing.T) {
 				}
 				pending = again
 			}
-			for _, r := range []Result{Applied, Duplicate, Gap, Stale} {
-				if got[r] == 0 {
-					t.Errorf("the stream never produced %s (results %v): it must exercise every decision", r, got)
-				}
-			}
-			if f, b := dumpTables(t, fileIn), dumpTables(t, builtIn); !reflect.DeepEqual(f, b) {
-				t.Fatalf("final state differs:\nfile     %v\nbuilt-in %v", f, b)
-			}
+			sameEnd(t, got, fileIn, builtIn)
 			t.Logf("%s ≡ %s over %d events: %v", tc.file, tc.builtin, len(stream), got)
 		})
+	}
+}
+
+// sameEnd checks that a stream exercised every decision and left the file
+// and the built-in strategy with the same tables.
+func sameEnd(t *testing.T, got map[Result]int, fileIn, builtIn *Inbox) {
+	t.Helper()
+	for _, r := range []Result{Applied, Duplicate, Gap, Stale} {
+		if got[r] == 0 {
+			t.Errorf("the stream never produced %s (results %v): it must exercise every decision", r, got)
+		}
+	}
+	if f, b := dumpTables(t, fileIn), dumpTables(t, builtIn); !reflect.DeepEqual(f, b) {
+		t.Fatalf("final state differs:\nfile     %v\nbuilt-in %v", f, b)
 	}
 }
 
@@ -207,14 +213,7 @@ func TestBatchFileMatchesBuiltinBatch(t *testing.T) {
 				}
 				pending = again
 			}
-			for _, r := range []Result{Applied, Duplicate, Gap, Stale} {
-				if got[r] == 0 {
-					t.Errorf("the stream never produced %s (results %v)", r, got)
-				}
-			}
-			if f, b := dumpTables(t, fileIn), dumpTables(t, builtIn); !reflect.DeepEqual(f, b) {
-				t.Fatalf("final state differs:\nfile     %v\nbuilt-in %v", f, b)
-			}
+			sameEnd(t, got, fileIn, builtIn)
 			t.Logf("batch.sql ≡ batch over %d events in batches of 7: %v", len(stream), got)
 		})
 	}
@@ -295,118 +294,25 @@ func TestBatchFileParksLikeBuiltinBatch(t *testing.T) {
 // experiments_test.go for the built-ins).
 
 func TestStrategyFileExperimentDuplicate(t *testing.T) {
-	forEachExample(t, parkingOff, func(t *testing.T, in *Inbox, s Strategy) {
-		resetAccount(t, in, consumer, order42)
-		e := ev("payment-recorded-42-1", order42, 1, 10)
-		expect(t, apply(t, in, s, consumer, e), Applied)
-		again := *e
-		again.Attempt = 1
-		expect(t, apply(t, in, s, consumer, &again), Duplicate)
-		wantAccount(t, in, order42, 10, 1)
-		if n := inboxRows(t, in, consumer); n != 1 {
-			t.Fatalf("inbox=%d, want 1", n)
-		}
-		t.Log("duplicate: redelivered=true duplicateSkipped=true balance=10 inbox=1")
-	})
+	forEachExample(t, parkingOff, experimentDuplicate)
 }
 
 func TestStrategyFileExperimentSplit(t *testing.T) {
-	for _, tc := range []struct {
-		file                  string
-		wantRedelivery        Result
-		wantBalance, wantVers int64
-	}{
-		{"broken-split.sql", Duplicate, 0, 0}, // the article's bug
-		{"tx.sql", Applied, 10, 1},            // the claim rolled back with the update
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			t.Parallel()
-			var fail atomic32
-			fail.set(1)
-			in := newInbox(t, func(o *Options) {
-				o.DisableParking, o.MaxAttempts = true, 1
-				o.BeforeEffect = func(context.Context, string, *envelope.Event) error {
-					if fail.get() == 1 {
-						return ErrInjected
-					}
-					return nil
-				}
-			})
-			s := fileStrategy(t, in, tc.file)
-			resetAccount(t, in, consumer, order42)
-			e := ev("payment-recorded-42-1", order42, 1, 10)
-			o, err := in.Apply(ctxT(t), s, consumer, e)
-			if !errors.Is(err, ErrInjected) || o.Result != NoResult {
-				t.Fatalf("first delivery: result %s, err %v; want no result and the injected failure", o.Result, err)
-			}
-			fail.set(0)
-			expect(t, apply(t, in, s, consumer, e), tc.wantRedelivery)
-			wantAccount(t, in, order42, tc.wantBalance, tc.wantVers)
-			if n := inboxRows(t, in, consumer); n != 1 {
-				t.Fatalf("inbox=%d, want 1", n)
-			}
-		})
+	file := func(name string) func(*testing.T, *Inbox) Strategy {
+		return func(t *testing.T, in *Inbox) Strategy { return fileStrategy(t, in, name) }
 	}
+	experimentSplit(t, parkingOff, []splitCase{
+		{"broken-split.sql", file("broken-split.sql"), Duplicate, 0, 0}, // the article's bug
+		{"tx.sql", file("tx.sql"), Applied, 10, 1},                      // the claim rolled back with the update
+	})
 }
 
 func TestStrategyFileExperimentConcurrent(t *testing.T) {
-	const iterations = 50
-	forEachExample(t, parkingOff, func(t *testing.T, in *Inbox, s Strategy) {
-		ctx := ctxT(t)
-		for it := range iterations {
-			resetAccount(t, in, consumer, order42)
-			e := ev(fmt.Sprintf("payment-recorded-42-%d", it), order42, 1, 10)
-			barrier := make(chan struct{})
-			var wg sync.WaitGroup
-			outs := make([]Outcome, 2)
-			errs := make([]error, 2)
-			for g := range 2 {
-				wg.Go(func() {
-					<-barrier
-					outs[g], errs[g] = in.Apply(ctx, s, consumer, e)
-				})
-			}
-			close(barrier)
-			wg.Wait()
-			got := map[Result]int{}
-			for g := range 2 {
-				if errs[g] != nil {
-					t.Fatalf("iteration %d: %v", it, errs[g])
-				}
-				got[outs[g].Result]++
-			}
-			if got[Applied] != 1 || got[Duplicate] != 1 {
-				t.Fatalf("iteration %d: results %v, want one APPLIED and one DUPLICATE", it, got)
-			}
-			wantAccount(t, in, order42, 10, 1)
-			if n := inboxRows(t, in, consumer); n != 1 {
-				t.Fatalf("iteration %d: inbox=%d, want 1", it, n)
-			}
-		}
-	})
+	forEachExample(t, parkingOff, experimentConcurrent)
 }
 
 func TestStrategyFileExperimentOrder(t *testing.T) {
-	forEachExample(t, parkingOff, func(t *testing.T, in *Inbox, s Strategy) {
-		resetAccount(t, in, consumer, order42)
-		e1 := ev("payment-recorded-42-1", order42, 1, 10)
-		e2 := ev("payment-recorded-42-2", order42, 2, 20)
-		expect(t, apply(t, in, s, consumer, e2), Gap)
-		if n := inboxRows(t, in, consumer); n != 0 {
-			t.Fatalf("after the gap: inbox=%d, want 0 (the claim rolls back with it)", n)
-		}
-		wantAccount(t, in, order42, 0, 0)
-		expect(t, apply(t, in, s, consumer, e1), Applied)
-		expect(t, apply(t, in, s, consumer, e2), Applied)
-		wantAccount(t, in, order42, 30, 2)
-		expect(t, apply(t, in, s, consumer, e2), Duplicate)
-		expect(t, apply(t, in, s, consumer, ev("payment-recorded-42-1-corrected", order42, 1, 10)), Stale)
-		wantAccount(t, in, order42, 30, 2)
-		if n := inboxRows(t, in, consumer); n != 2 {
-			t.Fatalf("inbox=%d, want 2", n)
-		}
-		t.Log("order: gapRejected=true recoveredVersion=2 duplicateSkipped=true staleRejected=true balance=30 inbox=2")
-	})
+	forEachExample(t, parkingOff, experimentOrder)
 }
 
 // TestStrategyFileConcurrentVersions: many goroutines apply one

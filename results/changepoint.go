@@ -22,13 +22,24 @@ type ChangePoint struct {
 // chance) — and each side is then searched the same way. A run with no
 // values (the figure was not measured) is left out of both sides.
 func ChangePoints(series [][]float64, rule ChangeRule) []ChangePoint {
-	var out []ChangePoint
-	segment(series, 0, len(series), rule, &out)
-	slices.SortFunc(out, func(a, b ChangePoint) int { return a.Index - b.Index })
-	return out
+	s := &segmenter{series: series, rule: rule}
+	s.segment(0, len(series))
+	slices.SortFunc(s.out, func(a, b ChangePoint) int { return a.Index - b.Index })
+	return s.out
 }
 
-func segment(series [][]float64, from, to int, rule ChangeRule, out *[]ChangePoint) {
+// segmenter is ChangePoints' search: the series, the rule it judges by
+// and the change points found so far.
+type segmenter struct {
+	series [][]float64
+	rule   ChangeRule
+	out    []ChangePoint
+}
+
+// segment searches series[from:to] for its best split, and each side of
+// it in turn.
+func (s *segmenter) segment(from, to int) {
+	series, rule := s.series, s.rule
 	var best *ChangePoint
 	tried := 0
 	for i := from + 1; i < to; i++ {
@@ -59,9 +70,9 @@ func segment(series [][]float64, from, to int, rule ChangeRule, out *[]ChangePoi
 	case best.Change.Single || best.Change.P*float64(tried) >= Alpha:
 		return
 	}
-	*out = append(*out, *best)
-	segment(series, from, best.Index, rule, out)
-	segment(series, best.Index, to, rule, out)
+	s.out = append(s.out, *best)
+	s.segment(from, best.Index)
+	s.segment(best.Index, to)
 }
 
 // newestAlone reports whether the runs from i to to hold one measured run.

@@ -99,8 +99,9 @@ func ComputeOutage(tl Timeline, atS, actionEndS, endS float64) Outage {
 	o.PreConsumePerS = preRate(consumed, atS)
 	o.PublishOutageS, o.PublishRecovered = recovery(published, o.PrePublishPerS, atS)
 	o.ConsumeOutageS, o.ConsumeRecovered = recovery(consumed, o.PreConsumePerS, atS)
-	o.PublishDegradedS = degraded(published, o.PrePublishPerS, atS, actionEndS, o.PublishOutageS, endS)
-	o.ConsumeDegradedS = degraded(consumed, o.PreConsumePerS, atS, actionEndS, o.ConsumeOutageS, endS)
+	span := faultSpan{atS: atS, actionEndS: actionEndS, endS: endS}
+	o.PublishDegradedS = span.degraded(published, o.PrePublishPerS, o.PublishOutageS)
+	o.ConsumeDegradedS = span.degraded(consumed, o.PreConsumePerS, o.ConsumeOutageS)
 	o.PublishErrors = sumWindow(tl.PublishErrors, atS, endS)
 	o.PublishRetries = sumWindow(tl.PublishRetries, atS, endS)
 	o.Redeliveries = sumWindow(tl.Redeliveries, atS, endS)
@@ -149,12 +150,17 @@ func recovery(series []float64, pre, atS float64) (*float64, bool) {
 	return nil, false
 }
 
-// degraded counts the seconds below half of pre from the one atS falls in
-// to the later of the recovery and actionEndS, within endS and the
-// series' active span (after publishing ended, nothing is published, and
-// that is no outage).
-func degraded(series []float64, pre, atS, actionEndS float64, outage *float64, endS float64) int {
-	to := actionEndS
+// faultSpan is when a fault hit, when its action ended and where its
+// counting window ends, in seconds after the stream started.
+type faultSpan struct{ atS, actionEndS, endS float64 }
+
+// degraded counts the seconds below half of pre from the one the fault
+// hit in to the later of the recovery (after outage) and the action's
+// end, within the window and the series' active span (after publishing
+// ended, nothing is published, and that is no outage).
+func (f faultSpan) degraded(series []float64, pre float64, outage *float64) int {
+	atS, endS := f.atS, f.endS
+	to := f.actionEndS
 	if outage != nil {
 		to = max(to, atS+*outage)
 	} else {

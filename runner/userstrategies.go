@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/inbox/strategyfile"
 )
 
 // User strategies (Options.Extra): strategies that are not in the inbox
@@ -52,7 +53,7 @@ type validator interface {
 // checkExtras refuses what the user strategies cannot run, and has the
 // server check their SQL in scratch schemas, before any cell starts and so
 // before any event is published. Errors about a strategy's SQL or its fit
-// with the workload match inbox.ErrStrategyFile.
+// with the workload match strategyfile.ErrInvalid.
 func checkExtras(ctx context.Context, o Options) error {
 	if len(o.Extra) == 0 {
 		return nil
@@ -63,14 +64,14 @@ func checkExtras(ctx context.Context, o Options) error {
 	}
 	for _, s := range o.Extra {
 		if seen[s.Name()] {
-			return &inbox.FileError{Path: strategyPath(s), Msg: s.Name() + " is given twice"}
+			return &strategyfile.Error{Path: strategyPath(s), Msg: s.Name() + " is given twice"}
 		}
 		seen[s.Name()] = true
 		// A file that does not declare idempotency keys cannot be judged
 		// on a workload that reuses them: it is refused, not failed.
 		keys := o.Spec != nil && o.Spec.Faults.IdempotencyConflicts > 0
 		if !inbox.Handles(s, inbox.FeatureIdempotencyKeys) && keys {
-			return &inbox.FileError{Path: strategyPath(s), Msg: fmt.Sprintf("%s does not declare %s: true, and workload %s has faults.idempotency_conflicts: add the header line once the file handles client idempotency keys, or use a workload without them",
+			return &strategyfile.Error{Path: strategyPath(s), Msg: fmt.Sprintf("%s does not declare %s: true, and workload %s has faults.idempotency_conflicts: add the header line once the file handles client idempotency keys, or use a workload without them",
 				s.Name(), inbox.FeatureIdempotencyKeys, o.Spec.Name)}
 		}
 	}

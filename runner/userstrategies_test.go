@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/inbox/strategyfile"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/workload"
 )
@@ -126,8 +127,8 @@ func TestStrategyFilesRefusedBeforePublishing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := runWithExtra(t, tc.spec, []string{"tx"}, tc.extra)
 			run, _, err := Run(context.Background(), o)
-			if !errors.Is(err, inbox.ErrStrategyFile) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err %v: want an inbox.ErrStrategyFile mentioning %q", err, tc.want)
+			if !errors.Is(err, strategyfile.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v: want a strategyfile.ErrInvalid mentioning %q", err, tc.want)
 			}
 			if run != nil {
 				t.Fatalf("a run was returned: %+v", run.Cells)

@@ -136,7 +136,7 @@ func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
 	if fl.scenarios == "" {
 		scenarioNote = "scenarios: all"
 	}
-	doc := conform.Result(fl.runID, start, rows, servers, os.Args, []string{scenarioNote})
+	doc := conform.Result(conform.RunInfo{ID: fl.runID, Started: start, Servers: servers, Args: os.Args, Notes: []string{scenarioNote}}, rows)
 	path, err := doc.Write(filepath.Join(fl.out, fl.runID))
 	if err != nil {
 		return err

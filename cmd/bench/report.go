@@ -65,15 +65,8 @@ A directory holding only conform.json is reported too (matrix only).`,
 	return cmd
 }
 
-// newCompareCmd compares two runs (or two labels of one run) cell by cell;
-// its exit code guards an inbox SQL change in CI: 1 when a cell regressed.
-func newCompareCmd(_ *config.Config) *cobra.Command {
-	var maxRegression, labels string
-	var allowDifferent, failInconclusive bool
-	cmd := &cobra.Command{
-		Use:   "compare BASE NEW | compare RUN --labels A,B",
-		Short: "Compare two runs, or two strategy labels of one run: regression, improvement, no significant change or inconclusive",
-		Long: `Matches the cells of two runs by broker and strategy (or, with --labels A,B,
+// compareLong is bench compare's help.
+const compareLong = `Matches the cells of two runs by broker and strategy (or, with --labels A,B,
 the cells of strategy label A with those of label B in one run: an A/B of two
 strategy files measured interleaved on the same machine) and prints per metric
 the medians over the rounds with their spread, the change with its confidence
@@ -109,71 +102,95 @@ machines or servers (cores, memory, OS, server versions, durability profile)
 are compared under a warning naming each difference.
 
 Exit codes: 0 nothing regressed, 1 a regression (or, with
---fail-on-inconclusive, an inconclusive gating metric), 2 bad usage.`,
-		Example: `  bench compare results/base results/change
+--fail-on-inconclusive, an inconclusive gating metric), 2 bad usage.`
+
+const compareExample = `  bench compare results/base results/change
   bench run --brokers none --workload default --rounds 5 \
       --strategy-file base=ci/inbox-main.sql --strategy-file new=ci/inbox.sql --run-id ab
-  bench compare results/ab --labels base,new --max-regression 5%`,
+  bench compare results/ab --labels base,new --max-regression 5%`
+
+// newCompareCmd compares two runs (or two labels of one run) cell by cell;
+// its exit code guards an inbox SQL change in CI: 1 when a cell regressed.
+func newCompareCmd(_ *config.Config) *cobra.Command {
+	var fl compareFlags
+	cmd := &cobra.Command{
+		Use:     "compare BASE NEW | compare RUN --labels A,B",
+		Short:   "Compare two runs, or two strategy labels of one run: regression, improvement, no significant change or inconclusive",
+		Long:    compareLong,
+		Example: compareExample,
 		Args: func(c *cobra.Command, args []string) error {
 			switch {
-			case labels != "" && len(args) != 1:
+			case fl.labels != "" && len(args) != 1:
 				return usagef("compare --labels A,B needs one RUN directory, got %d arguments", len(args))
-			case labels == "" && len(args) != 2:
+			case fl.labels == "" && len(args) != 2:
 				return usagef("compare needs BASE and NEW run directories (or one RUN with --labels A,B), got %d arguments", len(args))
 			}
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			limit, err := results.ParseThreshold(maxRegression)
+			cmp, err := fl.compare(args)
 			if err != nil {
-				return usagef("--max-regression: %v", err)
-			}
-			opt := results.CompareOptions{MaxRegression: limit, AllowDifferentWorkloads: allowDifferent}
-			var cmp *results.Comparison
-			if labels != "" {
-				a, b, ok := strings.Cut(labels, ",")
-				if !ok || a == "" || b == "" || a == b || strings.Contains(b, ",") {
-					return usagef("--labels %q: give two different strategy labels, e.g. base,new", labels)
-				}
-				run, err := results.Read(args[0])
-				if err != nil {
-					return usagef("RUN %s: %v (pass a run directory written by 'bench run')", args[0], err)
-				}
-				if cmp, err = results.CompareLabels(run, a, b, opt); err != nil {
-					return usagef("--labels %s: %v", labels, err)
-				}
-			} else {
-				base, err := results.Read(args[0])
-				if err != nil {
-					return usagef("BASE %s: %v (pass a run directory written by 'bench run')", args[0], err)
-				}
-				next, err := results.Read(args[1])
-				if err != nil {
-					return usagef("NEW %s: %v (pass a run directory written by 'bench run')", args[1], err)
-				}
-				cmp, err = results.Compare(base, next, opt)
-				if errors.Is(err, results.ErrDifferentWorkloads) {
-					return usagef("%s and %s: %v; compare runs of the same workload, or pass --allow-different-workloads", args[0], args[1], err)
-				}
-				if err != nil {
-					return err
-				}
+				return err
 			}
 			if err := cmp.WriteText(c.OutOrStdout()); err != nil {
 				return err
 			}
 			switch {
 			case cmp.Regressed():
-				return failure{msg: fmt.Sprintf("%d regression(s) beyond %s", len(cmp.Regressions), maxRegression)}
-			case failInconclusive && len(cmp.Inconclusive) > 0:
+				return failure{msg: fmt.Sprintf("%d regression(s) beyond %s", len(cmp.Regressions), fl.maxRegression)}
+			case fl.failInconclusive && len(cmp.Inconclusive) > 0:
 				return failure{msg: fmt.Sprintf("%d inconclusive metric(s) (--fail-on-inconclusive)", len(cmp.Inconclusive))}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&maxRegression, "max-regression", "10%", `smallest change that counts per metric, as a percentage ("10%" or "10")`)
-	cmd.Flags().StringVar(&labels, "labels", "", "compare two strategy labels of one run (bench run --strategy-file LABEL=PATH): A,B")
-	cmd.Flags().BoolVar(&failInconclusive, "fail-on-inconclusive", false, "exit 1 also when a gating metric is inconclusive")
-	cmd.Flags().BoolVar(&allowDifferent, "allow-different-workloads", false, "compare runs whose workload specs differ (the differences are printed)")
+	cmd.Flags().StringVar(&fl.maxRegression, "max-regression", "10%", `smallest change that counts per metric, as a percentage ("10%" or "10")`)
+	cmd.Flags().StringVar(&fl.labels, "labels", "", "compare two strategy labels of one run (bench run --strategy-file LABEL=PATH): A,B")
+	cmd.Flags().BoolVar(&fl.failInconclusive, "fail-on-inconclusive", false, "exit 1 also when a gating metric is inconclusive")
+	cmd.Flags().BoolVar(&fl.allowDifferent, "allow-different-workloads", false, "compare runs whose workload specs differ (the differences are printed)")
 	return cmd
+}
+
+// compareFlags are the flags of 'bench compare'.
+type compareFlags struct {
+	maxRegression, labels            string
+	allowDifferent, failInconclusive bool
+}
+
+// compare reads the runs args name and compares them, or the two labels
+// of the one run; what the user gave wrong is a usage error.
+func (fl *compareFlags) compare(args []string) (*results.Comparison, error) {
+	limit, err := results.ParseThreshold(fl.maxRegression)
+	if err != nil {
+		return nil, usagef("--max-regression: %v", err)
+	}
+	opt := results.CompareOptions{MaxRegression: limit, AllowDifferentWorkloads: fl.allowDifferent}
+	if fl.labels != "" {
+		a, b, ok := strings.Cut(fl.labels, ",")
+		if !ok || a == "" || b == "" || a == b || strings.Contains(b, ",") {
+			return nil, usagef("--labels %q: give two different strategy labels, e.g. base,new", fl.labels)
+		}
+		run, err := results.Read(args[0])
+		if err != nil {
+			return nil, usagef("RUN %s: %v (pass a run directory written by 'bench run')", args[0], err)
+		}
+		cmp, err := results.CompareLabels(run, a, b, opt)
+		if err != nil {
+			return nil, usagef("--labels %s: %v", fl.labels, err)
+		}
+		return cmp, nil
+	}
+	base, err := results.Read(args[0])
+	if err != nil {
+		return nil, usagef("BASE %s: %v (pass a run directory written by 'bench run')", args[0], err)
+	}
+	next, err := results.Read(args[1])
+	if err != nil {
+		return nil, usagef("NEW %s: %v (pass a run directory written by 'bench run')", args[1], err)
+	}
+	cmp, err := results.Compare(base, next, opt)
+	if errors.Is(err, results.ErrDifferentWorkloads) {
+		return nil, usagef("%s and %s: %v; compare runs of the same workload, or pass --allow-different-workloads", args[0], args[1], err)
+	}
+	return cmp, err
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/inboxbench/inboxbench/inbox"
+	"github.com/inboxbench/inboxbench/inbox/strategyfile"
 )
 
 // strategyFileHelp is the --strategy-file flag's help, shared by the
@@ -50,7 +51,7 @@ func splitLabel(arg string) (label, path string) {
 // rejects, a workload it cannot run) into a usage error: the run stopped
 // before publishing anything.
 func strategyFileErr(err error) error {
-	if errors.Is(err, inbox.ErrStrategyFile) {
+	if errors.Is(err, strategyfile.ErrInvalid) {
 		return usagef("--strategy-file: %v", err)
 	}
 	return err

@@ -79,7 +79,7 @@ func TestConformOutputValidates(t *testing.T) {
 	start := time.Now().UTC()
 	rows := conform.Run(ctx, conform.Options{Env: conform.Env{Cfg: cfg, Out: io.Discard, WorkerCmd: testenv.BenchWorkerCmd(t)},
 		Scenarios: scs, Brokers: []string{"none"}, Strategies: []inbox.Strategy{tx}})
-	doc := conform.Result("schema-conform", start, rows, map[string]string{"postgres": "test"}, []string{"bench", "conform"}, nil)
+	doc := conform.Result(conform.RunInfo{ID: "schema-conform", Started: start, Servers: map[string]string{"postgres": "test"}, Args: []string{"bench", "conform"}}, rows)
 	path, err := doc.Write(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,16 @@
-package inbox
+// Package strategyfile reads strategy files: a team's own inbox SQL with
+// named parameters, in the format examples/strategies/README.md
+// documents. Parse checks everything that needs no database — the header
+// (header.go), the sections, the statements (lex.go), every parameter
+// (params.go) and placeholder (render.go) — and every error it returns
+// is an Error pointing at file:line:col, the section, the statement and
+// the parameter. The File it yields is checked once: rendering its
+// statements for a schema and a business table cannot fail.
+//
+// Running a file, and checking its SQL against the server, is package
+// inbox's (FileStrategy): it binds the parameters, and maps a server
+// error's position back into the file with File.Position.
+package strategyfile
 
 import (
 	"crypto/sha256"
@@ -12,23 +24,14 @@ import (
 	"unicode/utf8"
 )
 
-// This file reads strategy files: the format (header, sections,
-// statements), with every error pointing at file:line:col, the statement
-// and the parameter. Reading a file yields a parsedFile, checked once:
-// the strategy that runs it (userstrategy.go, userapply.go) renders and
-// binds its statements but never checks them again. The header is in
-// userheader.go, the named parameters in userparams.go, the lexer in
-// userlex.go, the placeholders in userrender.go; the format is documented
-// in examples/strategies/README.md.
-
-// ErrStrategyFile marks a problem in a user strategy file (format, unknown
+// ErrInvalid marks a problem in a user strategy file (format, unknown
 // parameter, SQL the server rejects): the user fixes the file. The CLI
 // exits 2 on it. Failures to reach the database do not match it.
-var ErrStrategyFile = errors.New("bad strategy file")
+var ErrInvalid = errors.New("bad strategy file")
 
-// FileError is an error in a strategy file. Every field that is known is
+// Error is an error in a strategy file. Every field that is known is
 // named in the message, so a user can go straight to the line.
-type FileError struct {
+type Error struct {
 	Path      string
 	Line, Col int    // 0 when the error is about the whole file
 	Section   string // "ddl", "apply", "claim", "effect", "batch", "prune", "external"; "" for the header
@@ -38,7 +41,9 @@ type FileError struct {
 	Err       error // the server's error, if any
 }
 
-func (e *FileError) Error() string {
+// Error names the file, the position, the section and statement, the
+// parameter and what is wrong, in that order, each where known.
+func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("strategy file ")
 	b.WriteString(e.Path)
@@ -66,8 +71,11 @@ func (e *FileError) Error() string {
 	return b.String()
 }
 
-func (e *FileError) Unwrap() error        { return e.Err }
-func (e *FileError) Is(target error) bool { return target == ErrStrategyFile }
+// Unwrap is the server's error, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches ErrInvalid: every Error is the file's to fix.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
 // Outcome modes of a strategy file.
 const (
@@ -93,29 +101,31 @@ const (
 	TxSplit = "split"
 )
 
-// sectionID is a section of a strategy file.
-type sectionID int
+// Section is a section of a strategy file.
+type Section int
 
+// The sections, in the order they are checked and prepared.
 const (
-	secDDL sectionID = iota
-	secApply
-	secClaim
-	secEffect
-	secBatch
-	secPrune
-	secExternal
-	numSections
+	DDL Section = iota
+	Apply
+	Claim
+	Effect
+	Batch
+	Prune
+	External
+	// NumSections counts the sections.
+	NumSections
 )
 
-// sectionNames are the sections' names (the "-- @name" markers), in the
-// order they are checked and prepared.
-var sectionNames = [numSections]string{"ddl", "apply", "claim", "effect", "batch", "prune", "external"}
+// sectionNames are the sections' names (the "-- @name" markers).
+var sectionNames = [NumSections]string{"ddl", "apply", "claim", "effect", "batch", "prune", "external"}
 
-func (s sectionID) String() string { return sectionNames[s] }
+// String is the section's name, as its marker writes it after the "@".
+func (s Section) String() string { return sectionNames[s] }
 
 // markers lists the sections as a user writes them: "@ddl, … and @prune".
 func markers() string {
-	m := make([]string, numSections)
+	m := make([]string, NumSections)
 	for i, n := range sectionNames {
 		m[i] = "@" + n
 	}
@@ -130,20 +140,24 @@ func orList(items []string, word string) string {
 	return strings.Join(items[:len(items)-1], ", ") + " " + word + " " + items[len(items)-1]
 }
 
-// fileStmt is one statement of a section, checked: its parameters are
-// known for its section and numbered, its placeholders resolved.
-type fileStmt struct {
-	section sectionID
-	index   int    // 1-based within the section
-	text    string // source text, trimmed
-	off     int    // byte offset of text in the file
+// Stmt is one statement of a section, checked: its parameters are known
+// for its section and numbered, its placeholders resolved.
+type Stmt struct {
+	Section Section
+	Index   int    // 1-based within the section
+	Text    string // source text, trimmed
+	Off     int    // byte offset of Text in the file
 	params  []paramRef
-	// args are the parameters in $n order: how each is bound.
-	args []*fileParam
-	// parts are text, placeholders and parameters in order: what render
+	// args are the parameters in $n order.
+	args []*Param
+	// parts are text, placeholders and parameters in order: what Render
 	// joins for a schema and table.
 	parts []stmtPart
 }
+
+// Args are the statement's parameters in $n order: what binding it
+// passes.
+func (st *Stmt) Args() []*Param { return st.args }
 
 // paramRef is one :name in a statement (offsets relative to text).
 type paramRef struct {
@@ -151,31 +165,34 @@ type paramRef struct {
 	name       string
 }
 
-// parsedFile is a strategy file after every check that needs no
-// database: the value the strategy runs.
-type parsedFile struct {
-	path, base, hash string
-	content          string
-	header           fileHeader
-	sections         [numSections][]*fileStmt
-	marked           [numSections]bool // sections with a marker, even an empty one
+// File is a strategy file after every check that needs no database: the
+// value a strategy runs.
+type File struct {
+	Path   string // as given to Parse: it names the file in every error
+	Base   string // the file's name, without its directory
+	Hash   string // the first 8 hex digits of the SHA-256 of the content
+	Header Header
+
+	content  string
+	sections [NumSections][]*Stmt
+	marked   [NumSections]bool // sections with a marker, even an empty one
 	// tables is the warning for a file whose effect statements never name
-	// {{account}} (userscope.go); "" when they do.
+	// {{account}} (tables.go); "" when they do.
 	tables string
 }
 
 var sectionLine = regexp.MustCompile(`^--\s*@([A-Za-z_]+)\s*$`)
 
-// parseStrategyFile checks a file's format and parameters without a
-// database.
-func parseStrategyFile(path string, content []byte) (*parsedFile, error) {
+// Parse checks a file's format and parameters without a database; path
+// names the file in errors. Every error is an *Error.
+func Parse(path string, content []byte) (*File, error) {
 	sum := sha256.Sum256(content)
-	f := &parsedFile{path: path, base: filepath.Base(path), hash: hex.EncodeToString(sum[:])[:8], content: string(content)}
+	f := &File{Path: path, Base: filepath.Base(path), Hash: hex.EncodeToString(sum[:])[:8], content: string(content)}
 	if !utf8.Valid(content) {
-		return nil, &FileError{Path: path, Msg: "not UTF-8 text"}
+		return nil, &Error{Path: path, Msg: "not UTF-8 text"}
 	}
-	if strings.ContainsAny(f.base, ", *") {
-		return nil, &FileError{Path: path, Msg: "the file name must not contain commas, spaces or '*' (it names the strategy)"}
+	if strings.ContainsAny(f.Base, ", *") {
+		return nil, &Error{Path: path, Msg: "the file name must not contain commas, spaces or '*' (it names the strategy)"}
 	}
 	spans, err := f.splitSections()
 	if err != nil {
@@ -202,9 +219,12 @@ func parseStrategyFile(path string, content []byte) (*parsedFile, error) {
 	return f, nil
 }
 
+// Statements are the statements of section s, in file order.
+func (f *File) Statements(s Section) []*Stmt { return f.sections[s] }
+
 // sectionSpan is one section's body: content[start:end].
 type sectionSpan struct {
-	id         sectionID
+	id         Section
 	start, end int
 	markerOff  int
 }
@@ -212,7 +232,7 @@ type sectionSpan struct {
 // splitSections reads the lines before the first section marker as the
 // header ("-- key: value" settings among free comments) and returns the
 // sections: a marker "-- @name" opens one that runs to the next marker.
-func (f *parsedFile) splitSections() ([]sectionSpan, error) {
+func (f *File) splitSections() ([]sectionSpan, error) {
 	var spans []sectionSpan
 	hp := newHeaderParser(f)
 	off := 0
@@ -221,13 +241,13 @@ func (f *parsedFile) splitSections() ([]sectionSpan, error) {
 		off += len(line)
 		t := strings.TrimSpace(line)
 		if m := sectionLine.FindStringSubmatch(t); m != nil {
-			id := sectionID(slices.Index(sectionNames[:], m[1]))
+			id := Section(slices.Index(sectionNames[:], m[1]))
 			if id < 0 {
 				return nil, f.errAt(lineOff, "unknown section @%s: sections are %s", m[1], markers())
 			}
 			for _, s := range spans {
 				if s.id == id {
-					return nil, f.errAt(lineOff, "section @%s appears twice (first at line %d)", id, f.line(s.markerOff))
+					return nil, f.errAt(lineOff, "section @%s appears twice (first at line %d)", id, f.Line(s.markerOff))
 				}
 			}
 			if n := len(spans); n > 0 {
@@ -240,7 +260,7 @@ func (f *parsedFile) splitSections() ([]sectionSpan, error) {
 			continue
 		}
 		if t != "" && !strings.HasPrefix(t, "--") {
-			m := make([]string, numSections)
+			m := make([]string, NumSections)
 			for i, n := range sectionNames {
 				m[i] = "'-- @" + n + "'"
 			}
@@ -250,28 +270,28 @@ func (f *parsedFile) splitSections() ([]sectionSpan, error) {
 			return nil, err
 		}
 	}
-	f.header = hp.h
+	f.Header = hp.h
 	return spans, nil
 }
 
-// errAt is a FileError at byte offset off of the file.
-func (f *parsedFile) errAt(off int, msg string, a ...any) *FileError {
+// errAt is an Error at byte offset off of the file.
+func (f *File) errAt(off int, msg string, a ...any) *Error {
 	line, col := f.lineCol(off)
-	return &FileError{Path: f.path, Line: line, Col: col, Msg: fmt.Sprintf(msg, a...)}
+	return &Error{Path: f.Path, Line: line, Col: col, Msg: fmt.Sprintf(msg, a...)}
 }
 
 // checkShape checks the header against the sections present, and every
 // parameter against its section.
-func (f *parsedFile) checkShape() error {
+func (f *File) checkShape() error {
 	if err := f.checkOutcome(); err != nil {
 		return err
 	}
-	if f.header.transaction == TxSplit {
+	if f.Header.Transaction == TxSplit {
 		switch {
-		case f.header.outcome != OutcomeRows:
-			return f.header.errAt(f, "transaction", "split needs outcome: rows (it commits the @claim before the @effect)")
-		case !f.header.broken:
-			return f.header.errAt(f, "transaction", "split is the article's split-commit bug: only a negative control (broken: true) may use it")
+		case f.Header.Outcome != OutcomeRows:
+			return f.Header.errAt(f, "transaction", "split needs outcome: rows (it commits the @claim before the @effect)")
+		case !f.Header.Broken:
+			return f.Header.errAt(f, "transaction", "split is the article's split-commit bug: only a negative control (broken: true) may use it")
 		}
 	}
 	if err := f.checkExternal(); err != nil {
@@ -288,18 +308,18 @@ const ExternalBeforeCommit = "before-commit"
 // checkExternal checks the header's external step against the sections:
 // the header and an @external section of one statement go together, with
 // outcome: rows in one transaction.
-func (f *parsedFile) checkExternal() error {
-	h := f.header
-	n := len(f.sections[secExternal])
-	bad := func(msg string) error { return &FileError{Path: f.path, Section: secExternal.String(), Msg: msg} }
+func (f *File) checkExternal() error {
+	h := f.Header
+	n := len(f.sections[External])
+	bad := func(msg string) error { return &Error{Path: f.Path, Section: External.String(), Msg: msg} }
 	switch {
-	case h.external == "" && f.marked[secExternal]:
+	case h.External == "" && f.marked[External]:
 		return bad("@external needs the header line 'external: " + ExternalBeforeCommit + "', which says when the harness calls the external service")
-	case h.external == "":
+	case h.External == "":
 		return nil
-	case h.outcome != OutcomeRows:
+	case h.Outcome != OutcomeRows:
 		return h.errAt(f, "external", "needs outcome: rows: the harness calls the service after @effect changed one row, before the commit")
-	case h.transaction != TxOne:
+	case h.Transaction != TxOne:
 		return h.errAt(f, "external", "needs transaction: one: the call happens inside the event's transaction")
 	case n != 1:
 		return bad(fmt.Sprintf("external: %s needs exactly one @external statement (it returns at most one row: request_key and amount), found %d", ExternalBeforeCommit, n))
@@ -309,29 +329,29 @@ func (f *parsedFile) checkExternal() error {
 
 // checkOutcome infers the outcome mode from the sections when the header
 // does not name it, and checks the sections fit it.
-func (f *parsedFile) checkOutcome() error {
-	has := func(s sectionID) bool { return len(f.sections[s]) > 0 }
-	if f.header.outcome == "" {
+func (f *File) checkOutcome() error {
+	has := func(s Section) bool { return len(f.sections[s]) > 0 }
+	if f.Header.Outcome == "" {
 		// Inferred from the sections, so a minimal file needs no header.
 		switch {
-		case has(secBatch):
-			f.header.outcome = OutcomeBatch
-		case has(secClaim) || has(secEffect):
-			f.header.outcome = OutcomeRows
+		case has(Batch):
+			f.Header.Outcome = OutcomeBatch
+		case has(Claim) || has(Effect):
+			f.Header.Outcome = OutcomeRows
 		default:
-			f.header.outcome = OutcomeResult
+			f.Header.Outcome = OutcomeResult
 		}
 	}
-	bad := func(s sectionID, msg string, a ...any) error {
-		return &FileError{Path: f.path, Section: s.String(), Msg: fmt.Sprintf(msg, a...)}
+	bad := func(s Section, msg string, a ...any) error {
+		return &Error{Path: f.Path, Section: s.String(), Msg: fmt.Sprintf(msg, a...)}
 	}
-	mode := f.header.outcome
-	only := func(allowed ...sectionID) error {
+	mode := f.Header.Outcome
+	only := func(allowed ...Section) error {
 		names := make([]string, len(allowed))
 		for i, s := range allowed {
 			names[i] = s.String()
 		}
-		for _, s := range []sectionID{secApply, secClaim, secEffect, secBatch} {
+		for _, s := range []Section{Apply, Claim, Effect, Batch} {
 			if f.marked[s] && !slices.Contains(allowed, s) {
 				return bad(s, "@%s does not belong to outcome: %s (which uses @%s)", s, mode, strings.Join(names, " and @"))
 			}
@@ -340,46 +360,47 @@ func (f *parsedFile) checkOutcome() error {
 	}
 	switch mode {
 	case OutcomeResult:
-		if !has(secApply) {
-			return bad(secApply, "outcome: result needs an @apply section with at least one statement (the last one returns the result column)")
+		if !has(Apply) {
+			return bad(Apply, "outcome: result needs an @apply section with at least one statement (the last one returns the result column)")
 		}
-		return only(secApply)
+		return only(Apply)
 	case OutcomeRows:
-		if n := len(f.sections[secClaim]); n != 1 {
-			return bad(secClaim, "outcome: rows needs exactly one @claim statement (the inbox INSERT … ON CONFLICT DO NOTHING whose row count says first or duplicate), found %d", n)
+		if n := len(f.sections[Claim]); n != 1 {
+			return bad(Claim, "outcome: rows needs exactly one @claim statement (the inbox INSERT … ON CONFLICT DO NOTHING whose row count says first or duplicate), found %d", n)
 		}
-		if !has(secEffect) {
-			return bad(secEffect, "outcome: rows needs an @effect section with at least one statement (the conditional business update)")
+		if !has(Effect) {
+			return bad(Effect, "outcome: rows needs an @effect section with at least one statement (the conditional business update)")
 		}
-		return only(secClaim, secEffect)
+		return only(Claim, Effect)
 	default: // OutcomeBatch: the header accepts no other value
-		if !has(secBatch) {
-			return bad(secBatch, "outcome: batch needs a @batch section (the last statement returns one row per event: ordinal and result)")
+		if !has(Batch) {
+			return bad(Batch, "outcome: batch needs a @batch section (the last statement returns one row per event: ordinal and result)")
 		}
-		return only(secBatch)
+		return only(Batch)
 	}
 }
 
 // effectSection is the section of the file's outcome mode that changes
 // the business table.
-func (f *parsedFile) effectSection() sectionID {
-	switch f.header.outcome {
+func (f *File) effectSection() Section {
+	switch f.Header.Outcome {
 	case OutcomeRows:
-		return secEffect
+		return Effect
 	case OutcomeBatch:
-		return secBatch
+		return Batch
 	}
-	return secApply
+	return Apply
 }
 
-func (f *parsedFile) line(off int) int {
+// Line is the 1-based line of byte offset off of the file.
+func (f *File) Line(off int) int {
 	l, _ := f.lineCol(off)
 	return l
 }
 
 // lineCol turns a byte offset into a 1-based line and column (in
 // characters).
-func (f *parsedFile) lineCol(off int) (int, int) {
+func (f *File) lineCol(off int) (int, int) {
 	off = max(0, min(off, len(f.content)))
 	before := f.content[:off]
 	line := strings.Count(before, "\n") + 1
@@ -387,9 +408,14 @@ func (f *parsedFile) lineCol(off int) (int, int) {
 	return line, col
 }
 
-// stmtErrAt is a FileError at offset off (relative to st's text) of st.
-func (f *parsedFile) stmtErrAt(st *fileStmt, off int, msg string, a ...any) *FileError {
-	e := f.errAt(st.off+off, msg, a...)
-	e.Section, e.Index = st.section.String(), st.index
+// StmtError is an Error about st as a whole, at its start.
+func (f *File) StmtError(st *Stmt, msg string, a ...any) *Error {
+	return f.stmtErrAt(st, 0, msg, a...)
+}
+
+// stmtErrAt is an Error at offset off (relative to st's text) of st.
+func (f *File) stmtErrAt(st *Stmt, off int, msg string, a ...any) *Error {
+	e := f.errAt(st.Off+off, msg, a...)
+	e.Section, e.Index = st.Section.String(), st.Index
 	return e
 }

@@ -1,4 +1,4 @@
-package inbox
+package strategyfile
 
 import (
 	"regexp"
@@ -38,14 +38,14 @@ var placeholder = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}`)
 // resolve splits st into its parts. The placeholders are found
 // everywhere, quotes and function bodies included, because DDL function
 // bodies need the schema too; a parameter is never part of one.
-func (f *parsedFile) resolve(st *fileStmt) error {
+func (f *File) resolve(st *Stmt) error {
 	add := func(p stmtPart) {
 		if p.kind != partText || p.end > p.start {
 			st.parts = append(st.parts, p)
 		}
 	}
 	text := func(from, to int) error {
-		seg := st.text[from:to]
+		seg := st.Text[from:to]
 		last := 0
 		for _, m := range placeholder.FindAllStringSubmatchIndex(seg, -1) {
 			kind, ok := placeholders[seg[m[2]:m[3]]]
@@ -67,11 +67,11 @@ func (f *parsedFile) resolve(st *fileStmt) error {
 		add(stmtPart{kind: partParam, start: p.start, end: p.end, num: st.num(p.name)})
 		pos = p.end
 	}
-	return text(pos, len(st.text))
+	return text(pos, len(st.Text))
 }
 
 // names reports whether st uses the placeholder of kind k.
-func (st *fileStmt) names(k partKind) bool {
+func (st *Stmt) names(k partKind) bool {
 	for _, p := range st.parts {
 		if p.kind == k {
 			return true
@@ -80,39 +80,36 @@ func (st *fileStmt) names(k partKind) bool {
 	return false
 }
 
-// renderedStmt is a statement ready for the server: parameters numbered,
-// placeholders replaced, and a map back to the file for error positions.
-type renderedStmt struct {
-	*fileStmt
-	sql   string
-	srcOf []int // for each byte of sql, the byte offset in fileStmt.text
-	// asText marks parameters the server typed as text (e.g. :version in
-	// "CASE WHEN :version = '1'"): pgx cannot encode an int64 or a time
-	// as text, so they are sent as their text form. Set by Prepare.
-	asText []bool
+// Rendered is a statement ready for the server: parameters numbered,
+// placeholders replaced, and a map back to the file for error positions
+// (File.Position).
+type Rendered struct {
+	*Stmt
+	SQL   string
+	srcOf []int // for each byte of SQL, the byte offset in Stmt.Text
 }
 
-// target names what the placeholders stand for, quoted: {{schema}} the
+// Target names what the placeholders stand for, quoted: {{schema}} the
 // cell's schema, {{account}} the consumer's business table in it.
-type target struct{ schema, account string }
+type Target struct{ Schema, Account string }
 
-// render produces the statement for t.
-func (st *fileStmt) render(t target) *renderedStmt {
+// Render produces the statement for t.
+func (st *Stmt) Render(t Target) *Rendered {
 	var b strings.Builder
 	var srcOf []int
 	for _, p := range st.parts {
 		var with string
 		switch p.kind {
 		case partText:
-			b.WriteString(st.text[p.start:p.end])
+			b.WriteString(st.Text[p.start:p.end])
 			for k := p.start; k < p.end; k++ {
 				srcOf = append(srcOf, k)
 			}
 			continue
 		case partSchema:
-			with = t.schema
+			with = t.Schema
 		case partAccount:
-			with = t.account
+			with = t.Account
 		case partParam:
 			with = "$" + strconv.Itoa(p.num)
 		}
@@ -121,17 +118,17 @@ func (st *fileStmt) render(t target) *renderedStmt {
 			srcOf = append(srcOf, p.start)
 		}
 	}
-	return &renderedStmt{fileStmt: st, sql: b.String(), srcOf: srcOf}
+	return &Rendered{Stmt: st, SQL: b.String(), srcOf: srcOf}
 }
 
-// errorAt turns a server error position (1-based, in characters of the
+// Position turns a server error position (1-based, in characters of the
 // rendered SQL) into the file's line and column; 0 means the statement's
 // start.
-func (f *parsedFile) errorAt(r *renderedStmt, position int32) (int, int) {
+func (f *File) Position(r *Rendered, position int32) (line, col int) {
 	off := 0
 	if position > 0 {
 		chars := 0
-		for i := range r.sql {
+		for i := range r.SQL {
 			if chars == int(position)-1 {
 				off = r.srcOf[i]
 				break
@@ -139,5 +136,5 @@ func (f *parsedFile) errorAt(r *renderedStmt, position int32) (int, int) {
 			chars++
 		}
 	}
-	return f.lineCol(r.off + off)
+	return f.lineCol(r.Off + off)
 }

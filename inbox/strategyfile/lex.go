@@ -1,4 +1,4 @@
-package inbox
+package strategyfile
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 // it matters here (quotes, dollar quotes, comments, casts), splits it into
 // statements at top-level semicolons and finds the :name parameters
 // outside quotes and comments. What the parameters and placeholders mean
-// is checked afterwards (userparams.go, userrender.go).
+// is checked afterwards (params.go, render.go).
 
 func isIdentStart(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
@@ -22,7 +22,7 @@ func isIdentChar(c byte) bool { return isIdentStart(c) || c >= '0' && c <= '9' |
 // matters here (quotes, dollar quotes, comments, casts), splits it at
 // top-level semicolons and finds :name parameters outside quotes and
 // comments.
-func (f *parsedFile) splitStatements(section sectionID, start, end int) ([]*fileStmt, error) {
+func (f *File) splitStatements(section Section, start, end int) ([]*Stmt, error) {
 	l := &lexer{f: f, s: f.content[:end], end: end, section: section, stmtStart: start}
 	for i := start; i < end; {
 		c := l.s[i]
@@ -54,11 +54,11 @@ func (f *parsedFile) splitStatements(section sectionID, start, end int) ([]*file
 // lexer is splitStatements' state: the statements found so far and the
 // one being read.
 type lexer struct {
-	f         *parsedFile
+	f         *File
 	s         string
 	end       int
-	section   sectionID
-	out       []*fileStmt
+	section   Section
+	out       []*Stmt
 	stmtStart int
 	hasCode   bool
 	params    []paramRef
@@ -79,10 +79,10 @@ func (l *lexer) flush(at int) {
 		// parameters' positions.
 		trimmed := strings.TrimLeftFunc(raw, unicode.IsSpace)
 		lead := len(raw) - len(trimmed)
-		st := &fileStmt{section: l.section, index: len(l.out) + 1, text: strings.TrimRightFunc(trimmed, unicode.IsSpace), off: l.stmtStart + lead}
+		st := &Stmt{Section: l.section, Index: len(l.out) + 1, Text: strings.TrimRightFunc(trimmed, unicode.IsSpace), Off: l.stmtStart + lead}
 		for _, p := range l.params {
-			p.start -= st.off
-			p.end -= st.off
+			p.start -= st.Off
+			p.end -= st.Off
 			st.params = append(st.params, p)
 		}
 		l.out = append(l.out, st)
@@ -118,16 +118,16 @@ func (l *lexer) blockComment(i int) (int, error) {
 
 // token skips one token of code starting at i, recording a parameter.
 func (l *lexer) token(i int) (int, error) {
-	s, end, c := l.s, l.end, l.s[i]
+	c := l.s[i]
 	switch {
 	case c == '\'':
-		j, err := skipQuoted(s, i, end, '\'', false)
+		j, err := l.skipQuoted(i, '\'', false)
 		if err != nil {
 			return 0, l.err(i, "unterminated string literal")
 		}
 		return j, nil
 	case c == '"':
-		j, err := skipQuoted(s, i, end, '"', false)
+		j, err := l.skipQuoted(i, '"', false)
 		if err != nil {
 			return 0, l.err(i, "unterminated quoted identifier")
 		}
@@ -151,7 +151,7 @@ func (l *lexer) word(i int) (int, error) {
 		j++
 	}
 	if j == i+1 && (c == 'e' || c == 'E') && j < end && s[j] == '\'' {
-		k, err := skipQuoted(s, j, end, '\'', true)
+		k, err := l.skipQuoted(j, '\'', true)
 		if err != nil {
 			return 0, l.err(i, "unterminated string literal")
 		}
@@ -198,8 +198,10 @@ func (l *lexer) colon(i int) int {
 	return i + 1
 }
 
-// skipQuoted returns the offset after the quoted token starting at i.
-func skipQuoted(s string, i, end int, q byte, backslash bool) (int, error) {
+// skipQuoted returns the offset after the token quoted with q starting
+// at i; backslash says whether a backslash escapes the next byte (E'…').
+func (l *lexer) skipQuoted(i int, q byte, backslash bool) (int, error) {
+	s, end := l.s, l.end
 	j := i + 1
 	for j < end {
 		switch {

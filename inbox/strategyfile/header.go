@@ -1,4 +1,4 @@
-package inbox
+package strategyfile
 
 import (
 	"cmp"
@@ -7,19 +7,25 @@ import (
 	"strings"
 )
 
-// fileHeader is a strategy file's header, the "-- key: value" lines before
+// Header is a strategy file's header, the "-- key: value" lines before
 // its first section, parsed once into typed settings.
-type fileHeader struct {
-	name, description string
-	// outcome is OutcomeResult, OutcomeRows or OutcomeBatch: as set, or
+type Header struct {
+	// Name is a display name; the registry name is always
+	// file:NAME.sql@HASH.
+	Name        string
+	Description string
+	// Outcome is OutcomeResult, OutcomeRows or OutcomeBatch: as set, or
 	// inferred from the sections (checkOutcome).
-	outcome string
-	// transaction is TxOne (the default) or TxSplit.
-	transaction     string
-	broken          bool
-	idempotencyKeys bool
-	// external is ExternalBeforeCommit for a file with an external step.
-	external string
+	Outcome string
+	// Transaction is TxOne (the default) or TxSplit.
+	Transaction string
+	// Broken marks a negative control, expected to FAIL.
+	Broken bool
+	// IdempotencyKeys declares that the file handles client idempotency
+	// keys (the header "idempotency-keys: true").
+	IdempotencyKeys bool
+	// External is ExternalBeforeCommit for a file with an external step.
+	External string
 	// at is the byte offset of each setting's line, by key: errors found
 	// later point at it.
 	at map[string]int
@@ -31,7 +37,7 @@ type headerSetting struct {
 	// values are the accepted values, nil for free text. An empty value is
 	// always accepted: it means the default.
 	values []string
-	set    func(h *fileHeader, v string)
+	set    func(h *Header, v string)
 }
 
 var trueFalse = []string{"true", "false"}
@@ -39,31 +45,29 @@ var trueFalse = []string{"true", "false"}
 // headerSettings are the settings a header may hold, in the order
 // examples/strategies/README.md lists them (a test keeps the two alike).
 var headerSettings = []headerSetting{
-	{key: "description", set: func(h *fileHeader, v string) { h.description = v }},
-	{key: "outcome", values: []string{OutcomeResult, OutcomeRows, OutcomeBatch}, set: func(h *fileHeader, v string) { h.outcome = v }},
-	{key: "transaction", values: []string{TxOne, TxSplit}, set: func(h *fileHeader, v string) { h.transaction = cmp.Or(v, TxOne) }},
-	// broken: true marks a negative control, expected to FAIL.
-	{key: "broken", values: trueFalse, set: func(h *fileHeader, v string) { h.broken = v == "true" }},
-	// name is a display name; the registry name is always file:NAME.sql@HASH.
-	{key: "name", set: func(h *fileHeader, v string) { h.name = v }},
+	{key: "description", set: func(h *Header, v string) { h.Description = v }},
+	{key: "outcome", values: []string{OutcomeResult, OutcomeRows, OutcomeBatch}, set: func(h *Header, v string) { h.Outcome = v }},
+	{key: "transaction", values: []string{TxOne, TxSplit}, set: func(h *Header, v string) { h.Transaction = cmp.Or(v, TxOne) }},
+	{key: "broken", values: trueFalse, set: func(h *Header, v string) { h.Broken = v == "true" }},
+	{key: "name", set: func(h *Header, v string) { h.Name = v }},
 	// Scope: what the file implements; scenarios testing something it
-	// does not declare are not applicable to it.
-	{key: FeatureIdempotencyKeys, values: trueFalse, set: func(h *fileHeader, v string) { h.idempotencyKeys = v == "true" }},
+	// does not declare are not applicable to it (inbox.Scoped).
+	{key: "idempotency-keys", values: trueFalse, set: func(h *Header, v string) { h.IdempotencyKeys = v == "true" }},
 	// external: the file calls the external service (its @external
 	// statement says with what key).
-	{key: "external", values: []string{ExternalBeforeCommit}, set: func(h *fileHeader, v string) { h.external = v }},
+	{key: "external", values: []string{ExternalBeforeCommit}, set: func(h *Header, v string) { h.External = v }},
 }
 
 var headerLine = regexp.MustCompile(`^--\s*([a-z_-]+)\s*:\s*(.*?)\s*$`)
 
 // headerParser reads a header line by line.
 type headerParser struct {
-	f *parsedFile
-	h fileHeader
+	f *File
+	h Header
 }
 
-func newHeaderParser(f *parsedFile) *headerParser {
-	return &headerParser{f: f, h: fileHeader{transaction: TxOne, at: map[string]int{}}}
+func newHeaderParser(f *File) *headerParser {
+	return &headerParser{f: f, h: Header{Transaction: TxOne, at: map[string]int{}}}
 }
 
 // line reads one header line, trimmed, at byte offset off: a setting, or a
@@ -84,7 +88,7 @@ func (p *headerParser) line(t string, off int) error {
 		return p.f.errAt(off, "unknown header setting %q: settings are %s (write free comments without 'word:' at the start)", key, strings.Join(keys, ", "))
 	}
 	if first, dup := p.h.at[key]; dup {
-		return p.f.errAt(off, "header setting %q appears twice (first at line %d)", key, p.f.line(first))
+		return p.f.errAt(off, "header setting %q appears twice (first at line %d)", key, p.f.Line(first))
 	}
 	s := headerSettings[i]
 	if val != "" && s.values != nil && !slices.Contains(s.values, val) {
@@ -96,6 +100,6 @@ func (p *headerParser) line(t string, off int) error {
 }
 
 // errAt is an error about the setting key, at its line.
-func (h *fileHeader) errAt(f *parsedFile, key, msg string) *FileError {
+func (h *Header) errAt(f *File, key, msg string) *Error {
 	return f.errAt(h.at[key], "header %s: %s", key, msg)
 }
