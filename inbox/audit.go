@@ -204,6 +204,10 @@ type Transition struct {
 type Snapshot struct {
 	Accounts map[string]AccountState
 	Inbox    map[string]bool // keys with an inbox row for the consumer
+	// NoInbox says the consumer keeps no dedup records the checker can
+	// read (a service whose spec has no inbox query): the rules that
+	// compare effects with inbox rows do not apply.
+	NoInbox bool
 	Parked   map[string]bool // keys still parked for the consumer
 	// Audited says whether the audit trigger ran for the whole cell;
 	// Transitions is empty without it.
