@@ -113,7 +113,7 @@ func TestHistory(t *testing.T) {
 	t1, t2, t3 := time.Unix(1, 0), time.Unix(2, 0), time.Unix(3, 0)
 	h := NewHistory()
 	got := h.Add([]Change{
-		{Op: "INSERT", Aggregate: "a", Commit: t1},                      // created at v0: nothing
+		{Op: "INSERT", Aggregate: "a", Commit: t1},                        // created at v0: nothing
 		{Op: "UPDATE", Aggregate: "a", State: 10, Version: 1, Commit: t1}, // v1
 		{Op: "UPDATE", Aggregate: "a", State: 60, Version: 4, Commit: t2}, // a batch: v2..v4
 		{Op: "UPDATE", Aggregate: "a", State: 60, Version: 4, Commit: t2}, // unchanged: nothing

@@ -5,7 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-		"strings"
+	"strings"
 	"testing"
 	"time"
 )
