@@ -150,6 +150,27 @@ type Cell struct {
 	// their figures come from.
 	Faults   []Fault   `json:"faults,omitempty"`
 	Timeline *Timeline `json:"timeline,omitempty"`
+	// Service is the service under test whose instances consumed the
+	// cell (absent for the suite's own consumer): its figures come from
+	// its tables alone, so Counters hold what the publisher sent and the
+	// effects the WAL showed, nothing the service counted itself.
+	Service *ServiceRun `json:"service,omitempty"`
+}
+
+// ServiceRun is the service under test of a cell.
+type ServiceRun struct {
+	// Name is the spec's name (Strategy reads "service:NAME"), Spec the
+	// spec file, Instances how many instances consumed.
+	Name      string `json:"name"`
+	Spec      string `json:"spec"`
+	Instances int    `json:"instances"`
+	// Kills counts the instances the cell's faults killed (kill -9) and
+	// started again; Exits those that exited on their own and were
+	// started again.
+	Kills int64 `json:"kills"`
+	Exits int64 `json:"exits"`
+	// Logs is the directory of the instances' output.
+	Logs string `json:"logs,omitempty"`
 }
 
 // CellStats are the medians of a cell's rounds with their confidence

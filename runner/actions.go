@@ -32,6 +32,29 @@ type CellInfo struct {
 	// first call; the action's start otherwise) and says what it did
 	// (every call): the cell's faults record both (results.Fault).
 	Hit func(what string)
+	// Service is the cell's service under test, for the faults only it
+	// can take (nil in a cell of the suite's own consumer).
+	Service ServiceControl
+}
+
+// ServiceControl is what a fault can do to a service under test from
+// outside: its instances are process groups of this machine, its broker
+// connections pass through the suite's proxy, its database connections
+// are found by the ports its processes hold.
+type ServiceControl interface {
+	// Instances is how many instances the cell runs.
+	Instances() int
+	// Kill sends instance i SIGKILL (kill -9); it is started again.
+	Kill(i int) error
+	// Pause stops instance i (SIGSTOP) for d, then continues it.
+	Pause(ctx context.Context, i int, d time.Duration) error
+	// CutBroker cuts every broker connection of the service, losing what
+	// was in flight; it reports false when its connections do not pass
+	// the proxy (the reason is in the cell's notes).
+	CutBroker(ctx context.Context) (bool, error)
+	// DBClientPorts are the local ports of the instances' connections to
+	// PostgreSQL (pg_stat_activity.client_port).
+	DBClientPorts() ([]int, error)
 }
 
 // actions fire a cell's mid-stream faults — the planned consumer restarts
@@ -61,7 +84,10 @@ type actions struct {
 // ones.
 func newActions(c *cell, list []Action, cons consumers, planned int64) *actions {
 	restarts := c.o.Spec.Faults.ConsumerRestarts
-	info := CellInfo{Broker: c.broker, Strategy: c.strategy.Name(), Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
+	info := CellInfo{Broker: c.broker, Strategy: c.name, Schema: c.id, Consumer: c.consumer, Topic: c.topic(), AppName: AppName(c.id)}
+	if sc, ok := cons.(*serviceConsumers); ok {
+		info.Service = sc
+	}
 	a := &actions{list: list, info: info, cons: cons, total: planned + int64(len(c.o.Stream.Poison)), t: c.t, notes: c.notes, fired: make([]bool, len(list))}
 	// Spread the planned restarts over the stream: restart k fires once
 	// that many of the planned messages have been answered.

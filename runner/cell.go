@@ -68,6 +68,9 @@ type cell struct {
 	// whose steps it judges one by one.
 	check checker
 	steps *stepJudge
+	// svc is set when the cell's consumer is a team's own service
+	// (service.go) instead of the suite's.
+	svc *serviceRun
 }
 
 var unsafeIdent = regexp.MustCompile(`[^a-z0-9_]+`)
@@ -139,6 +142,9 @@ func (c *cell) run(ctx context.Context) results.Cell {
 // searches its maximum sustainable rate), judges what the database holds
 // and fills res.
 func (c *cell) runInto(ctx context.Context, res *results.Cell) error {
+	if c.svc != nil {
+		return c.runService(ctx, res)
+	}
 	if err := c.lookup(res); err != nil {
 		return err
 	}
@@ -206,6 +212,13 @@ func (c *cell) setUpRest(ctx context.Context, res *results.Cell) error {
 		return err
 	}
 	res.Audit = c.audit.mode.Describe()
+	return c.openBroker(ctx, res)
+}
+
+// openBroker opens the cell's broker and creates its topic; it asks the
+// driver what its confirms mean when the cell should.
+func (c *cell) openBroker(ctx context.Context, res *results.Cell) error {
+	var err error
 	if c.b, err = brokers.Open(ctx, c.broker, c.o.Cfg, nil); err != nil {
 		return fmt.Errorf("%s: %w", c.broker, err)
 	}
@@ -226,13 +239,23 @@ func (c *cell) setUpRest(ctx context.Context, res *results.Cell) error {
 
 // close releases what setUp set up, in the reverse order.
 func (c *cell) close(ctx context.Context) {
+	if c.svc != nil {
+		if c.svc.obs != nil {
+			c.svc.obs.Close(ctx)
+		}
+		if c.svc.proxies != nil {
+			c.svc.proxies.Close()
+		}
+	}
 	if c.b != nil {
 		c.b.Close()
 	}
 	if c.audit != nil {
 		c.audit.close(ctx)
 	}
-	c.pool.Close()
+	if c.pool != nil {
+		c.pool.Close()
+	}
 }
 
 // openInbox connects the cell's pool (named for the contention sampler)
@@ -242,13 +265,6 @@ func (c *cell) close(ctx context.Context) {
 // caller's).
 func (c *cell) openInbox(ctx context.Context, migrate bool, opt func(*inbox.Options)) error {
 	o := c.o
-	pcfg, err := pgxpool.ParseConfig(o.Cfg.PGURL)
-	if err != nil {
-		return fmt.Errorf("postgres URL: %w", err)
-	}
-	// One connection per consumer, plus room for storms and draining.
-	pcfg.MaxConns = int32(o.Spec.Consumers*2 + o.Spec.Faults.StormConsumers + 4)
-	pcfg.ConnConfig.RuntimeParams["application_name"] = AppName(c.id)
 	iopt := inbox.DefaultOptions()
 	iopt.Schema = c.id
 	iopt.DisableParking = !o.Spec.ParkingOn()
@@ -256,10 +272,10 @@ func (c *cell) openInbox(ctx context.Context, migrate bool, opt func(*inbox.Opti
 	if opt != nil {
 		opt(&iopt)
 	}
-	inbox.ConfigurePool(pcfg, iopt)
-	if c.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return fmt.Errorf("postgres: %w", err)
+	if err := c.openPool(ctx, func(pcfg *pgxpool.Config) { inbox.ConfigurePool(pcfg, iopt) }); err != nil {
+		return err
 	}
+	var err error
 	if migrate {
 		err = c.setupSchema(ctx)
 	}
@@ -269,6 +285,27 @@ func (c *cell) openInbox(ctx context.Context, migrate bool, opt func(*inbox.Opti
 	if err != nil {
 		c.pool.Close()
 		return err
+	}
+	return nil
+}
+
+// openPool connects the cell's pool, its connections named for the
+// contention sampler and the fault actions; configure, when not nil,
+// tunes it further.
+func (c *cell) openPool(ctx context.Context, configure ...func(*pgxpool.Config)) error {
+	o := c.o
+	pcfg, err := pgxpool.ParseConfig(o.Cfg.PGURL)
+	if err != nil {
+		return fmt.Errorf("postgres URL: %w", err)
+	}
+	// One connection per consumer, plus room for storms and draining.
+	pcfg.MaxConns = int32(o.Spec.Consumers*2 + o.Spec.Faults.StormConsumers + 4)
+	pcfg.ConnConfig.RuntimeParams["application_name"] = AppName(c.id)
+	for _, f := range configure {
+		f(pcfg)
+	}
+	if c.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return fmt.Errorf("postgres: %w", err)
 	}
 	return nil
 }

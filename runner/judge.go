@@ -158,11 +158,16 @@ func (j *judgement) transition(t inbox.Transition) {
 		if m[v] > 1 && ev.Kind == envelope.Increment {
 			j.add(DuplicateEffect, agg, fmt.Sprintf("%s (%s v%d, +%d) took effect %d times", ev.ID, agg, v, ev.Amount, m[v]))
 		}
-		if !j.snap.Inbox[ev.Key()] {
+		if !j.inboxed(ev.Key()) {
 			j.add(EffectWithoutInbox, agg, fmt.Sprintf("%s changed %s to v%d but has no inbox row for consumer %s", ev.ID, agg, v, j.consumer))
 		}
 	}
 }
+
+// inboxed reports whether event k has its inbox row, taken as given for
+// a consumer whose dedup records cannot be read (a service without an
+// inbox query): the rules that need them do not apply to it.
+func (j *judgement) inboxed(k string) bool { return j.snap.NoInbox || j.snap.Inbox[k] }
 
 // replay walks the versions a change covers (a batch may apply v4..v9 in
 // one update, a snapshot may jump over increments). When the replayed
@@ -190,7 +195,7 @@ func (j *judgement) replay(t inbox.Transition) (covered []int64, whole bool) {
 		// Before the newest snapshot the change carries, an increment
 		// either applied in the same change (a batch: it has its inbox
 		// row) or was overtaken by the snapshot and never applied.
-		if v < lastSnap && !j.snap.Inbox[events[v].Key()] {
+		if v < lastSnap && !j.inboxed(events[v].Key()) {
 			j.superseded[events[v].Key()] = true
 			continue
 		}

@@ -100,6 +100,20 @@ func (m *meter) record(kind string, e2e, apply, dedup time.Duration) {
 	}
 }
 
+// recordE2E records an end-to-end latency alone: a cell observed from
+// outside sees when each event committed, not how its consumer applied
+// it.
+func (m *meter) recordE2E(e2e time.Duration) {
+	if !m.enabled || e2e <= 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.e2e.RecordValue(micros(e2e))
+	m.recent.RecordValue(micros(e2e))
+	m.recordSecond(micros(e2e))
+}
+
 // meters hands out one meter per shard and merges them.
 type meters struct {
 	enabled bool

@@ -10,6 +10,7 @@ import (
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/service"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -81,6 +82,11 @@ type Options struct {
 	// External is the service beyond the database that external
 	// strategies call (external.go).
 	External ExternalService
+	// Service, when set, is a team's own consumer service under test: on
+	// every broker it consumes from, a cell of its own ("service:NAME")
+	// runs beside the strategies' cells, its instances consuming the same
+	// plan (service.go).
+	Service *service.Spec
 	Console  Console // live progress and logs
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/internal/ctxtime"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/service"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -65,6 +66,9 @@ type publisher struct {
 	// lagFrom, when set (unix ns), leaves out of lag the messages intended
 	// before it (a rate step's warm-up).
 	lagFrom atomic.Int64
+	// intents, for a cell observed from outside (a service under test),
+	// remember each event's intended time: its tables do not hold it.
+	intents *service.Intents
 }
 
 // noteLagsFrom restarts the lag histogram: only messages intended from t
@@ -103,6 +107,9 @@ func newPublisher(c *cell, f *feed, spec *workload.Spec) *publisher {
 	stop := make(chan struct{})
 	p := &publisher{b: c.b, topic: c.topic(), feed: f, spec: spec, t: c.t, notes: c.notes, lag: newHist(),
 		stop: stop, halt: sync.OnceFunc(func() { close(stop) })}
+	if c.svc != nil {
+		p.intents = c.svc.intents
+	}
 	if a, ok := c.b.(brokers.AsyncPublisher); ok {
 		p.sender = a
 	} else {
@@ -208,6 +215,9 @@ func (p *publisher) hand(ctx context.Context, ch *chunk, part []int) error {
 			if ev.IntendedAt.UnixNano() >= p.lagFrom.Load() {
 				lags = append(lags, now.Sub(ev.IntendedAt))
 			}
+		}
+		if p.intents != nil {
+			p.intents.Record(ev.Subject, ev.AggregateVersion, ev.IntendedAt)
 		}
 		body, err := p.spec.Encode(&ev)
 		if err != nil {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/service"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -44,8 +46,19 @@ func newRounds(o *Options, fl *fleet, env *results.Env) *rounds {
 		for _, s := range cellStrategies(*o) {
 			rs.cells = append(rs.cells, cellKey{b, s})
 		}
+		if sp := o.Service; sp != nil && serviceRuns(sp, b) {
+			rs.cells = append(rs.cells, cellKey{b, sp.Label()})
+		}
 	}
 	return rs
+}
+
+// serviceRuns reports whether the service consumes from broker: the
+// brokers its spec names, and none whose queues live inside bench (the
+// baseline, kafka-embedded).
+func serviceRuns(sp *service.Spec, broker string) bool {
+	ok, _ := sp.Speaks(broker)
+	return ok && brokers.InfoOf(broker).Service != ""
 }
 
 // announce prints what the run is about to do.
@@ -98,6 +111,9 @@ func (rs *rounds) runCell(ctx context.Context, k cellKey, r int) results.Cell {
 	ask := rs.env.Durability == nil || rs.env.Durability.Settings[k.broker] == nil
 	c := &cell{o: rs.o, plan: rs.plan, fleet: rs.fleet, broker: k.broker, name: k.strategy, round: r,
 		id: id, consumer: "balance-" + id, askDurability: ask}
+	if sp := rs.o.Service; sp != nil && k.strategy == sp.Label() {
+		c.svc = &serviceRun{spec: sp, intents: service.NewIntents()}
+	}
 	res := c.run(ctx)
 	if ask {
 		rs.env.AddDurability(k.broker, c.durability)

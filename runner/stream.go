@@ -170,6 +170,9 @@ func (c *cell) stream(ctx context.Context, cons consumers) streamed {
 	s.pubEnd = time.Now()
 	s.window = window()
 	c.published(&s, pub, f)
+	if c.svc != nil {
+		c.svc.expect(s.plan)
+	}
 	if s.err == nil {
 		s.err = w.wait(runCtx)
 	}

@@ -111,6 +111,22 @@ func (t *tally) effects(n int64) {
 	t.lastEffect.Store(now)
 }
 
+// effectsAt counts n effects that committed from first to last: a cell
+// observed from outside (a service under test) learns its effects, and
+// their commit times, from the WAL after the fact.
+func (t *tally) effectsAt(n int64, first, last time.Time) {
+	if n == 0 {
+		return
+	}
+	t.c.effects.Add(n)
+	t.firstEffect.CompareAndSwap(0, first.UnixNano())
+	if l := last.UnixNano(); l > t.lastEffect.Load() {
+		t.lastEffect.Store(l)
+	}
+	t.handled.Add(n)
+	t.settled.Add(n)
+}
+
 // countOne counts one outcome and what its commit drained, except their
 // effects, which it returns.
 func (t *tally) countOne(out inbox.Outcome) (effects int64) {

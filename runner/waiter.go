@@ -22,15 +22,40 @@ type waiter struct {
 	cons     consumers
 	notes    *notes
 	progress *progressLine
+	// caughtUp, for a cell observed from outside (a service under
+	// test), reports every published event seen taking effect; nil: the
+	// cell's own consumers count their answers.
+	caughtUp func() bool
 }
 
 // newWaiter waits for the cell's stream, its actions acts and its
 // consumers cons. A cell stalls after the run's stall timeout, or after
 // the broker's redelivery delay and some when that is longer.
 func newWaiter(c *cell, acts *actions, cons consumers) *waiter {
-	return &waiter{t: c.t, in: c.in, st: c.strategy, consumer: c.consumer, acts: acts, cons: cons, notes: c.notes,
+	w := &waiter{t: c.t, in: c.in, st: c.strategy, consumer: c.consumer, acts: acts, cons: cons, notes: c.notes,
 		stall:    max(c.o.Limits.Stall, c.b.Capabilities().RedeliveryDelay+10*time.Second),
-		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.strategy.Name(), events: len(c.plan.Events), t: c.t}}
+		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.name, events: len(c.plan.Events), t: c.t}}
+	if c.svc != nil {
+		w.caughtUp = c.svc.caughtUp
+	}
+	return w
+}
+
+// done reports the stream finished: every event seen taking effect (a
+// service's cell), or every message answered for good and nothing left
+// parked that can move (the cell's own consumers); no action pending.
+func (w *waiter) done(ctx context.Context, sw *sweeper) bool {
+	if w.acts.busy() {
+		return false
+	}
+	if w.caughtUp != nil {
+		return w.caughtUp()
+	}
+	if w.t.handled.Load() < w.t.c.published.Load() {
+		return false
+	}
+	done, err := sw.settle(ctx)
+	return err == nil && done
 }
 
 // wait returns nil once the stream is done, or the error that ends it.
@@ -51,10 +76,8 @@ func (w *waiter) wait(ctx context.Context) error {
 			last, lastChange = s, time.Now()
 		}
 		quiet := time.Since(lastChange)
-		if w.t.handled.Load() >= w.t.c.published.Load() && !w.acts.busy() {
-			if done, err := sw.settle(ctx); err == nil && done {
-				return nil
-			}
+		if w.done(ctx, sw) {
+			return nil
 		}
 		if quiet > w.stall && w.cons.lost() > 0 && !w.acts.busy() && w.parkedNone(ctx) {
 			// A worker was killed from outside before it could report the
@@ -65,6 +88,12 @@ func (w *waiter) wait(ctx context.Context) error {
 			// judges the database.
 			w.notes.add(fmt.Sprintf("%d worker(s) vanished without a final report; the cell ended after %s without deliveries with %d of %d answers counted",
 				w.cons.lost(), w.stall, w.t.handled.Load(), w.t.c.published.Load()))
+			return nil
+		}
+		if quiet > w.stall && w.caughtUp != nil && !w.acts.busy() {
+			// Nothing the service did reached its tables for the whole
+			// stall timeout: what it never applied is the checker's to name.
+			w.notes.add(fmt.Sprintf("nothing took effect for %s with %d of the published events seen taking effect: the cell ended and the checker judges the tables", w.stall, w.t.handled.Load()))
 			return nil
 		}
 		if quiet > w.stall {

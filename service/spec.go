@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,8 +71,26 @@ type Spec struct {
 	// inbox package's feature names (snapshots, idempotency-keys);
 	// scenarios that need another feature are N/A.
 	Features []string `yaml:"features"`
+	// Mistake declares a variant that makes one of the article's
+	// mistakes on purpose (split, ack-before-commit, …): a negative
+	// control, expected to FAIL where the suite's own control of that
+	// name (broken-MISTAKE) is, and counted in conform's mutation score.
+	Mistake string `yaml:"mistake"`
 
 	path string // the spec file's absolute path
+}
+
+// Mistakes are the article's mistakes a service variant may declare: each
+// has a negative-control strategy of the suite named broken-MISTAKE.
+var Mistakes = []string{"split", "ack-before-commit", "check-then-insert", "global-key", "aggregate-key", "no-version", "ttl-dedup"}
+
+// Control is the negative control the spec stands for ("" for a service
+// that declares no mistake).
+func (s *Spec) Control() string {
+	if s.Mistake == "" {
+		return ""
+	}
+	return "broken-" + s.Mistake
 }
 
 // Ready says how the suite tells an instance is ready to consume.
@@ -164,7 +183,7 @@ func Parse(b []byte, path string) (*Spec, error) {
 	return &s, nil
 }
 
-const fieldList = "name, command, dir, instances, env, brokers, ready{log,tcp,http,timeout}, stop_grace, schema, effects{table,aggregate,state,version,query}, inbox{query}, features"
+const fieldList = "name, command, dir, instances, env, brokers, ready{log,tcp,http,timeout}, stop_grace, schema, effects{table,aggregate,state,version,query}, inbox{query}, features, mistake"
 
 func (s *Spec) defaults() {
 	if s.Instances == 0 {
@@ -201,6 +220,9 @@ func (s *Spec) Validate() error {
 	}
 	if err := s.Effects.validate(); err != nil {
 		return err
+	}
+	if s.Mistake != "" && !slices.Contains(Mistakes, s.Mistake) {
+		return fmt.Errorf("mistake %q: one of %s (or leave it out)", s.Mistake, strings.Join(Mistakes, ", "))
 	}
 	if s.Inbox != nil && strings.TrimSpace(s.Inbox.Query) == "" {
 		return errors.New("inbox.query: the SQL that returns (consumer, event_id) or (consumer, source, event_id); leave inbox out when the service keeps no dedup records")

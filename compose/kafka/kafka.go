@@ -84,11 +84,16 @@ type kafkaInstance struct {
 	format    func(e *compose.Env) ([]string, error)
 }
 
+// The plain stack's broker has a second client listener, OUTSIDE, for a
+// service under test: it advertises the address of the proxy the suite
+// runs in front of it, so every connection of the service passes the
+// proxy (kafkabroker.SettingOutsideListener says why).
 var plainKafka = &kafkaInstance{broker: kafkabroker.DefaultBrokers, controller: ControllerAddr,
 	listeners: func(_ *compose.Env, addr string) (string, error) {
-		return "listeners=PLAINTEXT://" + addr + ",CONTROLLER://" + ControllerAddr + "\n" +
-			"advertised.listeners=PLAINTEXT://" + addr + "\n" +
-			"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n" +
+		proxy, upstream, _ := strings.Cut(kafkabroker.DefaultOutsideListener, "=")
+		return "listeners=PLAINTEXT://" + addr + ",CONTROLLER://" + ControllerAddr + ",OUTSIDE://" + upstream + "\n" +
+			"advertised.listeners=PLAINTEXT://" + addr + ",OUTSIDE://" + proxy + "\n" +
+			"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,OUTSIDE:PLAINTEXT\n" +
 			"controller.listener.names=CONTROLLER\n" +
 			"inter.broker.listener.name=PLAINTEXT", nil
 	}}
@@ -152,10 +157,15 @@ func (*Service) DurabilitySettings(profile string) string {
 }
 
 // Ports implements compose.Porter: the broker and the KRaft controller
-// listeners.
+// listeners, and the plain stack's listener for services under test.
 func (k *Service) Ports(e *compose.Env) []compose.Port {
 	var out []compose.Port
-	for _, a := range []string{k.brokerAddr(e), k.instance().controller} {
+	addrs := []string{k.brokerAddr(e), k.instance().controller}
+	if k.instance() == plainKafka {
+		_, upstream, _ := strings.Cut(kafkabroker.DefaultOutsideListener, "=")
+		addrs = append(addrs, upstream)
+	}
+	for _, a := range addrs {
 		if _, p, err := net.SplitHostPort(a); err == nil {
 			n, _ := strconv.Atoi(p)
 			out = append(out, compose.Port{Port: n, What: "Kafka"})

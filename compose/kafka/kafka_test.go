@@ -152,8 +152,8 @@ func TestKafkaConfig(t *testing.T) {
 	}
 	for _, w := range []string{
 		"process.roles=broker,controller\n", "node.id=1\n", "controller.quorum.voters=1@127.0.0.1:59093\n",
-		"listeners=PLAINTEXT://127.0.0.1:59092,CONTROLLER://127.0.0.1:59093\n",
-		"advertised.listeners=PLAINTEXT://127.0.0.1:59092\n", "log.dirs=" + e.Path("kafka", "data") + "\n",
+		"listeners=PLAINTEXT://127.0.0.1:59092,CONTROLLER://127.0.0.1:59093,OUTSIDE://127.0.0.1:59094\n",
+		"advertised.listeners=PLAINTEXT://127.0.0.1:59092,OUTSIDE://127.0.0.1:59095\n", "log.dirs=" + e.Path("kafka", "data") + "\n",
 		"offsets.topic.replication.factor=1\n", "transaction.state.log.min.isr=1\n", "group.initial.rebalance.delay.ms=0\n",
 	} {
 		if !strings.Contains(string(b), w) {
