@@ -221,6 +221,8 @@ func (o *Options) Validate() error {
 		return config.Invalid(KeyRetryFor, o.Limits.Retry.For, "bounds retries: 0 (the default) or more")
 	case o.Search != nil && (o.Workers.any() || len(o.Stream.Actions) > 0 || o.Stream.Backlog):
 		return config.Invalid(KeySearch, nil, "the rate search runs its steps with in-process consumers, no backlog and no mid-stream faults: unset %s", strings.Join(o.unsearchable(), ", "))
+	case o.Service != nil && o.Search != nil:
+		return config.Invalid(KeySearch, nil, "a service under test is measured at the workload's rate or saturated; the rate search runs the suite's own consumers only: drop one of them")
 	case o.Workers.Local > 0 && len(o.Workers.Cmd) == 0:
 		return fmt.Errorf("runner: Options.Workers.Local needs Options.Workers.Cmd, the command that starts `bench worker`")
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/results/render"
 	"github.com/inboxbench/inboxbench/runner"
+	"github.com/inboxbench/inboxbench/service"
 	"github.com/inboxbench/inboxbench/workload"
 )
 
@@ -81,6 +82,7 @@ check; negative controls (broken-*) are expected to fail.`,
   bench run --brokers rabbitmq,kafka,rocketmq --workload workloads/faults.yaml --strategies tx,batch
   bench run --brokers kafka --workload smoke --strategies broken-split
   bench run --brokers none,kafka --workload smoke --strategies tx --strategy-file my-inbox.sql
+  bench run --brokers none,rabbitmq,kafka --workload default --service examples/services/java-inbox/service.yaml
   bench run --brokers rabbitmq,kafka,rocketmq --workload faults --workers 3
   bench run --topology replicated --brokers kafka --workload failover`,
 		Args: cobra.NoArgs,
@@ -152,6 +154,7 @@ type runFlags struct {
 	partitionInterval                         time.Duration
 	externalURL                               string
 	externalDelay                             time.Duration
+	service                                   string
 }
 
 // register binds the flags of 'bench run' to fl.
@@ -159,6 +162,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.brokers, "brokers", "none,rabbitmq,kafka,rocketmq", "comma-separated brokers: "+strings.Join(brokers.Names(), ", "))
 	f.StringVar(&fl.workload, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
+	f.StringVar(&fl.service, "service", "", "a service spec (YAML, docs/services.md): your own consumer service under test, in a cell of its own on every broker it consumes from, beside the built-in consumer's cells")
 	f.StringVar(&fl.strategies, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
 	fl.warmupRounds = -1
 	f.Var(unsetOr[int]{&fl.warmupRounds, strconv.Atoi, "int"}, "warmup-rounds", "run every cell this many times first, interleaved like the rounds, and keep nothing of them unless a cell fails its checks: a freshly started JVM broker keeps getting faster for minutes (default: the workload's warmup_rounds; none for a rate search)")
@@ -253,6 +257,11 @@ func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
 	}
 	if fl.findMax || len(fl.search.Rates) > 0 {
 		o.Search = &fl.search
+	}
+	if fl.service != "" {
+		if o.Service, err = service.Load(fl.service); err != nil {
+			return o, usagef("--service: %v", err)
+		}
 	}
 	if err := failoverPlan(&o, cfg); err != nil {
 		return o, err
