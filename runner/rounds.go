@@ -169,17 +169,27 @@ func (rs *rounds) print(r int, c results.Cell) {
 }
 
 // vsBaseline sets each cell's ratio to the baseline cell of its strategy
-// in the same round.
+// in the same round; a service cell's, which has no baseline of its own,
+// to the round's first baseline cell (the run's first strategy on none):
+// what the database alone applies with the suite's consumer.
 func vsBaseline(round []results.Cell) {
 	base := map[string]float64{}
+	first := 0.0
 	for _, c := range round {
 		if c.Baseline && c.Throughput.EventsPerS > 0 {
 			base[c.Strategy] = c.Throughput.EventsPerS
+			if first == 0 {
+				first = c.Throughput.EventsPerS
+			}
 		}
 	}
 	for i := range round {
 		c := &round[i]
-		if b := base[c.Strategy]; b > 0 && !c.Baseline {
+		b := base[c.Strategy]
+		if c.Service != nil {
+			b = first
+		}
+		if b > 0 && !c.Baseline {
 			c.Throughput.VsBaseline = c.Throughput.EventsPerS / b
 		}
 	}

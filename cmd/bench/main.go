@@ -124,7 +124,7 @@ flags or these environment variables:
 		*cfg = applied
 		return nil
 	}
-	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newConformCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg), newPublishCmd(cfg), newWorkerCmd(cfg), newCalibrateCmd(cfg), newCalibrateDBCmd(cfg), newExternalCmd(cfg))
+	root.AddCommand(newStackCmd(cfg), newInboxCmd(cfg), newRunCmd(cfg), newConformCmd(cfg), newReportCmd(cfg), newCompareCmd(cfg), newPublishCmd(cfg), newWorkerCmd(cfg), newConsumeCmd(cfg), newCalibrateCmd(cfg), newCalibrateDBCmd(cfg), newExternalCmd(cfg))
 	for _, c := range root.Commands() {
 		groupOnly(c)
 	}
