@@ -208,7 +208,7 @@ type Snapshot struct {
 	// read (a service whose spec has no inbox query): the rules that
 	// compare effects with inbox rows do not apply.
 	NoInbox bool
-	Parked   map[string]bool // keys still parked for the consumer
+	Parked  map[string]bool // keys still parked for the consumer
 	// Audited says whether the audit trigger ran for the whole cell;
 	// Transitions is empty without it.
 	Audited     bool

@@ -87,7 +87,7 @@ type Options struct {
 	// runs beside the strategies' cells, its instances consuming the same
 	// plan (service.go).
 	Service *service.Spec
-	Console  Console // live progress and logs
+	Console Console // live progress and logs
 }
 
 // Output is where a run's result goes and what it records of where the

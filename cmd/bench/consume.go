@@ -50,7 +50,9 @@ func newConsumeCmd(cfg *config.Config) *cobra.Command {
 				return usagef("INBOXBENCH_SHARDS %q: the topic's shard count, a whole number from 1", os.Getenv("INBOXBENCH_SHARDS"))
 			}
 			o.Shards = shards
-			o.Ready = func() { fmt.Printf("bench consume ready: %s %s as %s with %s\n", o.Broker, o.Topic, o.Consumer, strategy) }
+			o.Ready = func() {
+				fmt.Printf("bench consume ready: %s %s as %s with %s\n", o.Broker, o.Topic, o.Consumer, strategy)
+			}
 			return runner.Consume(c.Context(), o)
 		},
 	}
