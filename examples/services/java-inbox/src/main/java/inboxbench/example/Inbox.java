@@ -137,6 +137,21 @@ final class Inbox implements AutoCloseable {
     }
   }
 
+  /**
+   * Applies e once, the way code that settled the message first does: a
+   * database failure is logged and the event dropped, since the broker
+   * has already forgotten it (the ack-before-commit mistake).
+   */
+  Outcome applyOnce(Event e) {
+    try {
+      return apply(e);
+    } catch (SQLException err) {
+      System.err.println("apply " + e.id() + ": " + err.getMessage() + " (already acknowledged: dropped)");
+      reconnect();
+      return null;
+    }
+  }
+
   static void sleep(long ms) {
     try {
       Thread.sleep(ms);

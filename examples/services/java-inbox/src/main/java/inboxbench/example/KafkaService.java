@@ -113,7 +113,11 @@ final class KafkaService implements AutoCloseable {
       done(tp, r.offset());
       return;
     }
-    Inbox.Outcome o = inbox.applyRetrying(e);
+    Inbox.Outcome o = cfg.mistake() == Config.Mistake.ACK_BEFORE_COMMIT ? inbox.applyOnce(e) : inbox.applyRetrying(e);
+    if (o == null) {
+      done(tp, r.offset()); // its offset was committed before: dropped
+      return;
+    }
     if (o == Inbox.Outcome.GAP) {
       Parked p = new Parked(tp, r.offset(), e);
       parked.computeIfAbsent(e.aggregate(), k -> new TreeMap<>()).put(e.version(), p);

@@ -61,6 +61,8 @@ final class RabbitService implements AutoCloseable {
       }
       if (cfg.mistake() == Config.Mistake.ACK_BEFORE_COMMIT) {
         getChannel().basicAck(dt, false); // the mistake: settled before the work is durable
+        inbox.applyOnce(e); // a gap or a failure now loses the event
+        return;
       }
       Inbox.Outcome o;
       try {
@@ -68,9 +70,6 @@ final class RabbitService implements AutoCloseable {
       } catch (InterruptedException ie) {
         Thread.currentThread().interrupt();
         return; // shutting down: unacked, so redelivered
-      }
-      if (cfg.mistake() == Config.Mistake.ACK_BEFORE_COMMIT) {
-        return;
       }
       if (o == Inbox.Outcome.GAP) {
         // Its predecessor is behind it in the queue: back of the queue,
