@@ -225,8 +225,10 @@ func (in *Instance) Kill() bool {
 }
 
 // Pause stops the instance's processes (SIGSTOP): its connections stay
-// open and silent. Resume continues them (SIGCONT).
-func (in *Instance) Pause() bool  { return in.signal(syscall.SIGSTOP) }
+// open and silent.
+func (in *Instance) Pause() bool { return in.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused instance (SIGCONT).
 func (in *Instance) Resume() bool { return in.signal(syscall.SIGCONT) }
 
 // Stop asks the instance to exit (SIGTERM, after a SIGCONT in case it was

@@ -49,4 +49,5 @@ type buildError struct {
 	out string
 }
 
+// Error is the build's error and its output.
 func (b *buildError) Error() string { return b.err.Error() + ": " + b.out }
