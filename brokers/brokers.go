@@ -207,6 +207,10 @@ type Capabilities struct {
 	// after a crash must wait at least this long before calling it a
 	// stall.
 	RedeliveryDelay time.Duration
+	// OutsideProxied: a consumer outside the suite (a service under
+	// test, brokers.Outside) reaches the broker only through the
+	// addresses OutsideEnv routed, so its connections can be cut there.
+	OutsideProxied bool
 	// Description says in one line what the driver runs against and how it
 	// maps ordering, retry, dead-letter and crash.
 	Description string

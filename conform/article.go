@@ -19,7 +19,7 @@ import (
 // inbox (a fresh schema per cell), and prints the article's line.
 func init() {
 	redelivery := func(name, proves string, catches []string, failUpdate bool) *Scenario {
-		return &Scenario{Name: name, Proves: proves, Timeout: 2 * time.Minute, Catches: catches,
+		return &Scenario{Name: name, Proves: proves, Timeout: 2 * time.Minute, Catches: catches, Outside: inLab,
 			Run: func(ctx context.Context, c Cell) Outcome { return redeliveryExperiment(ctx, c, failUpdate) }}
 	}
 	register(redelivery("duplicate", "the article's duplicate experiment: commit, close without ack, the same event comes back and is skipped (balance=10 inbox=1)",
@@ -31,6 +31,7 @@ func init() {
 		Proves:  "two consumers, each with its own connection, race one event: the primary key lets exactly one apply (applied=1 duplicate=1 balance=10 inbox=1)",
 		Timeout: 2 * time.Minute,
 		Catches: []string{"broken-check-then-insert"},
+		Outside: inLab,
 		Run:     concurrentExperiment,
 	})
 	register(&Scenario{
@@ -38,9 +39,13 @@ func init() {
 		Proves:  "versions: a gap is rejected and recovers once its predecessor applies, a repeat is a duplicate, an old version under a new id is stale (balance=30 inbox=2)",
 		Timeout: 2 * time.Minute,
 		Catches: []string{"broken-no-version", "broken-aggregate-key"},
+		Outside: inLab,
 		Run:     orderExperiment,
 	})
 }
+
+// inLab is why a lab scenario cannot judge a service under test.
+const inLab = "drives the strategy's SQL step by step inside bench (a lab of its own): a service under test is seen from outside only"
 
 // redeliveryExperiment: publish one persistent, confirmed message; the
 // consumer applies it and dies before acking (split: the business update

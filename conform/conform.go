@@ -25,6 +25,7 @@ import (
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/service"
 )
 
 // Env is what scenarios run against.
@@ -62,12 +63,50 @@ type Outcome struct {
 }
 
 // Cell is one run of a scenario: the environment it runs against, the
-// scenario's name, and the broker and strategy of its row.
+// scenario's name, and the broker and subject of its row: a strategy of
+// the suite's own consumer, or a team's service under test.
 type Cell struct {
 	Env      *Env
 	Scenario string
 	Broker   string
-	Strategy inbox.Strategy
+	Strategy inbox.Strategy // nil for a service's row
+	Service  *service.Spec  // nil for a strategy's row
+}
+
+// Name is the row's subject as the matrix names it: the strategy's name,
+// or "service:NAME".
+func (c Cell) Name() string {
+	if c.Service != nil {
+		return c.Service.Label()
+	}
+	return c.Strategy.Name()
+}
+
+// Broken reports a negative control: a broken-* strategy, or a service
+// that declares a mistake.
+func (c Cell) Broken() bool {
+	if c.Service != nil {
+		return c.Service.Mistake != ""
+	}
+	return c.Strategy.Broken()
+}
+
+// control is the negative control the row stands for, as scenarios'
+// Catches name it ("" for a correct subject).
+func (c Cell) control() string {
+	switch {
+	case !c.Broken():
+		return ""
+	case c.Service != nil:
+		return c.Service.Control()
+	}
+	return c.Strategy.Name()
+}
+
+// targeted reports a negative control that sc is designed to catch.
+func (c Cell) targeted(sc *Scenario) bool {
+	k := c.control()
+	return k != "" && (slices.Contains(sc.Catches, k) || c.Service != nil && slices.Contains(sc.CatchesOutside, k))
 }
 
 // Scenario is a named, deterministic program of publishes, deliveries and
@@ -105,7 +144,16 @@ type Scenario struct {
 	// disturb what every cell shares (PostgreSQL failing over, the
 	// machine's cores while a cluster recovers).
 	Exclusive bool
-	Run       func(ctx context.Context, c Cell) Outcome
+	// Outside says why the scenario cannot be applied to a service under
+	// test from outside ("" when it can: every stream of the runner can).
+	// OutsideOnly scenarios apply to services alone: their faults hit
+	// processes and connections that only a service's instances have.
+	// CatchesOutside are negative controls the scenario catches in a
+	// service's form only (a mistake whose service variant it exposes).
+	Outside        string
+	OutsideOnly    bool
+	CatchesOutside []string
+	Run            func(ctx context.Context, c Cell) Outcome
 }
 
 var registry []*Scenario
@@ -162,6 +210,9 @@ type Options struct {
 	Scenarios  []*Scenario
 	Brokers    []string
 	Strategies []inbox.Strategy
+	// Services are teams' services under test, each a subject beside
+	// the strategies.
+	Services []*service.Spec
 	// Progress receives one line per cell as it finishes.
 	Progress io.Writer
 }
@@ -182,38 +233,20 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 			defer wg.Done()
 			bc := caps(o.Env.Cfg, b) // opens the driver: once per broker
 			for _, sc := range o.Scenarios {
-				for _, st := range o.Strategies {
-					// A built-in negative control runs where it is targeted
-					// (the matrix stays small enough for 20 minutes on 2
-					// cores); a user's file marked broken runs everywhere,
-					// since no scenario declares it.
-					if st.Broken() && !slices.Contains(sc.Catches, st.Name()) && isRegistered(st) {
-						continue
-					}
-					if inbox.CallsExternal(st) != sc.External {
-						continue // a scenario of the other kind: nothing of it to judge
-					}
+				for _, c := range o.cells(b, sc) {
 					if ctx.Err() != nil {
 						return
 					}
 					var row results.ConformRow
-					c := Cell{Env: &o.Env, Scenario: sc.Name, Broker: b, Strategy: st}
 					if why := notApplicable(c, sc, bc); why != "" {
-						row = results.ConformRow{Scenario: sc.Name, Broker: b, Strategy: st.Name(), Broken: st.Broken(),
+						row = results.ConformRow{Scenario: sc.Name, Broker: b, Strategy: c.Name(), Broken: c.Broken(),
 							Expected: results.VerdictNA, Verdict: results.VerdictNA, Reason: why}
 					} else {
 						row = runOne(ctx, sc, c)
 					}
 					mu.Lock()
 					rows = append(rows, row)
-					if o.Progress != nil {
-						mark := "as expected"
-						if !row.AsExpected() {
-							mark = "NOT AS EXPECTED"
-						}
-						fmt.Fprintf(o.Progress, "%-22s %-15s %-26s %-5s expected %-4s %5.1fs  %s%s\n", sc.Name, b, st.Name(), row.Verdict,
-							row.Expected, row.DurationS, mark, anomalySuffix(row))
-					}
+					o.progress(row)
 					mu.Unlock()
 				}
 			}
@@ -226,9 +259,12 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 	for i, s := range o.Scenarios {
 		scn[i] = s.Name
 	}
-	stn := make([]string, len(o.Strategies))
-	for i, s := range o.Strategies {
-		stn[i] = s.Name()
+	var stn []string
+	for _, s := range o.Strategies {
+		stn = append(stn, s.Name())
+	}
+	for _, s := range o.Services {
+		stn = append(stn, s.Label())
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
 		a, b := rows[i], rows[j]
@@ -243,12 +279,52 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 	return rows
 }
 
+// cells are the rows of scenario sc on broker b: every strategy and
+// service the scenario judges. A built-in negative control, and a
+// service's mistake, run where they are targeted (the matrix stays small
+// enough for 20 minutes on 2 cores); a user's file marked broken runs
+// everywhere, since no scenario declares it. A strategy runs only in the
+// scenarios of its kind (external or database-only).
+func (o *Options) cells(b string, sc *Scenario) []Cell {
+	var out []Cell
+	for _, st := range o.Strategies {
+		c := Cell{Env: &o.Env, Scenario: sc.Name, Broker: b, Strategy: st}
+		if st.Broken() && !c.targeted(sc) && isRegistered(st) {
+			continue
+		}
+		if inbox.CallsExternal(st) != sc.External {
+			continue // a scenario of the other kind: nothing of it to judge
+		}
+		out = append(out, c)
+	}
+	for _, sp := range o.Services {
+		c := Cell{Env: &o.Env, Scenario: sc.Name, Broker: b, Service: sp}
+		if c.Broken() && !c.targeted(sc) {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// progress prints a finished row.
+func (o *Options) progress(row results.ConformRow) {
+	if o.Progress == nil {
+		return
+	}
+	mark := "as expected"
+	if !row.AsExpected() {
+		mark = "NOT AS EXPECTED"
+	}
+	fmt.Fprintf(o.Progress, "%-22s %-15s %-26s %-5s expected %-4s %5.1fs  %s%s\n", row.Scenario, row.Broker, row.Strategy, row.Verdict,
+		row.Expected, row.DurationS, mark, anomalySuffix(row))
+}
+
 // runOne runs cell c of scenario sc, bounded by its timeout and alone
 // when it is Exclusive, into its row.
 func runOne(ctx context.Context, sc *Scenario, c Cell) (row results.ConformRow) {
-	st := c.Strategy
-	row = results.ConformRow{Scenario: sc.Name, Broker: c.Broker, Strategy: st.Name(), Broken: st.Broken(), Expected: results.VerdictPass}
-	if st.Broken() && slices.Contains(sc.Catches, st.Name()) {
+	row = results.ConformRow{Scenario: sc.Name, Broker: c.Broker, Strategy: c.Name(), Broken: c.Broken(), Expected: results.VerdictPass}
+	if c.targeted(sc) {
 		row.Expected = results.VerdictFail
 	}
 	if sc.MustShow != "" {
@@ -330,8 +406,11 @@ func caps(cfg config.Config, broker string) brokers.Capabilities {
 }
 
 // notApplicable says why scenario sc does not apply to cell c's broker
-// (with capabilities bc) and strategy, or "" when it does.
+// (with capabilities bc) and strategy or service, or "" when it does.
 func notApplicable(c Cell, sc *Scenario, bc brokers.Capabilities) string {
+	if why := outsideApplies(c, sc, bc); why != "" {
+		return why
+	}
 	if sc.Where != nil {
 		if why := sc.Where(c.Env, c.Broker); why != "" {
 			return why
@@ -343,9 +422,34 @@ func notApplicable(c Cell, sc *Scenario, bc brokers.Capabilities) string {
 		}
 	}
 	for _, f := range sc.Requires {
-		if why := inbox.Lacks(c.Strategy, f); why != "" {
+		if c.Service != nil && !c.Service.Handles(f) {
+			return fmt.Sprintf("%s tests %s, which the service's spec does not list among its features", sc.Name, f)
+		}
+		if why := inbox.Lacks(c.Strategy, f); c.Service == nil && why != "" {
 			return fmt.Sprintf("%s tests %s: %s", sc.Name, f, why)
 		}
+	}
+	return ""
+}
+
+// outsideApplies says why sc cannot run on c as a service under test, or
+// as the suite's own consumer when only a service can take it.
+func outsideApplies(c Cell, sc *Scenario, bc brokers.Capabilities) string {
+	if c.Service == nil {
+		if sc.OutsideOnly {
+			return "needs a consumer outside bench, a service under test (--service): its faults hit the instances' processes and their broker connections through the suite's proxy"
+		}
+		return ""
+	}
+	switch ok, why := c.Service.Speaks(c.Broker); {
+	case sc.External:
+		return "judges the external service's call log, which only the suite's ext-* strategies call"
+	case sc.Outside != "":
+		return sc.Outside
+	case !ok:
+		return why
+	case bc.InProcess:
+		return c.Broker + " lives inside bench: no service outside it can consume it"
 	}
 	return ""
 }

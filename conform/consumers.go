@@ -26,6 +26,7 @@ func init() {
 		// that does not write {{account}} puts both consumers' effects
 		// into one table.
 		Requires: []string{inbox.FeatureConsumerTables},
+		Outside:  inLab,
 		Run:      twoConsumers,
 	})
 }

@@ -60,6 +60,7 @@ batch_size: 50
 
 func failoverScenario(name, proves string, f workload.FailoverFault, weak bool) *Scenario {
 	sc := &Scenario{Name: name, Proves: proves, Timeout: 10 * time.Minute, Exclusive: true,
+		Outside: "fails over the replicated stack, and a service is handed the single-node stack's endpoints",
 		Where: func(e *Env, broker string) string {
 			return failoverWhere(e, f.Target, broker, weak)
 		},

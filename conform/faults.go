@@ -29,12 +29,17 @@ func init() {
 				return runStream(ctx, c, faults, opts...)
 			}}
 	}
-	register(stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
-		[]string{"broken-ack-before-commit"}, "crash_after_commit: 0.015"))
+	ackLost := stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
+		[]string{"broken-ack-before-commit"}, "crash_after_commit: 0.015")
+	ackLost.Outside = "tells the suite's own consumer to die between its commit and its ack; a service is killed from outside instead (consumer-crash, connection-cut)"
+	register(ackLost)
 	register(&Scenario{Name: "consumer-crash", Timeout: 5 * time.Minute, Catches: []string{"broken-ack-before-commit"},
-		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced: every redelivery is deduplicated, nothing is lost",
+		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced (a service: its instances killed with kill -9 at four moments and started again): every redelivery is deduplicated, nothing is lost",
 		Needs:  outOfProcess,
 		Run: func(ctx context.Context, c Cell) Outcome {
+			if c.Service != nil {
+				return killInstances(ctx, c)
+			}
 			if len(c.Env.WorkerCmd) == 0 {
 				return fail(errors.New("consumer-crash needs the bench program to start workers with (conform.Env.WorkerCmd)"))
 			}
@@ -42,7 +47,7 @@ func init() {
 				o.Workers = runner.Workers{Local: 2, Cmd: e.WorkerCmd}
 				o.Spec.Consumers = 2
 			})
-			if out.Err == nil && out.crashes == 0 && !c.Strategy.Broken() {
+			if out.Err == nil && out.crashes == 0 && !c.Broken() {
 				return fail(errors.New("no worker process was killed: the scenario proved nothing"))
 			}
 			if out.Err == nil {
@@ -58,8 +63,10 @@ func init() {
 		nil, "consumer_restarts: 2", func(o *runner.Options, e *Env) { o.Spec.Consumers = 3 }))
 	register(stream("reorder", "10% of successors are published before their predecessor: gaps are parked and drained in order, never skipped",
 		[]string{"broken-no-version", "broken-split"}, "out_of_order: 0.1"))
-	register(stream("duplicate-storm", "30% of events are delivered to four consumers at once: the primary key lets exactly one apply",
-		[]string{"broken-check-then-insert"}, "concurrent_duplicates: 0.3\n  storm_consumers: 4"))
+	storm := stream("duplicate-storm", "30% of events are delivered to four consumers at once: the primary key lets exactly one apply",
+		[]string{"broken-check-then-insert"}, "concurrent_duplicates: 0.3\n  storm_consumers: 4")
+	storm.Outside = "hands one delivery to several of the suite's own consumers at once; a service's instances get what its broker gives them"
+	register(storm)
 	register(stream("hot-aggregate", "80% of events hit one aggregate with four consumers: contention on one row, still one effect each",
 		[]string{"broken-aggregate-key"}, "", func(o *runner.Options, e *Env) {
 			o.Spec.Skew = workload.Skew{Kind: "hot", HotShare: 0.8}
@@ -71,8 +78,8 @@ func init() {
 		nil, "idempotency_conflicts: 0.2")
 	idem.Requires = []string{inbox.FeatureIdempotencyKeys}
 	register(idem)
-	register(&Scenario{Name: "db-connection-kill", Timeout: 4 * time.Minute,
-		Proves: "the consumers' database connections are terminated twice mid-stream, mid-transaction: the events are retried, none lost or doubled",
+	register(&Scenario{Name: "db-connection-kill", Timeout: 4 * time.Minute, CatchesOutside: []string{"broken-ack-before-commit"},
+		Proves: "the consumers' database connections are terminated twice mid-stream, mid-transaction (a service's: found by the ports its processes hold): the events are retried, none lost or doubled",
 		Run: func(ctx context.Context, c Cell) Outcome {
 			var killed atomic.Int64
 			out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
@@ -89,8 +96,9 @@ func init() {
 			out.Notes = append(out.Notes, fmt.Sprintf("%d consumer connections terminated", killed.Load()))
 			return out
 		}})
-	register(stream("poison", "malformed payloads among valid events: each is dead-lettered and counted, the stream continues",
+	register(stream("poison", "malformed payloads among valid events: each is dead-lettered and counted (a service's: found in the broker's dead-letter destination), the stream continues",
 		nil, "", func(o *runner.Options, e *Env) { o.Stream.Poison = poisonBodies() }))
+	registerOutside()
 	register(&Scenario{Name: "broker-restart", Timeout: 6 * time.Minute,
 		Proves: "the broker is stopped and started mid-stream through bench stack: consumers reconnect, nothing lost or doubled",
 		Needs:  outOfProcess,
@@ -116,7 +124,7 @@ batch_size: 50
 // runStream runs cell c's scenario as a runner cell: the base stream
 // with faults, adjusted by opts.
 func runStream(ctx context.Context, c Cell, faults string, opts ...func(*runner.Options, *Env)) Outcome {
-	e, name, st := c.Env, c.Scenario, c.Strategy
+	e, name := c.Env, c.Scenario
 	y := baseSpec + "name: " + name + "\n"
 	if faults != "" {
 		y += "faults:\n  " + faults + "\n"
@@ -134,10 +142,13 @@ func runStream(ctx context.Context, c Cell, faults string, opts ...func(*runner.
 	o := runner.Options{Cfg: e.Cfg, Spec: spec, Brokers: []string{c.Broker}, RunID: uniqueName(name),
 		Measure: runner.Measure{Audit: true, AuditMode: inbox.AuditStatement}, Limits: runner.Limits{Stall: 20 * time.Second}, Console: runner.Console{Progress: io.Discard},
 		Output: runner.Output{NoWrite: true}}
-	if reg, err := inbox.Lookup(st.Name()); err == nil && reg == st {
-		o.Strategies = []string{st.Name()}
-	} else {
-		o.Extra = []inbox.Strategy{st}
+	switch {
+	case c.Service != nil:
+		o.Service = c.Service
+	case isRegistered(c.Strategy):
+		o.Strategies = []string{c.Strategy.Name()}
+	default:
+		o.Extra = []inbox.Strategy{c.Strategy}
 	}
 	for _, f := range opts {
 		f(&o, e)
@@ -161,10 +172,8 @@ func runStream(ctx context.Context, c Cell, faults string, opts ...func(*runner.
 	if rc.Error != "" {
 		out.Notes = append(out.Notes, rc.Error)
 	}
-	if len(o.Stream.Poison) > 0 && rc.Counters.Rejected != int64(len(o.Stream.Poison)) {
-		out.Anomalies[PoisonUncounted] += int64(len(o.Stream.Poison)) - rc.Counters.Rejected
-		out.Examples[PoisonUncounted] = []string{fmt.Sprintf("%d malformed messages sent, %d dead-lettered", len(o.Stream.Poison), rc.Counters.Rejected)}
-		out.Verdict = verdict(out.Anomalies)
+	if len(o.Stream.Poison) > 0 {
+		countPoison(ctx, c, rc, len(o.Stream.Poison), &out)
 	}
 	if strings.Contains(rc.Error, "action ") {
 		// The fault itself could not be injected: the cell proves nothing.
@@ -199,6 +208,48 @@ func gapsAfterAnomalies(c results.Cell) bool {
 // dead-lettered (acked silently, or lost).
 const PoisonUncounted = "poison-uncounted"
 
+// countPoison checks that every malformed message was dead-lettered: as
+// the suite's consumers counted their rejects, or, for a service, whose
+// counts are not taken, as its broker's dead-letter destination holds
+// them.
+func countPoison(ctx context.Context, c Cell, rc results.Cell, sent int, out *Outcome) {
+	got := rc.Counters.Rejected
+	if c.Service != nil {
+		n, err := deadLetterCount(ctx, c, runner.TopicOf(rc.Schema), sent)
+		if err != nil {
+			out.Notes = append(out.Notes, err.Error())
+		}
+		got = int64(n)
+	}
+	if got == int64(sent) {
+		return
+	}
+	out.Anomalies[PoisonUncounted] += int64(sent) - got
+	out.Examples[PoisonUncounted] = []string{fmt.Sprintf("%d malformed messages sent, %d dead-lettered", sent, got)}
+	out.Verdict = verdict(out.Anomalies)
+}
+
+// deadLetterCount reads topic's dead-letter destination for up to want
+// messages (10 s at most).
+func deadLetterCount(ctx context.Context, c Cell, topic string, want int) (int, error) {
+	b, err := brokers.Open(ctx, c.Broker, c.Env.Cfg, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer b.Close()
+	r, ok := b.(brokers.DeadLetterReader)
+	if !ok {
+		return 0, fmt.Errorf("%s cannot read its dead letters back: the poison count is unknown", c.Broker)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ms, err := r.DeadLetters(ctx, topic, want)
+	if err != nil && ctx.Err() == nil {
+		return len(ms), err
+	}
+	return len(ms), nil
+}
+
 func poisonBodies() [][]byte {
 	return [][]byte{
 		[]byte("not json at all"),
@@ -217,8 +268,10 @@ func killConnections(e *Env, killed *atomic.Int64) func(ctx context.Context, c r
 	}
 }
 
-// terminate ends every open connection of the cell, mid-transaction or
-// idle, and says how many there were (none is possible between batches).
+// terminate ends every open connection of the cell's consumers,
+// mid-transaction or idle, and says how many there were (none is
+// possible between batches): the suite's by their application_name, a
+// service's by the client ports its processes hold.
 func terminate(ctx context.Context, e *Env, c runner.CellInfo) (int, error) {
 	conn, err := pgx.Connect(ctx, e.Cfg.PGURL)
 	if err != nil {
@@ -226,6 +279,16 @@ func terminate(ctx context.Context, e *Env, c runner.CellInfo) (int, error) {
 	}
 	defer conn.Close(context.Background())
 	var n int
+	if c.Service != nil {
+		ports, err := c.Service.DBClientPorts()
+		if err != nil {
+			return 0, err
+		}
+		err = conn.QueryRow(ctx, `SELECT count(*) FROM (
+			SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			WHERE client_port = ANY($1) AND pid <> pg_backend_pid()) t`, ports).Scan(&n)
+		return n, err
+	}
 	err = conn.QueryRow(ctx, `SELECT count(*) FROM (
 		SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = $1 AND pid <> pg_backend_pid()) t`, c.AppName).Scan(&n)

@@ -18,6 +18,7 @@ func init() {
 		Proves:  "the stream is applied, the inbox pruned (retention shorter than the replay window), then old events replayed: version checks keep them from applying again; without them the re-application the article warns of appears",
 		Timeout: 3 * time.Minute,
 		Catches: []string{"broken-no-version"},
+		Outside: inLab,
 		Run:     retentionReplay,
 	})
 }

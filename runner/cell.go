@@ -104,6 +104,10 @@ func roundCellID(o *Options, broker, strategy string, r int) string {
 // topicOf is the topic of the cell with id.
 func topicOf(id string) string { return strings.ReplaceAll(id, "_", "-") }
 
+// TopicOf is the broker topic of the cell whose schema is id
+// (results.Cell.Schema).
+func TopicOf(id string) string { return topicOf(id) }
+
 func (c *cell) topic() string { return topicOf(c.id) }
 func (c *cell) group() string { return "ib-" + c.id }
 

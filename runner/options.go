@@ -203,8 +203,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("runner: no workload")
 	case len(o.Brokers) == 0:
 		return fmt.Errorf("runner: no broker: name at least one")
-	case len(o.Strategies)+len(o.Extra) == 0:
-		return fmt.Errorf("runner: no strategy: name at least one, or a strategy file")
+	case len(o.Strategies)+len(o.Extra) == 0 && o.Service == nil:
+		return fmt.Errorf("runner: no strategy: name at least one, or a strategy file, or a service")
 	case o.Rounds < 0 || o.Rounds > 100:
 		return config.Invalid(KeyRounds, o.Rounds, "use 1 to 100")
 	case o.WarmupRounds > 10:

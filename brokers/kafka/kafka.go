@@ -302,13 +302,16 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 		ConsumerGroups: true,
 		Transactions:   true,
 		DeadLetter:     true,
+		// An outside consumer bootstraps at the proxied listener, which
+		// advertises the proxy (outside.go).
+		OutsideProxied: b.cfg.Get(SettingOutsideListener) != "",
 		Description: "Kafka via franz-go: key-hashed partitions (murmur2), idempotent producer acks=all, " +
 			"one worker per partition, manual commits of finished offsets only, retry in place, " +
 			"Reject → <topic>.dlq, no redelivered flag",
 	}
 	if b.fake != nil {
 		c.NotPerformanceTarget = true
-		c.InProcess = true
+		c.InProcess, c.OutsideProxied = true, false
 		c.Description = "in-process kfake cluster — not a performance target; " + c.Description
 	}
 	return c

@@ -244,8 +244,9 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 		RedeliveryFlag: true,
 		// Quorum queues count deliveries (x-delivery-count); classic
 		// queues only flag a redelivery.
-		DeliveryCount: b.queueType == QueueQuorum,
-		DeadLetter:    true,
+		DeliveryCount:  b.queueType == QueueQuorum,
+		DeadLetter:     true,
+		OutsideProxied: true, // one address per connection: the proxy's (outside.go)
 		Description: "RabbitMQ via amqp091-go: key hashed onto N " + b.queueType + " queues with single-active-consumer, " +
 			"publisher confirms, manual acks, retry in place (a requeue would go to the back), " +
 			"Reject → <topic>.dlq via dead-lettering, Crash closes the connection unacked",

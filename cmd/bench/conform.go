@@ -17,6 +17,7 @@ import (
 	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/results/render"
 	"github.com/inboxbench/inboxbench/runner"
+	"github.com/inboxbench/inboxbench/service"
 )
 
 func newConformCmd(cfg *config.Config) *cobra.Command {
@@ -49,6 +50,7 @@ failure of the suite.`,
   bench conform --brokers rabbitmq --scenarios duplicate --strategies tx
   bench conform --brokers kafka,rocketmq --scenarios order,reorder
   bench conform --brokers none,kafka --scenarios 'external-*'
+  bench conform --brokers rabbitmq,kafka --service examples/services/java-inbox/service.yaml
   bench conform --topology replicated --brokers kafka --scenarios 'leader-*,pg-leader-*'`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
@@ -66,6 +68,7 @@ failure of the suite.`,
 	f.StringVar(&fl.runID, "run-id", "", "name of the run directory (default: UTC timestamp + -conform)")
 	f.BoolVar(&fl.list, "list", false, "list the scenarios with what each proves, and exit")
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
+	f.StringArrayVar(&fl.services, "service", nil, "a service spec (YAML, docs/services.md): your own consumer service under test, judged in every scenario that can be applied from outside (the others are N/A, with why); repeat for several, e.g. its variants that make a mistake on purpose. Without --strategies, only the services run")
 	return cmd
 }
 
@@ -73,7 +76,7 @@ failure of the suite.`,
 type conformFlags struct {
 	brokers, scenarios, strategies, out, runID string
 	list                                       bool
-	files                                      []string
+	files, services                            []string
 }
 
 // listScenarios prints every scenario with what it proves and catches.
@@ -105,9 +108,19 @@ func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
 	if err != nil {
 		return err
 	}
-	sts, err := conformStrategies(fl.strategies)
-	if err != nil {
-		return err
+	var sts []inbox.Strategy
+	if len(fl.services) == 0 || c.Flags().Changed("strategies") {
+		if sts, err = conformStrategies(fl.strategies); err != nil {
+			return err
+		}
+	}
+	var svcs []*service.Spec
+	for _, f := range fl.services {
+		sp, err := service.Load(f)
+		if err != nil {
+			return usagef("--service: %v", err)
+		}
+		svcs = append(svcs, sp)
 	}
 	extra, err := loadStrategyFiles(fl.files)
 	if err != nil {
@@ -127,10 +140,14 @@ func runConform(c *cobra.Command, cfg *config.Config, fl *conformFlags) error {
 		return err
 	}
 	start := time.Now().UTC()
-	fmt.Fprintf(os.Stderr, "conform %s: %d scenarios × %d brokers, strategies %s\n", fl.runID, len(scs), len(bs), strategyNames(sts))
+	subjects := strategyNames(sts)
+	for _, sp := range svcs {
+		subjects = strings.TrimPrefix(subjects+", "+sp.Label(), ", ")
+	}
+	fmt.Fprintf(os.Stderr, "conform %s: %d scenarios × %d brokers, %s\n", fl.runID, len(scs), len(bs), subjects)
 	rows := conform.Run(c.Context(), conform.Options{
 		Env:       conform.Env{Cfg: *cfg, StackDir: stackDir, Out: os.Stdout, WorkerCmd: workerCmd},
-		Scenarios: scs, Brokers: bs, Strategies: sts, Progress: os.Stderr,
+		Scenarios: scs, Brokers: bs, Strategies: sts, Services: svcs, Progress: os.Stderr,
 	})
 	scenarioNote := "scenarios: " + fl.scenarios
 	if fl.scenarios == "" {

@@ -1,0 +1,103 @@
+package conform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/runner"
+)
+
+// Faults from outside, which only a service under test can take: its
+// instances are process groups of this machine, its broker connections
+// pass through the suite's proxy. consumer-crash and db-connection-kill
+// (faults.go) take their service's form here too.
+
+func registerOutside() {
+	register(&Scenario{Name: "instance-pause", Timeout: 4 * time.Minute, OutsideOnly: true,
+		Proves: "an instance is stopped (SIGSTOP) for 25 s mid-stream, long enough for its broker to give its work to another, then continued: what it held comes again and is deduplicated, nothing lost or doubled",
+		Needs:  outOfProcess,
+		Run: func(ctx context.Context, c Cell) Outcome {
+			return runStream(ctx, c, "", func(o *runner.Options, e *Env) {
+				o.Spec.PublishRate = 100 // the stream goes on while the instance is stopped
+				o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: "SIGSTOP instance 0 for 25s", At: 0.3,
+					Do: func(ctx context.Context, ci runner.CellInfo) error {
+						if ci.Service == nil {
+							return errNoService
+						}
+						ci.Hit("instance 0 stopped")
+						return ci.Service.Pause(ctx, 0, 25*time.Second)
+					}})
+			})
+		}})
+	register(&Scenario{Name: "connection-cut", Timeout: 4 * time.Minute, OutsideOnly: true,
+		Proves: "the service's broker connections are cut twice mid-stream at the suite's proxy, each dropping what was in flight (acks, offset commits, deliveries): what was committed but not acknowledged comes again and is deduplicated, nothing lost or doubled",
+		Needs: func(bc brokers.Capabilities) string {
+			if !bc.OutsideProxied {
+				return "hands an outside consumer broker addresses no proxy can stand in for: its connections cannot be cut"
+			}
+			return ""
+		},
+		Run: func(ctx context.Context, c Cell) Outcome {
+			var cuts atomic.Int64
+			out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
+				o.Spec.PublishRate = 200 // acks and commits in flight when the cut comes
+				cut := runner.Action{Name: "cut the service's broker connections", Do: func(ctx context.Context, ci runner.CellInfo) error {
+					if ci.Service == nil {
+						return errNoService
+					}
+					ci.Hit("every broker connection of the service cut")
+					ok, err := ci.Service.CutBroker(ctx)
+					if ok {
+						cuts.Add(1)
+					}
+					return err
+				}}
+				cut.At = 0.3
+				o.Stream.Actions = append(o.Stream.Actions, cut)
+				cut.At = 0.6
+				o.Stream.Actions = append(o.Stream.Actions, cut)
+			})
+			if out.Err == nil && cuts.Load() == 0 {
+				return fail(errors.New("no connection passed the proxy: the scenario proved nothing"))
+			}
+			return out
+		}})
+}
+
+var errNoService = errors.New("this fault needs a service under test")
+
+// killInstances is consumer-crash for a service: an instance killed with
+// kill -9 at four moments of the stream (a different one each time), each
+// started again by the cell, while publishing goes on.
+func killInstances(ctx context.Context, c Cell) Outcome {
+	var killed atomic.Int64
+	out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
+		o.Spec.PublishRate = 200
+		for k, at := range []float64{0.15, 0.35, 0.55, 0.75} {
+			o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: fmt.Sprintf("kill -9 instance %d", k%c.Service.Instances), At: at,
+				Do: func(ctx context.Context, ci runner.CellInfo) error {
+					if ci.Service == nil {
+						return errNoService
+					}
+					i := k % ci.Service.Instances()
+					ci.Hit(fmt.Sprintf("instance %d killed", i))
+					if err := ci.Service.Kill(i); err != nil {
+						return err
+					}
+					killed.Add(1)
+					return nil
+				}})
+		}
+	})
+	if out.Err == nil && killed.Load() == 0 && !c.Broken() {
+		return fail(errors.New("no instance was killed: the scenario proved nothing"))
+	}
+	if out.Err == nil {
+		out.Line = fmt.Sprintf("consumer-crash: %s/%s instances=%d killed=%d", c.Broker, c.Name(), c.Service.Instances, killed.Load())
+	}
+	return out
+}
