@@ -40,6 +40,7 @@ func Aggregate(rounds []Cell) Cell {
 		c.DurationS += r.DurationS
 		c.Counters = AddCounters(c.Counters, r.Counters)
 		c.External = addExternal(c.External, r.External, i == 0)
+		c.Service = addService(c.Service, r.Service, i == 0)
 		c.Failures = append(c.Failures, r.Failures...)
 		if r.Error != "" {
 			errs = append(errs, fmt.Sprintf("round %d: %s", r.Round, r.Error))
@@ -64,6 +65,21 @@ func addExternal(sum, r *External, first bool) *External {
 	s := *sum
 	s.Calls, s.Effects, s.Replays, s.Conflicts = s.Calls+r.Calls, s.Effects+r.Effects, s.Replays+r.Replays, s.Conflicts+r.Conflicts
 	s.Refused, s.TimedOut, s.Queries = s.Refused+r.Refused, s.TimedOut+r.TimedOut, s.Queries+r.Queries
+	return &s
+}
+
+// addService sums the rounds' kills and exits of a service under test;
+// first starts the sum.
+func addService(sum, r *ServiceRun, first bool) *ServiceRun {
+	switch {
+	case r == nil:
+		return sum
+	case first || sum == nil:
+		c := *r
+		return &c
+	}
+	s := *sum
+	s.Kills, s.Exits = s.Kills+r.Kills, s.Exits+r.Exits
 	return &s
 }
 
