@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,22 +71,43 @@ func registerOutside() {
 
 var errNoService = errors.New("this fault needs a service under test")
 
-// killInstances is consumer-crash for a service: an instance killed with
-// kill -9 at four moments of the stream (a different one each time), each
-// started again by the cell, while publishing goes on.
+// withBacklog stops every instance for d, while the stream goes on, and
+// continues them: they return to a backlog.
+func withBacklog(ctx context.Context, s runner.ServiceControl, d time.Duration) error {
+	errs := make([]error, s.Instances())
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = s.Pause(ctx, i, d) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// killInstances is consumer-crash for a service: at four moments of a
+// live stream, every instance is stopped (SIGSTOP) while a backlog of
+// 2 s of the stream builds, continued, and 300 ms later, while each is
+// busy working through that backlog, one of them is killed with kill -9
+// (a different one each time) and started again by the cell. The backlog
+// leaves no chance in whether the killed instance held delivered work it
+// had not committed: a service that settled any of it loses exactly that.
 func killInstances(ctx context.Context, c Cell) Outcome {
 	var killed atomic.Int64
 	out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
 		o.Spec.PublishRate = 200
 		for k, at := range []float64{0.15, 0.35, 0.55, 0.75} {
-			o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: fmt.Sprintf("kill -9 instance %d", k%c.Service.Instances), At: at,
+			o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: fmt.Sprintf("kill -9 instance %d with a backlog", k%c.Service.Instances), At: at,
 				Do: func(ctx context.Context, ci runner.CellInfo) error {
 					if ci.Service == nil {
 						return errNoService
 					}
 					i := k % ci.Service.Instances()
-					ci.Hit(fmt.Sprintf("instance %d killed", i))
-					if err := ci.Service.Kill(i); err != nil {
+					if err := withBacklog(ctx, ci.Service, 2*time.Second); err != nil {
+						return err
+					}
+					time.Sleep(300 * time.Millisecond)
+					ci.Hit(fmt.Sprintf("instance %d killed while working through a backlog", i))
+					if err := ci.Service.Kill(ctx, i); err != nil {
 						return err
 					}
 					killed.Add(1)

@@ -44,8 +44,9 @@ type CellInfo struct {
 type ServiceControl interface {
 	// Instances is how many instances the cell runs.
 	Instances() int
-	// Kill sends instance i SIGKILL (kill -9); it is started again.
-	Kill(i int) error
+	// Kill sends instance i SIGKILL (kill -9) and returns once it was
+	// started again and is ready.
+	Kill(ctx context.Context, i int) error
 	// Pause stops instance i (SIGSTOP) for d, then continues it.
 	Pause(ctx context.Context, i int, d time.Duration) error
 	// CutBroker cuts every broker connection of the service, losing what

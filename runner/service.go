@@ -45,6 +45,9 @@ type serviceRun struct {
 	// expected are the distinct events published, once publishing ended
 	// (0 before); seen the distinct versions seen taking effect.
 	expected, seen atomic.Int64
+	// failed is the first error reading the WAL: the history has a hole,
+	// so the cell cannot be judged.
+	failed atomic.Pointer[error]
 }
 
 // caughtUp reports every published event seen taking effect.
@@ -228,6 +231,9 @@ type serviceCheck struct{ c *cell }
 
 func (k serviceCheck) verdict(ctx context.Context, plan *workload.Plan) (verdict, error) {
 	c := k.c
+	if err := c.svc.failed.Load(); err != nil {
+		return verdict{}, fmt.Errorf("the service's effects could not all be read from the WAL, so the cell cannot be judged: %w", *err)
+	}
 	keys := map[string]string{}
 	for _, e := range plan.Events {
 		keys[e.ID] = e.Key()
@@ -263,7 +269,7 @@ func (s *serviceRun) observe(ctx context.Context, t *tally, errs chan<- error) {
 			return
 		case <-tick.C:
 		}
-		if err := s.poll(ctx, t); err != nil && ctx.Err() == nil {
+		if err := s.poll(t); err != nil {
 			errs <- err
 			return
 		}
@@ -273,10 +279,17 @@ func (s *serviceRun) observe(ctx context.Context, t *tally, errs chan<- error) {
 // pollEvery is how often a service cell reads its effects from the WAL.
 const pollEvery = 200 * time.Millisecond
 
-// poll reads once what committed since the last poll.
-func (s *serviceRun) poll(ctx context.Context, t *tally) error {
+// poll reads once what committed since the last poll. It is never cut
+// short (a query cancelled midway closes the slot's connection, and the
+// rest of the history with it); it is bounded instead.
+func (s *serviceRun) poll(t *tally) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	effects, err := s.obs.Poll(ctx)
 	s.account(t, effects)
+	if err != nil {
+		s.failed.CompareAndSwap(nil, &err)
+	}
 	return err
 }
 

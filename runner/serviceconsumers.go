@@ -30,6 +30,8 @@ type serviceConsumers struct {
 	// expected[i] marks an end of instance i the cell caused (a kill, a
 	// planned restart): not an exit of the service's own.
 	expected     []atomic.Bool
+	// starts[i] counts instance i's starts that became ready.
+	starts       []atomic.Int64
 	kills, exits atomic.Int64
 	errs         chan error
 	stopping     atomic.Bool
@@ -48,7 +50,7 @@ func newServiceConsumers(c *cell) *serviceConsumers {
 	if c.o.Output.Dir == "" || c.o.Output.NoWrite {
 		dir = filepath.Join(os.TempDir(), "inboxbench-service", c.o.RunID, c.id)
 	}
-	s := &serviceConsumers{c: c, svc: c.svc, logDir: dir, expected: make([]atomic.Bool, n), errs: make(chan error, n+1)}
+	s := &serviceConsumers{c: c, svc: c.svc, logDir: dir, expected: make([]atomic.Bool, n), starts: make([]atomic.Int64, n), errs: make(chan error, n+1)}
 	for i := range n {
 		s.insts = append(s.insts, service.NewInstance(c.svc.spec, i, c.instanceEnv(i), filepath.Join(dir, fmt.Sprintf("instance-%d.log", i))))
 	}
@@ -68,6 +70,9 @@ func (s *serviceConsumers) start(ctx context.Context) error {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("service %s: %w", s.svc.spec.Name, err)
+	}
+	for i := range s.starts {
+		s.starts[i].Add(1)
 	}
 	s.observed = make(chan struct{})
 	go func() {
@@ -104,10 +109,13 @@ func (s *serviceConsumers) supervise(ctx context.Context, i int) {
 			return
 		case <-time.After(restartAfter):
 		}
-		if err := in.Start(ctx); err != nil && ctx.Err() == nil && !s.stopping.Load() {
-			s.errs <- fmt.Errorf("service %s: start again: %w", s.svc.spec.Name, err)
+		if err := in.Start(ctx); err != nil {
+			if ctx.Err() == nil && !s.stopping.Load() {
+				s.errs <- fmt.Errorf("service %s: start again: %w", s.svc.spec.Name, err)
+			}
 			return
 		}
+		s.starts[i].Add(1)
 	}
 }
 
@@ -144,8 +152,8 @@ func (s *serviceConsumers) stop(ctx context.Context) error {
 	if s.observed != nil {
 		<-s.observed
 	}
-	if s.svc.obs != nil {
-		errs = append(errs, s.svc.poll(ctx, s.c.t))
+	if s.svc.obs != nil && s.svc.failed.Load() == nil {
+		errs = append(errs, s.svc.poll(s.c.t))
 	}
 	for _, err := range errs {
 		if err != nil {
@@ -158,15 +166,29 @@ func (s *serviceConsumers) stop(ctx context.Context) error {
 // Instances implements ServiceControl.
 func (s *serviceConsumers) Instances() int { return len(s.insts) }
 
-// Kill implements ServiceControl: kill -9, and the supervisor starts the
-// instance again.
-func (s *serviceConsumers) Kill(i int) error {
+// Kill implements ServiceControl: kill -9, then it waits until the
+// supervisor started the instance again and it is ready, so the next
+// fault meets a working instance.
+func (s *serviceConsumers) Kill(ctx context.Context, i int) error {
+	n := s.starts[i].Load()
 	s.expected[i].Store(true)
 	if !s.insts[i].Kill() {
 		s.expected[i].Store(false)
 		return fmt.Errorf("instance %d was not running", i)
 	}
 	s.kills.Add(1)
+	limit := time.After(restartAfter + s.svc.spec.Ready.Timeout.D() + 5*time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for s.starts[i].Load() == n {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-limit:
+			return fmt.Errorf("instance %d was not ready again after its kill", i)
+		case <-tick.C:
+		}
+	}
 	return nil
 }
 

@@ -37,6 +37,7 @@ func newWaiter(c *cell, acts *actions, cons consumers) *waiter {
 		progress: &progressLine{w: c.o.Console.Progress, tty: c.o.Console.TTY, broker: c.broker, strategy: c.name, events: len(c.plan.Events), t: c.t}}
 	if c.svc != nil {
 		w.caughtUp = c.svc.caughtUp
+		w.stall = max(w.stall, c.svc.spec.Handover.D()+10*time.Second)
 	}
 	return w
 }
@@ -90,9 +91,10 @@ func (w *waiter) wait(ctx context.Context) error {
 				w.cons.lost(), w.stall, w.t.handled.Load(), w.t.c.published.Load()))
 			return nil
 		}
-		if quiet > w.stall && w.caughtUp != nil && !w.acts.busy() {
+		if quiet > w.stall && w.caughtUp != nil && w.acts.acting.Load() == 0 {
 			// Nothing the service did reached its tables for the whole
-			// stall timeout: what it never applied is the checker's to name.
+			// stall timeout (faults still to fire wait for a progress that
+			// did not come): what it never applied is the checker's to name.
 			w.notes.add(fmt.Sprintf("nothing took effect for %s with %d of the published events seen taking effect: the cell ended and the checker judges the tables", w.stall, w.t.handled.Load()))
 			return nil
 		}

@@ -58,6 +58,11 @@ type Spec struct {
 	// StopGrace is how long an instance may take to exit after SIGTERM
 	// before it is killed (default 10s).
 	StopGrace workload.Duration `yaml:"stop_grace"`
+	// Handover is how long the broker may take to give a dead instance's
+	// work to another: the service's session timeout (Kafka clients
+	// default to 45s). A cell waits this long, and some, for progress
+	// before it calls what is missing lost (default 45s).
+	Handover workload.Duration `yaml:"handover"`
 	// Schema is a SQL file (relative to the spec file) the suite runs in
 	// the cell's schema (search_path set to it) before any instance
 	// starts: the service's tables, as its own migrations would create
@@ -139,6 +144,7 @@ type Inbox struct {
 const (
 	defaultInstances = 2
 	defaultStopGrace = 10 * time.Second
+	defaultHandover  = 45 * time.Second
 	defaultReady     = 60 * time.Second
 	// MaxInstances bounds the instances of one cell: each holds database
 	// and broker connections.
@@ -183,7 +189,7 @@ func Parse(b []byte, path string) (*Spec, error) {
 	return &s, nil
 }
 
-const fieldList = "name, command, dir, instances, env, brokers, ready{log,tcp,http,timeout}, stop_grace, schema, effects{table,aggregate,state,version,query}, inbox{query}, features, mistake"
+const fieldList = "name, command, dir, instances, env, brokers, ready{log,tcp,http,timeout}, stop_grace, handover, schema, effects{table,aggregate,state,version,query}, inbox{query}, features, mistake"
 
 func (s *Spec) defaults() {
 	if s.Instances == 0 {
@@ -191,6 +197,9 @@ func (s *Spec) defaults() {
 	}
 	if s.StopGrace == 0 {
 		s.StopGrace = workload.Duration(defaultStopGrace)
+	}
+	if s.Handover == 0 {
+		s.Handover = workload.Duration(defaultHandover)
 	}
 	if s.Ready.Timeout == 0 {
 		s.Ready.Timeout = workload.Duration(defaultReady)
@@ -214,6 +223,8 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("instances %d: from 1 to %d", s.Instances, MaxInstances)
 	case s.StopGrace < 0:
 		return fmt.Errorf("stop_grace %s: must not be negative", s.StopGrace.D())
+	case s.Handover < 0 || s.Handover.D() > 10*time.Minute:
+		return fmt.Errorf("handover %s: from 0 to 10m", s.Handover.D())
 	}
 	if err := s.Ready.validate(); err != nil {
 		return err
