@@ -29,7 +29,7 @@ type serviceConsumers struct {
 	insts  []*service.Instance
 	// expected[i] marks an end of instance i the cell caused (a kill, a
 	// planned restart): not an exit of the service's own.
-	expected     []atomic.Bool
+	expected []atomic.Bool
 	// starts[i] counts instance i's starts that became ready.
 	starts       []atomic.Int64
 	kills, exits atomic.Int64
