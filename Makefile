@@ -16,8 +16,10 @@ LIB_CONSUMER_TESTS = LibConsumer
 # under the WAL decoding of other packages' cells; the whole stack stopped
 # and started STACK_CYCLES times back to back (it is left running); a real
 # series of runs whose throughput step publish must find (beside other
-# packages' load the step drowned in noise: seen twice).
-SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns|StackRestartsBackToBack|PublishMarksARealStep
+# packages' load the step drowned in noise: seen twice); the example
+# services built with their own tools (Maven) and judged from outside,
+# whose JVMs and timed faults need the cores to themselves.
+SOLO_TESTS = ByAlarm|TwinsRunAsTheStrategies|CalibrationRuns|StackRestartsBackToBack|PublishMarksARealStep|UnderTest|AsAService
 # Tests named Replicated need the replicated stack (three Kafka nodes, a
 # PostgreSQL primary and its synchronous standby) and kill its nodes: they
 # run in test-replicated, which starts that stack and stops it after.

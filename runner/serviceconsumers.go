@@ -44,6 +44,10 @@ type serviceConsumers struct {
 // enough for its broker sessions to be seen gone, as a real crash's are.
 const restartAfter = time.Second
 
+// settleWrites is how long a stopped instance's sockets get to send what
+// it had written before it is killed.
+const settleWrites = 300 * time.Millisecond
+
 func newServiceConsumers(c *cell) *serviceConsumers {
 	n := c.svc.spec.Instances
 	dir := filepath.Join(c.o.Output.Dir, c.o.RunID, "service", c.id)
@@ -166,12 +170,20 @@ func (s *serviceConsumers) stop(ctx context.Context) error {
 // Instances implements ServiceControl.
 func (s *serviceConsumers) Instances() int { return len(s.insts) }
 
-// Kill implements ServiceControl: kill -9, then it waits until the
-// supervisor started the instance again and it is ready, so the next
-// fault meets a working instance.
+// Kill implements ServiceControl: the instance is stopped (SIGSTOP) and
+// its sockets given a moment to send what it had written, then killed
+// (kill -9). A process killed at full speed may or may not have had its
+// last ack leave the host (its socket is reset if deliveries sit unread
+// in it, dropping what it had not sent): stopped first, it always has,
+// so whether a fault catches a settle-too-early is never left to the
+// kernel's timing. Kill returns once the supervisor started the instance
+// again and it is ready, so the next fault meets a working instance.
 func (s *serviceConsumers) Kill(ctx context.Context, i int) error {
 	n := s.starts[i].Load()
 	s.expected[i].Store(true)
+	if s.insts[i].Pause() {
+		time.Sleep(settleWrites)
+	}
 	if !s.insts[i].Kill() {
 		s.expected[i].Store(false)
 		return fmt.Errorf("instance %d was not running", i)
