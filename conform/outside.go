@@ -86,7 +86,7 @@ func withBacklog(ctx context.Context, s runner.ServiceControl, d time.Duration) 
 
 // killInstances is consumer-crash for a service: at four moments of a
 // live stream, every instance is stopped (SIGSTOP) while a backlog of
-// 2 s of the stream builds, continued, and 300 ms later, while each is
+// 4 s of the stream builds, continued, and 100 ms later, while each is
 // busy working through that backlog, one of them is killed with kill -9
 // (a different one each time) and started again by the cell. The backlog
 // leaves no chance in whether the killed instance held delivered work it
@@ -102,10 +102,10 @@ func killInstances(ctx context.Context, c Cell) Outcome {
 						return errNoService
 					}
 					i := k % ci.Service.Instances()
-					if err := withBacklog(ctx, ci.Service, 2*time.Second); err != nil {
+					if err := withBacklog(ctx, ci.Service, 4*time.Second); err != nil {
 						return err
 					}
-					time.Sleep(300 * time.Millisecond)
+					time.Sleep(100 * time.Millisecond)
 					ci.Hit(fmt.Sprintf("instance %d killed while working through a backlog", i))
 					if err := ci.Service.Kill(ctx, i); err != nil {
 						return err

@@ -153,6 +153,9 @@ func (c *cell) runInto(ctx context.Context, res *results.Cell) error {
 		return err
 	}
 	c.notes = &notes{}
+	if c.o.Spec.Faults.InstanceKills > 0 {
+		c.notes.add("faults.instance_kills kills a service's instances: the suite's own consumers crash with crash_after_commit instead")
+	}
 	c.t = newTally(c.o.Measure.Latency, c.o.Limits.Retry, len(c.plan.Publishes)+len(c.o.Stream.Poison))
 	var err error
 	if c.ext, err = c.setUpExternal(ctx); err != nil {

@@ -194,7 +194,7 @@ func (x *cellExternal) setHooks(h hooks) {
 // actions are the cell's mid-stream faults: the run's, and the external
 // service's outage.
 func (c *cell) actions() ([]Action, error) {
-	acts := append([]Action(nil), c.o.Stream.Actions...)
+	acts := append(append([]Action(nil), c.o.Stream.Actions...), c.instanceKills()...)
 	if a := c.ext.unavailable(c.o.Spec); a != nil {
 		acts = append(acts, *a)
 	}

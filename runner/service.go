@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"regexp"
@@ -223,6 +225,30 @@ func (c *cell) consumeService(ctx context.Context, res *results.Cell) streamed {
 	res.Service.Kills, res.Service.Exits, res.Service.Logs = cons.kills.Load(), cons.exits.Load(), cons.logDir
 	c.notes.add("lock contention is sampled on the suite's own connections: a service's are not sampled")
 	return s
+}
+
+// instanceKills are the workload's kills of a service's instances
+// (faults.instance_kills): one per that share of the plan's events, at
+// seeded moments between a tenth and nine tenths of the stream, each of
+// a seeded instance, which is stopped, killed with kill -9 and started
+// again.
+func (c *cell) instanceKills() []Action {
+	ratio := c.o.Spec.Faults.InstanceKills
+	if ratio == 0 || c.svc == nil {
+		return nil
+	}
+	n := max(1, int(math.Round(ratio*float64(len(c.plan.Events)))))
+	rng := rand.New(rand.NewPCG(uint64(c.o.Spec.Seed), 0x6b696c6c))
+	var out []Action
+	for range n {
+		i := rng.IntN(c.svc.spec.Instances)
+		out = append(out, Action{Name: fmt.Sprintf("kill -9 instance %d", i), At: 0.1 + 0.8*rng.Float64(),
+			Do: func(ctx context.Context, ci CellInfo) error {
+				ci.Hit(fmt.Sprintf("instance %d killed", i))
+				return ci.Service.Kill(ctx, i)
+			}})
+	}
+	return out
 }
 
 // serviceCheck judges a service cell: the snapshot of its tables and the

@@ -36,8 +36,16 @@ func (p *Proxies) Route(upstream, listen string) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	px := toxiproxy.NewProxy(p.server, fmt.Sprintf("p%d", len(p.list)), listen, upstream)
-	if err := px.Start(); err != nil {
-		return "", fmt.Errorf("proxy %s → %s: %w", listen, upstream, err)
+	// A fixed port (a listener advertises it) may be held by another
+	// bench's service cell for a while: wait for it.
+	for deadline := time.Now().Add(portWait); ; time.Sleep(time.Second) {
+		err := px.Start()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "address already in use") || time.Now().After(deadline) {
+			return "", fmt.Errorf("proxy %s → %s: %w (a fixed port: another bench's service cell on the same broker holds it; one at a time per host)", listen, upstream, err)
+		}
 	}
 	p.list = append(p.list, px)
 	return px.Listen, nil
@@ -49,6 +57,9 @@ func (p *Proxies) Len() int {
 	defer p.mu.Unlock()
 	return len(p.list)
 }
+
+// portWait bounds the wait for a fixed proxy port another process holds.
+const portWait = 2 * time.Minute
 
 // resetAfter is how long Cut lets the reset toxics catch the connections
 // that are sending before it closes the idle ones.

@@ -166,6 +166,12 @@ type Faults struct {
 	// without ack and tear down its connection (the article's duplicate
 	// experiment), on the event's first delivery.
 	CrashAfterCommit float64 `yaml:"crash_after_commit" json:"crash_after_commit"`
+	// InstanceKills kills an instance of a service under test with kill -9
+	// after this share of events (at seeded moments of the stream, a
+	// seeded instance each time), and starts it again: a rate of crashes
+	// from outside, for a service's cells only (the suite's own consumers
+	// crash with CrashAfterCommit).
+	InstanceKills float64 `yaml:"instance_kills" json:"instance_kills,omitempty"`
 	// ConsumerRestarts restarts consumers this many times, evenly spread
 	// over the run.
 	ConsumerRestarts int `yaml:"consumer_restarts" json:"consumer_restarts"`
@@ -302,7 +308,7 @@ func cleanYAMLError(err error) string {
 func fieldNames() []string {
 	return []string{"name", "seed", "aggregates", "events", "duration", "warmup", "measure", "warmup_max", "max_backlog", "rounds", "amount{distribution,min,max}",
 		"key_skew{kind,s,hot_share}", "snapshot_ratio", "message_size", "publish_rate", "consumers", "shards",
-		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts,external_timeout,crash_after_call,external_unavailable,failover[{kind,target,at,down,pause}]}",
+		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,instance_kills,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts,external_timeout,crash_after_call,external_unavailable,failover[{kind,target,at,down,pause}]}",
 		"inbox_prefill", "inbox_prefill_age", "inbox_prune_every", "inbox_prune_keep", "external{delay,timeout,lease}"}
 }
 

@@ -67,7 +67,8 @@ func (s *Spec) floatFields() []floatField {
 		{"faults.duplicate_republish", f.DuplicateRepublish, true}, {"faults.crash_after_commit", f.CrashAfterCommit, true},
 		{"faults.out_of_order", f.OutOfOrder, true}, {"faults.concurrent_duplicates", f.ConcurrentDuplicates, true},
 		{"faults.publisher_retry", f.PublisherRetry, true}, {"faults.idempotency_conflicts", f.IdempotencyConflicts, true},
-		{"faults.external_timeout", f.ExternalTimeout, true}, {"faults.crash_after_call", f.CrashAfterCall, true}}
+		{"faults.external_timeout", f.ExternalTimeout, true}, {"faults.crash_after_call", f.CrashAfterCall, true},
+		{"faults.instance_kills", f.InstanceKills, true}}
 }
 
 // validateFloats rejects NaN and infinities everywhere (a NaN compares
