@@ -74,43 +74,49 @@ var errNoService = errors.New("this fault needs a service under test")
 // withBacklog stops every instance for d, while the stream goes on, and
 // continues them: they return to a backlog.
 func withBacklog(ctx context.Context, s runner.ServiceControl, d time.Duration) error {
+	return eachInstance(s, func(i int) error { return s.Pause(ctx, i, d) })
+}
+
+// eachInstance runs f for every instance at once.
+func eachInstance(s runner.ServiceControl, f func(i int) error) error {
 	errs := make([]error, s.Instances())
 	var wg sync.WaitGroup
 	for i := range errs {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = s.Pause(ctx, i, d) }()
+		go func() { defer wg.Done(); errs[i] = f(i) }()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// killInstances is consumer-crash for a service: at four moments of a
-// live stream, every instance is stopped (SIGSTOP) while a backlog of
-// 4 s of the stream builds, continued, and 100 ms later, while each is
-// busy working through that backlog, one of them is killed with kill -9
-// (a different one each time) and started again by the cell. The backlog
-// leaves no chance in whether the killed instance held delivered work it
-// had not committed: a service that settled any of it loses exactly that.
+// killInstances is consumer-crash for a service: twice in a live stream
+// (40 events/s), every instance is stopped (SIGSTOP) while a backlog of
+// 3 s of the stream builds, continued, and 100 ms later, while they work
+// through that backlog, every instance is killed with kill -9 and
+// started again by the cell. The backlog leaves no chance in whether an
+// instance held delivered work it had not committed, and killing every
+// instance leaves none in whether the one that held it was hit (a
+// single-active-consumer queue is held by one of them): a service that
+// settled any of that work loses exactly that.
 func killInstances(ctx context.Context, c Cell) Outcome {
 	var killed atomic.Int64
 	out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
-		o.Spec.PublishRate = 200
-		for k, at := range []float64{0.15, 0.35, 0.55, 0.75} {
-			o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: fmt.Sprintf("kill -9 instance %d with a backlog", k%c.Service.Instances), At: at,
+		o.Spec.PublishRate = 40
+		for _, at := range []float64{0.25, 0.6} {
+			o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: "kill -9 every instance, busy with a backlog", At: at,
 				Do: func(ctx context.Context, ci runner.CellInfo) error {
 					if ci.Service == nil {
 						return errNoService
 					}
-					i := k % ci.Service.Instances()
-					if err := withBacklog(ctx, ci.Service, 4*time.Second); err != nil {
+					if err := withBacklog(ctx, ci.Service, 3*time.Second); err != nil {
 						return err
 					}
 					time.Sleep(100 * time.Millisecond)
-					ci.Hit(fmt.Sprintf("instance %d killed while working through a backlog", i))
-					if err := ci.Service.Kill(ctx, i); err != nil {
+					ci.Hit(fmt.Sprintf("%d instances killed while working through a backlog", ci.Service.Instances()))
+					if err := eachInstance(ci.Service, func(i int) error { return ci.Service.Kill(ctx, i) }); err != nil {
 						return err
 					}
-					killed.Add(1)
+					killed.Add(int64(ci.Service.Instances()))
 					return nil
 				}})
 		}

@@ -87,6 +87,12 @@ func (t Totals) Share(since Totals) float64 {
 type ContentionSampler struct {
 	conn    *pgx.Conn
 	appName string
+	// ports, when set, picks the backends by their client port instead
+	// (a service under test, whose application_name is its own);
+	// portsAt and known are its last answer, asked again every second.
+	ports   func() []int
+	portsAt time.Time
+	known   []int
 	every   time.Duration
 	start   time.Time
 	cancel  context.CancelFunc
@@ -112,6 +118,17 @@ type stmtRow struct {
 // whose application_name is appName every interval (100ms is a good
 // default) until Stop.
 func StartContention(ctx context.Context, connString, appName string, every time.Duration) (*ContentionSampler, error) {
+	return startContention(ctx, connString, &ContentionSampler{appName: appName, every: every})
+}
+
+// StartContentionOf samples the backends whose client port is one of
+// ports' (asked again every second): the connections of processes the
+// caller knows by their sockets, such as a service under test's.
+func StartContentionOf(ctx context.Context, connString string, ports func() []int, every time.Duration) (*ContentionSampler, error) {
+	return startContention(ctx, connString, &ContentionSampler{ports: ports, every: every})
+}
+
+func startContention(ctx context.Context, connString string, s *ContentionSampler) (*ContentionSampler, error) {
 	cc, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("contention sampler: %w", err)
@@ -121,8 +138,8 @@ func StartContention(ctx context.Context, connString, appName string, every time
 	if err != nil {
 		return nil, fmt.Errorf("contention sampler: connect: %w", err)
 	}
-	s := &ContentionSampler{conn: conn, appName: appName, every: every, start: time.Now(), done: make(chan struct{}),
-		rep: ContentionReport{LockWaits: map[string]int64{}, Waits: map[string]int64{}}}
+	s.conn, s.start, s.done = conn, time.Now(), make(chan struct{})
+	s.rep = ContentionReport{LockWaits: map[string]int64{}, Waits: map[string]int64{}}
 	if s.db0, err = s.dbStats(ctx); err != nil {
 		conn.Close(ctx)
 		return nil, err
@@ -169,11 +186,19 @@ func (s *ContentionSampler) loop(ctx context.Context) {
 }
 
 func (s *ContentionSampler) sample(ctx context.Context, cur *ContentionPoint) error {
-	rows, err := s.conn.Query(ctx, `
-		SELECT coalesce(wait_event_type, ''), coalesce(wait_event, ''), coalesce(state, ''),
+	const q = `SELECT coalesce(wait_event_type, ''), coalesce(wait_event, ''), coalesce(state, ''),
 		       cardinality(pg_blocking_pids(pid))
-		FROM pg_stat_activity
-		WHERE application_name = $1 AND pid <> pg_backend_pid()`, s.appName)
+		FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND `
+	var rows pgx.Rows
+	var err error
+	if s.ports != nil {
+		if time.Since(s.portsAt) >= time.Second {
+			s.known, s.portsAt = s.ports(), time.Now()
+		}
+		rows, err = s.conn.Query(ctx, q+"client_port = ANY($1)", s.known)
+	} else {
+		rows, err = s.conn.Query(ctx, q+"application_name = $1", s.appName)
+	}
 	if err != nil {
 		return fmt.Errorf("contention sampler: pg_stat_activity: %w", err)
 	}

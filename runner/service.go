@@ -215,6 +215,14 @@ func (c *cell) consumeService(ctx context.Context, res *results.Cell) streamed {
 	if err != nil {
 		return streamed{err: err}
 	}
+	// The service's backends are sampled by the ports its processes hold.
+	sampler, err := inbox.StartContentionOf(ctx, c.o.Cfg.PGURL, func() []int {
+		ports, _ := cons.DBClientPorts()
+		return ports
+	}, 100*time.Millisecond)
+	if err != nil {
+		return streamed{err: err}
+	}
 	s := c.stream(ctx, cons)
 	if s.window != nil {
 		s.window.QuietS = quiet.Seconds()
@@ -222,8 +230,11 @@ func (c *cell) consumeService(ctx context.Context, res *results.Cell) streamed {
 	if cperr == nil {
 		c.noteCheckpoints(ctx, checkpoints+n)
 	}
+	var serr error
+	if s.contention, serr = sampler.Stop(ctx); serr != nil && s.err == nil {
+		c.o.Console.Log.Warn("contention sampler", "err", serr)
+	}
 	res.Service.Kills, res.Service.Exits, res.Service.Logs = cons.kills.Load(), cons.exits.Load(), cons.logDir
-	c.notes.add("lock contention is sampled on the suite's own connections: a service's are not sampled")
 	return s
 }
 
