@@ -137,10 +137,10 @@ func (in *Instance) waitReady(ctx context.Context) error {
 		case <-ready:
 			return nil
 		case <-exited:
-			return fmt.Errorf("instance %d exited before it was ready (%v): see %s", in.Index, in.exitErr(), in.log)
+			return fmt.Errorf("instance %d exited before it was ready (%v); the end of its output (%s):\n%s", in.Index, in.exitErr(), in.log, in.tail(5))
 		case <-deadline.C:
 			in.Kill()
-			return fmt.Errorf("instance %d not ready after %s (ready: %s): see %s", in.Index, timeout, in.spec.Ready.describe(), in.log)
+			return fmt.Errorf("instance %d not ready after %s (ready: %s); the end of its output (%s):\n%s", in.Index, timeout, in.spec.Ready.describe(), in.log, in.tail(5))
 		case <-ctx.Done():
 			in.Kill()
 			return ctx.Err()
@@ -277,6 +277,17 @@ func (in *Instance) Pids() []int {
 		return nil
 	}
 	return groupPids(cmd.Process.Pid)
+}
+
+// tail is the last n lines of the instance's log, indented.
+func (in *Instance) tail(n int) string {
+	time.Sleep(50 * time.Millisecond) // the output copier's last lines
+	b, _ := os.ReadFile(in.log)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "    | " + strings.Join(lines, "\n    | ")
 }
 
 // Log is the instance's log file.
