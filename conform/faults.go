@@ -33,7 +33,7 @@ func init() {
 		[]string{"broken-ack-before-commit"}, "crash_after_commit: 0.015")
 	ackLost.Outside = "tells the suite's own consumer to die between its commit and its ack; a service is killed from outside instead (consumer-crash, connection-cut)"
 	register(ackLost)
-	register(&Scenario{Name: "consumer-crash", Timeout: 5 * time.Minute, Catches: []string{"broken-ack-before-commit"},
+	register(&Scenario{Name: "consumer-crash", Timeout: 8 * time.Minute, Catches: []string{"broken-ack-before-commit"},
 		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced (a service: its instances killed with kill -9 at four moments and started again): every redelivery is deduplicated, nothing is lost",
 		Needs:  outOfProcess,
 		Run: func(ctx context.Context, c Cell) Outcome {
