@@ -174,6 +174,20 @@ func PerDelivery(f func(ctx context.Context, d *Delivery) Verdict) Handler {
 // for this one.
 var ErrDeduplicated = errors.New("dropped by the broker as a duplicate of a stored message with the same id")
 
+// SettingDedupWindow is the deduplication window a driver with
+// broker-side deduplication (Capabilities.BrokerDedup) gives the topics
+// its Setup creates; empty: the broker's default.
+var SettingDedupWindow = config.Register(config.Setting{Key: "broker.dedup-window", Flag: "broker-dedup-window",
+	Env: "INBOXBENCH_BROKER_DEDUP_WINDOW", Check: checkWindow,
+	Usage: "deduplication window of the topics a driver with broker-side deduplication creates (NATS JetStream's Duplicates: a publish whose id the stream stored within it is dropped); empty: the broker's default (JetStream: 2m)"})
+
+func checkWindow(v string) error {
+	if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+		return errors.New("want a positive Go duration such as 2m")
+	}
+	return nil
+}
+
 // ErrCrashed is the Subscription error after a Crash verdict.
 var ErrCrashed = errors.New("subscription crashed on purpose (Crash verdict): unacked deliveries will be redelivered")
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/config"
 )
@@ -22,6 +23,10 @@ const (
 	DefaultPinnedTTL  = 5 * time.Second
 )
 
+// SettingDuplicateWindow is the streams' Duplicates window: the setting
+// every driver with broker-side deduplication reads.
+var SettingDuplicateWindow = brokers.SettingDedupWindow
+
 // The driver's settings (flags, INBOXBENCH_NATS_* variables).
 var (
 	SettingURL = driverutil.Setting(Name, "url", config.Setting{Default: DefaultURL, Check: checkURL,
@@ -32,8 +37,6 @@ var (
 		Usage: "JetStream MaxDeliver of the driver's consumers: a message delivered this often without a verdict (its consumers crashed each time) is moved to the dead-letter stream instead of being handed over again"})
 	SettingPinnedTTL = driverutil.Setting(Name, "pinned-ttl", config.Setting{Default: DefaultPinnedTTL.String(), Check: checkDuration,
 		Usage: "priority-group PinnedTTL of the driver's consumers: how long a partition stays pinned to a subscription that stopped pulling (crashed) before another takes it over"})
-	SettingDuplicateWindow = driverutil.Setting(Name, "duplicate-window", config.Setting{Check: checkDuration,
-		Usage: "Duplicates window of the streams Setup creates: a publish whose Nats-Msg-Id (the event id) the stream stored within it is dropped (empty: JetStream's default, 2m)"})
 )
 
 func checkURL(v string) error {
