@@ -46,7 +46,7 @@ func (natsVendor) tool() string {
 
 func (natsVendor) install(ctx context.Context, r *runner) (string, error) {
 	bin := r.Stack.Path("calibrate", "nats", "bin", "nats")
-	return bin, natsstack.GoInstall(ctx, r.Stack, bin, natsCLI+"@"+NatsCLIVersion, NatsCLIVersion)
+	return bin, natsstack.GoTool{Bin: bin, Pkg: natsCLI, Version: NatsCLIVersion}.Install(ctx, r.Stack)
 }
 
 // natsEnv is where `nats bench` connects: the driver's URL, in its
@@ -107,7 +107,7 @@ func (natsVendor) backlog(ctx context.Context, r *runner, topic string, _ int64)
 // all.
 func (natsVendor) consume(ctx context.Context, r *runner, topic string, messages int64) results.Measurement {
 	consumer := "vendor"
-	if err := natsConsumer(ctx, r.Cfg, natsdriver.StreamName(topic, 0), consumer, r.Shape.Prefetch); err != nil {
+	if err := r.natsConsumer(ctx, natsdriver.StreamName(topic, 0), consumer); err != nil {
 		return r.measured(nil, Figure{}, err)
 	}
 	args := []string{"bench", "js", "consume", "--stream", natsdriver.StreamName(topic, 0), "--consumer", consumer,
@@ -125,8 +125,8 @@ func (natsVendor) consume(ctx context.Context, r *runner, topic string, messages
 
 // natsConsumer creates the durable pull consumer `nats bench js consume`
 // reads (it does not create one).
-func natsConsumer(ctx context.Context, cfg config.Config, stream, name string, maxAckPending int) error {
-	nc, err := natsdriver.Connect(cfg, "inboxbench-calibrate")
+func (r *runner) natsConsumer(ctx context.Context, stream, name string) error {
+	nc, err := natsdriver.Connect(r.Cfg, "inboxbench-calibrate")
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func natsConsumer(ctx context.Context, cfg config.Config, stream, name string, m
 		return err
 	}
 	_, err = js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
-		MaxAckPending: maxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy})
+		MaxAckPending: r.Shape.Prefetch, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		return fmt.Errorf("nats: consumer %s on %s: %w", name, stream, err)
 	}

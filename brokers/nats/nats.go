@@ -225,8 +225,10 @@ func StreamName(topic string, n int) string { return "IB_" + token(topic) + "_" 
 // Subject is the subject of topic's shard n.
 func Subject(topic string, n int) string { return "ib." + token(topic) + "." + strconv.Itoa(n) }
 
-// DLQStream and DLQSubject name topic's dead-letter stream and subject.
-func DLQStream(topic string) string  { return "IB_" + token(topic) + "_DLQ" }
+// DLQStream is topic's dead-letter stream.
+func DLQStream(topic string) string { return "IB_" + token(topic) + "_DLQ" }
+
+// DLQSubject is the subject of topic's dead-letter stream.
 func DLQSubject(topic string) string { return "ib." + token(topic) + ".dlq" }
 
 // consumerName is group as a durable consumer's name.

@@ -75,13 +75,18 @@ func Binary(e *compose.Env) string { return e.Path("nats", "bin", "nats-server")
 // directory unless the binary there is that version already; Go is all
 // it needs (the module proxy serves the source).
 func (*Service) Install(ctx context.Context, e *compose.Env) error {
-	return GoInstall(ctx, e, Binary(e), ServerModule+"@"+ServerVersion, ServerVersion)
+	return GoTool{Bin: Binary(e), Pkg: ServerModule, Version: ServerVersion}.Install(ctx, e)
 }
 
-// GoInstall builds pkg (a module path with @version) with `go install`
-// into bin's directory, unless bin exists and its --version output
-// names version; the build's output goes to logs/<name>-install.log.
-func GoInstall(ctx context.Context, e *compose.Env, bin, pkg, version string) error {
+// GoTool is a Go program the stack builds from the module proxy: Pkg (a
+// main package's path) at Version, into Bin.
+type GoTool struct{ Bin, Pkg, Version string }
+
+// Install builds the tool with `go install` into Bin's directory, unless
+// Bin exists and its --version output names the version; the build's
+// output goes to logs/nats-install.log.
+func (t GoTool) Install(ctx context.Context, e *compose.Env) error {
+	bin, pkg, version := t.Bin, t.Pkg+"@"+t.Version, t.Version
 	if out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput(); err == nil && strings.Contains(string(out), strings.TrimPrefix(version, "v")) {
 		return nil
 	}
