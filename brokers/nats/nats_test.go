@@ -68,3 +68,24 @@ func TestDuplicateWindow(t *testing.T) {
 		t.Fatalf("a publish after the window: %v, want it stored", err)
 	}
 }
+
+// A service under test is sent to the proxy, never to the server itself,
+// with the topic's streams and its dead-letter subject.
+func TestOutsideEnvRoutesTheURL(t *testing.T) {
+	b := driver.New(t)
+	topic := brokertest.Topic(t, b, 2)
+	var upstream string
+	env, err := b.(brokers.Outside).OutsideEnv(topic, "g", func(up, _ string) (string, error) {
+		upstream = up
+		return "127.0.0.1:1", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if upstream != nats.Addr(nats.DefaultURL) || env.Vars["INBOXBENCH_NATS_URL"] != "nats://127.0.0.1:1" || env.Unproxied != "" {
+		t.Fatalf("routed %s, env %+v", upstream, env)
+	}
+	if env.Vars["INBOXBENCH_QUEUES"] != nats.StreamName(topic, 0)+","+nats.StreamName(topic, 1) || env.Vars["INBOXBENCH_DEAD_LETTER"] != nats.DLQSubject(topic) {
+		t.Fatalf("env %+v", env.Vars)
+	}
+}
