@@ -166,6 +166,28 @@ func PerDelivery(f func(ctx context.Context, d *Delivery) Verdict) Handler {
 	}
 }
 
+// ErrDeduplicated is a publish's result when the broker confirmed it
+// without storing it: it holds a message with the same ID from within
+// its deduplication window (Capabilities.BrokerDedup). The event is
+// stored once and this copy is never delivered. It is not a failure:
+// FirstError skips it, and a caller counting deliveries must not wait
+// for this one.
+var ErrDeduplicated = errors.New("dropped by the broker as a duplicate of a stored message with the same id")
+
+// SettingDedupWindow is the deduplication window a driver with
+// broker-side deduplication (Capabilities.BrokerDedup) gives the topics
+// its Setup creates; empty: the broker's default.
+var SettingDedupWindow = config.Register(config.Setting{Key: "broker.dedup-window", Flag: "broker-dedup-window",
+	Env: "INBOXBENCH_BROKER_DEDUP_WINDOW", Check: checkWindow,
+	Usage: "deduplication window of the topics a driver with broker-side deduplication creates (NATS JetStream's Duplicates: a publish whose id the stream stored within it is dropped); empty: the broker's default (JetStream: 2m)"})
+
+func checkWindow(v string) error {
+	if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+		return errors.New("want a positive Go duration such as 2m")
+	}
+	return nil
+}
+
 // ErrCrashed is the Subscription error after a Crash verdict.
 var ErrCrashed = errors.New("subscription crashed on purpose (Crash verdict): unacked deliveries will be redelivered")
 
@@ -207,6 +229,13 @@ type Capabilities struct {
 	// after a crash must wait at least this long before calling it a
 	// stall.
 	RedeliveryDelay time.Duration
+	// BrokerDedup is the window within which the broker itself drops a
+	// publish whose Message.ID it stored already (JetStream's
+	// Nats-Msg-Id and Duplicates window), reporting ErrDeduplicated for
+	// it; 0 when the broker keeps every copy. It covers a producer's
+	// quick retry, not a republish after the window nor a consumer's
+	// redelivery: the inbox still decides.
+	BrokerDedup time.Duration
 	// OutsideProxied: a consumer outside the suite (a service under
 	// test, brokers.Outside) reaches the broker only through the
 	// addresses OutsideEnv routed, so its connections can be cut there.
@@ -284,7 +313,8 @@ type Broker interface {
 	Setup(ctx context.Context, topic string, shards int) error
 	// Publish sends msgs and waits for the broker's confirmation of each.
 	// The result has len(msgs) entries; entry i is nil when msgs[i] is
-	// durably accepted. Messages of one key are sent in slice order.
+	// durably accepted (ErrDeduplicated: an earlier copy is). Messages
+	// of one key are sent in slice order.
 	Publish(ctx context.Context, topic string, msgs []Message) []error
 	// Subscribe starts consuming topic as group and calls h with batches
 	// of deliveries until the subscription is closed, crashes or fails. ctx
@@ -308,7 +338,8 @@ type AsyncPublisher interface {
 	//
 	// done is called exactly once, never on the calling goroutine, with
 	// len(msgs) errors: entry i is nil when msgs[i] is durably accepted
-	// (what a nil from Publish means), else why not. It is called once
+	// (what a nil from Publish means), ErrDeduplicated when the broker
+	// dropped it for an earlier copy it stored, else why not. It is called once
 	// every message of the call is confirmed or has failed, or as soon as
 	// ctx ends: the messages not confirmed by then get an error wrapping
 	// ctx's (they may still reach the broker: a retry must reuse their
@@ -458,12 +489,13 @@ func Open(ctx context.Context, name string, cfg config.Config, opts Options) (Br
 }
 
 // FirstError returns the first non-nil error of a Publish result, wrapped
-// with how many of the batch failed; nil when all succeeded.
+// with how many of the batch failed; nil when all succeeded (a message
+// the broker dropped as a duplicate, ErrDeduplicated, succeeded).
 func FirstError(errs []error) error {
 	var first error
 	n := 0
 	for _, err := range errs {
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrDeduplicated) {
 			n++
 			if first == nil {
 				first = err

@@ -140,6 +140,8 @@ func (o *Options) Validate() error {
 type runner struct {
 	Options
 	java, classpath, logDir string
+	// toolBin is the vendor's own program when it is one (goInstaller).
+	toolBin string
 	// privDir holds the files with secrets the vendor tools read
 	// (secure.go); secrets are the passwords the runner made for them.
 	privDir string
@@ -199,13 +201,17 @@ func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibrat
 	row.Vendor.Tool = v.tool()
 	row.Driver.Tool = driverTool(name)
 	version, coords := v.fetch()
+	var err error
 	r.say("%-9s fetching %s (cached under %s)", name, strings.Join(coords, ", "), r.Stack.Path("calibrate", name))
-	cp, err := compose.FetchJavaTool(ctx, r.Stack, "calibrate/"+name, "calibrate-"+name, version, coords...)
+	if gi, ok := v.(goInstaller); ok {
+		r.toolBin, err = gi.install(ctx, r)
+	} else {
+		r.classpath, err = compose.FetchJavaTool(ctx, r.Stack, "calibrate/"+name, "calibrate-"+name, version, coords...)
+	}
 	if err != nil {
 		row.Error = r.redact(err.Error())
 		return row
 	}
-	r.classpath = cp
 	if len(r.Rates) > 0 {
 		row.AtRate = r.atRates(ctx, name, v)
 		for _, rc := range row.AtRate {

@@ -19,8 +19,12 @@ import (
 // parsed. It ends by itself, when until says the output is enough, or at
 // timeout; the last two stop it with SIGTERM (SIGKILL 5 s later).
 type toolRun struct {
-	name    string   // for errors and the log file: "kafka-producer"
-	args    []string // java arguments after the launcher
+	name string   // for errors and the log file: "kafka-producer"
+	args []string // java arguments after the launcher, or program's
+	// program, when set, is the tool's own executable (a Go program):
+	// run with args as they are, which must then hold no secret (it
+	// takes them from env).
+	program string
 	env     []string // NAME=value beside this process's environment
 	timeout time.Duration
 	// until is called with every stdout line; true stops the tool. A tool
@@ -52,19 +56,25 @@ func (r *runner) runTool(ctx context.Context, t toolRun) (string, error) {
 	if err := logf.Chmod(0o600); err != nil { // a log an older version wrote 0644
 		return "", err
 	}
-	argfile, err := r.argfile(t.name, t.args)
-	if err != nil {
-		return "", err
+	program, args := r.java, t.args
+	if t.program == "" {
+		argfile, err := r.argfile(t.name, t.args)
+		if err != nil {
+			return "", err
+		}
+		defer os.Remove(argfile)
+		args = []string{"@" + argfile}
+	} else {
+		program = t.program
 	}
-	defer os.Remove(argfile)
 	var logMu sync.Mutex
 	logLine := func(line string) {
 		logMu.Lock()
 		defer logMu.Unlock()
 		fmt.Fprintln(logf, r.redact(line))
 	}
-	logLine("$ " + strings.Join(r.redactArgs(append(append(envPrefix(t.env), r.java), t.args...)), " "))
-	cmd := exec.Command(r.java, "@"+argfile)
+	logLine("$ " + strings.Join(r.redactArgs(append(append(envPrefix(t.env), program), t.args...)), " "))
+	cmd := exec.Command(program, args...)
 	cmd.Env = append(os.Environ(), t.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr := &lineWriter{line: logLine}
@@ -74,7 +84,7 @@ func (r *runner) runTool(ctx context.Context, t toolRun) (string, error) {
 		return "", err
 	}
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("%s: start %s: %w", t.name, r.java, err)
+		return "", fmt.Errorf("%s: start %s: %w", t.name, program, err)
 	}
 	var (
 		out     strings.Builder

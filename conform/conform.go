@@ -120,6 +120,11 @@ type Scenario struct {
 	// Catches lists the negative controls the scenario is designed to
 	// catch: for them FAIL is expected; they do not run elsewhere.
 	Catches []string
+	// Covers lists negative controls whose mistake the scenario's fault
+	// does not reach: they run here too and must PASS, which shows what
+	// their mechanism does cover (a broker's deduplication window covers
+	// a producer's quick retry, publisher-retry).
+	Covers []string
 	// Needs, when set, says why the scenario cannot run on a driver with
 	// these capabilities ("" when it can): e.g. it needs a broker outside
 	// this process. Such rows are N/A with that reason.
@@ -289,7 +294,7 @@ func (o *Options) cells(b string, sc *Scenario) []Cell {
 	var out []Cell
 	for _, st := range o.Strategies {
 		c := Cell{Env: &o.Env, Scenario: sc.Name, Broker: b, Strategy: st}
-		if st.Broken() && !c.targeted(sc) && isRegistered(st) {
+		if st.Broken() && !c.targeted(sc) && !slices.Contains(sc.Covers, st.Name()) && isRegistered(st) {
 			continue
 		}
 		if inbox.CallsExternal(st) != sc.External {
@@ -420,6 +425,9 @@ func notApplicable(c Cell, sc *Scenario, bc brokers.Capabilities) string {
 		if why := sc.Needs(bc); why != "" {
 			return c.Broker + " " + why
 		}
+	}
+	if c.Strategy != nil && inbox.ReliesOnBrokerDedup(c.Strategy) && bc.BrokerDedup == 0 {
+		return c.Broker + " has no broker-side deduplication (Capabilities.BrokerDedup), the only one " + c.Strategy.Name() + " relies on"
 	}
 	for _, f := range sc.Requires {
 		if c.Service != nil && !c.Service.Handles(f) {

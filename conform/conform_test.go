@@ -72,7 +72,8 @@ func TestArticleLines(t *testing.T) {
 func TestEveryNegativeControlIsCaught(t *testing.T) {
 	var sts []inbox.Strategy
 	for _, s := range inbox.Strategies() {
-		if s.Broken() {
+		// none has no broker-side deduplication for a control to rely on.
+		if s.Broken() && !inbox.ReliesOnBrokerDedup(s) {
 			sts = append(sts, s)
 		}
 	}

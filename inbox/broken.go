@@ -231,6 +231,45 @@ type brokenAckBeforeCommit struct{ txStrategy }
 // AckBeforeCommit implements AckOrdering.
 func (brokenAckBeforeCommit) AckBeforeCommit() bool { return true }
 
+// brokenBrokerDedup trusts the broker's deduplication by message id
+// (JetStream drops a publish whose Nats-Msg-Id it stored within its
+// Duplicates window) and so claims nothing: every delivery is applied,
+// without a version guard. The inbox row is written as a record, never
+// consulted. A producer's quick retry never reaches it (the broker
+// dropped it); a republish after the window, and a redelivery to a
+// consumer (which no publish-side window sees), apply twice:
+// duplicate-effect.
+type brokenBrokerDedup struct{ about }
+
+// ReliesOnBrokerDedup implements BrokerDedupReliant.
+func (brokenBrokerDedup) ReliesOnBrokerDedup() bool { return true }
+
+// ApplyBatch implements Strategy.
+func (s brokenBrokerDedup) ApplyBatch(ctx context.Context, in *Inbox, consumer string, events []*envelope.Event) ([]Outcome, error) {
+	a := applier{in, s.Name(), consumer}
+	return perEvent(events, func(ev *envelope.Event) Outcome {
+		return a.brokenRun(ctx, ev, func(out *Outcome) error {
+			o, err := in.inTx(ctx, func(tx pgx.Tx) (Outcome, bool, error) {
+				o := newOutcome(ev)
+				// The mistake: the row count is never read.
+				if _, err := tx.Exec(ctx, in.sql.inboxInsert, consumer, ev.Source, ev.ID, ev.Subject, ev.AggregateVersion, eventTime(ev)); err != nil {
+					return o, false, fmt.Errorf("insert inbox row: %w", err)
+				}
+				if err := a.hook(ctx, ev); err != nil {
+					return o, false, err
+				}
+				if _, err := tx.Exec(ctx, in.sql.brokenUnversioned, ev.Subject, ev.Amount, ev.AggregateVersion); err != nil {
+					return o, false, fmt.Errorf("update account: %w", err)
+				}
+				o.Result = Applied
+				return o, true, nil
+			})
+			*out = o
+			return err
+		})
+	})
+}
+
 // brokenTTLDedup dedups on a marker that expires after 100 ms, as a Redis
 // key with a TTL would, and writes the inbox row beside the effect without
 // trusting it. A redelivery after the TTL passes the marker; only the

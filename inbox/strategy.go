@@ -39,6 +39,20 @@ type AckOrdering interface {
 	AckBeforeCommit() bool
 }
 
+// BrokerDedupReliant is implemented by negative controls whose only
+// deduplication is the broker's own (brokers.Capabilities.BrokerDedup):
+// they apply on drivers that have it, and nowhere else.
+type BrokerDedupReliant interface {
+	ReliesOnBrokerDedup() bool
+}
+
+// ReliesOnBrokerDedup reports whether s deduplicates through the broker
+// alone.
+func ReliesOnBrokerDedup(s Strategy) bool {
+	r, ok := s.(BrokerDedupReliant)
+	return ok && r.ReliesOnBrokerDedup()
+}
+
 // Batching is implemented by strategies that apply many events in one
 // call more cheaply than one by one (batch, pipeline): a runner hands them
 // batches of up to the workload's batch size, and one event per call to
@@ -270,6 +284,10 @@ func builtins() []Strategy {
 			name:        "broken-ack-before-commit",
 			description: "consumer-level: acks the delivery before the tx strategy commits; a crash in between loses the event (lost-effect). The runner implements the ack ordering",
 		}}},
+		brokenBrokerDedup{about{
+			name:        "broken-broker-dedup",
+			description: "no inbox claim: trusts the broker's own deduplication by message id (JetStream's Nats-Msg-Id window) and applies every delivery without a version guard; a republish after the window or a redelivery applies twice (duplicate-effect). Only on a driver with broker-side deduplication",
+		}},
 		brokenTTLDedup{about{
 			name:        "broken-ttl-dedup",
 			description: "dedup marker that expires after 100ms (a TTL cache); the version check alone stops a later redelivery, as STALE (dedup-miss)",

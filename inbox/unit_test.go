@@ -43,7 +43,7 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%s has no description", s.Name())
 		}
 	}
-	want := "tx cte batch pipeline ext-key ext-lease ext-outbox broken-ack-before-commit broken-aggregate-key broken-check-then-insert broken-ext-after-commit broken-ext-exists broken-ext-new-key broken-global-key broken-no-version broken-split broken-ttl-dedup"
+	want := "tx cte batch pipeline ext-key ext-lease ext-outbox broken-ack-before-commit broken-aggregate-key broken-broker-dedup broken-check-then-insert broken-ext-after-commit broken-ext-exists broken-ext-new-key broken-global-key broken-no-version broken-split broken-ttl-dedup"
 	if strings.Join(names, " ") != want {
 		t.Fatalf("Strategies() = %v, want %s", names, want)
 	}

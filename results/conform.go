@@ -106,7 +106,9 @@ func Summarize(rows []ConformRow) ConformSummary {
 		} else {
 			s.Verdict = VerdictFail
 		}
-		if r.Broken {
+		if r.Broken && r.Verdict != VerdictNA {
+			// A control that applies nowhere here (it needs a broker
+			// capability) was not tested: neither caught nor a survivor.
 			caught[r.Strategy] = caught[r.Strategy] || r.Verdict == VerdictFail
 		}
 	}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -21,6 +22,9 @@ func (c *cell) fillResult(res *results.Cell, s streamed, v verdict) error {
 		// and what limited it is what bound the cell.
 		res.Throughput.EventsPerS = s.rate.MSR
 		res.Throughput.Bound = s.rate.LimitedBy.Bound()
+	}
+	if n := c.t.c.brokerDeduplicated.Load(); n > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("%s dropped %d publishes as duplicates of a message with the same id stored within its deduplication window (%s): they were confirmed and never delivered, so they are not counted as published", c.broker, n, c.b.Capabilities().BrokerDedup))
 	}
 	res.Notes = append(res.Notes, c.notes.all()...)
 	res.Counters.Effects = v.effects

@@ -267,6 +267,10 @@ type counters struct {
 	// publishErrors counts messages whose confirm failed (each is sent
 	// again: publishRetries counts the batches); the timeline shows it.
 	publishErrors atomic.Int64
+	// brokerDeduplicated counts publishes the broker confirmed as
+	// duplicates of a stored message (brokers.ErrDeduplicated): not
+	// published, never delivered.
+	brokerDeduplicated atomic.Int64
 }
 
 func (c *counters) snapshot() results.Counters {

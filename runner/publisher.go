@@ -251,7 +251,14 @@ func (p *publisher) send(ctx context.Context, out outgoing) {
 		lat := time.Since(at)
 		var failed []int
 		var first error
+		dropped := 0
 		for i, err := range errs {
+			if errors.Is(err, brokers.ErrDeduplicated) {
+				// Stored once already: confirmed, and never delivered,
+				// so no answer is awaited for it.
+				dropped++
+				err = nil
+			}
 			if err != nil {
 				failed = append(failed, i)
 				if first == nil {
@@ -264,8 +271,12 @@ func (p *publisher) send(ctx context.Context, out outgoing) {
 			}
 		}
 		if ok := len(msgs) - len(failed); ok > 0 {
-			p.t.c.published.Add(int64(ok))
+			p.t.c.published.Add(int64(ok - dropped))
 			p.t.meters.recordPublish(lat, ok)
+		}
+		if dropped > 0 {
+			p.handed.Add(-int64(dropped))
+			p.t.c.brokerDeduplicated.Add(int64(dropped))
 		}
 		if len(failed) > 0 {
 			p.t.c.publishErrors.Add(int64(len(failed)))

@@ -188,7 +188,9 @@ func testPublishConsumeAll(t *testing.T, newBroker NewBroker) {
 }
 
 // a publisher that retries (its confirm was lost) sends the same event
-// again: both copies carry the same event id, with new transport ids.
+// again: both copies carry the same event id, with new transport ids. A
+// broker that deduplicates by id (Capabilities.BrokerDedup) confirms the
+// retry as ErrDeduplicated and delivers the event once.
 func testPublisherRetryKeepsID(t *testing.T, newBroker NewBroker) {
 	b := newBroker(t)
 	topic := Topic(t, b, 2)
@@ -197,8 +199,24 @@ func testPublisherRetryKeepsID(t *testing.T, newBroker NewBroker) {
 	retry := Event(t, prefix, 0, 1, 1, 0)
 	c := NewCollector(b.Name(), []brokers.Message{first})
 	Publish(t, b, topic, []brokers.Message{first}, publishTimeout)
-	Publish(t, b, topic, []brokers.Message{retry}, publishTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	defer cancel()
+	errs := b.Publish(ctx, topic, []brokers.Message{retry})
 	subscribe(t, b, topic, UniqueName(t, "g"), brokers.SubscribeOptions{}, brokers.PerDelivery(c.Handle))
+	if window := b.Capabilities().BrokerDedup; window > 0 {
+		if !errors.Is(errs[0], brokers.ErrDeduplicated) {
+			t.Fatalf("%s: claims BrokerDedup (%s) but a retry right after the first publish returned %v, want ErrDeduplicated", b.Name(), window, errs[0])
+		}
+		c.WaitAll(t, waitTimeout)
+		time.Sleep(time.Second)
+		if ds := c.Deliveries(first.ID); len(ds) != 1 {
+			t.Errorf("%s: claims BrokerDedup but delivered %s %d times", b.Name(), first.ID, len(ds))
+		}
+		return
+	}
+	if errs[0] != nil {
+		t.Fatalf("%s: publish the retry: %v", b.Name(), errs[0])
+	}
 	c.WaitFor(t, "both copies of "+first.ID, waitTimeout, func() bool { return len(c.Deliveries(first.ID)) >= 2 })
 	ds := c.Deliveries(first.ID)
 	attempts := map[int]bool{}

@@ -7,6 +7,7 @@ package all
 
 import (
 	_ "github.com/inboxbench/inboxbench/compose/kafka"    // "kafka"
+	_ "github.com/inboxbench/inboxbench/compose/nats"     // "nats"
 	_ "github.com/inboxbench/inboxbench/compose/postgres" // "postgres"
 	_ "github.com/inboxbench/inboxbench/compose/rabbitmq" // "rabbitmq"
 	_ "github.com/inboxbench/inboxbench/compose/rocketmq" // "rocketmq"

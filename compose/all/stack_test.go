@@ -18,10 +18,14 @@ import (
 )
 
 // Every variant's stack has the four services, in the order status shows
-// them and Down stops them in reverse.
+// them and Down stops them in reverse; the plain stack has NATS too.
 func TestEveryServiceRegistered(t *testing.T) {
-	want := []string{"postgres", "rabbitmq", "kafka", "rocketmq"}
+	four := []string{"postgres", "rabbitmq", "kafka", "rocketmq"}
 	for _, v := range []string{compose.VariantPlain, compose.VariantReplicated, compose.VariantSecure} {
+		want := four
+		if v == compose.VariantPlain {
+			want = append(four[:4:4], "nats")
+		}
 		if got := compose.Names(v); !slices.Equal(got, want) {
 			t.Errorf("the %q stack's services are %v, want %v", v, got, want)
 		}

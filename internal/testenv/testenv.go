@@ -36,6 +36,7 @@ const (
 	RabbitMQ = core.RabbitMQ
 	Kafka    = core.Kafka
 	RocketMQ = core.RocketMQ
+	NATS     = core.NATS
 )
 
 // Config returns the configuration from the environment with the

@@ -24,6 +24,7 @@ const (
 	RabbitMQ = "rabbitmq"
 	Kafka    = "kafka"
 	RocketMQ = "rocketmq"
+	NATS     = "nats"
 )
 
 // Config returns the configuration from the environment, failing the test on
@@ -69,6 +70,7 @@ var settingOf = map[string]string{
 	RabbitMQ: "rabbitmq.url",
 	Kafka:    "kafka.brokers",
 	RocketMQ: "rocketmq.namesrv",
+	NATS:     "nats.url",
 }
 
 // Addrs returns the host:port addresses configured for a service: the
