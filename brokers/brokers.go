@@ -430,6 +430,27 @@ type Info struct {
 	// Module is the Go module of the driver's client library, whose
 	// version results record; "" when it has none.
 	Module string
+	// Baseline marks the database-only driver (Capabilities.Baseline),
+	// which `bench run --brokers all` puts first beside every driver with
+	// a stack service.
+	Baseline bool
+}
+
+// All is what `--brokers all` names: the baseline drivers, then every
+// driver whose broker is a service of the stack, each sorted by name
+// (drivers of a broker living in the process, such as kafka-embedded,
+// are for quick functional runs and left out).
+func All() []string {
+	var base, served []string
+	for _, n := range Names() {
+		switch info := InfoOf(n); {
+		case info.Baseline:
+			base = append(base, n)
+		case info.Service != "":
+			served = append(served, n)
+		}
+	}
+	return append(base, served...)
 }
 
 type driver struct {

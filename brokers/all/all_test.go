@@ -55,3 +55,29 @@ func TestOpenIsLazyAndDescribed(t *testing.T) {
 		}
 	}
 }
+
+// TestAllIsTheBaselineAndTheStackServed: --brokers all names the baseline
+// first, then every driver served by a stack service, and never a driver
+// whose broker lives in the process; a driver's Info.Baseline says what
+// its Capabilities say.
+func TestAllIsTheBaselineAndTheStackServed(t *testing.T) {
+	all := brokers.All()
+	if len(all) == 0 || all[0] != "none" || slices.Contains(all, "kafka-embedded") {
+		t.Fatalf("All() = %v: want none first and no in-process driver", all)
+	}
+	for _, name := range brokers.Names() {
+		b, err := brokers.Open(context.Background(), name, config.Default(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caps := b.Capabilities()
+		b.Close()
+		info := brokers.InfoOf(name)
+		if info.Baseline != caps.Baseline {
+			t.Errorf("%s: Info.Baseline %v, Capabilities().Baseline %v", name, info.Baseline, caps.Baseline)
+		}
+		if want := info.Baseline || info.Service != ""; slices.Contains(all, name) != want {
+			t.Errorf("%s in All() = %v, want %v", name, !want, want)
+		}
+	}
+}

@@ -57,7 +57,7 @@ const Name = "none"
 func init() {
 	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
 		return New(ctx, cfg, opts)
-	}, brokers.Info{}) // no transport: no service, no client library
+	}, brokers.Info{Baseline: true}) // no transport: no service, no client library
 }
 
 // registry holds every topic of the process, shared by all Broker

@@ -159,7 +159,7 @@ type runFlags struct {
 
 // register binds the flags of 'bench run' to fl.
 func (fl *runFlags) register(f *pflag.FlagSet) {
-	f.StringVar(&fl.brokers, "brokers", "none,rabbitmq,kafka,rocketmq", "comma-separated brokers: "+strings.Join(brokers.Names(), ", "))
+	f.StringVar(&fl.brokers, "brokers", "none,rabbitmq,kafka,rocketmq", "comma-separated brokers: "+strings.Join(brokers.Names(), ", ")+"; 'all' = "+strings.Join(brokers.All(), ","))
 	f.StringVar(&fl.workload, "workload", "default", "workload file, or the name of one in workloads/ (smoke, default, contention, faults)")
 	f.StringArrayVar(&fl.files, "strategy-file", nil, strategyFileHelp)
 	f.StringVar(&fl.service, "service", "", "a service spec (YAML, docs/services.md): your own consumer service under test, in a cell of its own on every broker it consumes from, beside the built-in consumer's cells")
@@ -324,10 +324,17 @@ func parseBrokers(list string) ([]string, error) {
 		if b == "" {
 			continue
 		}
-		if !known[b] {
-			return nil, usagef("--brokers: unknown broker %q: choose from %s", b, strings.Join(brokers.Names(), ", "))
+		names := []string{b}
+		if b == "all" {
+			names = brokers.All()
+		} else if !known[b] {
+			return nil, usagef("--brokers: unknown broker %q: choose from %s, or all", b, strings.Join(brokers.Names(), ", "))
 		}
-		out = append(out, b)
+		for _, n := range names {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
 	}
 	if len(out) == 0 {
 		return nil, usagef("--brokers is empty: choose from %s", strings.Join(brokers.Names(), ", "))
