@@ -36,6 +36,7 @@ const (
 	RabbitMQ = core.RabbitMQ
 	Kafka    = core.Kafka
 	RocketMQ = core.RocketMQ
+	Redis    = core.Redis
 )
 
 // Config returns the configuration from the environment with the
