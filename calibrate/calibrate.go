@@ -198,14 +198,15 @@ func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibrat
 	row := results.BrokerCalibration{Broker: name, Server: serverVersion(ctx, r.Stack, name), Notes: shapeNotes(v, r.Shape)}
 	row.Vendor.Tool = v.tool()
 	row.Driver.Tool = driverTool(name)
-	version, coords := v.fetch()
-	r.say("%-9s fetching %s (cached under %s)", name, strings.Join(coords, ", "), r.Stack.Path("calibrate", name))
-	cp, err := compose.FetchJavaTool(ctx, r.Stack, "calibrate/"+name, "calibrate-"+name, version, coords...)
-	if err != nil {
-		row.Error = r.redact(err.Error())
-		return row
+	if version, coords := v.fetch(); len(coords) > 0 { // none: not a Java tool (redis-benchmark)
+		r.say("%-9s fetching %s (cached under %s)", name, strings.Join(coords, ", "), r.Stack.Path("calibrate", name))
+		cp, err := compose.FetchJavaTool(ctx, r.Stack, "calibrate/"+name, "calibrate-"+name, version, coords...)
+		if err != nil {
+			row.Error = r.redact(err.Error())
+			return row
+		}
+		r.classpath = cp
 	}
-	r.classpath = cp
 	if len(r.Rates) > 0 {
 		row.AtRate = r.atRates(ctx, name, v)
 		for _, rc := range row.AtRate {

@@ -17,6 +17,7 @@ import (
 	"github.com/inboxbench/inboxbench/brokers"
 	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
 	rabbitdriver "github.com/inboxbench/inboxbench/brokers/rabbitmq"
+	redisdriver "github.com/inboxbench/inboxbench/brokers/redis"
 	rocketdriver "github.com/inboxbench/inboxbench/brokers/rocketmq"
 	kafkastack "github.com/inboxbench/inboxbench/compose/kafka"
 	"github.com/inboxbench/inboxbench/config"
@@ -81,7 +82,8 @@ type singlePublisher interface {
 
 // vendors are the perf tools by the name of the broker driver they are
 // measured against: what can be calibrated. A driver without one is not.
-var vendors = map[string]vendor{kafkadriver.Name: kafkaVendor{}, rabbitdriver.Name: rabbitVendor{}, rocketdriver.Name: rocketVendor{}}
+var vendors = map[string]vendor{kafkadriver.Name: kafkaVendor{}, rabbitdriver.Name: rabbitVendor{}, rocketdriver.Name: rocketVendor{},
+	redisdriver.Name: redisVendor{}}
 
 // Brokers lists the brokers calibrate has a vendor perf tool for, sorted:
 // the ones it calibrates unless told otherwise.
