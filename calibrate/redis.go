@@ -3,6 +3,7 @@ package calibrate
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,14 +65,59 @@ func (redisVendor) publish(ctx context.Context, r *runner, topic string) results
 	}
 	xadd := []string{"XADD", topic + "-rb.__rand_int__", "*", redisdriver.FieldID, m.ID, redisdriver.FieldKey, m.Key, redisdriver.FieldBody, string(m.Body)}
 	defer r.dropBenchStreams(topic)
-	probe := int64(20 * r.Shape.Batch * r.Shape.Producers)
+	room, err := redisVendor{}.room(ctx, r)
+	if err != nil {
+		return r.measured(nil, Figure{}, err)
+	}
+	probe := min(int64(20*r.Shape.Batch*r.Shape.Producers), room/4)
 	cmd, f, err := r.redisBenchmark(ctx, "redis-benchmark-probe", probe, xadd)
 	if err != nil {
 		return r.measured(cmd, f, err)
 	}
-	n := max(probe, int64(f.MsgsPerS*r.Duration.Seconds()))
+	r.dropBenchStreams(topic)
+	n := max(probe, min(int64(f.MsgsPerS*r.Duration.Seconds()), room))
 	cmd, f, err = r.redisBenchmark(ctx, "redis-benchmark", n, xadd)
+	if err == nil && n == room {
+		f.Method += fmt.Sprintf("; %d requests, what the server's maxmemory leaves room for (fewer than the duration would take)", n)
+	}
 	return r.measured(cmd, f, err)
+}
+
+// room is how many of the shape's messages the server can still hold:
+// Redis keeps a stream in memory, and at maxmemory (noeviction) refuses
+// every XADD. Each side publishes at most this many (bounded), so a fast
+// side stops short of the duration rather than fail.
+func (redisVendor) room(ctx context.Context, r *runner) (int64, error) {
+	o, err := goredis.ParseURL(r.Cfg.Get(redisdriver.SettingURL))
+	if err != nil {
+		return 0, err
+	}
+	c := goredis.NewClient(o)
+	defer c.Close()
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis: INFO memory: %w", err)
+	}
+	field := func(name string) int64 {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	limit, used := field("maxmemory"), field("used_memory")
+	if limit == 0 {
+		return math.MaxInt64, nil // no maxmemory: the host's memory is the limit
+	}
+	// An entry of the driver's fields costs its body and about 300 bytes
+	// more (ids, field names, the stream's nodes); keep a third free.
+	n := max(0, (limit-used)*2/3) / int64(r.Shape.MessageSize+300)
+	if n < 1000 {
+		return 0, fmt.Errorf("redis: the server is nearly full (%d of maxmemory %d bytes used): delete the topics of old runs", used, limit)
+	}
+	return n, nil
 }
 
 // redisBenchmark runs n requests of command and reads its rate.
@@ -145,6 +191,12 @@ func (r *runner) dropBenchStreams(topic string) {
 	}
 }
 
+// bounded is a vendor whose broker holds a topic in memory up to a limit:
+// each side publishes at most room messages.
+type bounded interface {
+	room(ctx context.Context, r *runner) (int64, error)
+}
+
 // backlog: nothing is drained on the vendor side.
 func (redisVendor) backlog(context.Context, *runner, string, int64) (int64, error) { return 0, nil }
 
@@ -157,6 +209,7 @@ func (redisVendor) notes(s results.Shape) []string {
 	return []string{
 		fmt.Sprintf("redis-benchmark: %d connections, each a pipeline of %d XADDs waited for before the next (as the driver's %d publishers with batches of %d), each to one of %d streams at random (the driver: the key's hash stream), with the driver's fields (id, key, the %d-byte body)", s.Producers, s.Batch, s.Producers, s.Batch, s.Shards, s.MessageSize),
 		"redis-benchmark's figure covers its whole run (a C program: no warm-up to leave out); the driver's leaves the warm-up out",
+		"each side publishes at most what the server's maxmemory leaves room for (Redis keeps streams in memory and refuses XADD when full), so at a high rate a side stops before the duration",
 		consumeReason,
 	}
 }

@@ -45,13 +45,17 @@
 // deduplication covers that, its order does not.
 //
 // Verdicts (the handling is driverutil's): Ack is an XACK after the
-// Handler returned; Retry keeps the deliveries and what follows in place
-// (pending, unacknowledged) and calls the Handler again after the backoff;
-// Reject adds the entry to "<topic>.dlq" and acknowledges it in one
-// MULTI/EXEC, so it is neither lost nor both dead-lettered and redelivered;
-// Crash acknowledges nothing more, gives the leases up (as a process that
-// died would, once they expire; a Kafka consumer's Crash leaves the group
-// the same way) and ends the subscription with ErrCrashed. Delivery.
+// Handler returned, one for all the entries of a read (up to Prefetch)
+// once they are handled, or sooner with a Reject; Retry keeps the
+// deliveries and what follows in place (pending, unacknowledged) and
+// calls the Handler again after the backoff; Reject adds the entry to
+// "<topic>.dlq" and acknowledges it (and what was acknowledged before it)
+// in one MULTI/EXEC, so it is neither lost nor both dead-lettered and
+// redelivered; Crash sends no XACK more — what the read's earlier calls
+// acknowledged is delivered again, as Kafka's offsets not yet committed
+// are — gives the leases up (as a process that died would, once they
+// expire; a Kafka consumer's Crash leaves the group the same way) and
+// ends the subscription with ErrCrashed. Delivery.
 // DeliveryCount is the group's delivery count of the entry (XPENDING):
 // 1 for a new entry, more for one read again from the pending list after
 // a crash or a takeover; Redelivered is DeliveryCount > 1.

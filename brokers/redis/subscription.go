@@ -150,6 +150,9 @@ type worker struct {
 	stream  string
 	lease   *lease
 	trimmed time.Time
+	// acks are the entries the Handler acknowledged whose XACK is not
+	// sent yet: one XACK per read (flush).
+	acks []string
 }
 
 // own reads and handles the stream while the lease is held: the entries
@@ -167,13 +170,18 @@ func (w *worker) own() error {
 	if err := w.takeOver(ctx); err != nil {
 		return err
 	}
+	w.acks = w.acks[:0]
 	for cursor := "0"; ctx.Err() == nil; {
 		ds, next, err := w.read(ctx, cursor)
 		if err != nil {
 			return err
 		}
 		cursor = next
-		if err := w.handle(ctx, ds); err != nil || ctx.Err() != nil {
+		err = w.handle(ctx, ds)
+		if ferr := w.flush(); err == nil {
+			err = ferr
+		}
+		if err != nil || ctx.Err() != nil {
 			return err
 		}
 		w.trim(ctx)
@@ -333,29 +341,56 @@ func isSettleError(err error) bool {
 // the closed connection of a crashed process would.
 var errSettleAfterCrash = errors.New("the subscription crashed: nothing more is acknowledged")
 
-// settle acknowledges ds, after adding the rejected ones to the
-// dead-letter stream, in one MULTI/EXEC.
+// settle acknowledges ds: their XACK waits for the rest of the read
+// (flush), unless a delivery is rejected; then its copy to the
+// dead-letter stream and the XACK of everything acknowledged so far go in
+// one MULTI/EXEC.
 func (w *worker) settle(ds []*brokers.Delivery, vs []brokers.Verdict) error {
 	if w.s.Crashed() {
 		return settleError{errSettleAfterCrash}
 	}
+	var rejected []*brokers.Delivery
+	for i, d := range ds {
+		w.acks = append(w.acks, d.TransportID[len(w.stream)+1:])
+		if vs[i] == brokers.Reject {
+			rejected = append(rejected, d)
+		}
+	}
+	if len(rejected) == 0 {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // also after Close began
 	defer cancel()
-	ids := make([]string, len(ds))
 	_, err := w.s.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, d := range ds {
-			ids[i] = d.TransportID[len(w.stream)+1:]
-			if vs[i] == brokers.Reject {
-				// Not NOMKSTREAM: its nil answer would not stop the XACK.
-				p.XAdd(ctx, &goredis.XAddArgs{Stream: w.s.topic + DLQSuffix,
-					Values: append(fields(&d.Message), FieldFrom, d.TransportID)})
-			}
+		for _, d := range rejected {
+			// Not NOMKSTREAM: its nil answer would not stop the XACK.
+			p.XAdd(ctx, &goredis.XAddArgs{Stream: w.s.topic + DLQSuffix,
+				Values: append(fields(&d.Message), FieldFrom, d.TransportID)})
 		}
-		p.XAck(ctx, w.stream, w.s.group, ids...)
+		p.XAck(ctx, w.stream, w.s.group, w.acks...)
 		return nil
 	})
+	w.acks = w.acks[:0]
 	if err != nil {
-		return settleError{w.s.b.errorf("acknowledge %d entries of %s: %w", len(ds), w.stream, err)}
+		return settleError{w.s.b.errorf("dead-letter %d entries of %s: %w", len(rejected), w.stream, err)}
+	}
+	return nil
+}
+
+// flush sends the XACK of what the Handler acknowledged since the last
+// one; after a Crash it drops them, as a process that died would: those
+// entries are delivered again (as Kafka's offsets not yet committed are).
+func (w *worker) flush() error {
+	if len(w.acks) == 0 || w.s.Crashed() {
+		w.acks = w.acks[:0]
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // also after Close began
+	defer cancel()
+	err := w.s.client.XAck(ctx, w.stream, w.s.group, w.acks...).Err()
+	w.acks = w.acks[:0]
+	if err != nil {
+		return settleError{w.s.b.errorf("acknowledge entries of %s: %w", w.stream, err)}
 	}
 	return nil
 }
