@@ -104,6 +104,7 @@ func (s *subscription) end(cause error) {
 // turn: the handler broke its contract, the stream or group is gone.
 type errFatal struct{ error }
 
+// Unwrap is the error itself.
 func (e errFatal) Unwrap() error { return e.error }
 
 // run is one stream's worker: it takes the stream's lease when it is
@@ -330,6 +331,7 @@ func (w *worker) handle(ctx context.Context, ds []*brokers.Delivery) error {
 // acknowledged is read again from the pending list.
 type settleError struct{ error }
 
+// Unwrap is the error itself.
 func (e settleError) Unwrap() error { return e.error }
 
 func isSettleError(err error) bool {
