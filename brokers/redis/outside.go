@@ -10,14 +10,14 @@ import (
 
 // OutsideEnv implements brokers.Outside: the URL with its host and port
 // replaced by the route's proxy (a Redis client keeps to the one address
-// it was given), the topic's streams and its dead-letter stream. A
-// service reads each stream as a consumer of the group INBOXBENCH_GROUP
-// and must keep one reader per stream itself to keep per-key order
-// (docs/services.md).
-func (b *Broker) OutsideEnv(topic, _ string, route brokers.Route) (brokers.OutsideEnv, error) {
+// it was given), the topic's streams and its dead-letter stream. It
+// creates group on the streams, from their beginning, which a service
+// reads as INBOXBENCH_GROUP; the service must keep one reader per stream
+// itself to keep per-key order (docs/services.md).
+func (b *Broker) OutsideEnv(topic, group string, route brokers.Route) (brokers.OutsideEnv, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	n, err := b.shardCount(ctx, topic)
+	n, err := b.createGroup(ctx, topic, group)
 	if err != nil {
 		return brokers.OutsideEnv{}, err
 	}

@@ -42,20 +42,9 @@ type subscription struct {
 // stream of the topic (from the beginning, unless it exists) and starts a
 // worker per stream.
 func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts brokers.SubscribeOptions, h brokers.Handler) (brokers.Subscription, error) {
-	n, err := b.shardCount(ctx, topic)
+	n, err := b.createGroup(ctx, topic, group)
 	if err != nil {
 		return nil, err
-	}
-	cmds, _ := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i := 0; i < n; i++ {
-			p.XGroupCreate(ctx, StreamName(topic, i), group, "0")
-		}
-		return nil
-	})
-	for _, c := range cmds {
-		if err := c.Err(); err != nil && !isBusyGroup(err) {
-			return nil, b.errorf("subscribe %s as %s: create the group: %w", topic, group, err)
-		}
 	}
 	o, err := clientOptions(b.cfg, 2*n+4)
 	if err != nil {
@@ -74,6 +63,27 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		go s.run(StreamName(topic, i))
 	}
 	return s, nil
+}
+
+// createGroup creates group on every stream of topic, reading from the
+// beginning, unless it exists; it returns the topic's shard count.
+func (b *Broker) createGroup(ctx context.Context, topic, group string) (int, error) {
+	n, err := b.shardCount(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	cmds, _ := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i := 0; i < n; i++ {
+			p.XGroupCreate(ctx, StreamName(topic, i), group, "0")
+		}
+		return nil
+	})
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && !isBusyGroup(err) {
+			return 0, b.errorf("create the group %s of %s: %w", group, topic, err)
+		}
+	}
+	return n, nil
 }
 
 // consumerName is unique per subscription: host, process and a random
