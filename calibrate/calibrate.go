@@ -202,10 +202,12 @@ func (r *runner) broker(ctx context.Context, name string) results.BrokerCalibrat
 	row.Driver.Tool = driverTool(name)
 	version, coords := v.fetch()
 	var err error
-	r.say("%-9s fetching %s (cached under %s)", name, strings.Join(coords, ", "), r.Stack.Path("calibrate", name))
-	if gi, ok := v.(goInstaller); ok {
+	switch gi, ok := v.(goInstaller); {
+	case ok:
+		r.say("%-9s fetching %s (cached under %s)", name, strings.Join(coords, ", "), r.Stack.Path("calibrate", name))
 		r.toolBin, err = gi.install(ctx, r)
-	} else {
+	case len(coords) > 0: // none: a tool of the server's own package (redis-benchmark)
+		r.say("%-9s fetching %s (cached under %s)", name, strings.Join(coords, ", "), r.Stack.Path("calibrate", name))
 		r.classpath, err = compose.FetchJavaTool(ctx, r.Stack, "calibrate/"+name, "calibrate-"+name, version, coords...)
 	}
 	if err != nil {

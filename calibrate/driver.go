@@ -85,7 +85,13 @@ func (r *runner) driverSide(ctx context.Context, name string, side *results.Side
 	o := r.options()
 	r.say("%-9s driver publish for %s", name, r.Duration)
 	t := brokerbench.Topic{Broker: br, Name: topic}
-	pub, err := t.Publish(ctx, "calib", o, brokerbench.Limit{Duration: r.Duration})
+	limit := brokerbench.Limit{Duration: r.Duration}
+	if v, ok := vendors[name].(bounded); ok {
+		if limit.Messages, err = v.room(ctx, r); err != nil {
+			return err
+		}
+	}
+	pub, err := t.Publish(ctx, "calib", o, limit)
 	side.Publish = results.Measurement{MsgsPerS: pub.RateAfter(r.Warmup), Messages: pub.Messages,
 		Method: fmt.Sprintf("confirmed messages per second from %s after the first send to the last confirm (warm-up dropped)", r.Warmup)}
 	if pub.Series != nil {

@@ -36,6 +36,7 @@ func TestParsersGolden(t *testing.T) {
 		{"rocketmq-producer-long.txt", func(s string) (Figure, error) { return ParseRocketMQProducer(s, warmup) }},
 		{"rocketmq-consumer-long.txt", ParseRocketMQConsumer},
 		{"rocketmq-batch-producer.txt", func(s string) (Figure, error) { return ParseRocketMQBatchProducer(s, warmup) }},
+		{"redis-benchmark.txt", func(s string) (Figure, error) { return ParseRedisBenchmark(s, 136000) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {

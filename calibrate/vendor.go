@@ -18,6 +18,7 @@ import (
 	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
 	natsdriver "github.com/inboxbench/inboxbench/brokers/nats"
 	rabbitdriver "github.com/inboxbench/inboxbench/brokers/rabbitmq"
+	redisdriver "github.com/inboxbench/inboxbench/brokers/redis"
 	rocketdriver "github.com/inboxbench/inboxbench/brokers/rocketmq"
 	kafkastack "github.com/inboxbench/inboxbench/compose/kafka"
 	"github.com/inboxbench/inboxbench/config"
@@ -83,7 +84,8 @@ type singlePublisher interface {
 // vendors are the perf tools by the name of the broker driver they are
 // measured against: what can be calibrated. A driver without one is not.
 var vendors = map[string]vendor{kafkadriver.Name: kafkaVendor{}, rabbitdriver.Name: rabbitVendor{}, rocketdriver.Name: rocketVendor{},
-	natsdriver.Name: natsVendor{}}
+	natsdriver.Name: natsVendor{},
+	redisdriver.Name: redisVendor{}}
 
 // Brokers lists the brokers calibrate has a vendor perf tool for, sorted:
 // the ones it calibrates unless told otherwise.

@@ -9,5 +9,6 @@ import (
 	_ "github.com/inboxbench/inboxbench/brokers/nats"     // "nats" (JetStream)
 	_ "github.com/inboxbench/inboxbench/brokers/none"     // "none" (database-only baseline)
 	_ "github.com/inboxbench/inboxbench/brokers/rabbitmq" // "rabbitmq"
+	_ "github.com/inboxbench/inboxbench/brokers/redis"    // "redis"
 	_ "github.com/inboxbench/inboxbench/brokers/rocketmq" // "rocketmq"
 )

@@ -16,14 +16,15 @@ import (
 func newStackCmd(cfg *config.Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stack",
-		Short: "Run the local stack: PostgreSQL, RabbitMQ, Kafka, RocketMQ and NATS on loopback",
-		Long: `Runs the five services natively, without Docker, on fixed loopback ports:
+		Short: "Run the local stack: PostgreSQL, RabbitMQ, Kafka, RocketMQ, NATS and Redis on loopback",
+		Long: `Runs the services natively, without Docker, on fixed loopback ports:
 
   postgres   127.0.0.1:55432   Debian package, cluster in <stack-dir>/pg
   rabbitmq   127.0.0.1:55672   Debian package, its own node in <stack-dir>/rabbitmq
   kafka      127.0.0.1:59092   Maven Central artifacts, KRaft single node (controller 59093)
   rocketmq   127.0.0.1:59876   Maven Central artifacts, name server + broker (50911)
   nats       127.0.0.1:54222   nats-server built with go install, JetStream in <stack-dir>/nats
+  redis      127.0.0.1:56379   Debian package, its own server in <stack-dir>/redis
 
 Missing Debian packages are installed with apt-get when running as root;
 otherwise the command prints what to install and exits 2. Users with Docker

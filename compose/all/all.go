@@ -10,5 +10,6 @@ import (
 	_ "github.com/inboxbench/inboxbench/compose/nats"     // "nats"
 	_ "github.com/inboxbench/inboxbench/compose/postgres" // "postgres"
 	_ "github.com/inboxbench/inboxbench/compose/rabbitmq" // "rabbitmq"
+	_ "github.com/inboxbench/inboxbench/compose/redis"    // "redis"
 	_ "github.com/inboxbench/inboxbench/compose/rocketmq" // "rocketmq"
 )

@@ -33,7 +33,7 @@ func TestStackRestartsBackToBack(t *testing.T) {
 	if cycles <= 0 {
 		testenv.SkipUnlessCI(t, fmt.Sprintf("restarts the local stack: set %s to a number of stop/start cycles (make test runs it alone)", restartCyclesEnv))
 	}
-	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ)
+	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ, testenv.Redis)
 	e := &compose.Env{Dir: testenv.StackDir(t, cfg), Cfg: cfg, Out: stacktest.Writer{T: t}}
 	svcs := compose.Services(compose.VariantPlain)
 	profiles := map[string]string{}

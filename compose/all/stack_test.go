@@ -18,13 +18,13 @@ import (
 )
 
 // Every variant's stack has the four services, in the order status shows
-// them and Down stops them in reverse; the plain stack has NATS too.
+// them and Down stops them in reverse; the plain stack has NATS and Redis too.
 func TestEveryServiceRegistered(t *testing.T) {
 	four := []string{"postgres", "rabbitmq", "kafka", "rocketmq"}
 	for _, v := range []string{compose.VariantPlain, compose.VariantReplicated, compose.VariantSecure} {
 		want := four
 		if v == compose.VariantPlain {
-			want = append(four[:4:4], "nats")
+			want = append(slices.Clone(four), "nats", "redis")
 		}
 		if got := compose.Names(v); !slices.Equal(got, want) {
 			t.Errorf("the %q stack's services are %v, want %v", v, got, want)
@@ -45,7 +45,7 @@ func TestRegisterDuplicatePanics(t *testing.T) {
 // status` does: every service listens somewhere, and nowhere beyond
 // loopback except the documented RocketMQ HA port.
 func TestStackListensOnLoopbackOnly(t *testing.T) {
-	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ)
+	cfg := testenv.Require(t, testenv.Postgres, testenv.RabbitMQ, testenv.Kafka, testenv.RocketMQ, testenv.Redis)
 	e := &compose.Env{Dir: testenv.StackDir(t, cfg), Cfg: cfg}
 	for _, r := range compose.Status(context.Background(), e, compose.Services(compose.VariantPlain)) {
 		if r.ListenErr != nil {

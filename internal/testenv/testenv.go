@@ -37,6 +37,7 @@ const (
 	Kafka    = core.Kafka
 	RocketMQ = core.RocketMQ
 	NATS     = core.NATS
+	Redis    = core.Redis
 )
 
 // Config returns the configuration from the environment with the

@@ -25,6 +25,7 @@ const (
 	Kafka    = "kafka"
 	RocketMQ = "rocketmq"
 	NATS     = "nats"
+	Redis    = "redis"
 )
 
 // Config returns the configuration from the environment, failing the test on
@@ -71,11 +72,13 @@ var settingOf = map[string]string{
 	Kafka:    "kafka.brokers",
 	RocketMQ: "rocketmq.namesrv",
 	NATS:     "nats.url",
+	Redis:    "redis.url",
 }
 
 // Addrs returns the host:port addresses configured for a service: the
 // hosts of a URL (every host of a multi-host PostgreSQL URL; default port
-// 5672 for amqp://, 5671 for amqps://), or a comma-separated list.
+// 5672 for amqp://, 5671 for amqps://, 6379 for redis://), or a
+// comma-separated list.
 func Addrs(c config.Config, service string) []string {
 	v := c.Get(settingOf[service])
 	if service == Postgres {
@@ -99,10 +102,7 @@ func Addrs(c config.Config, service string) []string {
 		return []string{config.Redact(v)}
 	}
 	if u.Port() == "" {
-		port := "5672"
-		if u.Scheme == "amqps" {
-			port = "5671" // AMQP over TLS
-		}
+		port := map[string]string{"amqp": "5672", "amqps": "5671", "redis": "6379", "rediss": "6379"}[u.Scheme]
 		return []string{net.JoinHostPort(u.Hostname(), port)}
 	}
 	return []string{u.Host}
