@@ -59,7 +59,9 @@ func newRounds(o *Options, fl *fleet, env *results.Env) *rounds {
 			rs.cells = append(rs.cells, cellKey{b, sp.Label()})
 		}
 	}
-	rs.warmup = newWarmup(o, rs.cells)
+	if rs.warmup = newWarmup(o, rs.cells); rs.warmup != nil {
+		rs.warmup.ended = func(w *results.Warmup) { fmt.Fprintf(o.Console.Progress, "warm-up done: %s\n", w.Text()) }
+	}
 	return rs
 }
 
@@ -118,9 +120,8 @@ func (rs *rounds) round(ctx context.Context, rn roundNo) {
 			}
 		}
 		rs.print(rn, c)
-		if rn.warm && rs.warmup.record(k, c, time.Since(began)) {
-			w := rs.warmup.cells[k]
-			fmt.Fprintf(rs.o.Console.Progress, "warmed up: %s\n", w.Text())
+		if rn.warm {
+			rs.warmup.record(k, c, time.Since(began))
 		}
 		if c.Invariants.Verdict == results.VerdictPass {
 			rs.passed = append(rs.passed, c)

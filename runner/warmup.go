@@ -29,6 +29,8 @@ type warmup struct {
 	cells map[cellKey]*results.Warmup
 	order []cellKey
 	took  map[cellKey]time.Duration // how long each cell's last warm-up round took
+	// ended, when set, is told of each cell whose warm-up ended.
+	ended func(*results.Warmup)
 }
 
 // newWarmup prepares the warm-up of cells as o asks: none without
@@ -55,23 +57,31 @@ func (wu *warmup) runs(k cellKey) bool {
 		return false
 	}
 	if wu.limit > 0 && w.Rounds > 0 && time.Since(wu.start)+wu.took[k] > wu.limit {
-		w.Ended = results.WarmupTime
+		wu.end(w, results.WarmupTime)
 		return false
 	}
 	return true
 }
 
+// end ends w's warm-up for why.
+func (wu *warmup) end(w *results.Warmup, why results.WarmupEnd) {
+	w.Ended = why
+	if wu.ended != nil {
+		wu.ended(w)
+	}
+}
+
 // record takes cell k's warm-up round c, which took took, and decides
-// whether the cell warms up again; it returns true when its warm-up just
-// ended.
-func (wu *warmup) record(k cellKey, c results.Cell, took time.Duration) bool {
+// whether the cell warms up again.
+func (wu *warmup) record(k cellKey, c results.Cell, took time.Duration) {
 	w := wu.cells[k]
 	wu.took[k] = took
 	w.Rounds++
 	w.Rates = append(w.Rates, c.Throughput.EventsPerS)
 	w.Seconds = time.Since(wu.start).Round(100 * time.Millisecond).Seconds()
-	w.Ended = warmupEnd(w.Rates, c.Invariants.Verdict, wu.min, wu.limit > 0)
-	return w.Ended != ""
+	if why := warmupEnd(w.Rates, c.Invariants.Verdict, wu.min, wu.limit > 0); why != "" {
+		wu.end(w, why)
+	}
 }
 
 // warmupEnd is why a cell's warm-up ends after rates, the last round's
