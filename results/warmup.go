@@ -37,6 +37,8 @@ const (
 	// WarmupFailed: a warm-up round did not pass its checks (it is kept
 	// among the cell's rounds, as round 0).
 	WarmupFailed WarmupEnd = "failed"
+	// WarmupStopped: the run was stopped during the warm-up.
+	WarmupStopped WarmupEnd = "stopped"
 )
 
 // Warmup is one cell's warm-up rounds.
@@ -82,6 +84,8 @@ func (w *Warmup) Text() string {
 		return s + fmt.Sprintf("STILL RISING when the warm-up's time was up (%+.0f%% over the round before)", 100*w.LastRise())
 	case WarmupFailed:
 		return s + "ended: a warm-up round did not pass its checks"
+	case WarmupStopped:
+		return s + "the run was stopped during the warm-up"
 	}
 	if len(w.Rates) > 1 && w.LastRise() > WarmupRise {
 		return s + fmt.Sprintf("a fixed number of rounds, STILL RISING (%+.0f%% over the round before)", 100*w.LastRise())

@@ -113,8 +113,8 @@ func (wu *warmup) done() bool {
 	return true
 }
 
-// result is every cell's warm-up in the cells' order, and the most
-// warm-up rounds a cell ran.
+// result is every cell's warm-up in the cells' order (one still going on
+// was stopped with the run), and the most warm-up rounds a cell ran.
 func (wu *warmup) result() ([]results.Warmup, int) {
 	if wu == nil {
 		return nil, 0
@@ -122,11 +122,15 @@ func (wu *warmup) result() ([]results.Warmup, int) {
 	var out []results.Warmup
 	most := 0
 	for _, k := range wu.order {
-		w := wu.cells[k]
-		if w.Rounds > 0 {
-			out = append(out, *w)
-			most = max(most, w.Rounds)
+		w := *wu.cells[k]
+		if w.Rounds == 0 {
+			continue
 		}
+		if w.Ended == "" {
+			w.Ended = results.WarmupStopped
+		}
+		out = append(out, w)
+		most = max(most, w.Rounds)
 	}
 	return out, most
 }

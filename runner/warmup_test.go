@@ -126,6 +126,11 @@ func TestWarmupBoundedInTime(t *testing.T) {
 	if !fixed.runs(k) {
 		t.Error("a fixed count stopped at a time")
 	}
+	stopped := newWarmup(&Options{WarmupRounds: 1, WarmupFor: time.Hour}, []cellKey{k})
+	stopped.record(k, warmCell(1000), time.Second)
+	if ws, _ := stopped.result(); len(ws) != 1 || ws[0].Ended != results.WarmupStopped {
+		t.Errorf("a run stopped during its warm-up: %+v", ws)
+	}
 	if newWarmup(&Options{WarmupRounds: 0, WarmupFor: time.Hour}, []cellKey{k}) != nil {
 		t.Error("no warm-up rounds asked, yet a warm-up")
 	}
