@@ -68,9 +68,13 @@ func (c *Cell) RateText() string {
 
 // SteadyText says whether a steady-state cell's window was steady: "" for
 // a cell run for its events, "steady", or "NOT STEADY" with why (or in
-// how many rounds).
+// how many rounds). A cell whose rounds rose from one to the next is
+// "NOT STEADY — still warming up", whatever its windows.
 func (c *Cell) SteadyText() string {
 	switch {
+	case c.Warming():
+		r := c.Stats.Rise
+		return fmt.Sprintf("NOT STEADY — still warming up: %+.0f%% over %d rounds (p %.2g)", 100*r.Rise, r.Rounds, r.P)
 	case c.Stats != nil && c.Stats.NotSteady > 0:
 		return fmt.Sprintf("NOT STEADY in %d of %d rounds", c.Stats.NotSteady, len(c.Rounds))
 	case c.Stats != nil && c.Stats.Trend != nil && c.Stats.Trend.P < RoundsTrendAlpha:
@@ -83,11 +87,19 @@ func (c *Cell) SteadyText() string {
 	return ""
 }
 
+// Warming reports whether the cell's rate rose across its measured
+// rounds beyond chance (CellStats.Rise): its median is a picture of a
+// warm-up, not a figure.
+func (c *Cell) Warming() bool {
+	return c.Stats != nil && c.Stats.Rise != nil && c.Stats.Rise.Warming
+}
+
 // SteadyCells reports whether any cell of the run was measured at steady
-// state (its window recorded).
+// state (its window recorded), or rose across its rounds: the tables then
+// have a column that says which cells are steady.
 func (r *Run) SteadyCells() bool {
 	for i := range r.Cells {
-		if r.Cells[i].Window != nil {
+		if r.Cells[i].Window != nil || r.Cells[i].Warming() {
 			return true
 		}
 	}

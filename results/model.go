@@ -28,9 +28,11 @@ type Run struct {
 	// once); each cell then holds its rounds.
 	Rounds int `json:"rounds,omitempty"`
 	// WarmupRounds ran before the measured rounds and are not in the
-	// cells (a warm-up cell that failed its checks is, as a round 0).
-	WarmupRounds int    `json:"warmup_rounds,omitempty"`
-	Cells        []Cell `json:"cells"`
+	// cells (a warm-up cell that failed its checks is, as a round 0):
+	// the most that any cell ran. Warmup says how each cell's went.
+	WarmupRounds int      `json:"warmup_rounds,omitempty"`
+	Warmup       []Warmup `json:"warmup,omitempty"`
+	Cells        []Cell   `json:"cells"`
 }
 
 // Env describes where the figures were measured.
@@ -191,6 +193,10 @@ type CellStats struct {
 	// Trend judges the rounds' windows together (steady-state cells of
 	// two rounds or more).
 	Trend *RoundsTrend `json:"trend,omitempty"`
+	// Rise judges the rounds' rates in the order they ran: a cell that
+	// got faster from round to round is still warming up (five measured
+	// rounds or more).
+	Rise *RoundsRise `json:"rise,omitempty"`
 }
 
 // Throughput is durable effects per second, overall (after warm-up) and as

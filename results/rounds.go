@@ -139,7 +139,20 @@ func roundStats(rounds []Cell) *CellStats {
 		}
 	}
 	st.Trend = roundsTrend(rounds)
+	st.Rise = RiseOf(measuredRates(rounds))
 	return st
+}
+
+// measuredRates are the events/s of the measured rounds in the order they
+// ran, leaving out a failed warm-up round kept as round 0.
+func measuredRates(rounds []Cell) []float64 {
+	var out []float64
+	for i := range rounds {
+		if rounds[i].Round > 0 {
+			out = append(out, rounds[i].Throughput.EventsPerS)
+		}
+	}
+	return out
 }
 
 // medianLatencies takes each percentile's median over the rounds.

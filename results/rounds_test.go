@@ -51,3 +51,48 @@ func TestAggregateRounds(t *testing.T) {
 		t.Errorf("one round must come back as it is: %+v", a)
 	}
 }
+
+// TestAggregateRise: the rounds of the first make bench, each
+// window steady on its own. RocketMQ rose in every round (+75%): the
+// cell is not steady — still warming up, with the rise, in its stats and
+// its window text, and the run's tables get their window column even for
+// cells run for their events. Its second run, and a failed warm-up round
+// kept before the measured ones (round 0, slower than all of them), are
+// not a rise.
+func TestAggregateRise(t *testing.T) {
+	cells := func(rates ...float64) []Cell {
+		var out []Cell
+		for i, r := range rates {
+			out = append(out, roundCell(i+1, r, VerdictPass, true))
+		}
+		return out
+	}
+	first := Aggregate(cells(9344, 12897, 14984, 15658, 16372))
+	r := first.Stats.Rise
+	if r == nil || !r.Warming || r.Rounds != 5 || !first.Warming() {
+		t.Fatalf("rise %+v: want warming over 5 rounds", r)
+	}
+	if got, want := first.SteadyText(), "NOT STEADY — still warming up: +75% over 5 rounds (p 0.0083)"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	second := Aggregate(cells(15232, 17263, 15335, 14401, 15390))
+	if second.Warming() || second.SteadyText() != "steady" {
+		t.Errorf("second run: %+v, %q", second.Stats.Rise, second.SteadyText())
+	}
+	warm := roundCell(0, 3000, VerdictFail, true)
+	kept := Aggregate(append([]Cell{warm}, cells(15232, 17263, 15335, 14401, 15390)...))
+	if kept.Stats.Rise == nil || kept.Stats.Rise.Rounds != 5 || kept.Warming() {
+		t.Errorf("with a kept warm-up round: %+v", kept.Stats.Rise)
+	}
+	if few := Aggregate(cells(1, 2, 3, 4)); few.Stats.Rise != nil {
+		t.Errorf("four rounds: %+v, want no verdict", few.Stats.Rise)
+	}
+	first.Window = nil
+	for i := range first.Rounds {
+		first.Rounds[i].Window = nil
+	}
+	run := &Run{Cells: []Cell{first}}
+	if !run.SteadyCells() || !strings.HasPrefix(first.SteadyText(), "NOT STEADY — still warming up") {
+		t.Errorf("a warming cell run for its events: column %v, %q", run.SteadyCells(), first.SteadyText())
+	}
+}

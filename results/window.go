@@ -38,6 +38,11 @@ type Window struct {
 	// QuietS is how long the cell waited before it started for the host
 	// to go quiet (the cell before it done with its background work).
 	QuietS float64 `json:"quiet_s,omitempty"`
+	// MaxBacklog is the bound on messages sent and not yet answered by
+	// the consumers that a saturated cell's window ran at: the workload's
+	// max_backlog, or 2.5 s of the cell's consumption measured in its
+	// warm-up; absent at a fixed rate.
+	MaxBacklog int64 `json:"max_backlog,omitempty"`
 }
 
 // SteadyTrend is the largest change of a window's rate over the window,

@@ -42,9 +42,9 @@ type cell struct {
 	// them; strategy is the strategy itself, looked up as the cell runs.
 	broker, name string
 	strategy     inbox.Strategy
-	// round is the cell's round: 1 … Rounds, or 1-W … 0 for the warm-up
-	// rounds (rounds.go).
-	round int
+	// round is the cell's round: a measured one, or a warm-up round
+	// (rounds.go).
+	round roundNo
 	fleet *fleet // nil: consumers are goroutines of this process
 	// id names the cell's schema, topic and consumer group, fresh per
 	// round (cellID); consumer is the inbox's consumer.
@@ -88,15 +88,15 @@ func cellID(runID, broker, strategy string) string {
 	return id
 }
 
-// roundCellID is the id of broker × strategy in round r of the run: a
-// warm-up round (1-W … 0), and each round of a run of several, have a
-// schema and a topic of their own.
-func roundCellID(o *Options, broker, strategy string, r int) string {
+// roundCellID is the id of broker × strategy in round rn of the run: a
+// warm-up round, and each round of a run of several, have a schema and a
+// topic of their own.
+func roundCellID(o *Options, broker, strategy string, rn roundNo) string {
 	switch {
-	case r <= 0:
-		return cellID(o.RunID, broker, fmt.Sprintf("%s_w%d", strategy, r+o.WarmupRounds))
+	case rn.warm:
+		return cellID(o.RunID, broker, fmt.Sprintf("%s_w%d", strategy, rn.n))
 	case o.Rounds > 1:
-		return cellID(o.RunID, broker, fmt.Sprintf("%s_r%d", strategy, r))
+		return cellID(o.RunID, broker, fmt.Sprintf("%s_r%d", strategy, rn.n))
 	}
 	return cellID(o.RunID, broker, strategy)
 }

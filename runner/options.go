@@ -21,6 +21,7 @@ const (
 	KeyRunID                  = "runner.run-id"
 	KeyRounds                 = "runner.rounds"
 	KeyWarmupRounds           = "runner.warmup_rounds"
+	KeyWarmupFor              = "runner.warmup_rounds_for"
 	KeyReplace                = "runner.replace"
 	KeyAuditMode              = "runner.measure.audit-mode"
 	KeyRetryAttempts          = "runner.limits.retry.attempts"
@@ -57,12 +58,13 @@ type Options struct {
 	// default a run that writes result.json drops them then (runid.go).
 	KeepData bool
 	// Rounds measures every cell this many times (zero: the workload's
-	// rounds, else once; once for a rate search), interleaved: all cells once per round, in the
-	// given order on odd rounds and the reverse on even ones, so that a
-	// drift of the machine over the run (a JVM warming, caches, the disk)
-	// weighs on every cell alike. Each round of a cell starts from the
-	// same state: a schema and a topic of its own, right after a
-	// checkpoint.
+	// rounds, else once; once for a rate search), interleaved: all cells
+	// once per round, in an order that puts every cell in every place
+	// equally often over the rounds (order.go), so that a drift of the
+	// machine over the run (a JVM warming, caches, the disk) and what one
+	// cell leaves the next weigh on every cell alike. Each round of a cell
+	// starts from the same state: a schema and a topic of its own, right
+	// after a checkpoint.
 	Rounds int
 	// WarmupRounds are rounds of every cell run first, interleaved like
 	// the others, and not kept: a freshly started JVM broker keeps
@@ -71,6 +73,12 @@ type Options struct {
 	// its verdict counts. Negative: the workload's (none for a rate
 	// search).
 	WarmupRounds int
+	// WarmupFor, above zero, makes the warm-up rounds go on while a
+	// cell's rate still rises from one to the next (each cell at least
+	// two, or WarmupRounds), for at most this long (warmup.go); zero: a
+	// fixed count of WarmupRounds. Negative: the workload's
+	// (warmup_rounds_for).
+	WarmupFor time.Duration
 
 	Output  Output       // where result.json goes and what it records
 	Measure Measure      // latency histograms and the checker's audit log
@@ -209,6 +217,8 @@ func (o *Options) Validate() error {
 		return config.Invalid(KeyRounds, o.Rounds, "use 1 to 100")
 	case o.WarmupRounds > 10:
 		return config.Invalid(KeyWarmupRounds, o.WarmupRounds, "use 0 to 10")
+	case o.WarmupFor > time.Hour:
+		return config.Invalid(KeyWarmupFor, o.WarmupFor, "use 0 (a fixed count of warm-up rounds) to 1h")
 	case o.Spec.Steady() && o.Stream.Backlog:
 		return config.Invalid(KeyBacklog, nil, "the workload measures a steady window (measure): a backlog drain has no steady state; remove measure or the backlog")
 	case o.Workers.Local < 0:
@@ -260,6 +270,9 @@ func (o *Options) Validate() error {
 		if o.Search != nil {
 			o.WarmupRounds = 0
 		}
+	}
+	if o.WarmupFor < 0 {
+		o.WarmupFor = o.Spec.WarmupRoundsFor.D()
 	}
 	if o.Rounds == 0 {
 		o.Rounds = max(1, o.Spec.Rounds)

@@ -48,8 +48,9 @@ type publisher struct {
 	stop chan struct{}
 	halt func()
 	// backlog, above zero, holds sending while more messages than this
-	// were handed to the driver and not yet answered by the consumers.
-	backlog int64
+	// were handed to the driver and not yet answered by the consumers; a
+	// saturated steady cell's follows its consumption (backlog.go).
+	backlog atomic.Int64
 
 	sender brokers.AsyncPublisher
 	// start is the zero of the intended send times (run).
@@ -387,15 +388,16 @@ func (p *publisher) sleepUntil(ctx context.Context, t time.Time) bool {
 // room waits while the backlog bound is reached: more messages handed to
 // the driver than answered by the consumers, by more than p.backlog.
 func (p *publisher) room(ctx context.Context) bool {
-	if p.backlog <= 0 {
-		return ctx.Err() == nil
+	full := func() bool {
+		b := p.backlog.Load()
+		return b > 0 && p.handed.Load()-p.t.handled.Load() > b
 	}
-	if p.handed.Load()-p.t.handled.Load() <= p.backlog {
+	if !full() {
 		return ctx.Err() == nil
 	}
 	since := time.Now()
 	defer func() { p.roomWait.Add(int64(time.Since(since))) }()
-	for p.handed.Load()-p.t.handled.Load() > p.backlog {
+	for full() {
 		if p.stopped() {
 			return true
 		}

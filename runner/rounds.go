@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/results"
@@ -13,10 +14,10 @@ import (
 
 // rounds runs a run's cells round after round and gathers what each round
 // of each cell found. Its decisions each have one place: the order of the
-// cells within a round (roundOrder), which rounds run (all: the warm-up
-// rounds, numbered 1-W … 0, then the measured ones), and what of a round
-// is kept (kept); results aggregates a cell's kept rounds into its
-// figures.
+// cells within a round (order.go: every cell in every place equally
+// often), which rounds run (all: the warm-up rounds while cells still get
+// faster, warmup.go, then the measured ones), and what of a round is kept
+// (kept); results aggregates a cell's kept rounds into its figures.
 type rounds struct {
 	o     *Options
 	plan  *workload.Plan
@@ -30,6 +31,14 @@ type rounds struct {
 	// topics go once the result is written).
 	byCell map[cellKey][]results.Cell
 	passed []results.Cell
+	warmup *warmup // nil without warm-up rounds
+}
+
+// roundNo is a round of the run: a warm-up round (warm, n = 1, 2 …) or a
+// measured one (n = 1 … Rounds).
+type roundNo struct {
+	n    int
+	warm bool
 }
 
 // cellKey is one broker × strategy.
@@ -50,6 +59,9 @@ func newRounds(o *Options, fl *fleet, env *results.Env) *rounds {
 			rs.cells = append(rs.cells, cellKey{b, sp.Label()})
 		}
 	}
+	if rs.warmup = newWarmup(o, rs.cells); rs.warmup != nil {
+		rs.warmup.ended = func(w *results.Warmup) { fmt.Fprintf(o.Console.Progress, "warm-up done: %s\n", w.Text()) }
+	}
 	return rs
 }
 
@@ -64,36 +76,57 @@ func serviceRuns(sp *service.Spec, broker string) bool {
 // announce prints what the run is about to do.
 func (rs *rounds) announce() {
 	o := rs.o
+	text := roundsText(*o)
+	if rs.warmup != nil {
+		text += rs.warmup.text()
+	}
 	fmt.Fprintf(o.Console.Progress, "run %s: workload %s, %d events over %d aggregates (%d sends with faults), %d cells%s\n",
-		o.RunID, o.Spec.Name, len(rs.plan.Events), o.Spec.Aggregates, len(rs.plan.Publishes), len(rs.cells), roundsText(*o))
+		o.RunID, o.Spec.Name, len(rs.plan.Events), o.Spec.Aggregates, len(rs.plan.Publishes), len(rs.cells), text)
 }
 
-// all runs the warm-up rounds (1-W … 0) first, then the measured ones,
-// until ctx ends.
+// all runs the warm-up rounds first, then the measured ones, until ctx
+// ends.
 func (rs *rounds) all(ctx context.Context) {
-	for r := 1 - rs.o.WarmupRounds; r <= rs.o.Rounds && ctx.Err() == nil; r++ {
-		rs.round(ctx, r)
+	if rs.warmup != nil {
+		rs.warmup.start = time.Now()
+		for w := 1; ctx.Err() == nil && !rs.warmup.done(); w++ {
+			rs.round(ctx, roundNo{n: w, warm: true})
+		}
+	}
+	for r := 1; r <= rs.o.Rounds && ctx.Err() == nil; r++ {
+		rs.round(ctx, roundNo{n: r})
 	}
 }
 
-// round runs every cell once in round r, in the round's order, and keeps
-// what the round keeps, each cell's throughput set against the baseline's
-// of its round.
-func (rs *rounds) round(ctx context.Context, r int) {
+// round runs the cells of round rn in the round's order — in a warm-up
+// round those still warming up — and keeps what the round keeps, each
+// cell's throughput set against the baseline's of its round.
+func (rs *rounds) round(ctx context.Context, rn roundNo) {
 	var kept []results.Cell
-	for i, k := range roundOrder(rs.cells, r) {
+	i := 0
+	for _, k := range roundOrder(rs.cells, rn.n) {
 		if ctx.Err() != nil {
 			break
 		}
-		c := rs.runCell(ctx, k, r)
-		if rs.o.Rounds > 1 || rs.o.WarmupRounds > 0 {
-			c.Round, c.Order = max(r, 0), i+1
+		if rn.warm && !rs.warmup.runs(k) {
+			continue
 		}
-		rs.print(r, c)
+		began := time.Now()
+		c := rs.runCell(ctx, k, rn)
+		if i++; rs.o.Rounds > 1 || rs.warmup != nil {
+			c.Round, c.Order = rn.n, i
+			if rn.warm {
+				c.Round = 0
+			}
+		}
+		rs.print(rn, c)
+		if rn.warm {
+			rs.warmup.record(k, c, time.Since(began))
+		}
 		if c.Invariants.Verdict == results.VerdictPass {
 			rs.passed = append(rs.passed, c)
 		}
-		if rs.kept(r, &c) {
+		if rs.kept(rn, &c) {
 			kept = append(kept, c)
 		}
 	}
@@ -104,12 +137,12 @@ func (rs *rounds) round(ctx context.Context, r int) {
 	}
 }
 
-// runCell runs cell k in round r; the first cell of a broker also asks its
-// driver what its confirms mean (brokers.DurabilityReporter).
-func (rs *rounds) runCell(ctx context.Context, k cellKey, r int) results.Cell {
-	id := roundCellID(rs.o, k.broker, k.strategy, r)
+// runCell runs cell k in round rn; the first cell of a broker also asks
+// its driver what its confirms mean (brokers.DurabilityReporter).
+func (rs *rounds) runCell(ctx context.Context, k cellKey, rn roundNo) results.Cell {
+	id := roundCellID(rs.o, k.broker, k.strategy, rn)
 	ask := rs.env.Durability == nil || rs.env.Durability.Settings[k.broker] == nil
-	c := &cell{o: rs.o, plan: rs.plan, fleet: rs.fleet, broker: k.broker, name: k.strategy, round: r,
+	c := &cell{o: rs.o, plan: rs.plan, fleet: rs.fleet, broker: k.broker, name: k.strategy, round: rn,
 		id: id, consumer: "balance-" + id, askDurability: ask}
 	if sp := rs.o.Service; sp != nil && k.strategy == sp.Label() {
 		c.svc = &serviceRun{spec: sp, intents: service.NewIntents()}
@@ -121,26 +154,12 @@ func (rs *rounds) runCell(ctx context.Context, k cellKey, r int) results.Cell {
 	return res
 }
 
-// roundOrder is the order of the cells in round r (1-based): as given on
-// odd rounds, reversed on even ones, so a cell early in one round is late
-// in the next (warm-up rounds, 1-W … 0, alike).
-func roundOrder(cells []cellKey, r int) []cellKey {
-	if r%2 != 0 {
-		return cells
-	}
-	out := make([]cellKey, len(cells))
-	for i, c := range cells {
-		out[len(cells)-1-i] = c
-	}
-	return out
-}
-
-// kept says whether cell round c of round r is kept among the cell's
+// kept says whether cell round c of round rn is kept among the cell's
 // rounds: every measured one; of a warm-up round only one that did not
 // pass, so that its verdict counts (its notes say so). Nothing else of a
 // warm-up is kept.
-func (rs *rounds) kept(r int, c *results.Cell) bool {
-	if r > 0 {
+func (rs *rounds) kept(rn roundNo, c *results.Cell) bool {
+	if !rn.warm {
 		return true
 	}
 	if c.Invariants.Verdict == results.VerdictPass {
@@ -163,8 +182,8 @@ func (rs *rounds) results() []results.Cell {
 }
 
 // print writes a cell round's line to the progress output.
-func (rs *rounds) print(r int, c results.Cell) {
-	fmt.Fprintf(rs.o.Console.Progress, "%s%-15s %-26s %s  %s events/s  e2e p99 %s%s  %s\n", roundLabel(*rs.o, r), c.Broker, c.Strategy, c.Invariants.Verdict,
+func (rs *rounds) print(rn roundNo, c results.Cell) {
+	fmt.Fprintf(rs.o.Console.Progress, "%s%-15s %-26s %s  %s events/s  e2e p99 %s%s  %s\n", rs.roundLabel(rn), c.Broker, c.Strategy, c.Invariants.Verdict,
 		results.FormatRate(c.Throughput.EventsPerS), fmtMicros(c.Latency.E2E.P99), steadyText(c.Window), strings.TrimSpace(results.AnomalyLine(c)))
 }
 
@@ -195,28 +214,28 @@ func vsBaseline(round []results.Cell) {
 	}
 }
 
+// roundsText says how many rounds the run measures.
 func roundsText(o Options) string {
-	if o.Rounds <= 1 && o.WarmupRounds == 0 {
+	switch {
+	case o.Rounds <= 1 && o.WarmupRounds == 0:
 		return ""
+	case o.Rounds == 1:
+		return ", 1 round"
 	}
-	text := fmt.Sprintf(", %d rounds", o.Rounds)
-	if o.Rounds == 1 {
-		text = ", 1 round"
-	}
-	if o.WarmupRounds > 0 {
-		text += fmt.Sprintf(" after %d of warm-up", o.WarmupRounds)
-	}
-	return text
+	return fmt.Sprintf(", %d rounds", o.Rounds)
 }
 
-func roundLabel(o Options, r int) string {
-	if r <= 0 {
-		return fmt.Sprintf("warm-up %d/%d  ", r+o.WarmupRounds, o.WarmupRounds)
-	}
-	if o.Rounds <= 1 {
+// roundLabel starts a cell round's progress line.
+func (rs *rounds) roundLabel(rn roundNo) string {
+	switch {
+	case rn.warm && rs.warmup.limit > 0:
+		return fmt.Sprintf("warm-up %d  ", rn.n)
+	case rn.warm:
+		return fmt.Sprintf("warm-up %d/%d  ", rn.n, rs.warmup.min)
+	case rs.o.Rounds <= 1:
 		return ""
 	}
-	return fmt.Sprintf("round %d/%d  ", r, o.Rounds)
+	return fmt.Sprintf("round %d/%d  ", rn.n, rs.o.Rounds)
 }
 
 // steadyText marks a steady cell's figure that is not steady.

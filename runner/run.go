@@ -60,11 +60,12 @@ func Run(ctx context.Context, o Options) (*results.Run, string, error) {
 		return nil, "", err
 	}
 	run := &results.Run{SchemaVersion: results.SchemaVersion, RunID: o.RunID, StartedAt: time.Now().UTC(),
-		Workload: wl, Env: environment(o), Rounds: o.Rounds, WarmupRounds: o.WarmupRounds}
+		Workload: wl, Env: environment(o), Rounds: o.Rounds}
 	rs := newRounds(&o, fl, &run.Env)
 	rs.announce()
 	rs.all(ctx)
 	run.Cells = rs.results()
+	run.Warmup, run.WarmupRounds = rs.warmup.result()
 	return finish(ctx, &o, run, rs.passed)
 }
 

@@ -74,21 +74,32 @@ func settledOver(ss []sample, minWarmup time.Duration, target float64, span time
 	if now.at < minWarmup || now.at < 2*span {
 		return false
 	}
-	at := func(t time.Duration) sample {
-		// The latest sample at or before t.
-		for i := len(ss) - 1; i >= 0; i-- {
-			if ss[i].at <= t {
-				return ss[i]
-			}
-		}
-		return ss[0]
-	}
-	mid, old := at(now.at-span), at(now.at-2*span)
+	mid, old := sampleAt(ss, now.at-span), sampleAt(ss, now.at-2*span)
 	recent, before := rateBetween(mid, now), rateBetween(old, mid)
 	if recent <= 0 || before <= 0 || math.Abs(recent/before-1) > settleTolerance {
 		return false
 	}
 	return target <= 0 || (math.Abs(recent/target-1) <= settleTolerance && math.Abs(before/target-1) <= settleTolerance)
+}
+
+// sampleAt is the latest of ss at or before t (the first when none is).
+func sampleAt(ss []sample, t time.Duration) sample {
+	for i := len(ss) - 1; i >= 0; i-- {
+		if ss[i].at <= t {
+			return ss[i]
+		}
+	}
+	return ss[0]
+}
+
+// recentRate is the rate over the last span of ss; false before a span
+// has passed.
+func recentRate(ss []sample, span time.Duration) (float64, bool) {
+	if len(ss) < 2 || ss[len(ss)-1].at < span {
+		return 0, false
+	}
+	now := ss[len(ss)-1]
+	return rateBetween(sampleAt(ss, now.at-span), now), true
 }
 
 // judgeWindow describes the measured window from the samples taken in it
@@ -197,6 +208,10 @@ type steadyClock struct {
 	// production inbox does, not on the guesses an empty, never analysed
 	// table gets (inbox.Analyze).
 	analyze func(context.Context)
+	// pace, when set, is told the effect rate over the last settleSpan at
+	// every sample of the warm-up (the backlog bound follows it, and
+	// stays where it was when the window starts).
+	pace    func(rate float64)
 	done    chan struct{} // closed when the clock ends
 	window  results.Window
 	settled bool
@@ -248,6 +263,9 @@ func (k *steadyClock) run(ctx context.Context) {
 					k.analyze = nil
 				}
 				warm = append(warm, s)
+				if r, ok := recentRate(warm, settleSpan); ok && k.pace != nil {
+					k.pace(r)
+				}
 				k.settled = settled(warm, k.spec.Warmup.D(), k.spec.PublishRate)
 				if !k.settled && s.at < limit {
 					continue

@@ -191,14 +191,27 @@ func (c *cell) stream(ctx context.Context, cons consumers) streamed {
 
 // publisher is the stream's publisher of f: with the run's poison
 // messages, and a steady cell without a rate bounded by the workload's
-// backlog.
+// backlog, or by its own consumption (backlog.go), starting at its floor.
 func (c *cell) publisher(f *feed) *publisher {
-	pub := newPublisher(c, f, c.o.Spec)
+	spec := c.o.Spec
+	pub := newPublisher(c, f, spec)
 	pub.poison = c.o.Stream.Poison
-	if c.steady() && c.o.Spec.PublishRate == 0 {
-		pub.backlog = int64(c.o.Spec.Backlog())
+	switch {
+	case pacesBacklog(spec, c.steady()):
+		pub.backlog.Store(backlogFloor(spec))
+	case c.steady() && spec.PublishRate == 0:
+		pub.backlog.Store(int64(spec.Backlog()))
 	}
 	return pub
+}
+
+// paceBacklog is the steady clock's pace for pub: the backlog bound
+// following the rate; nil when the bound is fixed.
+func (c *cell) paceBacklog(pub *publisher) func(rate float64) {
+	if !pacesBacklog(c.o.Spec, c.steady()) {
+		return nil
+	}
+	return func(rate float64) { pub.backlog.Store(backlogBound(c.o.Spec, rate)) }
 }
 
 // warmUp starts the stream's warm-up at start. A steady cell's clock ends
@@ -216,6 +229,7 @@ func (c *cell) warmUp(ctx context.Context, start time.Time, pub *publisher, w *w
 	clockCtx, stopClock := context.WithCancel(ctx)
 	clock := &steadyClock{spec: c.o.Spec, t: c.t, cons: w.cons, start: start, stopPub: pub.halt, done: make(chan struct{}),
 		onWarm: pub.noteLagsFrom, // the publish lag is the window's too
+		pace:   c.paceBacklog(pub),
 		analyze: func(ctx context.Context) {
 			if err := inbox.Analyze(ctx, c.pool, c.id); err != nil && ctx.Err() == nil {
 				c.notes.add(fmt.Sprintf("the cell's tables could not be analysed early in the warm-up (%v): until autovacuum does, the planner guesses their statistics", err))
@@ -227,7 +241,9 @@ func (c *cell) warmUp(ctx context.Context, start time.Time, pub *publisher, w *w
 	return func() *results.Window {
 		stopClock()
 		<-clock.done
-		return clock.result()
+		w := clock.result()
+		w.MaxBacklog = pub.backlog.Load()
+		return w
 	}, stopClock
 }
 

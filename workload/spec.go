@@ -54,9 +54,15 @@ type Spec struct {
 	// (unless a cell fails its checks there): a freshly started JVM
 	// broker keeps getting faster for minutes, longer than a cell's own
 	// warm-up (its --warmup-rounds overrides it).
-	WarmupRounds int    `yaml:"warmup_rounds" json:"warmup_rounds,omitempty"`
-	Amount       Amount `yaml:"amount" json:"amount"`
-	Skew         Skew   `yaml:"key_skew" json:"key_skew"`
+	WarmupRounds int `yaml:"warmup_rounds" json:"warmup_rounds,omitempty"`
+	// WarmupRoundsFor, when set, makes the warm-up rounds go on while a
+	// cell's rate still rises from one warm-up round to the next (each
+	// cell at least two, or WarmupRounds), for at most this long; unset,
+	// every cell runs WarmupRounds of them (its --warmup-rounds-for
+	// overrides it).
+	WarmupRoundsFor Duration `yaml:"warmup_rounds_for" json:"warmup_rounds_for,omitempty"`
+	Amount          Amount   `yaml:"amount" json:"amount"`
+	Skew            Skew     `yaml:"key_skew" json:"key_skew"`
 	// SnapshotRatio is the share of events that are snapshots (full state,
 	// keep-latest); the rest are increments.
 	SnapshotRatio float64 `yaml:"snapshot_ratio" json:"snapshot_ratio"`
@@ -306,7 +312,7 @@ func cleanYAMLError(err error) string {
 }
 
 func fieldNames() []string {
-	return []string{"name", "seed", "aggregates", "events", "duration", "warmup", "measure", "warmup_max", "max_backlog", "rounds", "amount{distribution,min,max}",
+	return []string{"name", "seed", "aggregates", "events", "duration", "warmup", "measure", "warmup_max", "max_backlog", "rounds", "warmup_rounds", "warmup_rounds_for", "amount{distribution,min,max}",
 		"key_skew{kind,s,hot_share}", "snapshot_ratio", "message_size", "publish_rate", "consumers", "shards",
 		"strategy", "batch_size", "parking", "faults{duplicate_republish,crash_after_commit,instance_kills,consumer_restarts,out_of_order,concurrent_duplicates,storm_consumers,publisher_retry,idempotency_conflicts,external_timeout,crash_after_call,external_unavailable,failover[{kind,target,at,down,pause}]}",
 		"inbox_prefill", "inbox_prefill_age", "inbox_prune_every", "inbox_prune_keep", "external{delay,timeout,lease}"}

@@ -118,6 +118,8 @@ func (s *Spec) validateSizes() error {
 		return fmt.Errorf("rounds: %d: use 1 to 100", s.Rounds)
 	case s.WarmupRounds < 0 || s.WarmupRounds > 10:
 		return fmt.Errorf("warmup_rounds: %d: use 0 to 10", s.WarmupRounds)
+	case s.WarmupRoundsFor < 0 || s.WarmupRoundsFor.D() > time.Hour:
+		return fmt.Errorf("warmup_rounds_for: %s: use 0 (a fixed count of warm-up rounds) to 1h", s.WarmupRoundsFor.D())
 	case s.MessageSize < 0:
 		return fmt.Errorf("message_size: %d: must not be negative (0 sends the envelope unpadded)", s.MessageSize)
 	case s.MessageSize > MaxMessageSize:

@@ -153,7 +153,7 @@ type runFlags struct {
 	cpuProfile                                string
 	partitionInterval                         time.Duration
 	externalURL                               string
-	externalDelay                             time.Duration
+	externalDelay, warmupFor                  time.Duration
 	service                                   string
 }
 
@@ -165,8 +165,10 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&fl.service, "service", "", "a service spec (YAML, docs/services.md): your own consumer service under test, in a cell of its own on every broker it consumes from, beside the built-in consumer's cells")
 	f.StringVar(&fl.strategies, "strategies", "", "comma-separated inbox strategies, or 'all' for every correct one (default: the workload's strategy); see 'bench inbox strategies'")
 	fl.warmupRounds = -1
-	f.Var(unsetOr[int]{&fl.warmupRounds, strconv.Atoi, "int"}, "warmup-rounds", "run every cell this many times first, interleaved like the rounds, and keep nothing of them unless a cell fails its checks: a freshly started JVM broker keeps getting faster for minutes (default: the workload's warmup_rounds; none for a rate search)")
-	f.IntVar(&fl.rounds, "rounds", 0, "measure every cell this many times, interleaved (odd rounds in order, even ones reversed), and report medians with their confidence intervals (default: the workload's rounds, else 1)")
+	f.Var(unsetOr[int]{&fl.warmupRounds, strconv.Atoi, "int"}, "warmup-rounds", "run every cell this many times first, interleaved like the rounds, and keep nothing of them unless a cell fails its checks: a freshly started JVM broker keeps getting faster for minutes (default: the workload's warmup_rounds; none for a rate search); with --warmup-rounds-for, the fewest")
+	fl.warmupFor = -1
+	f.Var(unsetOr[time.Duration]{&fl.warmupFor, time.ParseDuration, "duration"}, "warmup-rounds-for", "run warm-up rounds of each cell while its rate still rises by more than 10% from one to the next (two at least), for at most this long; 0: the fixed count of --warmup-rounds (default: the workload's warmup_rounds_for)")
+	f.IntVar(&fl.rounds, "rounds", 0, "measure every cell this many times, interleaved (each cell in every place of a round equally often), and report medians with their confidence intervals (default: the workload's rounds, else 1)")
 	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&fl.runID, "run-id", "", "name of the run: its directory, schemas and topics (default: UTC timestamp); a used one is refused")
 	f.BoolVar(&fl.replace, "replace", false, "reuse --run-id: drop the schemas, topics and results an earlier run of it left, first")
@@ -203,7 +205,7 @@ func (fl *runFlags) register(f *pflag.FlagSet) {
 // here (the workload, strategy files), what they mean is checked by
 // runner.Options.Validate.
 func (fl *runFlags) options(cfg *config.Config) (runner.Options, error) {
-	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace, KeepData: fl.keepData, Rounds: fl.rounds, WarmupRounds: fl.warmupRounds,
+	o := runner.Options{Cfg: *cfg, RunID: fl.runID, Replace: fl.replace, KeepData: fl.keepData, Rounds: fl.rounds, WarmupRounds: fl.warmupRounds, WarmupFor: fl.warmupFor,
 		Output:   runner.Output{Dir: fl.out, Args: os.Args},
 		Measure:  runner.Measure{Latency: !fl.noMeasure, Audit: !fl.noAudit},
 		Limits:   runner.Limits{Stall: fl.stall, Quiet: fl.quiet, Retry: runner.RetryBound{Attempts: fl.retryAttempts, For: fl.retryFor}},

@@ -24,6 +24,7 @@ var optionFlags = map[string]string{
 	runner.KeyRunID:                  "run-id",
 	runner.KeyRounds:                 "rounds",
 	runner.KeyWarmupRounds:           "warmup-rounds",
+	runner.KeyWarmupFor:              "warmup-rounds-for",
 	runner.KeyReplace:                "replace",
 	runner.KeyAuditMode:              "audit",
 	runner.KeyRetryAttempts:          "retry-attempts",

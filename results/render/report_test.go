@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"html"
 	"image/png"
 	"os"
 	"os/exec"
@@ -390,5 +391,30 @@ func TestCellNotesRendered(t *testing.T) {
 	}
 	if md := string(render(t, Markdown, r)); !strings.Contains(md, "- "+r.Run.Cells[0].Broker+"/"+r.Run.Cells[0].StrategyLabel()+": bound by the broker's publish path") {
 		t.Error("report.md lacks the cell note")
+	}
+}
+
+// TestWarmingCellRendered: a cell whose rate rose in every round is "not
+// steady — still warming up" with its rise in the terminal's table,
+// report.md and report.html, and each place says how the warm-up rounds
+// went.
+func TestWarmingCellRendered(t *testing.T) {
+	r := makeBenchRun(t)
+	r.Run.Rounds = 5
+	rocket := &r.Run.Cells[3]
+	rocket.Stats.Rise = results.RiseOf([]float64{9344, 12897, 14984, 15658, 16372})
+	r.Run.Warmup = []results.Warmup{{Broker: "rocketmq", Strategy: "batch", Rounds: 2, Rates: []float64{9344, 12897}, Seconds: 185, Ended: results.WarmupTime}}
+	const warming, warm = "NOT STEADY — still warming up: +75% over 5 rounds", "rocketmq/batch: 2 warm-up round(s) in 3m5s, 9,344 → 12,897 events/s, STILL RISING"
+	var text bytes.Buffer
+	if err := WriteSummary(&text, r.Run); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"summary": text.String(), "report.md": string(render(t, Markdown, r)), "report.html": html.UnescapeString(string(render(t, HTML, r)))} {
+		if !strings.Contains(out, warming) || !strings.Contains(out, warm) {
+			t.Errorf("%s lacks %q or %q", name, warming, warm)
+		}
+		if strings.Count(out, "still warming up: ") != 1 {
+			t.Errorf("%s: %d cells still warming up, want rocketmq's alone", name, strings.Count(out, "still warming up: "))
+		}
 	}
 }

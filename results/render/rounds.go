@@ -42,4 +42,4 @@ func RoundRows(run *results.Run) [][]string {
 }
 
 // roundsIntro says what the rounds table holds.
-const roundsIntro = "Every round of every cell (order: its place in its round; even rounds run the cells in reverse). The summary's figures are these rounds' medians."
+const roundsIntro = "Every round of every cell (order: its place in its round; over the rounds every cell runs in every place equally often). The summary's figures are these rounds' medians."

@@ -84,13 +84,22 @@ func WriteSummary(w io.Writer, run *results.Run) error {
 }
 
 // roundsNote says how the figures of a run of several rounds are
-// summarised; "" for one round.
+// summarised, and how each cell's warm-up rounds went; "" for one round
+// without warm-up.
 func roundsNote(run *results.Run) string {
-	if run.Rounds <= 1 {
-		return ""
+	var parts []string
+	if run.Rounds > 1 {
+		parts = append(parts, fmt.Sprintf("Each cell was measured in %d rounds, interleaved (each cell in every place of a round equally often over the rounds): figures are the medians, ± the half-width of the median's confidence interval (%s), and vs none the median of the per-round ratios to the baseline with its interval; a cell whose rate rose from round to round beyond chance is not steady — still warming up.",
+			run.Rounds, confidenceText(run.Rounds)))
 	}
-	return fmt.Sprintf("Each cell was measured in %d rounds, interleaved (odd rounds in the listed order, even ones reversed): figures are the medians, ± the half-width of the median's confidence interval (%s), and vs none the median of the per-round ratios to the baseline with its interval.",
-		run.Rounds, confidenceText(run.Rounds))
+	if len(run.Warmup) > 0 {
+		ws := make([]string, len(run.Warmup))
+		for i := range run.Warmup {
+			ws[i] = run.Warmup[i].Text()
+		}
+		parts = append(parts, "Warm-up rounds, not kept: "+strings.Join(ws, "; ")+".")
+	}
+	return strings.Join(parts, " ")
 }
 
 // confidenceText is the level a median's interval has over n rounds.
