@@ -30,10 +30,10 @@ func init() {
 			}}
 	}
 	ackLost := stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
-		[]string{"broken-ack-before-commit"}, "crash_after_commit: 0.015")
+		[]string{"broken-ack-before-commit", runner.EarlySettle}, "crash_after_commit: 0.015")
 	ackLost.Outside = "tells the suite's own consumer to die between its commit and its ack; a service is killed from outside instead (consumer-crash, connection-cut)"
 	register(ackLost)
-	register(&Scenario{Name: "consumer-crash", Timeout: 5 * time.Minute, Catches: []string{"broken-ack-before-commit"},
+	register(&Scenario{Name: "consumer-crash", Timeout: 5 * time.Minute, Catches: []string{"broken-ack-before-commit", runner.EarlySettle},
 		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced (a service: its instances killed with kill -9 at four moments and started again): every redelivery is deduplicated, nothing is lost",
 		Needs:  outOfProcess,
 		Run: func(ctx context.Context, c Cell) Outcome {
@@ -55,6 +55,7 @@ func init() {
 			}
 			return out
 		}})
+	registerBacklog()
 	register(stream("publisher-retry", "a producer re-sends 20% of events right after themselves with the same id: each takes effect once",
 		nil, "publisher_retry: 0.2"))
 	register(stream("republish-new-message", "upstream republishes 20% of events later as new transport messages with the same event id: each takes effect once, and the inbox recognises every copy (DUPLICATE)",

@@ -84,7 +84,8 @@ func withBacklog(ctx context.Context, s runner.ServiceControl, d time.Duration) 
 	return errors.Join(errs...)
 }
 
-// killInstances is consumer-crash for a service: at four moments of a
+// killInstances is consumer-crash (and crash-with-backlog) for a
+// service: at four moments of a
 // live stream, every instance is stopped (SIGSTOP) while a backlog of
 // 2 s of the stream builds, continued, and 300 ms later, while each is
 // busy working through that backlog, one of them is killed with kill -9
@@ -119,7 +120,7 @@ func killInstances(ctx context.Context, c Cell) Outcome {
 		return fail(errors.New("no instance was killed: the scenario proved nothing"))
 	}
 	if out.Err == nil {
-		out.Line = fmt.Sprintf("consumer-crash: %s/%s instances=%d killed=%d", c.Broker, c.Name(), c.Service.Instances, killed.Load())
+		out.Line = fmt.Sprintf("%s: %s/%s instances=%d killed=%d", c.Scenario, c.Broker, c.Name(), c.Service.Instances, killed.Load())
 	}
 	return out
 }
