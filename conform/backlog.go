@@ -61,11 +61,14 @@ func crashWithBacklog(ctx context.Context, c Cell) Outcome {
 	}
 	held := heldBacklogs(out.Notes)
 	if !c.Broken() {
+		// ERROR, the notes kept: what happened instead is in them.
 		switch {
 		case out.crashes < backlogCrashes:
-			return fail(fmt.Errorf("%d of %d consumers died holding a backlog: the scenario proved less than it says", out.crashes, backlogCrashes))
+			out.Err = fmt.Errorf("%d of %d consumers died holding a backlog: the scenario proved less than it says", out.crashes, backlogCrashes)
+			return out
 		case strings.Contains(strings.Join(out.Notes, "\n"), runner.BacklogNotReached):
-			return fail(errors.New("a consumer died without the backlog it waited for: the scenario proved less than it says (notes)"))
+			out.Err = errors.New("a consumer died without the backlog it waited for: the scenario proved less than it says (notes)")
+			return out
 		}
 	}
 	how := "in process"

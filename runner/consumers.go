@@ -102,7 +102,7 @@ func (l *localConsumers) consume(ctx context.Context, idx int) error {
 	opts := l.h.subscribeOptions()
 	for first := true; ctx.Err() == nil; first = false {
 		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		v := &subView{opts: opts}
+		v := newSubView(opts)
 		sub, err := l.b.Subscribe(sctx, l.topic, l.group, opts, l.h.within(v))
 		cancel()
 		if err == nil {
@@ -156,11 +156,30 @@ func (l *localConsumers) await(ctx context.Context, idx int, sub brokers.Subscri
 
 // subView is what a handler call knows of the subscription it runs in:
 // the options it was started with, its Stats once Subscribe returned, and
-// whether it is dying already (handler.dieWithBacklog).
+// whether its consumer is dying (handler.dieWithBacklog): died is closed
+// once it died.
 type subView struct {
 	opts  brokers.SubscribeOptions
 	sub   atomic.Value // brokers.Subscription
+	mu    sync.Mutex   // one claim at a time
 	dying atomic.Bool
+	died  chan struct{}
+}
+
+func newSubView(opts brokers.SubscribeOptions) *subView {
+	return &subView{opts: opts, died: make(chan struct{})}
+}
+
+// claim makes the calling handler call the one its consumer dies in,
+// when no other call did and try claims one of the cell's crashes.
+func (v *subView) claim(try func() bool) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.dying.Load() || !try() {
+		return false
+	}
+	v.dying.Store(true)
+	return true
 }
 
 func (v *subView) stats() brokers.Stats {

@@ -98,22 +98,19 @@ func (h *handler) within(v *subView) brokers.Handler {
 
 // handle handles one call of subscription v.
 func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery, v *subView) []brokers.Verdict {
+	if h.backlogCrashes > 0 && v.dying.Load() {
+		return dead(ds, v)
+	}
 	b := &batch{ds: ds, received: time.Now(), verdicts: make([]brokers.Verdict, len(ds)), ids: make([]string, len(ds)),
 		evs: make([]*envelope.Event, 0, len(ds)), idx: make([]int, 0, len(ds))}
 	crash := h.decode(ctx, b)
-	dies := h.dieWithBacklog(ctx, len(ds), v)
 	switch {
-	case len(b.evs) > 0 && h.ackFirst && (crash || dies):
-		// The negative control acks first; the crash then lands between
-		// the ack and the commit: the events are gone.
-		for _, i := range b.idx {
-			b.verdicts[i] = brokers.Ack
-		}
-		h.record(b.ids, b.verdicts)
-		return b.verdicts
-	case dies:
-		// Dead with the batch in its hands: nothing committed.
-		crash = true
+	case h.backlogCrashes > 0 && h.dieWithBacklog(ctx, len(ds), v):
+		return h.die(ctx, b, v)
+	case h.backlogCrashes > 0 && v.dying.Load():
+		return dead(ds, v) // another call claimed the death meanwhile
+	case len(b.evs) > 0 && h.ackFirst && crash:
+		return h.ackUncommitted(b)
 	case len(b.evs) > 0:
 		// The crash fault between an external call and its commit
 		// (extCaller.afterCall) ends the batch like a dead consumer.
@@ -123,12 +120,41 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery, v *subView
 		h.hooks.crash(ctx) // a worker process: a real kill -9, no return
 		// Committed, then "died" before the ack: nothing of this batch is
 		// acknowledged; the broker redelivers it.
-		for i := range b.verdicts {
-			b.verdicts[i] = brokers.Crash
-		}
+		crashAll(b.verdicts)
 	}
 	h.record(b.ids, b.verdicts)
 	return b.verdicts
+}
+
+// ackUncommitted is the negative control that acks first: the crash
+// lands between the ack and the commit, and the events are gone.
+func (h *handler) ackUncommitted(b *batch) []brokers.Verdict {
+	for _, i := range b.idx {
+		b.verdicts[i] = brokers.Ack
+	}
+	h.record(b.ids, b.verdicts)
+	return b.verdicts
+}
+
+// die ends a call whose consumer dies with the batch in its hands
+// (dieWithBacklog): nothing committed, nothing acknowledged — a worker
+// process is killed here — and, in process, the consumer's other calls
+// (dead) end with it.
+func (h *handler) die(ctx context.Context, b *batch, v *subView) []brokers.Verdict {
+	defer close(v.died)
+	if len(b.evs) > 0 && h.ackFirst {
+		return h.ackUncommitted(b)
+	}
+	h.hooks.crash(ctx) // a worker process: a real kill -9, no return
+	crashAll(b.verdicts)
+	h.record(b.ids, b.verdicts)
+	return b.verdicts
+}
+
+func crashAll(vs []brokers.Verdict) {
+	for i := range vs {
+		vs[i] = brokers.Crash
+	}
 }
 
 // backlogKey names crash k of the crash-with-backlog fault, as its claim
@@ -140,14 +166,15 @@ func backlogKey(k int64) string { return fmt.Sprintf("crash-with-backlog#%d", k+
 // it (once per cell, across processes), holds its batch of n unhandled
 // until the subscription holds a backlog beyond it
 // (brokers.HoldForBacklog), notes what it held, and reports true: the
-// consumer is to die now, before its commit.
+// consumer is to die now, before its commit. From the claim on, its
+// consumer handles nothing more (dead): its other shards do not drain
+// what it holds while it waits.
 func (h *handler) dieWithBacklog(ctx context.Context, n int, v *subView) bool {
-	if h.claimed.Load() >= int64(h.backlogCrashes) || !v.dying.CompareAndSwap(false, true) {
+	if h.claimed.Load() >= int64(h.backlogCrashes) {
 		return false
 	}
-	k, ok := h.claimBacklogCrash(ctx)
-	if !ok {
-		v.dying.Store(false)
+	var k int64
+	if !v.claim(func() (ok bool) { k, ok = h.claimBacklogCrash(ctx); return ok }) {
 		return false
 	}
 	b := brokers.HoldForBacklog(ctx, v.stats, n, v.opts)
@@ -158,6 +185,16 @@ func (h *handler) dieWithBacklog(ctx context.Context, n int, v *subView) bool {
 	}
 	h.notes.add(note)
 	return true
+}
+
+// dead is a call of a consumer that is dying: it handles nothing, waits
+// until the consumer died (a worker process never returns from there) and
+// settles nothing.
+func dead(ds []*brokers.Delivery, v *subView) []brokers.Verdict {
+	<-v.died
+	vs := make([]brokers.Verdict, len(ds))
+	crashAll(vs)
+	return vs
 }
 
 // BacklogNotReached is in the note of a crash with a backlog that did

@@ -51,14 +51,23 @@ func TestCrashWithBacklogHoldsTheBatch(t *testing.T) {
 	}
 	sub := &fakeSub{}
 	sub.received.Store(4) // the batch of 3 and one more: less than another batch
-	v := &subView{opts: h.subscribeOptions()}
+	v := newSubView(h.subscribeOptions())
 	v.sub.Store(brokers.Subscription(sub))
 	got := make(chan []brokers.Verdict, 1)
 	start := time.Now()
 	go func() { got <- h.within(v)(context.Background(), ds) }()
+	// Another shard's call while the consumer dies: held too, and
+	// handling nothing.
+	other := make(chan []brokers.Verdict, 1)
+	for !v.dying.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { other <- h.within(v)(context.Background(), ds[:1]) }()
 	select {
 	case vs := <-got:
 		t.Fatalf("the call returned %v after %v, its subscription holding 4 deliveries: want it held until another batch came", vs, time.Since(start))
+	case vs := <-other:
+		t.Fatalf("another call of the dying consumer returned %v before it died", vs)
 	case <-time.After(brokers.BacklogMinHold + 500*time.Millisecond):
 	}
 	sub.received.Store(9) // 6 held beyond a batch of 3
@@ -73,6 +82,9 @@ func TestCrashWithBacklogHoldsTheBatch(t *testing.T) {
 			t.Fatalf("verdict %d is %v: a consumer that dies with its batch must settle none of it (%v)", i, v, vs)
 		}
 	}
+	if vs := <-other; len(vs) != 1 || vs[0] != brokers.Crash {
+		t.Fatalf("the other call of the dead consumer answered %v, want Crash", vs)
+	}
 	notes := strings.Join(c.notes.all(), "\n")
 	if !strings.Contains(notes, "crash with a backlog 1 of 1: a consumer died holding 9 deliveries it had received and not settled, 3 of them in its handler") {
 		t.Errorf("notes %q: want the count the consumer died with", notes)
@@ -85,7 +97,7 @@ func TestCrashWithBacklogHoldsTheBatch(t *testing.T) {
 	}
 	// Every crash claimed: the next subscription's first call is not held
 	// (it would apply, which needs a database: dieWithBacklog alone says).
-	if h.dieWithBacklog(context.Background(), len(ds), &subView{opts: v.opts}) {
+	if h.dieWithBacklog(context.Background(), len(ds), newSubView(v.opts)) {
 		t.Fatal("a second subscription died too: the cell has one crash with a backlog")
 	}
 }
