@@ -157,13 +157,14 @@ func (l *localConsumers) await(ctx context.Context, idx int, sub brokers.Subscri
 // subView is what a handler call knows of the subscription it runs in:
 // the options it was started with, its Stats once Subscribe returned, and
 // whether its consumer is dying (handler.dieWithBacklog): died is closed
-// once it died.
+// once it died, or lived on (dying is then false again).
 type subView struct {
-	opts  brokers.SubscribeOptions
-	sub   atomic.Value // brokers.Subscription
-	mu    sync.Mutex   // one claim at a time
-	dying atomic.Bool
-	died  chan struct{}
+	opts    brokers.SubscribeOptions
+	sub     atomic.Value // brokers.Subscription
+	mu      sync.Mutex   // one claim at a time
+	claimed bool         // under mu: a subscription claims one death at most
+	dying   atomic.Bool
+	died    chan struct{}
 }
 
 func newSubView(opts brokers.SubscribeOptions) *subView {
@@ -175,9 +176,10 @@ func newSubView(opts brokers.SubscribeOptions) *subView {
 func (v *subView) claim(try func() bool) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.dying.Load() || !try() {
+	if v.claimed || !try() {
 		return false
 	}
+	v.claimed = true
 	v.dying.Store(true)
 	return true
 }

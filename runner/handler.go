@@ -99,7 +99,7 @@ func (h *handler) within(v *subView) brokers.Handler {
 // handle handles one call of subscription v.
 func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery, v *subView) []brokers.Verdict {
 	if h.backlogCrashes > 0 && v.dying.Load() {
-		return dead(ds, v)
+		return h.dead(ctx, ds, v)
 	}
 	b := &batch{ds: ds, received: time.Now(), verdicts: make([]brokers.Verdict, len(ds)), ids: make([]string, len(ds)),
 		evs: make([]*envelope.Event, 0, len(ds)), idx: make([]int, 0, len(ds))}
@@ -108,7 +108,7 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery, v *subView
 	case h.backlogCrashes > 0 && h.dieWithBacklog(ctx, len(ds), v):
 		return h.die(ctx, b, v)
 	case h.backlogCrashes > 0 && v.dying.Load():
-		return dead(ds, v) // another call claimed the death meanwhile
+		return h.dead(ctx, ds, v) // another call claimed the death meanwhile
 	case len(b.evs) > 0 && h.ackFirst && crash:
 		return h.ackUncommitted(b)
 	case len(b.evs) > 0:
@@ -139,10 +139,13 @@ func (h *handler) ackUncommitted(b *batch) []brokers.Verdict {
 // die ends a call whose consumer dies with the batch in its hands
 // (dieWithBacklog): nothing committed, nothing acknowledged — a worker
 // process is killed here — and, in process, the consumer's other calls
-// (dead) end with it.
+// (dead) end with it. The negative control that acks first acks the
+// batch instead, uncommitted, and its consumer lives on, as with the
+// crash after a commit: its acks must reach the broker to lose anything.
 func (h *handler) die(ctx context.Context, b *batch, v *subView) []brokers.Verdict {
 	defer close(v.died)
 	if len(b.evs) > 0 && h.ackFirst {
+		v.dying.Store(false)
 		return h.ackUncommitted(b)
 	}
 	h.hooks.crash(ctx) // a worker process: a real kill -9, no return
@@ -189,9 +192,12 @@ func (h *handler) dieWithBacklog(ctx context.Context, n int, v *subView) bool {
 
 // dead is a call of a consumer that is dying: it handles nothing, waits
 // until the consumer died (a worker process never returns from there) and
-// settles nothing.
-func dead(ds []*brokers.Delivery, v *subView) []brokers.Verdict {
+// settles nothing — or, when the consumer lived on, is handled as usual.
+func (h *handler) dead(ctx context.Context, ds []*brokers.Delivery, v *subView) []brokers.Verdict {
 	<-v.died
+	if !v.dying.Load() {
+		return h.handle(ctx, ds, v)
+	}
 	vs := make([]brokers.Verdict, len(ds))
 	crashAll(vs)
 	return vs

@@ -101,3 +101,35 @@ func TestCrashWithBacklogHoldsTheBatch(t *testing.T) {
 		t.Fatal("a second subscription died too: the cell has one crash with a backlog")
 	}
 }
+
+// TestCrashWithBacklogAckFirst: the negative control that acks before
+// its commit answers the held batch Ack, uncommitted, and its consumer
+// lives on: a crash would have kept its acks from the broker.
+func TestCrashWithBacklogAckFirst(t *testing.T) {
+	spec := workload.Defaults()
+	st, err := inbox.Lookup("broken-ack-before-commit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cell{o: &Options{Spec: &spec, Stream: Stream{CrashWithBacklog: 1}}, strategy: st, consumer: "c",
+		t: newTally(false, RetryBound{}, 0), notes: &notes{}}
+	h := newHandler(c, &inProcess{})
+	p := workload.Generate(&spec).Publishes[0]
+	body, err := envelope.Marshal(p.Event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &fakeSub{}
+	sub.received.Store(2)
+	v := newSubView(h.subscribeOptions())
+	v.sub.Store(brokers.Subscription(sub))
+	vs := h.within(v)(context.Background(), []*brokers.Delivery{{Message: brokers.Message{ID: p.Event.ID, Key: p.Event.Subject, Body: body}, Shard: "0"}})
+	if len(vs) != 1 || vs[0] != brokers.Ack || v.dying.Load() || c.t.c.executions.Load() != 0 {
+		t.Fatalf("verdicts %v, dying %v, executions %d: want the batch acked uncommitted and the consumer living on", vs, v.dying.Load(), c.t.c.executions.Load())
+	}
+	select {
+	case <-v.died:
+	default:
+		t.Fatal("the consumer's other calls are still held")
+	}
+}
