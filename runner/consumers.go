@@ -209,12 +209,15 @@ func SettlingEarly(st inbox.Strategy) inbox.Strategy { return earlySettle{st} }
 
 type earlySettle struct{ inbox.Strategy }
 
+// Name implements inbox.Strategy: EarlySettle/NAME.
 func (e earlySettle) Name() string { return EarlySettle + "/" + e.Strategy.Name() }
 
+// Description implements inbox.Strategy.
 func (e earlySettle) Description() string {
 	return "negative control of the transport: " + e.Strategy.Name() + " with a driver that settles each delivery on receipt, before the handler ran"
 }
 
+// Broken implements inbox.Strategy: a negative control.
 func (earlySettle) Broken() bool { return true }
 
 // Control is the negative control the strategy stands for, as conform's

@@ -23,6 +23,29 @@ func (s *fakeSub) Stats() brokers.Stats {
 	return brokers.Stats{Received: s.received.Load(), Acked: s.acked.Load()}
 }
 
+// crashCell is a cell of strategy with one crash with a backlog, its
+// handler (no database, no broker) and the deliveries of a batch of n.
+func crashCell(t *testing.T, strategy string, n int) (*cell, *handler, []*brokers.Delivery) {
+	t.Helper()
+	spec := workload.Defaults()
+	spec.BatchSize = n
+	st, err := inbox.Lookup(strategy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cell{o: &Options{Spec: &spec, Stream: Stream{CrashWithBacklog: 1}}, strategy: st, consumer: "c",
+		t: newTally(false, RetryBound{}, 0), notes: &notes{}}
+	var ds []*brokers.Delivery
+	for _, p := range workload.Generate(&spec).Publishes[:n] {
+		body, err := envelope.Marshal(p.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, &brokers.Delivery{Message: brokers.Message{ID: p.Event.ID, Key: p.Event.Subject, Body: body}, Shard: "0"})
+	}
+	return c, newHandler(c, &inProcess{}), ds
+}
+
 // TestCrashWithBacklogHoldsTheBatch: the crash-with-backlog fault without
 // a broker. A consumer's first call claims the cell's crash and holds its
 // batch, unhandled (the handler has no database: applying would panic),
@@ -31,24 +54,7 @@ func (s *fakeSub) Stats() brokers.Stats {
 // committed) and the note says how many deliveries it held. The next
 // subscription, every crash claimed, is handled as usual.
 func TestCrashWithBacklogHoldsTheBatch(t *testing.T) {
-	spec := workload.Defaults()
-	spec.BatchSize = 3
-	batch, err := inbox.Lookup("batch")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &cell{o: &Options{Spec: &spec, Stream: Stream{CrashWithBacklog: 1}}, strategy: batch, consumer: "c",
-		t: newTally(false, RetryBound{}, 0), notes: &notes{}}
-	h := newHandler(c, &inProcess{})
-	plan := workload.Generate(&spec)
-	var ds []*brokers.Delivery
-	for _, p := range plan.Publishes[:3] {
-		body, err := envelope.Marshal(p.Event)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ds = append(ds, &brokers.Delivery{Message: brokers.Message{ID: p.Event.ID, Key: p.Event.Subject, Body: body}, Shard: "0"})
-	}
+	c, h, ds := crashCell(t, "batch", 3)
 	sub := &fakeSub{}
 	sub.received.Store(4) // the batch of 3 and one more: less than another batch
 	v := newSubView(h.subscribeOptions())
@@ -106,24 +112,12 @@ func TestCrashWithBacklogHoldsTheBatch(t *testing.T) {
 // its commit answers the held batch Ack, uncommitted, and its consumer
 // lives on: a crash would have kept its acks from the broker.
 func TestCrashWithBacklogAckFirst(t *testing.T) {
-	spec := workload.Defaults()
-	st, err := inbox.Lookup("broken-ack-before-commit")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &cell{o: &Options{Spec: &spec, Stream: Stream{CrashWithBacklog: 1}}, strategy: st, consumer: "c",
-		t: newTally(false, RetryBound{}, 0), notes: &notes{}}
-	h := newHandler(c, &inProcess{})
-	p := workload.Generate(&spec).Publishes[0]
-	body, err := envelope.Marshal(p.Event)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, h, ds := crashCell(t, "broken-ack-before-commit", 1)
 	sub := &fakeSub{}
 	sub.received.Store(2)
 	v := newSubView(h.subscribeOptions())
 	v.sub.Store(brokers.Subscription(sub))
-	vs := h.within(v)(context.Background(), []*brokers.Delivery{{Message: brokers.Message{ID: p.Event.ID, Key: p.Event.Subject, Body: body}, Shard: "0"}})
+	vs := h.within(v)(context.Background(), ds)
 	if len(vs) != 1 || vs[0] != brokers.Ack || v.dying.Load() || c.t.c.executions.Load() != 0 {
 		t.Fatalf("verdicts %v, dying %v, executions %d: want the batch acked uncommitted and the consumer living on", vs, v.dying.Load(), c.t.c.executions.Load())
 	}
