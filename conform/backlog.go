@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/results"
 	"github.com/inboxbench/inboxbench/runner"
 )
 
@@ -60,8 +61,11 @@ func crashWithBacklog(ctx context.Context, c Cell) Outcome {
 		return out
 	}
 	held := heldBacklogs(out.Notes)
-	if !c.Broken() {
-		// ERROR, the notes kept: what happened instead is in them.
+	if out.Verdict == results.VerdictPass {
+		// A PASS that proved less is ERROR, the notes kept: what happened
+		// instead is in them. A FAIL stands: the checker named what was
+		// lost (a driver that settled early may leave the later consumers
+		// nothing to die with).
 		switch {
 		case out.crashes < backlogCrashes:
 			out.Err = fmt.Errorf("%d of %d consumers died holding a backlog: the scenario proved less than it says", out.crashes, backlogCrashes)
