@@ -209,8 +209,11 @@ const BacklogNotReached = "backlog not reached"
 
 // claimBacklogCrash claims the first of the cell's crashes with a backlog
 // no process claimed yet and says which (0-based); false when every one
-// is.
+// is. The claim outlives the handler's ctx, which a revoked shard ends: a
+// claim recorded while its caller gave up would be a crash nobody dies.
 func (h *handler) claimBacklogCrash(ctx context.Context) (int64, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	for k := h.claimed.Load(); k < int64(h.backlogCrashes); k++ {
 		if h.hooks.firstCrash(ctx, backlogKey(k)) {
 			for c := h.claimed.Load(); c < k+1 && !h.claimed.CompareAndSwap(c, k+1); c = h.claimed.Load() {
