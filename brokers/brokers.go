@@ -96,11 +96,13 @@ const (
 	// Reject: poison; never retry. The driver moves the message to its
 	// dead-letter destination (Capabilities.DeadLetter) and counts it.
 	Reject
-	// Crash simulates the process dying right after the caller's database
-	// commit: the delivery is left unacknowledged, the subscription's
-	// connection/channel/client is torn down without any further ack or
-	// offset commit, and the subscription ends with ErrCrashed. The broker
-	// redelivers; the caller may Subscribe again.
+	// Crash simulates the process dying: right after the caller's
+	// database commit (the article's duplicate experiment), or before it
+	// with deliveries in hand (the crash-with-backlog fault,
+	// HoldForBacklog). The delivery is left unacknowledged, the
+	// subscription's connection/channel/client is torn down without any
+	// further ack or offset commit, and the subscription ends with
+	// ErrCrashed. The broker redelivers; the caller may Subscribe again.
 	Crash
 )
 
@@ -262,6 +264,18 @@ type SubscribeOptions struct {
 	// delivery, then whatever is already buffered, up to MaxBatch.
 	// Default 1. Prefetch is raised to at least MaxBatch.
 	MaxBatch int
+	// SettleOnReceipt is a negative control, for tests only: the driver
+	// settles each delivery the moment it receives it from the broker,
+	// before the Handler sees it — the transport mistake of a consumer
+	// that acknowledges too early (RabbitMQ: basic.ack as the delivery
+	// arrives; Kafka: the polled position committed on fetch; RocketMQ:
+	// the pulled offset committed on pull). The verdicts then settle
+	// nothing more (a Reject is not dead-lettered), and a consumer that
+	// dies loses what it had received and not handled. No `bench run`
+	// setting reaches it: conform's transport controls (runner.EarlySettle)
+	// and the driver suite (brokertest) set it. Every driver with a
+	// transport implements it; a baseline without one (none) refuses it.
+	SettleOnReceipt bool
 }
 
 // WithDefaults returns o with zero fields replaced by the defaults.
@@ -384,12 +398,22 @@ type Subscription interface {
 
 // Stats counts what a subscription did; a Reject is never silent.
 type Stats struct {
+	// Received counts deliveries the driver took from the broker, handed
+	// to the Handler or buffered for it (prefetched), each once; with
+	// SettleOnReceipt, only those it settled on receipt.
+	Received     int64
 	Deliveries   int64 // deliveries passed to the Handler, retries included
 	Acked        int64
 	Retried      int64 // Handler calls answered with a Retry (the batch is retried from there)
 	DeadLettered int64 // Reject verdicts moved to the dead-letter destination
 	Crashed      int64 // Crash verdicts (0 or 1)
 }
+
+// Outstanding is what the subscription holds that the Handler has not
+// settled: received, and neither acknowledged nor dead-lettered by a
+// verdict (in the Handler's hands or buffered for it; after a lost
+// connection or a rebalance it also counts what went back to the broker).
+func (s Stats) Outstanding() int64 { return s.Received - s.Acked - s.DeadLettered }
 
 // DeadLetterReader is implemented by drivers with Capabilities.DeadLetter.
 type DeadLetterReader interface {
@@ -532,8 +556,11 @@ func FirstError(errs []error) error {
 // Counters is a Stats implementation for drivers: atomic, no locks on the
 // hot path.
 type Counters struct {
-	deliveries, acked, retried, deadLettered, crashed atomic.Int64
+	received, deliveries, acked, retried, deadLettered, crashed atomic.Int64
 }
+
+// Received counts n deliveries taken from the broker.
+func (c *Counters) Received(n int) { c.received.Add(int64(n)) }
 
 // Delivered counts a delivery passed to the Handler.
 func (c *Counters) Delivered() { c.deliveries.Add(1) }
@@ -553,6 +580,7 @@ func (c *Counters) Crashed() { c.crashed.Add(1) }
 // Stats returns a snapshot.
 func (c *Counters) Stats() Stats {
 	return Stats{
+		Received:     c.received.Load(),
 		Deliveries:   c.deliveries.Load(),
 		Acked:        c.acked.Load(),
 		Retried:      c.retried.Load(),

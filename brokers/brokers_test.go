@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +92,39 @@ func TestMaxBatchRaisesPrefetch(t *testing.T) {
 	o := brokers.SubscribeOptions{Prefetch: 16, MaxBatch: 100}.WithDefaults()
 	if o.Prefetch != 100 || o.MaxBatch != 100 {
 		t.Errorf("Prefetch %d MaxBatch %d, want both 100", o.Prefetch, o.MaxBatch)
+	}
+}
+
+// HoldForBacklog holds the call until the subscription holds the batch
+// and another one beyond it, and at least BacklogMinHold; it counts
+// what the subscription holds, not what it ever received; a ctx that
+// ends early does not cut the minimum short, and ends the wait after it.
+func TestHoldForBacklog(t *testing.T) {
+	var mu sync.Mutex
+	st := brokers.Stats{Received: 3, Acked: 1} // 2 held: the batch of 2, nothing beyond
+	stats := func() brokers.Stats { mu.Lock(); defer mu.Unlock(); return st }
+	opts := brokers.SubscribeOptions{MaxBatch: 2}
+	done := make(chan brokers.Backlog, 1)
+	start := time.Now()
+	go func() { done <- brokers.HoldForBacklog(context.Background(), stats, 2, opts) }()
+	select {
+	case b := <-done:
+		t.Fatalf("returned %+v before the backlog built", b)
+	case <-time.After(brokers.BacklogMinHold + 300*time.Millisecond):
+	}
+	mu.Lock()
+	st.Received, st.Acked = 9, 4 // 5 held: the batch and 3 more
+	mu.Unlock()
+	b := <-done
+	if want := (brokers.Backlog{Held: 5, Batch: 2, Want: 4, Reached: true}); b != want {
+		t.Fatalf("got %+v, want %+v", b, want)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start = time.Now()
+	b = brokers.HoldForBacklog(ctx, func() brokers.Stats { return brokers.Stats{Received: 1} }, 1, brokers.SubscribeOptions{})
+	if waited := time.Since(start); waited < brokers.BacklogMinHold || waited > brokers.BacklogMinHold+time.Second || b.Reached || b.Held != 1 || b.Want != 2 {
+		t.Fatalf("ctx ended: waited %v, got %+v; want the minimum hold, then Held 1 of Want 2, not reached", waited, b)
 	}
 }

@@ -84,7 +84,7 @@ type singlePublisher interface {
 // vendors are the perf tools by the name of the broker driver they are
 // measured against: what can be calibrated. A driver without one is not.
 var vendors = map[string]vendor{kafkadriver.Name: kafkaVendor{}, rabbitdriver.Name: rabbitVendor{}, rocketdriver.Name: rocketVendor{},
-	natsdriver.Name: natsVendor{},
+	natsdriver.Name:  natsVendor{},
 	redisdriver.Name: redisVendor{}}
 
 // Brokers lists the brokers calibrate has a vendor perf tool for, sorted:

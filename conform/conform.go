@@ -25,6 +25,7 @@ import (
 	"github.com/inboxbench/inboxbench/config"
 	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/results"
+	"github.com/inboxbench/inboxbench/runner"
 	"github.com/inboxbench/inboxbench/service"
 )
 
@@ -92,13 +93,17 @@ func (c Cell) Broken() bool {
 }
 
 // control is the negative control the row stands for, as scenarios'
-// Catches name it ("" for a correct subject).
+// Catches name it ("" for a correct subject): a transport control names
+// its kind (runner.EarlySettle), whichever strategy runs under it.
 func (c Cell) control() string {
 	switch {
 	case !c.Broken():
 		return ""
 	case c.Service != nil:
 		return c.Service.Control()
+	}
+	if k, ok := c.Strategy.(interface{ Control() string }); ok {
+		return k.Control()
 	}
 	return c.Strategy.Name()
 }
@@ -238,7 +243,7 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 			defer wg.Done()
 			bc := caps(o.Env.Cfg, b) // opens the driver: once per broker
 			for _, sc := range o.Scenarios {
-				for _, c := range o.cells(b, sc) {
+				for _, c := range o.cells(b, sc, bc) {
 					if ctx.Err() != nil {
 						return
 					}
@@ -284,17 +289,22 @@ func Run(ctx context.Context, o Options) []results.ConformRow {
 	return rows
 }
 
-// cells are the rows of scenario sc on broker b: every strategy and
-// service the scenario judges. A built-in negative control, and a
-// service's mistake, run where they are targeted (the matrix stays small
-// enough for 20 minutes on 2 cores); a user's file marked broken runs
-// everywhere, since no scenario declares it. A strategy runs only in the
-// scenarios of its kind (external or database-only).
-func (o *Options) cells(b string, sc *Scenario) []Cell {
+// cells are the rows of scenario sc on broker b (with capabilities bc):
+// every strategy and service the scenario judges. A built-in negative
+// control, and a service's mistake, run where they are targeted (the
+// matrix stays small enough for 20 minutes on 2 cores); a user's file
+// marked broken runs everywhere, since no scenario declares it. A
+// transport control runs only on a broker with a transport (not the
+// baseline). A strategy runs only in the scenarios of its kind (external
+// or database-only).
+func (o *Options) cells(b string, sc *Scenario, bc brokers.Capabilities) []Cell {
 	var out []Cell
 	for _, st := range o.Strategies {
 		c := Cell{Env: &o.Env, Scenario: sc.Name, Broker: b, Strategy: st}
-		if st.Broken() && !c.targeted(sc) && !slices.Contains(sc.Covers, st.Name()) && isRegistered(st) {
+		if st.Broken() && !c.targeted(sc) && !slices.Contains(sc.Covers, st.Name()) && (isRegistered(st) || isTransportControl(st)) {
+			continue
+		}
+		if isTransportControl(st) && bc.Baseline {
 			continue
 		}
 		if inbox.CallsExternal(st) != sc.External {
@@ -474,4 +484,25 @@ func outOfProcess(c brokers.Capabilities) string {
 func isRegistered(st inbox.Strategy) bool {
 	r, err := inbox.Lookup(st.Name())
 	return err == nil && r == st
+}
+
+// TransportControls are the transport's negative controls conform runs
+// beside the broken-* strategies: tx and batch, one delivery and a batch
+// per handler call, each with a driver that settles on receipt
+// (runner.EarlySettle). They run where a scenario declares them, on the
+// brokers with a transport.
+func TransportControls() []inbox.Strategy {
+	var out []inbox.Strategy
+	for _, n := range []string{"tx", "batch"} {
+		if st, err := inbox.Lookup(n); err == nil {
+			out = append(out, runner.SettlingEarly(st))
+		}
+	}
+	return out
+}
+
+// isTransportControl reports one of TransportControls.
+func isTransportControl(st inbox.Strategy) bool {
+	k, ok := st.(interface{ Control() string })
+	return ok && k.Control() == runner.EarlySettle
 }

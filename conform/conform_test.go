@@ -253,3 +253,31 @@ func requireKills(t *testing.T, rows []results.ConformRow) {
 		}
 	}
 }
+
+// TestTransportControls: the transport's negative controls (a correct
+// strategy on a driver that settles on receipt) fail with lost-effect in
+// crash-with-backlog and ack-lost on kafka-embedded, in process, where
+// the correct strategies pass the same scenarios; on none, which has no
+// transport, no control runs and crash-with-backlog is N/A.
+func TestTransportControls(t *testing.T) {
+	sts := append(strategies(t, "tx", "batch"), TransportControls()...)
+	rows, _ := run(t, []string{"kafka-embedded", "none"}, []string{"crash-with-backlog", "ack-lost"}, sts)
+	ran := 0
+	for _, r := range rows {
+		control := strings.HasPrefix(r.Strategy, runner.EarlySettle+"/")
+		switch {
+		case control && r.Broker == "none":
+			t.Errorf("%s ran on none, which has no transport", r.Strategy)
+		case control && r.Anomalies["lost-effect"] == 0:
+			t.Errorf("%s/%s: %s %v: want it to lose effects", r.Scenario, r.Strategy, r.Verdict, r.Anomalies)
+		case r.Broker == "none" && r.Scenario == "crash-with-backlog" && r.Verdict != results.VerdictNA:
+			t.Errorf("crash-with-backlog/none/%s: %s, want N/A", r.Strategy, r.Verdict)
+		}
+		if control {
+			ran++
+		}
+	}
+	if sum := results.Summarize(rows); ran != 4 || sum.BrokenTotal != 2 || sum.MutationScore != 1 {
+		t.Fatalf("%d control rows, mutation score %d/%d, survivors %v: want both controls caught in both scenarios", ran, sum.BrokenCaught, sum.BrokenTotal, sum.Survivors)
+	}
+}

@@ -30,10 +30,10 @@ func init() {
 			}}
 	}
 	ackLost := stream("ack-lost", "consumers commit and die before the ack on 1.5% of events: every redelivery is deduplicated, nothing is lost",
-		[]string{"broken-ack-before-commit", "broken-broker-dedup"}, "crash_after_commit: 0.015")
+		[]string{"broken-ack-before-commit", "broken-broker-dedup", runner.EarlySettle}, "crash_after_commit: 0.015")
 	ackLost.Outside = "tells the suite's own consumer to die between its commit and its ack; a service is killed from outside instead (consumer-crash, connection-cut)"
 	register(ackLost)
-	register(&Scenario{Name: "consumer-crash", Timeout: 8 * time.Minute, Catches: []string{"broken-ack-before-commit", "broken-broker-dedup"},
+	register(&Scenario{Name: "consumer-crash", Timeout: 8 * time.Minute, Catches: []string{"broken-ack-before-commit", "broken-broker-dedup", runner.EarlySettle},
 		Proves: "two bench worker processes consume; a few are killed with kill -9 between the commit and the ack and replaced (a service: all its instances killed with kill -9, twice, while they work through a backlog, and started again): every redelivery is deduplicated, nothing is lost",
 		Needs:  outOfProcess,
 		Run: func(ctx context.Context, c Cell) Outcome {
@@ -55,6 +55,7 @@ func init() {
 			}
 			return out
 		}})
+	registerBacklog()
 	retry := stream("publisher-retry", "a producer re-sends 20% of events right after themselves with the same id: each takes effect once",
 		nil, "publisher_retry: 0.2")
 	retry.Covers = []string{"broken-broker-dedup"} // the broker drops the retry: what its window is for

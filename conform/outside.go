@@ -89,7 +89,8 @@ func eachInstance(s runner.ServiceControl, f func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-// killInstances is consumer-crash for a service: twice in a live stream
+// killInstances is consumer-crash (and crash-with-backlog) for a
+// service: twice in a live stream
 // (40 events/s), every instance is stopped (SIGSTOP) while a backlog of
 // 3 s of the stream builds, continued, and 100 ms later, while they work
 // through that backlog, every instance is killed with kill -9 and
@@ -125,7 +126,7 @@ func killInstances(ctx context.Context, c Cell) Outcome {
 		return fail(errors.New("no instance was killed: the scenario proved nothing"))
 	}
 	if out.Err == nil {
-		out.Line = fmt.Sprintf("consumer-crash: %s/%s instances=%d killed=%d", c.Broker, c.Name(), c.Service.Instances, killed.Load())
+		out.Line = fmt.Sprintf("%s: %s/%s instances=%d killed=%d", c.Scenario, c.Broker, c.Name(), c.Service.Instances, killed.Load())
 	}
 	return out
 }

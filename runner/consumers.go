@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/inbox"
 	"github.com/inboxbench/inboxbench/internal/ctxtime"
 )
 
@@ -96,11 +99,15 @@ func (l *localConsumers) stop(context.Context) error {
 // consume runs consumer idx: it subscribes, and subscribes again after a
 // crash fault, a lost connection or a planned restart, until ctx ends.
 func (l *localConsumers) consume(ctx context.Context, idx int) error {
-	opts := brokers.SubscribeOptions{MaxBatch: l.h.batchSize()}
+	opts := l.h.subscribeOptions()
 	for first := true; ctx.Err() == nil; first = false {
 		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		sub, err := l.b.Subscribe(sctx, l.topic, l.group, opts, l.h.handle)
+		v := newSubView(opts)
+		sub, err := l.b.Subscribe(sctx, l.topic, l.group, opts, l.h.within(v))
 		cancel()
+		if err == nil {
+			v.sub.Store(sub)
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
@@ -145,4 +152,95 @@ func (l *localConsumers) await(ctx context.Context, idx int, sub brokers.Subscri
 	// deliveries come back; subscribe again.
 	l.notes.add(fmt.Sprintf("consumer %d: subscription ended: %v; subscribing again", idx, sub.Err()))
 	return ctxtime.Sleep(ctx, 500*time.Millisecond)
+}
+
+// subView is what a handler call knows of the subscription it runs in:
+// the options it was started with, its Stats once Subscribe returned, and
+// whether its consumer is dying (handler.dieWithBacklog): died is closed
+// once it died, or lived on (dying is then false again).
+type subView struct {
+	opts    brokers.SubscribeOptions
+	sub     atomic.Value // brokers.Subscription
+	mu      sync.Mutex   // one claim at a time
+	claimed bool         // under mu: a subscription claims one death at most
+	dying   atomic.Bool
+	died    chan struct{}
+}
+
+func newSubView(opts brokers.SubscribeOptions) *subView {
+	return &subView{opts: opts, died: make(chan struct{})}
+}
+
+// claim makes the calling handler call the one its consumer dies in,
+// when no other call did and try claims one of the cell's crashes.
+func (v *subView) claim(try func() bool) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.claimed || !try() {
+		return false
+	}
+	v.claimed = true
+	v.dying.Store(true)
+	return true
+}
+
+func (v *subView) stats() brokers.Stats {
+	if s, ok := v.sub.Load().(brokers.Subscription); ok {
+		return s.Stats()
+	}
+	return brokers.Stats{}
+}
+
+// EarlySettle names the transport's negative control: a correct strategy
+// whose consumers' driver settles every delivery the moment it receives
+// it, before the handler ran (brokers.SubscribeOptions.SettleOnReceipt:
+// RabbitMQ's ack on receipt, Kafka's polled position committed on fetch,
+// RocketMQ's pulled offset committed on pull) — the mistake of a consumer
+// that acknowledges too early, whatever its SQL. A consumer that dies
+// holding deliveries it received loses them. `bench conform` runs it over
+// tx and batch as "transport-early-settle/tx" and "…/batch"; `bench run`
+// does not know it.
+const EarlySettle = "transport-early-settle"
+
+// SettlingEarly is st, a registered database-only strategy, as the
+// transport's negative control (EarlySettle): named EarlySettle/st,
+// broken, applying events as st does.
+func SettlingEarly(st inbox.Strategy) inbox.Strategy { return earlySettle{st} }
+
+type earlySettle struct{ inbox.Strategy }
+
+// Name implements inbox.Strategy: EarlySettle/NAME.
+func (e earlySettle) Name() string { return EarlySettle + "/" + e.Strategy.Name() }
+
+// Description implements inbox.Strategy.
+func (e earlySettle) Description() string {
+	return "negative control of the transport: " + e.Strategy.Name() + " with a driver that settles each delivery on receipt, before the handler ran"
+}
+
+// Broken implements inbox.Strategy: a negative control.
+func (earlySettle) Broken() bool { return true }
+
+// Control is the negative control the strategy stands for, as conform's
+// scenarios name it among those they catch: EarlySettle, whatever the
+// strategy under it.
+func (earlySettle) Control() string { return EarlySettle }
+
+// PrefersBatches implements inbox.Batching as the strategy under it does.
+func (e earlySettle) PrefersBatches() bool {
+	b, ok := e.Strategy.(inbox.Batching)
+	return ok && b.PrefersBatches()
+}
+
+// builtinStrategy looks a strategy up by name in the registry, or the
+// transport's negative control over one (EarlySettle/NAME): how a worker
+// process finds the strategy of a cell the coordinator opened.
+func builtinStrategy(name string) (inbox.Strategy, error) {
+	if inner, ok := strings.CutPrefix(name, EarlySettle+"/"); ok {
+		st, err := inbox.Lookup(inner)
+		if err != nil {
+			return nil, err
+		}
+		return SettlingEarly(st), nil
+	}
+	return inbox.Lookup(name)
 }

@@ -91,10 +91,10 @@ func (w *fleetConsumers) open(ctx context.Context) error {
 	}
 	w.f.seq++
 	_, err = w.f.ctl.Exec(ctx, `INSERT INTO inboxbench_runs.cell
-		(cell_id, run_id, seq, broker, strategy, strategy_path, strategy_file, consumer, topic, spec, measure, state, retry_attempts, retry_for_ms, external_url)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'open', $12, $13, $14)`,
+		(cell_id, run_id, seq, broker, strategy, strategy_path, strategy_file, consumer, topic, spec, measure, state, retry_attempts, retry_for_ms, external_url, crash_with_backlog)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'open', $12, $13, $14, $15)`,
 		c.id, w.f.runID, w.f.seq, c.broker, c.strategy.Name(), path, file, c.consumer, c.topic(), spec, c.o.Measure.Latency,
-		c.o.Limits.Retry.Attempts, c.o.Limits.Retry.For.Milliseconds(), extURL)
+		c.o.Limits.Retry.Attempts, c.o.Limits.Retry.For.Milliseconds(), extURL, c.o.Stream.CrashWithBacklog)
 	if err != nil {
 		return fmt.Errorf("postgres: open cell %s to the workers: %w", c.id, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
@@ -23,10 +24,18 @@ type handler struct {
 	consumer string
 	spec     *workload.Spec
 	// ackFirst: the strategy is a consumer-level negative control that
-	// acks before its commit (broken-ack-before-commit).
-	ackFirst bool
-	t        *tally
-	hooks    hooks
+	// acks before its commit (broken-ack-before-commit); settleEarly: it
+	// is the transport's (EarlySettle), whose consumers subscribe with
+	// SettleOnReceipt.
+	ackFirst, settleEarly bool
+	// backlogCrashes is the crash-with-backlog fault's count per cell
+	// (Options.Stream.CrashWithBacklog); claimed counts those this
+	// process knows to be claimed (dieWithBacklog).
+	backlogCrashes int
+	claimed        atomic.Int64
+	t              *tally
+	notes          *notes
+	hooks          hooks
 }
 
 // hooks are what differs between a consumer inside `bench run` and one
@@ -38,20 +47,28 @@ type hooks interface {
 	// answered is told of each message answered for good in this process,
 	// before the driver acks it.
 	answered(id string)
-	// crash is the crash fault after the commit, before the ack: a worker
-	// process kills itself there and never returns; in process it returns
-	// and the verdicts tear the subscription down.
+	// crash is a crash fault: after the commit, before the ack, or
+	// before the commit with a backlog. A worker process kills itself
+	// there and never returns; in process it returns and the verdicts tear
+	// the subscription down.
 	crash(ctx context.Context)
 }
 
 // newHandler is the handler of the cell's consumers in this process:
 // they apply through its inbox and strategy, and count in its tally.
 func newHandler(c *cell, h hooks) *handler {
-	hd := &handler{in: c.in, strategy: c.strategy, consumer: c.consumer, spec: c.o.Spec, t: c.t, hooks: h}
+	hd := &handler{in: c.in, strategy: c.strategy, consumer: c.consumer, spec: c.o.Spec, t: c.t, notes: c.notes, hooks: h,
+		backlogCrashes: c.o.Stream.CrashWithBacklog}
 	if a, ok := c.strategy.(inbox.AckOrdering); ok {
 		hd.ackFirst = a.AckBeforeCommit()
 	}
+	_, hd.settleEarly = c.strategy.(earlySettle)
 	return hd
+}
+
+// subscribeOptions are what the cell's consumers subscribe with.
+func (h *handler) subscribeOptions() brokers.SubscribeOptions {
+	return brokers.SubscribeOptions{MaxBatch: h.batchSize(), SettleOnReceipt: h.settleEarly}
 }
 
 // batchSize is the most deliveries one handler call takes: the workload's
@@ -74,20 +91,26 @@ type batch struct {
 	received, decided time.Time
 }
 
-// handle is the brokers.Handler of the cell's consumers.
-func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.Verdict {
+// within is the brokers.Handler of a consumer's subscription v.
+func (h *handler) within(v *subView) brokers.Handler {
+	return func(ctx context.Context, ds []*brokers.Delivery) []brokers.Verdict { return h.handle(ctx, ds, v) }
+}
+
+// handle handles one call of subscription v.
+func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery, v *subView) []brokers.Verdict {
+	if h.backlogCrashes > 0 && v.dying.Load() {
+		return h.dead(ctx, ds, v)
+	}
 	b := &batch{ds: ds, received: time.Now(), verdicts: make([]brokers.Verdict, len(ds)), ids: make([]string, len(ds)),
 		evs: make([]*envelope.Event, 0, len(ds)), idx: make([]int, 0, len(ds))}
 	crash := h.decode(ctx, b)
 	switch {
+	case h.backlogCrashes > 0 && h.dieWithBacklog(ctx, len(ds), v):
+		return h.die(ctx, b, v)
+	case h.backlogCrashes > 0 && v.dying.Load():
+		return h.dead(ctx, ds, v) // another call claimed the death meanwhile
 	case len(b.evs) > 0 && h.ackFirst && crash:
-		// The negative control acks first; the crash then lands between
-		// the ack and the commit: the events are gone.
-		for _, i := range b.idx {
-			b.verdicts[i] = brokers.Ack
-		}
-		h.record(b.ids, b.verdicts)
-		return b.verdicts
+		return h.ackUncommitted(b)
 	case len(b.evs) > 0:
 		// The crash fault between an external call and its commit
 		// (extCaller.afterCall) ends the batch like a dead consumer.
@@ -97,12 +120,109 @@ func (h *handler) handle(ctx context.Context, ds []*brokers.Delivery) []brokers.
 		h.hooks.crash(ctx) // a worker process: a real kill -9, no return
 		// Committed, then "died" before the ack: nothing of this batch is
 		// acknowledged; the broker redelivers it.
-		for i := range b.verdicts {
-			b.verdicts[i] = brokers.Crash
-		}
+		crashAll(b.verdicts)
 	}
 	h.record(b.ids, b.verdicts)
 	return b.verdicts
+}
+
+// ackUncommitted is the negative control that acks first: the crash
+// lands between the ack and the commit, and the events are gone.
+func (h *handler) ackUncommitted(b *batch) []brokers.Verdict {
+	for _, i := range b.idx {
+		b.verdicts[i] = brokers.Ack
+	}
+	h.record(b.ids, b.verdicts)
+	return b.verdicts
+}
+
+// die ends a call whose consumer dies with the batch in its hands
+// (dieWithBacklog): nothing committed, nothing acknowledged — a worker
+// process is killed here — and, in process, the consumer's other calls
+// (dead) end with it. The negative control that acks first acks the
+// batch instead, uncommitted, and its consumer lives on, as with the
+// crash after a commit: its acks must reach the broker to lose anything.
+func (h *handler) die(ctx context.Context, b *batch, v *subView) []brokers.Verdict {
+	defer close(v.died)
+	if len(b.evs) > 0 && h.ackFirst {
+		v.dying.Store(false)
+		return h.ackUncommitted(b)
+	}
+	h.hooks.crash(ctx) // a worker process: a real kill -9, no return
+	crashAll(b.verdicts)
+	h.record(b.ids, b.verdicts)
+	return b.verdicts
+}
+
+func crashAll(vs []brokers.Verdict) {
+	for i := range vs {
+		vs[i] = brokers.Crash
+	}
+}
+
+// backlogKey names crash k of the crash-with-backlog fault, as its claim
+// (hooks.firstCrash) has it.
+func backlogKey(k int64) string { return fmt.Sprintf("crash-with-backlog#%d", k+1) }
+
+// dieWithBacklog is the crash-with-backlog fault: while one of the cell's
+// crashes is unclaimed, a call of a subscription not dying already claims
+// it (once per cell, across processes), holds its batch of n unhandled
+// until the subscription holds a backlog beyond it
+// (brokers.HoldForBacklog), notes what it held, and reports true: the
+// consumer is to die now, before its commit. From the claim on, its
+// consumer handles nothing more (dead): its other shards do not drain
+// what it holds while it waits.
+func (h *handler) dieWithBacklog(ctx context.Context, n int, v *subView) bool {
+	if h.claimed.Load() >= int64(h.backlogCrashes) {
+		return false
+	}
+	var k int64
+	if !v.claim(func() (ok bool) { k, ok = h.claimBacklogCrash(ctx); return ok }) {
+		return false
+	}
+	b := brokers.HoldForBacklog(ctx, v.stats, n, v.opts)
+	note := fmt.Sprintf("crash with a backlog %d of %d: a consumer died holding %d deliveries it had received and not settled, %d of them in its handler",
+		k+1, h.backlogCrashes, b.Held, b.Batch)
+	if !b.Reached {
+		note += fmt.Sprintf(" (%s: it waited for %d, which never came)", BacklogNotReached, b.Want)
+	}
+	h.notes.add(note)
+	return true
+}
+
+// dead is a call of a consumer that is dying: it handles nothing, waits
+// until the consumer died (a worker process never returns from there) and
+// settles nothing — or, when the consumer lived on, is handled as usual.
+func (h *handler) dead(ctx context.Context, ds []*brokers.Delivery, v *subView) []brokers.Verdict {
+	<-v.died
+	if !v.dying.Load() {
+		return h.handle(ctx, ds, v)
+	}
+	vs := make([]brokers.Verdict, len(ds))
+	crashAll(vs)
+	return vs
+}
+
+// BacklogNotReached is in the note of a crash with a backlog that did
+// not build: the scenario that asked for it proved less than it says.
+const BacklogNotReached = "backlog not reached"
+
+// claimBacklogCrash claims the first of the cell's crashes with a backlog
+// no process claimed yet and says which (0-based); false when every one
+// is. The claim outlives the handler's ctx, which a revoked shard ends: a
+// claim recorded while its caller gave up would be a crash nobody dies.
+func (h *handler) claimBacklogCrash(ctx context.Context) (int64, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	for k := h.claimed.Load(); k < int64(h.backlogCrashes); k++ {
+		if h.hooks.firstCrash(ctx, backlogKey(k)) {
+			for c := h.claimed.Load(); c < k+1 && !h.claimed.CompareAndSwap(c, k+1); c = h.claimed.Load() {
+			}
+			return k, true
+		}
+	}
+	h.claimed.Store(int64(h.backlogCrashes))
+	return 0, false
 }
 
 // decode decodes the batch's events and rejects its poison; crash

@@ -27,6 +27,7 @@ const (
 	KeyRetryAttempts          = "runner.limits.retry.attempts"
 	KeyRetryFor               = "runner.limits.retry.for"
 	KeyBacklog                = "runner.stream.backlog"
+	KeyCrashWithBacklog       = "runner.stream.crash-with-backlog"
 	KeyActions                = "runner.stream.actions"
 	KeySearch                 = "runner.search"
 	KeySearchFractions        = "runner.search.fractions"
@@ -161,6 +162,13 @@ type Stream struct {
 	// Backlog publishes each cell's whole stream before its consumers
 	// start: events/s is then the drain rate of a backlog.
 	Backlog bool
+	// CrashWithBacklog is the crash-with-backlog fault: this many times
+	// per cell a consumer dies — a worker process kills itself with kill
+	// -9, an in-process one tears its subscription down (brokers.Crash) —
+	// with a batch in its handler, unhandled, once its subscription holds
+	// a backlog beyond it (brokers.HoldForBacklog): the first calls of
+	// the cell claim the crashes, one per subscription (handler.go).
+	CrashWithBacklog int
 	// Actions run once during each cell, when the given share of the
 	// published messages has been answered (fault injection: restart the
 	// broker, kill database connections …).
@@ -225,6 +233,8 @@ func (o *Options) Validate() error {
 		return config.Invalid(KeyWorkersLocal, o.Workers.Local, "counts processes: 0 or more")
 	case o.Workers.Remote < 0:
 		return config.Invalid(KeyWorkersRemote, o.Workers.Remote, "counts processes: 0 or more")
+	case o.Stream.CrashWithBacklog < 0:
+		return config.Invalid(KeyCrashWithBacklog, o.Stream.CrashWithBacklog, "counts consumer crashes per cell: 0 or more")
 	case o.Limits.Retry.Attempts < 0:
 		return config.Invalid(KeyRetryAttempts, o.Limits.Retry.Attempts, "bounds retries: 0 (the default) or more")
 	case o.Limits.Retry.For < 0:

@@ -104,6 +104,7 @@ type cellRow struct {
 	measure                              bool
 	retry                                RetryBound
 	externalURL                          string // the external service, for a strategy that calls it
+	crashWithBacklog                     int    // Options.Stream.CrashWithBacklog
 }
 
 // nextCell finds the run's first open cell this worker has not consumed
@@ -121,7 +122,7 @@ func nextCell(ctx context.Context, ctl *pgxpool.Pool, runID string, done map[str
 		return nil, "", 0, fmt.Errorf("postgres: read run %s: %w", runID, err)
 	}
 	rows, err := ctl.Query(ctx, `SELECT cell_id, broker, strategy, coalesce(strategy_path, ''), strategy_file, consumer, spec, measure,
-			retry_attempts, retry_for_ms, coalesce(external_url, '')
+			retry_attempts, retry_for_ms, coalesce(external_url, ''), crash_with_backlog
 		FROM inboxbench_runs.cell WHERE run_id = $1 AND state = 'open' ORDER BY seq`, runID)
 	if err != nil {
 		return nil, state, silent, err
@@ -130,7 +131,7 @@ func nextCell(ctx context.Context, ctl *pgxpool.Pool, runID string, done map[str
 	for rows.Next() {
 		var r cellRow
 		var forMS int64
-		if err := rows.Scan(&r.id, &r.broker, &r.strategy, &r.path, &r.file, &r.consumer, &r.spec, &r.measure, &r.retry.Attempts, &forMS, &r.externalURL); err != nil {
+		if err := rows.Scan(&r.id, &r.broker, &r.strategy, &r.path, &r.file, &r.consumer, &r.spec, &r.measure, &r.retry.Attempts, &forMS, &r.externalURL, &r.crashWithBacklog); err != nil {
 			return nil, state, silent, err
 		}
 		r.retry.For = time.Duration(forMS) * time.Millisecond
@@ -143,7 +144,7 @@ func nextCell(ctx context.Context, ctl *pgxpool.Pool, runID string, done map[str
 
 func (r *cellRow) lookup() (inbox.Strategy, error) {
 	if r.path == "" {
-		return inbox.Lookup(r.strategy)
+		return builtinStrategy(r.strategy)
 	}
 	s, err := inbox.ParseStrategyFile(r.path, r.file)
 	if err != nil {
@@ -170,6 +171,7 @@ func (r *cellRow) cell(base Options) (*cell, error) {
 	}
 	o := base
 	o.Spec, o.Measure.Latency = &r.spec, r.measure
+	o.Stream.CrashWithBacklog = r.crashWithBacklog
 	return &cell{o: &o, broker: r.broker, name: r.strategy, strategy: st, id: r.id, consumer: r.consumer,
 		t: newTally(r.measure, r.retry, 0), notes: &notes{}}, nil
 }
@@ -327,17 +329,18 @@ func (m *member) flush(ctx context.Context, state string, final bool, errText st
 	return nil
 }
 
-// firstCrash claims the crash fault of an event for the whole cell: the
-// process that takes over after the kill must not crash on its
-// redelivery again.
+// firstCrash claims the crash fault of an event (or one of the cell's
+// crashes with a backlog) for the whole cell: the process that takes over
+// after the kill must not crash on its redelivery again.
 func (m *member) firstCrash(ctx context.Context, key string) bool {
 	tag, err := m.ctl.Exec(ctx, "INSERT INTO inboxbench_runs.crash (cell_id, event_key) VALUES ($1, $2) ON CONFLICT DO NOTHING", m.cellID, key)
 	return err == nil && tag.RowsAffected() == 1
 }
 
 // crash is the crash fault in a worker process: after the commit and
-// before the ack, the process reports what it did and kills itself with
-// SIGKILL — no deferred function, no broker goodbye, exactly like kill -9.
+// before the ack (or, with a backlog, before the commit), the process
+// reports what it did and kills itself with SIGKILL — no deferred
+// function, no broker goodbye, exactly like kill -9.
 func (m *member) crash(ctx context.Context) {
 	m.amu.Lock()
 	m.dying = true

@@ -23,7 +23,8 @@ import (
 //   - run: one row per run, with the coordinator's heartbeat;
 //   - cell: the cell being consumed (broker, strategy, schema, consumer,
 //     topic, resolved workload, the external service's URL for a strategy
-//     that calls it), open → closing → closed;
+//     that calls it, the crash-with-backlog fault's count), open → closing
+//     → closed;
 //   - worker: one row per worker process and cell, with its counters every
 //     quarter second and its histograms when it leaves (or dies on purpose);
 //   - answered: the messages each worker answered for good (ack or
@@ -67,6 +68,7 @@ CREATE TABLE IF NOT EXISTS inboxbench_runs.cell (
 ALTER TABLE inboxbench_runs.cell ADD COLUMN IF NOT EXISTS retry_attempts int NOT NULL DEFAULT 0;
 ALTER TABLE inboxbench_runs.cell ADD COLUMN IF NOT EXISTS retry_for_ms bigint NOT NULL DEFAULT 0;
 ALTER TABLE inboxbench_runs.cell ADD COLUMN IF NOT EXISTS external_url text;
+ALTER TABLE inboxbench_runs.cell ADD COLUMN IF NOT EXISTS crash_with_backlog int NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS inboxbench_runs.worker (
     cell_id   text NOT NULL REFERENCES inboxbench_runs.cell ON DELETE CASCADE,
     worker_id text NOT NULL,

@@ -203,6 +203,20 @@ func (c *Collector) AckedCount() int {
 	return len(c.acked)
 }
 
+// Missing returns the expected ids not acked so far, sorted.
+func (c *Collector) Missing() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id := range c.expected {
+		if c.acked[id] == 0 {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Calls returns how many handler calls id got.
 func (c *Collector) Calls(id string) int {
 	c.mu.Lock()

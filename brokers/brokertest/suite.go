@@ -62,6 +62,8 @@ func Run(t *testing.T, newBroker NewBroker, opts ...Option) {
 		{"PerKeyOrder10k", testPerKeyOrder},
 		{"BatchDelivery", testBatchDelivery},
 		{"BatchCrash", testBatchCrash},
+		{"CrashWithBacklog", testCrashWithBacklog},
+		{"SettleOnReceiptLosesBacklog", testSettleOnReceipt},
 		{"Capabilities", testCapabilities},
 		{"AsyncManyInFlight", testAsyncManyInFlight},
 		{"AsyncFailureIsolated", testAsyncFailureIsolated},

@@ -195,6 +195,7 @@ func (s *subscription) poll() {
 				slog.Warn("kafka: fetch error (the client keeps retrying)", "broker", s.b.name, "topic", t, "partition", p, "err", err)
 			}
 		})
+		var got []fetched
 		fetches.EachPartition(func(ftp kgo.FetchTopicPartition) {
 			if len(ftp.Records) == 0 {
 				return
@@ -205,10 +206,41 @@ func (s *subscription) poll() {
 			if w == nil {
 				return // not ours any more: the new owner starts from the committed offset
 			}
-			w.push(s, ftp.Records)
+			got = append(got, fetched{w, ftp.Records})
 		})
+		if s.Opts.SettleOnReceipt && !s.settleOnReceipt(got) {
+			return // crashed meanwhile: nothing of this fetch was committed or handed out
+		}
+		for _, f := range got {
+			f.w.push(s, f.recs)
+		}
 		s.cl.AllowRebalance()
 	}
+}
+
+// fetched are one partition's records of a fetch, for its worker.
+type fetched struct {
+	w    *worker
+	recs []*kgo.Record
+}
+
+// settleOnReceipt is the negative control SettleOnReceipt: the polled
+// position of every partition of the fetch is committed, synchronously,
+// before any of its records reaches a Handler. It reports false when the
+// subscription crashed, which commits nothing more.
+func (s *subscription) settleOnReceipt(got []fetched) bool {
+	if len(got) == 0 {
+		return true
+	}
+	parts := make([]int32, len(got))
+	for i, f := range got {
+		s.finished(f.recs[len(f.recs)-1])
+		parts[i] = f.w.p
+	}
+	if err := s.commit(s.ctx, parts); err != nil && s.ctx.Err() == nil {
+		slog.Warn("kafka: commit on receipt failed (SettleOnReceipt)", "broker", s.b.name, "err", err)
+	}
+	return !s.Crashed()
 }
 
 // highWater is the per-partition backlog above which fetching pauses, so a
@@ -219,6 +251,7 @@ func (s *subscription) poll() {
 func (s *subscription) highWater() int { return max(4*s.Opts.Prefetch, 8192) }
 
 func (w *worker) push(s *subscription, recs []*kgo.Record) {
+	s.Received(len(recs))
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
 	pause := !w.paused && len(w.queue) > s.highWater()

@@ -34,7 +34,10 @@
 // (DeliveryCount counts hand-overs to a subscription, not in-place
 // retries, like a quorum queue's x-delivery-count).
 //
-// Prefetch has no meaning here: the queue itself is the buffer.
+// Prefetch has no meaning here: the queue itself is the buffer. Nor has
+// SettleOnReceipt, the transport's negative control, which Subscribe
+// refuses: nothing is received ahead of the Handler, so there is nothing
+// to settle early.
 package none
 
 import (
@@ -297,6 +300,9 @@ func (b *Broker) Subscribe(ctx context.Context, name, _ string, opts brokers.Sub
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("none: subscribe %s: %w", name, err)
 	}
+	if opts.SettleOnReceipt {
+		return nil, fmt.Errorf("none: subscribe %s: SettleOnReceipt: the baseline has no transport to settle early (it hands the Handler the head of its queue, nothing ahead of it)", name)
+	}
 	t, err := lookup(name)
 	if err != nil {
 		return nil, err
@@ -352,6 +358,7 @@ func (s *subscription) run(i int) {
 				continue
 			}
 		}
+		s.Received(len(ds))
 		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error { return s.settle(sh, ds, vs) }
 		fail := func(err error) { s.end(fmt.Errorf("none: %s: %w", sh.name, err)) }
 		if !s.Handle(s.ctx, ds, settle, fail) {

@@ -140,3 +140,14 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The transport's negative control has nothing to settle early here:
+// Subscribe refuses it rather than run as a correct consumer.
+func TestSettleOnReceiptRefused(t *testing.T) {
+	b := driver.New(t)
+	topic := brokertest.Topic(t, b, 1)
+	_, err := b.Subscribe(context.Background(), topic, "g", brokers.SubscribeOptions{SettleOnReceipt: true}, brokers.PerDelivery(func(context.Context, *brokers.Delivery) brokers.Verdict { return brokers.Ack }))
+	if err == nil || !strings.Contains(err.Error(), "SettleOnReceipt") {
+		t.Fatalf("Subscribe with SettleOnReceipt: %v, want it refused", err)
+	}
+}

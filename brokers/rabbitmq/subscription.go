@@ -208,8 +208,8 @@ func (s *subscription) serve(sess *session) {
 		// broker already sent (at most Prefetch) in a buffered channel,
 		// filled while the handler runs, which is what a batch drains.
 		buf := make(chan amqp.Delivery, s.Opts.Prefetch)
-		go pump(sess.ctx, c.in, buf)
-		sess.workers.Add(1)
+		sess.workers.Add(2)
+		go s.pump(sess, c.in, buf)
 		go s.run(sess, c, buf)
 	}
 	sess.workers.Wait()
@@ -229,15 +229,32 @@ func (sess *session) end(lost, fatal error) {
 	})
 }
 
-// pump forwards deliveries until in closes (channel or connection closed)
-// or ctx ends, then closes out.
-func pump(ctx context.Context, in <-chan amqp.Delivery, out chan<- amqp.Delivery) {
+// pump forwards deliveries, counting them received, until in closes
+// (channel or connection closed) or the session ends, then closes out.
+// With SettleOnReceipt (a negative control) it acknowledges each one
+// first; one whose ack fails (the channel closed) is not forwarded.
+func (s *subscription) pump(sess *session, in <-chan amqp.Delivery, out chan<- amqp.Delivery) {
+	defer sess.workers.Done()
 	defer close(out)
-	for d := range in {
+	for {
+		var d amqp.Delivery
+		select {
+		case next, ok := <-in:
+			if !ok {
+				return
+			}
+			d = next
+		case <-sess.ctx.Done():
+			return // unacked: returned to the queue when the connection closes
+		}
+		if s.Opts.SettleOnReceipt && d.Ack(false) != nil {
+			return
+		}
+		s.Received(1)
 		select {
 		case out <- d:
-		case <-ctx.Done():
-			return // unacked: returned to the queue when the connection closes
+		case <-sess.ctx.Done():
+			return
 		}
 	}
 }
@@ -314,6 +331,9 @@ func (s *subscription) run(sess *session, c shardConsumer, buf <-chan amqp.Deliv
 		}
 		next := 0 // HandleBatch settles consecutive prefixes of the batch
 		settle := func(ds []*brokers.Delivery, vs []brokers.Verdict) error {
+			if s.Opts.SettleOnReceipt {
+				return nil // acked on receipt: a second ack or a nack would close the channel
+			}
 			mine := tags[next : next+len(ds)]
 			next += len(ds)
 			var lastAck uint64

@@ -294,12 +294,33 @@ func (s *subscription) pullLoop(w *worker, off int64) {
 		}
 		backoff = 100 * time.Millisecond
 		if len(res.msgs) > 0 {
+			if s.Opts.SettleOnReceipt && !s.settleOnReceipt(w, res.next) {
+				return
+			}
+			s.Received(len(res.msgs))
 			w.push(res.msgs)
 		} else if res.moved {
 			w.ack(res.next) // what lay before it is gone
 		}
 		off = res.next
 	}
+}
+
+// settleOnReceipt is the negative control SettleOnReceipt: the pulled
+// offset counts as consumed and is committed before any message of the
+// pull reaches the Handler. It reports false, the pull handed to no one,
+// when the worker stopped before the commit was made.
+func (s *subscription) settleOnReceipt(w *worker, next int64) bool {
+	w.ack(next)
+	ctx, cancel := context.WithTimeout(w.ctx, callTimeout)
+	defer cancel()
+	if err := s.commit(ctx, w); err != nil {
+		if w.ctx.Err() != nil {
+			return false
+		}
+		s.warn("commit on receipt (SettleOnReceipt) of "+w.q.String(), err)
+	}
+	return true
 }
 
 // handleLoop hands the buffered messages to the Handler in order.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -37,8 +38,11 @@ rolling-restart, leader-kill-after-lag of the broker's cluster, pg-* of
 PostgreSQL's primary; N/A elsewhere) — on every broker × strategy, and compares each outcome with
 the expectation declared in code: every correct strategy passes every
 scenario of its kind (the external strategies the external-* scenarios,
-the database-only ones the others); every negative control (broken-*) is
-caught by the scenarios that target it; every *-weak control (a cluster's
+the database-only ones the others); every negative control is caught by
+the scenarios that target it — the broken-* strategies, and the transport
+controls transport-early-settle/tx and /batch (a correct strategy whose
+driver settles each delivery on receipt, before the handler: caught by
+crash-with-backlog, consumer-crash and ack-lost); every *-weak control (a cluster's
 weak setting: Kafka acks=1, asynchronous PostgreSQL replication) must FAIL
 with lost-effect.
 
@@ -63,7 +67,7 @@ failure of the suite.`,
 	f := cmd.Flags()
 	f.StringVar(&fl.brokers, "brokers", "rabbitmq,kafka,rocketmq", "comma-separated brokers (none and kafka-embedded work too)")
 	f.StringVar(&fl.scenarios, "scenarios", "", "comma-separated scenarios or patterns such as 'external-*' (default: all; see --list)")
-	f.StringVar(&fl.strategies, "strategies", "all,external,broken", "comma-separated strategies; 'all' = every correct database-only one, 'external' = every correct one that calls the external service, 'broken' = every negative control")
+	f.StringVar(&fl.strategies, "strategies", "all,external,broken", "comma-separated strategies; 'all' = every correct database-only one, 'external' = every correct one that calls the external service, 'broken' = every negative control (the broken-* strategies and the transport controls transport-early-settle/tx, /batch)")
 	f.StringVar(&fl.out, "out", "results", "directory that receives the run directory")
 	f.StringVar(&fl.runID, "run-id", "", "name of the run directory (default: UTC timestamp + -conform)")
 	f.BoolVar(&fl.list, "list", false, "list the scenarios with what each proves, and exit")
@@ -199,8 +203,12 @@ func conformStrategies(list string) ([]inbox.Strategy, error) {
 					ss = append(ss, s)
 				}
 			}
+			ss = append(ss, conform.TransportControls()...)
 		default:
 			r, err := inbox.Resolve(part)
+			if i := slices.IndexFunc(conform.TransportControls(), func(s inbox.Strategy) bool { return s.Name() == part }); err != nil && i >= 0 {
+				r, err = conform.TransportControls()[i:i+1], nil
+			}
 			if err != nil {
 				return nil, usagef("--strategies %q: %v", part, err)
 			}

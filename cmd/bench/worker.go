@@ -34,7 +34,9 @@ clocks kept in step (NTP) for end-to-end latency.
 
 On a crash fault (crash_after_commit) a worker kills itself with SIGKILL
 between the database commit and the ack — a real kill -9 — after recording
-the event so the process that takes over does not crash on it again.
+the event so the process that takes over does not crash on it again; with
+a backlog (bench conform's crash-with-backlog) it dies before the commit,
+once its subscription holds another batch beyond the one in its handler.
 'bench run --workers N' starts N workers and replaces a dead one; workers
 you start yourself need a supervisor that restarts them (systemd,
 Kubernetes, a shell loop).

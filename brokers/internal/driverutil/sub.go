@@ -63,6 +63,10 @@ func (s *Sub) Err() error {
 // Stats implements brokers.Subscription.
 func (s *Sub) Stats() brokers.Stats { return s.stats.Stats() }
 
+// Received counts n deliveries the driver took from the broker (see
+// brokers.Stats.Received).
+func (s *Sub) Received(n int) { s.stats.Received(n) }
+
 // Close implements brokers.Subscription: it ends the subscription (the
 // driver's end, with no cause) and waits until it finished. It reports
 // nil after a clean end or a deliberate crash (ErrCrashed is the caller's
