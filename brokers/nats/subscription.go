@@ -119,6 +119,10 @@ func (p *part) start() error {
 	s := p.s
 	expiry := min(max(s.b.pinnedTTL/2, time.Second), 30*time.Second)
 	cc, err := p.cons.Consume(func(m jetstream.Msg) {
+		if s.Opts.SettleOnReceipt && !s.settleOnReceipt(m) {
+			return
+		}
+		s.Received(1)
 		select {
 		case p.in <- m:
 		case <-s.ctx.Done():
@@ -138,6 +142,16 @@ func (p *part) start() error {
 	s.workers.Add(1)
 	go p.work()
 	return nil
+}
+
+// settleOnReceipt is the negative control SettleOnReceipt: m is
+// acknowledged, and the server's answer awaited, before it reaches the
+// worker. It reports false when the ack failed (m is then redelivered
+// after AckWait, and not handed over now).
+func (s *subscription) settleOnReceipt(m jetstream.Msg) bool {
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	return m.DoubleAck(ctx) == nil
 }
 
 // work hands the shard's messages to the Handler in stream order, in
@@ -301,12 +315,16 @@ func (p *part) handle(batch []*heldMsg) bool {
 	return s.Handle(s.ctx, ds, func(settle []*brokers.Delivery, vs []brokers.Verdict) error {
 		for i, d := range settle {
 			h := held[d]
-			if vs[i] == brokers.Reject {
+			switch {
+			case s.Opts.SettleOnReceipt: // acknowledged on receipt; a Reject is not dead-lettered
+			case vs[i] == brokers.Reject:
 				if err := p.deadLetter(h); err != nil {
 					return err
 				}
-			} else if err := h.m.Ack(); err != nil {
-				return fmt.Errorf("nats: ack %s: %w", d.TransportID, err)
+			default:
+				if err := h.m.Ack(); err != nil {
+					return fmt.Errorf("nats: ack %s: %w", d.TransportID, err)
+				}
 			}
 			p.settled(h)
 		}

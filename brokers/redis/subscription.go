@@ -260,17 +260,41 @@ func (w *worker) read(ctx context.Context, cursor string) ([]*brokers.Delivery, 
 	if len(res) > 0 {
 		msgs = res[0].Messages
 	}
-	if cursor == ">" {
-		return w.deliveries(msgs, nil), cursor, nil
-	}
-	if len(msgs) == 0 {
+	if cursor != ">" && len(msgs) == 0 {
 		return nil, ">", nil // the pending list is read: new entries now
 	}
-	counts, err := w.counts(ctx, msgs)
-	if err != nil {
+	var counts map[string]int64 // nil: new entries, delivered once
+	if cursor != ">" {
+		if counts, err = w.counts(ctx, msgs); err != nil {
+			return nil, cursor, err
+		}
+	}
+	if err := w.settleOnReceipt(ctx, msgs); err != nil {
 		return nil, cursor, err
 	}
-	return w.deliveries(msgs, counts), msgs[len(msgs)-1].ID, nil
+	ds := w.deliveries(msgs, counts)
+	s.Received(len(ds))
+	if cursor == ">" {
+		return ds, cursor, nil
+	}
+	return ds, msgs[len(msgs)-1].ID, nil
+}
+
+// settleOnReceipt is the negative control SettleOnReceipt: the entries
+// of a read are acknowledged (XACK), synchronously, before any of them
+// reaches a Handler.
+func (w *worker) settleOnReceipt(ctx context.Context, msgs []goredis.XMessage) error {
+	if !w.s.Opts.SettleOnReceipt || len(msgs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	if err := w.s.client.XAck(ctx, w.stream, w.s.group, ids...).Err(); err != nil {
+		return w.failed("acknowledge on receipt (SettleOnReceipt)", err)
+	}
+	return nil
 }
 
 // counts asks XPENDING for the delivery counts of this consumer's
@@ -360,6 +384,9 @@ var errSettleAfterCrash = errors.New("the subscription crashed: nothing more is 
 func (w *worker) settle(ds []*brokers.Delivery, vs []brokers.Verdict) error {
 	if w.s.Crashed() {
 		return settleError{errSettleAfterCrash}
+	}
+	if w.s.Opts.SettleOnReceipt {
+		return nil // acknowledged on receipt; a Reject is not dead-lettered
 	}
 	var rejected []*brokers.Delivery
 	for i, d := range ds {
