@@ -12,7 +12,7 @@ import (
 )
 
 func TestEveryDriverRegistered(t *testing.T) {
-	want := []string{"kafka", "kafka-embedded", "nats", "none", "rabbitmq", "rocketmq"}
+	want := []string{"kafka", "kafka-embedded", "kafka-share", "nats", "none", "rabbitmq", "rocketmq"}
 	if got := brokers.Names(); !slices.Equal(got, want) {
 		t.Fatalf("registered drivers %v, want %v", got, want)
 	}
