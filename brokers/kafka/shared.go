@@ -83,6 +83,43 @@ func TransportID(r *kgo.Record) string {
 	return transportID(transportPrefix(r.Topic, r.Partition), r.Offset)
 }
 
+// ShareFeature is the cluster feature that turns share groups (KIP-932)
+// on: level 1 from Kafka 4.2 (preview in 4.1). A cluster formatted by a
+// 4.2+ release has it; one formatted by an earlier release keeps its
+// finalized features across an upgrade of the software, so it has not,
+// until an UpdateFeatures finalizes it (compose/kafka does for the local
+// stack; `kafka-features.sh upgrade --feature share.version=1` does by
+// hand).
+const ShareFeature = "share.version"
+
+// Feature reports the finalized level of a cluster feature (0 when it is
+// not finalized) and the highest level the first broker that answered
+// supports.
+func Feature(ctx context.Context, adm *kadm.Client, name string) (finalized, supported int16, err error) {
+	vs, err := adm.ApiVersions(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, v := range vs.Sorted() {
+		if v.Err != nil {
+			err = v.Err
+			continue
+		}
+		for _, f := range v.Raw().FinalizedFeatures {
+			if f.Name == name {
+				finalized = f.MaxVersionLevel
+			}
+		}
+		for _, f := range v.Raw().SupportedFeatures {
+			if f.Name == name {
+				supported = f.MaxVersion
+			}
+		}
+		return finalized, supported, nil
+	}
+	return 0, 0, fmt.Errorf("no broker answered ApiVersions: %w", err)
+}
+
 // CloseClient closes a client, giving up waiting after 15s (an
 // unreachable cluster); it reports whether the close finished.
 func CloseClient(cl *kgo.Client) bool { return closeBounded(cl) }

@@ -197,9 +197,28 @@ func (b *Broker) groupConfigs() map[string]string {
 	}
 }
 
+// sharing fails unless the cluster has share groups on: a member of a
+// cluster without them is never given a record, and says nothing.
+func (b *Broker) sharing(ctx context.Context) error {
+	level, supported, err := kafka.Feature(ctx, b.Admin(), kafka.ShareFeature)
+	switch {
+	case err != nil:
+		return b.Errorf("subscribe: ask the cluster for its features: %w", err)
+	case level >= 1:
+		return nil
+	case supported < 1:
+		return b.Errorf("the cluster has no share groups (it supports %s up to %d): they need Kafka 4.2 or later", kafka.ShareFeature, supported)
+	}
+	return b.Errorf("share groups are off on this cluster (%s is not finalized; the brokers support up to %d; a cluster formatted by Kafka 4.1 or earlier keeps them off after an upgrade): finalize it with `kafka-features.sh --bootstrap-server … upgrade --feature %s=1` (`bench stack up` does on the local stack)",
+		kafka.ShareFeature, supported, kafka.ShareFeature)
+}
+
 // configureGroup sets the group's configuration (groupConfigs) with
 // IncrementalAlterConfigs on the GROUP resource.
 func (b *Broker) configureGroup(ctx context.Context, group string) error {
+	if err := b.sharing(ctx); err != nil {
+		return err
+	}
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	res := kmsg.NewIncrementalAlterConfigsRequestResource()
 	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
