@@ -29,6 +29,7 @@ func TestParsersGolden(t *testing.T) {
 		{"kafka-producer.txt", func(s string) (Figure, error) { return ParseProducerPerformance(s, warmup) }},
 		{"kafka-producer-complete.txt", func(s string) (Figure, error) { return ParseProducerPerformance(s, warmup) }},
 		{"kafka-consumer.txt", ParseConsumerPerformance},
+		{"kafka-share-consumer.txt", ParseShareConsumerPerformance},
 		{"rabbitmq-perftest-publish.txt", func(s string) (Figure, error) { return ParsePerfTestPublish(s, warmup) }},
 		{"rabbitmq-perftest-consume.txt", ParsePerfTestConsume},
 		{"rocketmq-producer.txt", func(s string) (Figure, error) { return ParseRocketMQProducer(s, warmup) }},

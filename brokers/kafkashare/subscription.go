@@ -47,7 +47,7 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 	if err != nil {
 		return nil, err
 	}
-	if err := b.configureGroup(ctx, group); err != nil {
+	if err := b.ConfigureGroup(ctx, group); err != nil {
 		return nil, err
 	}
 	s := &subscription{b: b, topic: topic, group: group}
