@@ -242,7 +242,7 @@ func (k *Cluster) Ready(ctx context.Context, e *compose.Env) (string, error) {
 			return "", err
 		}
 	}
-	if err := shareGroups(ctx, adm); err != nil {
+	if err := shareGroups(ctx, e, adm); err != nil {
 		return "", err
 	}
 	return "Kafka " + javaRuntime.InstalledVersion(e) + ", 3 KRaft nodes", nil

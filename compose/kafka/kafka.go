@@ -224,7 +224,8 @@ func (k *Service) Start(ctx context.Context, e *compose.Env) error {
 }
 
 // Ready sends a metadata request to the configured seeds and requires at
-// least one broker; a broker of ours gets share groups on (shareGroups).
+// least one broker; a broker of ours running this release gets share
+// groups on (shareGroups).
 // The version is the installed Maven version when the running broker is
 // ours, else a guess from ApiVersions.
 func (k *Service) Ready(ctx context.Context, e *compose.Env) (string, error) {
@@ -247,11 +248,8 @@ func (k *Service) Ready(ctx context.Context, e *compose.Env) (string, error) {
 		return "", fmt.Errorf("kafka at %s: metadata lists no broker", k.Addr(e))
 	}
 	if _, ours := k.proc(e).PID(); ours {
-		if err := shareGroups(ctx, adm); err != nil {
-			return "", err
-		}
 		if v := javaRuntime.InstalledVersion(e); v != "" {
-			return "Kafka " + v, nil
+			return "Kafka " + v, shareGroups(ctx, e, adm)
 		}
 	}
 	vs, err := adm.ApiVersions(ctx)
@@ -273,7 +271,14 @@ func (k *Service) Ready(ctx context.Context, e *compose.Env) (string, error) {
 // release's (share.version 2 on 4.4). Level 1 is enough for share groups
 // and leaves metadata.version alone, so the store still starts under the
 // release that formatted it (4.1 supports share.version 1).
-func shareGroups(ctx context.Context, adm *kadm.Client) error {
+//
+// It acts only on a broker running this release (the installed classpath
+// is Version's): `bench stack status` of a newer bench must not change a
+// broker an older one started.
+func shareGroups(ctx context.Context, e *compose.Env, adm *kadm.Client) error {
+	if javaRuntime.InstalledVersion(e) != Version {
+		return nil
+	}
 	level, supported, err := kafkabroker.Feature(ctx, adm, kafkabroker.ShareFeature)
 	if err != nil || level >= 1 || supported < 1 {
 		return err
