@@ -18,11 +18,16 @@
 // PerKeyOrder, and the inbox's versions and parking carry all of it.
 //
 // Mapping:
-//   - A subscription runs one member (a kgo client in the share group) per
-//     partition of the topic, each a loop: poll, hand the records to the
-//     Handler in batches of one partition's records in offset order (up to
-//     MaxBatch, never waiting to fill one), acknowledge each by its verdict,
-//     poll again.
+//   - A subscription is one member (a kgo client in the share group) and
+//     its loop: poll at most Prefetch records (acquired only then: no
+//     fetch runs ahead, so what waits under lock, and what later versions
+//     may overtake, stays small), hand each partition's records to the
+//     Handler on a goroutine of their own, in offset order, in batches of
+//     up to MaxBatch (never waiting to fill one), acknowledge each by its
+//     verdict, send the acknowledgements, poll again. With one member per
+//     partition and the fetches running ahead, a hot aggregate had more
+//     versions in flight than the inbox parks (1,000), and they were
+//     dead-lettered (measured: the default workload).
 //   - Ack → ACCEPT, only after the Handler returned. Reject → a copy to
 //     "<topic>.dlq" (confirmed), then REJECT. Retry → after the backoff,
 //     RELEASE of the delivery and the rest of its batch (the Handler's
@@ -169,7 +174,7 @@ func (b *Broker) Capabilities() brokers.Capabilities {
 	c.RedeliveryFlag, c.DeliveryCount = true, true
 	c.RedeliveryDelay = max(b.lock, SessionTimeout) + time.Second
 	c.Description = "Kafka share group (KIP-932) via franz-go: the kafka driver's producer and topics; records acquired " +
-		"under a " + b.lock.String() + " lock by one member per partition, no order, ACCEPT after the Handler, " +
+		"under a " + b.lock.String() + " lock, at most Prefetch per subscription, no order, ACCEPT after the Handler, " +
 		"RELEASE on Retry (after the backoff), copy to <topic>.dlq then REJECT, the broker's delivery count; " +
 		"never polls while a record has no verdict (a poll accepts the previous poll's records)"
 	if c.InProcess {

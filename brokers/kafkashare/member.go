@@ -3,6 +3,8 @@ package kafkashare
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -45,19 +47,35 @@ func (m *member) run() {
 	}
 }
 
-// handle hands a poll's records to the Handler, each partition's in
-// offset order in batches of up to MaxBatch; false when the member is
-// to stop.
+// handle hands a poll's records to the Handler, each partition's on a
+// goroutine of its own, in offset order in batches of up to MaxBatch,
+// waits until every record has its verdict and sends the
+// acknowledgements (so the broker has them before the next poll's
+// fetch); false when the member is to stop.
 func (m *member) handle(fs kgo.Fetches) bool {
-	ok := true
+	var (
+		wg      sync.WaitGroup
+		stopped atomic.Bool
+	)
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
-		for recs := p.Records; ok && len(recs) > 0; {
-			n := min(len(recs), m.s.Opts.MaxBatch)
-			ok = m.batch(recs[:n])
-			recs = recs[n:]
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for recs := p.Records; len(recs) > 0 && !stopped.Load(); {
+				n := min(len(recs), m.s.Opts.MaxBatch)
+				if !m.batch(recs[:n]) {
+					stopped.Store(true)
+				}
+				recs = recs[n:]
+			}
+		}()
 	})
-	return ok
+	wg.Wait()
+	if stopped.Load() {
+		return false
+	}
+	_ = m.cl.FlushAcks(m.s.ctx) // fails only when the subscription ends: the client's close sends them
+	return m.s.ctx.Err() == nil
 }
 
 // batch runs the Handler on recs until each has a verdict: the

@@ -17,12 +17,8 @@ import (
 // DefaultGroup is used when Subscribe is given an empty group.
 const DefaultGroup = "inboxbench"
 
-// maxMembers caps the members of one subscription (a topic of many
-// partitions still gets a bounded number of clients).
-const maxMembers = 16
-
-// subscription is a share-group consumer: its members, each a client in
-// the group with a loop of its own.
+// subscription is a share-group consumer: its member, a client in the
+// group with a loop of its own (member.go).
 type subscription struct {
 	driverutil.Sub // its end is shutdown
 	b              *Broker
@@ -31,20 +27,19 @@ type subscription struct {
 	ctx    context.Context // cancelled by Close and Crash: stops polling and handlers
 	cancel context.CancelFunc
 
-	members   []*member
+	m         *member
 	loops     sync.WaitGroup
 	closeOnce sync.Once
 	ackWarn   warnOnce
 }
 
 // Subscribe implements brokers.Broker: it sets the group's configuration
-// (Broker.groupConfigs), then starts one member per partition of topic.
+// (Broker.groupConfigs), then starts the subscription's member.
 func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts brokers.SubscribeOptions, h brokers.Handler) (brokers.Subscription, error) {
 	if group == "" {
 		group = DefaultGroup
 	}
-	parts, err := b.Partitions(ctx, topic)
-	if err != nil {
+	if err := b.CheckTopic(ctx, topic); err != nil {
 		return nil, err
 	}
 	if err := b.ConfigureGroup(ctx, group); err != nil {
@@ -53,34 +48,35 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 	s := &subscription{b: b, topic: topic, group: group}
 	s.Init(opts, h, s.shutdown)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	for range min(max(parts, 1), maxMembers) {
-		m, err := s.newMember()
-		if err != nil {
-			s.abandon()
-			return nil, b.Errorf("subscribe %s as share group %s: %w", topic, group, err)
-		}
-		s.members = append(s.members, m)
+	m, err := s.newMember()
+	if err != nil {
+		s.cancel()
+		return nil, b.Errorf("subscribe %s as share group %s: %w", topic, group, err)
 	}
+	s.m = m
 	if !b.subs.Add(s) {
-		s.abandon()
+		s.cancel()
+		kafka.CloseClient(m.cl)
 		return nil, b.Errorf("subscribe: broker is closed")
 	}
-	for _, m := range s.members {
-		s.loops.Add(1)
-		go m.run()
-	}
+	s.loops.Add(1)
+	go m.run()
 	return s, nil
 }
 
 // newMember creates a client in the share group. A fetch waits at most
-// 250 ms (acks ride on the next fetch) and takes at most Prefetch records
-// per partition; the callback reports acknowledgements the broker refused
-// (a lock that ran out: the record was or will be delivered again).
+// 250 ms and acquires at most Prefetch records (strictly, and only when
+// the member polls: no fetch runs ahead), so a subscription holds at
+// most that many under lock: every record acquired and not yet handled
+// is one a later version of its aggregate may overtake. The callback
+// reports acknowledgements the broker refused (a lock that ran out: the
+// record was or will be delivered again).
 func (s *subscription) newMember() (*member, error) {
 	cl, err := kgo.NewClient(append(s.b.ClientOptions(),
 		kgo.ShareGroup(s.group),
 		kgo.ConsumeTopics(s.topic),
 		kgo.ShareMaxRecords(int32(s.Opts.Prefetch)),
+		kgo.ShareMaxRecordsStrict(),
 		kgo.FetchMaxWait(250*time.Millisecond),
 		kgo.ShareAckCallback(s.acked),
 	)...)
@@ -88,14 +84,6 @@ func (s *subscription) newMember() (*member, error) {
 		return nil, err
 	}
 	return &member{s: s, cl: cl}, nil
-}
-
-// abandon undoes a Subscribe that failed half way.
-func (s *subscription) abandon() {
-	s.cancel()
-	for _, m := range s.members {
-		kafka.CloseClient(m.cl)
-	}
 }
 
 // acked logs acknowledgements the broker refused, once per 10 s: the
@@ -106,29 +94,20 @@ func (s *subscription) acked(_ *kgo.Client, rs kgo.ShareAckResults) {
 	}
 }
 
-// shutdown ends the subscription once: stop the members (a running
+// shutdown ends the subscription once: stop the member (a running
 // Handler finishes and, unless the subscription crashed, its verdicts are
-// acknowledged; whatever has none is released), then close their clients
-// (which send the last acknowledgements and leave the group).
+// acknowledged; whatever has none is released), then close its client
+// (which sends the last acknowledgements and leaves the group).
 func (s *subscription) shutdown(cause error) {
 	s.closeOnce.Do(func() {
 		go func() {
 			s.cancel()
 			s.loops.Wait()
-			errs := []error{cause}
-			var wg sync.WaitGroup
-			for _, m := range s.members {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if !kafka.CloseClient(m.cl) {
-						s.ackWarn.warn("kafka-share: a member did not close within 15s (unreachable cluster?)", "topic", s.topic)
-					}
-				}()
+			if !kafka.CloseClient(s.m.cl) {
+				cause = errors.Join(cause, s.b.Errorf("the consumer of %s did not close within 15s (unreachable cluster?)", s.topic))
 			}
-			wg.Wait()
 			s.b.subs.Remove(s)
-			s.Finish(errors.Join(errs...))
+			s.Finish(cause)
 		}()
 	})
 }
