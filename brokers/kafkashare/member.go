@@ -1,17 +1,16 @@
 package kafkashare
 
 import (
-	"context"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inboxbench/inboxbench/brokers"
 	"github.com/inboxbench/inboxbench/brokers/internal/driverutil"
 	"github.com/inboxbench/inboxbench/brokers/kafka"
+	"github.com/inboxbench/inboxbench/internal/ctxtime"
 )
 
 // member is one client of a subscription in the share group and its
@@ -102,7 +101,7 @@ func (m *member) batch(recs []*kgo.Record) bool {
 			return true
 		}
 		ds, recs = ds[cut:], recs[cut:]
-		if !sleep(s.ctx, s.Opts.Backoff(max(ds[0].Attempt, ds[0].DeliveryCount))) {
+		if !ctxtime.Sleep(s.ctx, s.Opts.Backoff(max(ds[0].Attempt, ds[0].DeliveryCount))) {
 			return false
 		}
 		if !lastDelivery(recs) {
@@ -162,16 +161,4 @@ func deliveries(recs []*kgo.Record) []*brokers.Delivery {
 		ds[i] = d
 	}
 	return ds
-}
-
-// sleep waits d unless ctx ends first (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
