@@ -109,6 +109,17 @@ func init() {
 	}, brokers.Info{Service: "kafka", Module: "github.com/twmb/franz-go"})
 }
 
+// What the driver has from the kafka driver, unchanged: publishing,
+// the dead-letter topic, topic deletion, the durability report and the
+// proxied listener for a service under test (brokers/kafka/outside.go).
+var (
+	_ brokers.AsyncPublisher     = (*Broker)(nil)
+	_ brokers.DeadLetterReader   = (*Broker)(nil)
+	_ brokers.TopicDeleter       = (*Broker)(nil)
+	_ brokers.DurabilityReporter = (*Broker)(nil)
+	_ brokers.Outside            = (*Broker)(nil)
+)
+
 // Broker is the share-group driver: the kafka driver with share-group
 // subscriptions.
 type Broker struct {
