@@ -27,7 +27,11 @@ func (shareVendor) tool() string {
 
 // consume: ShareConsumerPerformance with Consumers share consumers (one
 // thread each) in a new share group, which the driver set to start at
-// the earliest record, reading exactly the topic's messages.
+// the earliest record, reading exactly the topic's messages. Its
+// --timeout is the longest a thread may go without a record: a thread
+// whose partitions ran dry waits for the others' (the producer spreads
+// records unevenly), so it is the drain's bound, not 10 s (a 2-million
+// record drain failed with 10 s).
 func (shareVendor) consume(ctx context.Context, r *runner, topic string, messages int64) results.Measurement {
 	group := topic + "-vendor-g"
 	if err := r.shareGroup(ctx, group); err != nil {
@@ -40,7 +44,7 @@ func (shareVendor) consume(ctx context.Context, r *runner, topic string, message
 	cmd := r.javaCmd("org.apache.kafka.tools.ShareConsumerPerformance", append([]string{
 		"--bootstrap-server", strings.Join(r.Cfg.List(kafkadriver.SettingBrokers), ","), "--topic", topic,
 		"--num-records", strconv.FormatInt(messages, 10), "--group", group,
-		"--threads", strconv.Itoa(r.Shape.Consumers), "--timeout", "10000"}, sec...)...)
+		"--threads", strconv.Itoa(r.Shape.Consumers), "--timeout", strconv.FormatInt(r.MaxDrain.Milliseconds(), 10)}, sec...)...)
 	out, err := r.runTool(ctx, toolRun{name: "kafka-share-consumer", args: cmd[1:], timeout: r.MaxDrain + toolSlack})
 	if err != nil {
 		return r.measured(cmd, Figure{}, err)
