@@ -69,5 +69,5 @@ func (shareVendor) check(config.Config) error { return nil }
 
 func (v shareVendor) notes(s results.Shape) []string {
 	return []string{v.kafkaVendor.notes(s)[0],
-		fmt.Sprintf("ShareConsumerPerformance is %d share consumers (threads) of one share group, acknowledging implicitly: each poll accepts the records of the one before, which the driver must never let happen before the Handler's verdict; the driver: one subscription (one member) that polls at most Prefetch records, hands each partition's to the Handler on a goroutine of their own, acknowledges every record explicitly after its Handler call and sends the acknowledgements before it polls again", s.Consumers)}
+		fmt.Sprintf("ShareConsumerPerformance is %d share consumers (threads) of one share group, acknowledging implicitly: each poll accepts the records of the one before, which the driver must never let happen before the Handler's verdict; the driver: one subscription (one member) that polls at most Prefetch records, hands each partition's to the Handler on a goroutine of their own, acknowledges every record explicitly after its Handler call, and polls again only then", s.Consumers)}
 }

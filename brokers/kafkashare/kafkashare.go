@@ -24,10 +24,10 @@
 //     may overtake, stays small), hand each partition's records to the
 //     Handler on a goroutine of their own, in offset order, in batches of
 //     up to MaxBatch (never waiting to fill one), acknowledge each by its
-//     verdict, send the acknowledgements, poll again. With one member per
-//     partition and the fetches running ahead, a hot aggregate had more
-//     versions in flight than the inbox parks (1,000), and they were
-//     dead-lettered (measured: the default workload).
+//     verdict, poll again (the poll's fetch carries the acknowledgements).
+//     With one member per partition and the fetches running ahead, a hot
+//     aggregate had more versions in flight than the inbox parks (1,000),
+//     and they were dead-lettered (measured: the default workload).
 //   - Ack → ACCEPT, only after the Handler returned. Reject → a copy to
 //     "<topic>.dlq" (confirmed), then REJECT. Retry → after the backoff,
 //     RELEASE of the delivery and the rest of its batch (the Handler's

@@ -48,9 +48,8 @@ func (m *member) run() {
 
 // handle hands a poll's records to the Handler, each partition's on a
 // goroutine of its own, in offset order in batches of up to MaxBatch,
-// waits until every record has its verdict and sends the
-// acknowledgements (so the broker has them before the next poll's
-// fetch); false when the member is to stop.
+// and returns once every record has its verdict (the next poll's fetch
+// carries them to the broker); false when the member is to stop.
 func (m *member) handle(fs kgo.Fetches) bool {
 	var (
 		wg      sync.WaitGroup
@@ -70,11 +69,7 @@ func (m *member) handle(fs kgo.Fetches) bool {
 		}()
 	})
 	wg.Wait()
-	if stopped.Load() {
-		return false
-	}
-	_ = m.cl.FlushAcks(m.s.ctx) // fails only when the subscription ends: the client's close sends them
-	return m.s.ctx.Err() == nil
+	return !stopped.Load()
 }
 
 // batch runs the Handler on recs until each has a verdict: the
