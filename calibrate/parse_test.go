@@ -124,6 +124,7 @@ func TestParsersRejectForeignOutput(t *testing.T) {
 	for name, err := range map[string]error{
 		"ProducerPerformance": second(ParseProducerPerformance(junk, time.Second)),
 		"ConsumerPerformance": second(ParseConsumerPerformance(junk)),
+		"ShareConsumerPerf":   second(ParseShareConsumerPerformance(junk + "start.time, end.time, data.consumed.in.MB, MB.sec, nMsg.sec, data.consumed.in.nMsg, fetch.time.ms\n")),
 		"PerfTest publish":    second(ParsePerfTestPublish(junk, time.Second)),
 		"PerfTest consume":    second(ParsePerfTestConsume(junk)),
 		"RocketMQ producer":   second(ParseRocketMQProducer(junk, time.Second)),
