@@ -134,7 +134,10 @@ func (v Verdict) String() string {
 //   - from the first Retry on, nothing is acknowledged: after a backoff the
 //     Handler is called again with the deliveries from that Retry onward,
 //     in the same order (whatever it answered for the later ones), so no
-//     later delivery of the shard overtakes the retried one;
+//     later delivery of the shard overtakes the retried one (a driver
+//     without PerKeyOrder may instead hand them back to the broker after
+//     the backoff, which delivers them again later, DeliveryCount + 1:
+//     kafka-share);
 //   - if any verdict is Crash, nothing of this call is acknowledged or
 //     dead-lettered and the subscription crashes (deliveries acknowledged
 //     by earlier calls stay acknowledged).

@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/brokers/kafkashare"
 	"github.com/inboxbench/inboxbench/compose"
 	"github.com/inboxbench/inboxbench/internal/testenv"
 	"github.com/inboxbench/inboxbench/results"
@@ -22,7 +25,7 @@ import (
 // positive rates for all four figures and both ratios, and matches its
 // JSON Schema.
 func shortCalibration(t *testing.T, broker string, duration time.Duration) {
-	cfg := testenv.Require(t, broker)
+	cfg := testenv.Require(t, cmp.Or(brokers.InfoOf(broker).Service, broker))
 	dir := testenv.StackDir(t, cfg) // the tools are cached there, beside the stack's Maven cache
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -160,7 +163,10 @@ func TestCalibrateRateRocketMQ(t *testing.T) {
 	shortRateCalibration(t, testenv.RocketMQ, 1000, 5*time.Second)
 }
 
-func TestCalibrateKafka(t *testing.T)    { shortCalibration(t, testenv.Kafka, 6*time.Second) }
+func TestCalibrateKafka(t *testing.T) { shortCalibration(t, testenv.Kafka, 6*time.Second) }
+func TestCalibrateKafkaShare(t *testing.T) {
+	shortCalibration(t, kafkashare.Name, 6*time.Second)
+}
 func TestCalibrateRabbitMQ(t *testing.T) { shortCalibration(t, testenv.RabbitMQ, 4*time.Second) }
 func TestCalibrateRedis(t *testing.T)    { shortCalibration(t, testenv.Redis, 4*time.Second) }
 

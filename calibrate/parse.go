@@ -144,6 +144,24 @@ func ParseProducerPerformanceAtRate(out string) (results.RateFigures, error) {
 // fetch.nMsg.sec: messages over the fetch time, which excludes the group
 // join (rebalance.time.ms); nMsg.sec would include it.
 func ParseConsumerPerformance(out string) (Figure, error) {
+	return consumerSummary(out, "ConsumerPerformance", "fetch.nMsg.sec",
+		"ConsumerPerformance fetch.nMsg.sec: messages over the fetch time, group join excluded")
+}
+
+// ParseShareConsumerPerformance reads Kafka ShareConsumerPerformance's
+// summary: ConsumerPerformance's header and data line without the fetch
+// columns (a share consumer does not rebalance), so the figure is
+// nMsg.sec: messages over the time from the consumers' start to the last
+// record, their joining included.
+func ParseShareConsumerPerformance(out string) (Figure, error) {
+	return consumerSummary(out, "ShareConsumerPerformance", "nMsg.sec",
+		"ShareConsumerPerformance nMsg.sec: messages over the time from the consumers' start to the last record (the share group's joining included)")
+}
+
+// consumerSummary reads the summary of Kafka's consumer perf tools: a
+// "start.time, end.time, …" header and one data line, whose column rate
+// is the figure and data.consumed.in.nMsg the messages.
+func consumerSummary(out, tool, rate, method string) (Figure, error) {
 	var header []string
 	for _, line := range lines(out) {
 		fields := splitCSV(line)
@@ -158,15 +176,14 @@ func ParseConsumerPerformance(out string) (Figure, error) {
 		for i, h := range header {
 			row[h] = fields[i]
 		}
-		rate, err1 := strconv.ParseFloat(row["fetch.nMsg.sec"], 64)
+		r, err1 := strconv.ParseFloat(row[rate], 64)
 		n, err2 := strconv.ParseInt(row["data.consumed.in.nMsg"], 10, 64)
 		if err1 != nil || err2 != nil {
-			return Figure{}, fmt.Errorf("ConsumerPerformance: data line %q: fetch.nMsg.sec or data.consumed.in.nMsg is not a number", line)
+			return Figure{}, fmt.Errorf("%s: data line %q: %s or data.consumed.in.nMsg is not a number", tool, line, rate)
 		}
-		return Figure{MsgsPerS: rate, Messages: n,
-			Method: "ConsumerPerformance fetch.nMsg.sec: messages over the fetch time, group join excluded"}, nil
+		return Figure{MsgsPerS: r, Messages: n, Method: method}, nil
 	}
-	return Figure{}, fmt.Errorf("ConsumerPerformance: %w (want a \"start.time, end.time, …\" header and a data line)", ErrNoReport)
+	return Figure{}, fmt.Errorf("%s: %w (want a \"start.time, end.time, …\" header and a data line)", tool, ErrNoReport)
 }
 
 func splitCSV(line string) []string {

@@ -29,6 +29,7 @@ func TestParsersGolden(t *testing.T) {
 		{"kafka-producer.txt", func(s string) (Figure, error) { return ParseProducerPerformance(s, warmup) }},
 		{"kafka-producer-complete.txt", func(s string) (Figure, error) { return ParseProducerPerformance(s, warmup) }},
 		{"kafka-consumer.txt", ParseConsumerPerformance},
+		{"kafka-share-consumer.txt", ParseShareConsumerPerformance},
 		{"rabbitmq-perftest-publish.txt", func(s string) (Figure, error) { return ParsePerfTestPublish(s, warmup) }},
 		{"rabbitmq-perftest-consume.txt", ParsePerfTestConsume},
 		{"rocketmq-producer.txt", func(s string) (Figure, error) { return ParseRocketMQProducer(s, warmup) }},
@@ -124,6 +125,7 @@ func TestParsersRejectForeignOutput(t *testing.T) {
 	for name, err := range map[string]error{
 		"ProducerPerformance": second(ParseProducerPerformance(junk, time.Second)),
 		"ConsumerPerformance": second(ParseConsumerPerformance(junk)),
+		"ShareConsumerPerf":   second(ParseShareConsumerPerformance(junk + "start.time, end.time, data.consumed.in.MB, MB.sec, nMsg.sec, data.consumed.in.nMsg, fetch.time.ms\n")),
 		"PerfTest publish":    second(ParsePerfTestPublish(junk, time.Second)),
 		"PerfTest consume":    second(ParsePerfTestConsume(junk)),
 		"RocketMQ producer":   second(ParseRocketMQProducer(junk, time.Second)),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inboxbench/inboxbench/brokers"
 	kafkadriver "github.com/inboxbench/inboxbench/brokers/kafka"
+	"github.com/inboxbench/inboxbench/brokers/kafkashare"
 	natsdriver "github.com/inboxbench/inboxbench/brokers/nats"
 	rabbitdriver "github.com/inboxbench/inboxbench/brokers/rabbitmq"
 	redisdriver "github.com/inboxbench/inboxbench/brokers/redis"
@@ -84,8 +85,7 @@ type singlePublisher interface {
 // vendors are the perf tools by the name of the broker driver they are
 // measured against: what can be calibrated. A driver without one is not.
 var vendors = map[string]vendor{kafkadriver.Name: kafkaVendor{}, rabbitdriver.Name: rabbitVendor{}, rocketdriver.Name: rocketVendor{},
-	natsdriver.Name:  natsVendor{},
-	redisdriver.Name: redisVendor{}}
+	natsdriver.Name: natsVendor{}, redisdriver.Name: redisVendor{}, kafkashare.Name: shareVendor{}}
 
 // Brokers lists the brokers calibrate has a vendor perf tool for, sorted:
 // the ones it calibrates unless told otherwise.

@@ -12,7 +12,7 @@ import (
 )
 
 func TestEveryDriverRegistered(t *testing.T) {
-	want := []string{"kafka", "kafka-embedded", "nats", "none", "rabbitmq", "redis", "rocketmq"}
+	want := []string{"kafka", "kafka-embedded", "kafka-share", "nats", "none", "rabbitmq", "redis", "rocketmq"}
 	if got := brokers.Names(); !slices.Equal(got, want) {
 		t.Fatalf("registered drivers %v, want %v", got, want)
 	}

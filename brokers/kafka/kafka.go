@@ -217,7 +217,13 @@ func ClientOpts(cfg config.Config) ([]kgo.Opt, error) {
 // New connects to the cluster in cfg (seeds, TLS, SASL). Connections are
 // made lazily; Setup is the first call that needs the cluster.
 func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, error) {
-	s, err := parseOptions(Name, opts)
+	return NewAs(Name, cfg, opts)
+}
+
+// NewAs is New for a driver built on this one (kafka-share): its errors
+// and Name carry name.
+func NewAs(name string, cfg config.Config, opts brokers.Options) (*Broker, error) {
+	s, err := parseOptions(name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +232,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		return nil, err
 	}
 	s.acks = cfg.Get(SettingAcks)
-	b, err := newBroker(Name, base, s, nil)
+	b, err := newBroker(name, base, s, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -239,15 +245,21 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 // with no broker installed and is not a performance target: kfake keeps
 // everything in memory in one goroutine and behaves like no real Kafka.
 func NewEmbedded(_ context.Context, opts brokers.Options) (*Broker, error) {
-	s, err := parseOptions(EmbeddedName, opts)
+	return NewEmbeddedAs(EmbeddedName, opts)
+}
+
+// NewEmbeddedAs is NewEmbedded for a driver built on this one, named
+// name (its tests run on kfake).
+func NewEmbeddedAs(name string, opts brokers.Options) (*Broker, error) {
+	s, err := parseOptions(name, opts)
 	if err != nil {
 		return nil, err
 	}
 	fake, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
-		return nil, fmt.Errorf("kafka-embedded: start in-process cluster: %w", err)
+		return nil, fmt.Errorf("%s: start in-process cluster: %w", name, err)
 	}
-	b, err := newBroker(EmbeddedName, []kgo.Opt{kgo.SeedBrokers(fake.ListenAddrs()...)}, s, fake)
+	b, err := newBroker(name, []kgo.Opt{kgo.SeedBrokers(fake.ListenAddrs()...)}, s, fake)
 	if err != nil {
 		fake.Close()
 		return nil, err
@@ -463,7 +475,7 @@ func closeBounded(cl *kgo.Client) bool {
 	select {
 	case <-done:
 		return true
-	case <-time.After(15 * time.Second):
+	case <-time.After(closeTimeout):
 		return false
 	}
 }

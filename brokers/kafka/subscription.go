@@ -115,7 +115,7 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 	}
 	// Fail fast on an unreachable cluster or a missing topic instead of
 	// polling forever: the caller's ctx bounds this check.
-	if err := s.checkTopic(ctx); err != nil {
+	if err := b.CheckTopic(ctx, topic); err != nil {
 		s.cancel()
 		closeBounded(cl)
 		b.subs.Remove(s)
@@ -125,17 +125,6 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 	go s.poll()
 	go s.committer()
 	return s, nil
-}
-
-func (s *subscription) checkTopic(ctx context.Context) error {
-	details, err := s.b.adm.ListTopics(ctx, s.topic)
-	if err != nil {
-		return s.b.errorf("subscribe %s: %w", s.topic, err)
-	}
-	if d, ok := details[s.topic]; !ok || d.Err != nil {
-		return s.b.errorf("subscribe %s: topic does not exist (run Setup first): %v", s.topic, d.Err)
-	}
-	return nil
 }
 
 // shutdown ends the subscription once: stop polling, stop workers (their
@@ -384,7 +373,7 @@ func (s *subscription) run(w *worker) {
 			ds[i] = d
 		}
 		settle := driverutil.InOrder(
-			func(i int) error { return s.deadLetter(w.ctx, recs[i]) },
+			func(i int) error { return s.b.DeadLetter(w.ctx, recs[i]) },
 			func(i int) { s.finished(recs[i]) })
 		fail := func(err error) { s.shutdown(s.b.errorf("%s partition %d: %w", s.topic, w.p, err)) }
 		if !s.Handle(w.ctx, ds, settle, fail) {
@@ -400,20 +389,6 @@ func (s *subscription) finished(r *kgo.Record) {
 	s.mu.Lock()
 	s.done[r.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset + 1}
 	s.mu.Unlock()
-}
-
-func (s *subscription) deadLetter(ctx context.Context, r *kgo.Record) error {
-	id := transportID(transportPrefix(r.Topic, r.Partition), r.Offset)
-	dl := &kgo.Record{
-		Topic:   s.topic + DLQSuffix,
-		Key:     r.Key,
-		Value:   r.Value,
-		Headers: append(append([]kgo.RecordHeader(nil), r.Headers...), kgo.RecordHeader{Key: headerSource, Value: []byte(id)}),
-	}
-	if err := s.b.prod.ProduceSync(ctx, dl).FirstErr(); err != nil {
-		return fmt.Errorf("dead-letter %s to %s: %w", id, dl.Topic, err)
-	}
-	return nil
 }
 
 // committer commits finished offsets every commit interval.

@@ -6,7 +6,7 @@ package kafka
 // --standalone), default replication factor 3 and min.insync.replicas 2,
 // internal topics replicated alike (templates/kafka-replicated-server.properties).
 //
-//   - The classpath is the plain stack's artifacts (Kafka 4.1.2, log4j2),
+//   - The classpath is the plain stack's artifacts (Kafka 4.4.0, log4j2),
 //     fetched once into <stack>/replicated/kafka/lib.
 //   - Heap per node: kafkaNodeHeap (three nodes and the replicated
 //     PostgreSQL stay under 6 GiB resident; docs/measurements.md, "Stack memory").
@@ -222,7 +222,8 @@ func (k *Cluster) client(e *compose.Env) (*kgo.Client, *kadm.Client, error) {
 // replication factor of 3, and every node's own listener answering: after
 // an unclean stop the metadata still lists a node's old registration
 // while the new process waits to replace it (DUPLICATE_BROKER_REGISTRATION,
-// seen for 10 s), its listener not yet open.
+// seen for 10 s), its listener not yet open. Then it turns share groups on
+// (shareGroups), every node running the release.
 func (k *Cluster) Ready(ctx context.Context, e *compose.Env) (string, error) {
 	cl, adm, err := k.client(e)
 	if err != nil {
@@ -240,6 +241,9 @@ func (k *Cluster) Ready(ctx context.Context, e *compose.Env) (string, error) {
 		if err := k.answers(ctx, n); err != nil {
 			return "", err
 		}
+	}
+	if err := shareGroups(ctx, e, adm); err != nil {
+		return "", err
 	}
 	return "Kafka " + javaRuntime.InstalledVersion(e) + ", 3 KRaft nodes", nil
 }

@@ -8,12 +8,14 @@ package kafka
 // Native Apache Kafka: a single KRaft node (broker and controller in one
 // JVM) run from Maven Central artifacts.
 //
-//   - Version: org.apache.kafka:kafka_2.13 4.1.2 (Kafka 4.x brokers need
-//     Java 17+; 4.1.2 runs on the Debian Java 17 and is a patch release of
-//     a mature 4.x line), plus log4j2 (log4j-core and the
-//     SLF4J 2 binding log4j-slf4j2-impl with slf4j-api 2.x: Kafka itself
-//     pulls slf4j-api 1.7, which would not see the 2.x binding and would log
-//     nothing).
+//   - Version: org.apache.kafka:kafka_2.13 4.4.0, the newest release
+//     Maven Central serves: share groups (KIP-932, the kafka-share driver)
+//     are production-ready from 4.2, and 4.4's broker is still built for
+//     Java 17 (class files of major version 61), the Java Debian 12 ships
+//     and `bench stack up` installs (docs/stack.md says more). Plus log4j2
+//     (log4j-core and the SLF4J 2 binding log4j-slf4j2-impl with slf4j-api
+//     2.x: Kafka itself pulls slf4j-api 1.7, which would not see the 2.x
+//     binding and would log nothing).
 //   - Storage is formatted once with kafka.tools.StorageTool and a fixed
 //     cluster id; the quorum is static (controller.quorum.voters), so no
 //     --standalone. Data persists across `stack down`/`up`.
@@ -44,7 +46,7 @@ import (
 
 const (
 	// Version is the Kafka release the native stack runs.
-	Version = "4.1.2"
+	Version = "4.4.0"
 	// ControllerAddr is the KRaft controller listener of the native
 	// stack (the broker listener is kafkabroker.DefaultBrokers).
 	ControllerAddr = "127.0.0.1:59093"
@@ -222,8 +224,10 @@ func (k *Service) Start(ctx context.Context, e *compose.Env) error {
 }
 
 // Ready sends a metadata request to the configured seeds and requires at
-// least one broker. The version is the installed Maven version when the
-// running broker is ours, else a guess from ApiVersions.
+// least one broker; a broker of ours running this release gets share
+// groups on (shareGroups).
+// The version is the installed Maven version when the running broker is
+// ours, else a guess from ApiVersions.
 func (k *Service) Ready(ctx context.Context, e *compose.Env) (string, error) {
 	opts, err := kafkabroker.ClientOpts(e.Cfg)
 	if err != nil {
@@ -245,7 +249,7 @@ func (k *Service) Ready(ctx context.Context, e *compose.Env) (string, error) {
 	}
 	if _, ours := k.proc(e).PID(); ours {
 		if v := javaRuntime.InstalledVersion(e); v != "" {
-			return "Kafka " + v, nil
+			return "Kafka " + v, shareGroups(ctx, e, adm)
 		}
 	}
 	vs, err := adm.ApiVersions(ctx)
@@ -258,4 +262,33 @@ func (k *Service) Ready(ctx context.Context, e *compose.Env) (string, error) {
 		}
 	}
 	return "Kafka (version unknown)", nil
+}
+
+// shareGroups finalizes share.version 1 (share groups, the kafka-share
+// driver) on a cluster whose brokers support it but have it off: a store
+// formatted by Kafka 4.1 or earlier keeps its finalized features when the
+// stack moves to a newer release, while a new one is formatted with the
+// release's (share.version 2 on 4.4). Level 1 is enough for share groups
+// and leaves metadata.version alone, so the store still starts under the
+// release that formatted it (4.1 supports share.version 1).
+//
+// It acts only on a broker running this release (the installed classpath
+// is Version's): `bench stack status` of a newer bench must not change a
+// broker an older one started.
+func shareGroups(ctx context.Context, e *compose.Env, adm *kadm.Client) error {
+	if javaRuntime.InstalledVersion(e) != Version {
+		return nil
+	}
+	level, supported, err := kafkabroker.Feature(ctx, adm, kafkabroker.ShareFeature)
+	if err != nil || level >= 1 || supported < 1 {
+		return err
+	}
+	res, err := adm.UpdateFeatures(ctx, false, kadm.FeatureUpdate{Feature: kafkabroker.ShareFeature, MaxVersionLevel: 1, UpgradeType: 1})
+	if err == nil {
+		err = res.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: turn share groups on (finalize %s=1): %w", kafkabroker.ShareFeature, err)
+	}
+	return nil
 }

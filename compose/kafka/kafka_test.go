@@ -155,6 +155,7 @@ func TestKafkaConfig(t *testing.T) {
 		"listeners=PLAINTEXT://127.0.0.1:59092,CONTROLLER://127.0.0.1:59093,OUTSIDE://127.0.0.1:59094\n",
 		"advertised.listeners=PLAINTEXT://127.0.0.1:59092,OUTSIDE://127.0.0.1:59095\n", "log.dirs=" + e.Path("kafka", "data") + "\n",
 		"offsets.topic.replication.factor=1\n", "transaction.state.log.min.isr=1\n", "group.initial.rebalance.delay.ms=0\n",
+		"group.share.session.timeout.ms=10000\n", "group.share.min.session.timeout.ms=10000\n",
 	} {
 		if !strings.Contains(string(b), w) {
 			t.Errorf("server.properties lacks %q:\n%s", w, b)

@@ -177,19 +177,10 @@ func (s *Sub) HandleBatch(ctx context.Context, ds []*brokers.Delivery, settle Se
 		d.Attempt = 0
 	}
 	for {
-		if ctx.Err() != nil {
-			return Unfinished, nil
-		}
-		for _, d := range ds {
-			d.Attempt++
-			s.stats.Delivered()
-		}
-		vs := s.h(ctx, ds)
-		cut, out, err := s.obey(ds, vs, settle)
+		cut, out, err := s.HandleOnce(ctx, ds, settle)
 		if out != Settled || cut == len(ds) {
 			return out, err
 		}
-		s.stats.Retried()
 		ds = ds[cut:]
 		t := time.NewTimer(s.Opts.Backoff(ds[0].Attempt))
 		select {
@@ -199,6 +190,27 @@ func (s *Sub) HandleBatch(ctx context.Context, ds []*brokers.Delivery, settle Se
 		case <-t.C:
 		}
 	}
+}
+
+// HandleOnce is one Handler call of HandleBatch, for a driver that does
+// not retry in place (kafka-share hands a retried delivery back to the
+// broker): unless ctx ended (Unfinished), it counts ds as delivered
+// (Attempt+1 each), calls the Handler, and settles the Ack/Reject prefix
+// before the first Retry, whose index it returns (len(ds) when there is
+// none; Stats' Retried counts the call when there is one).
+func (s *Sub) HandleOnce(ctx context.Context, ds []*brokers.Delivery, settle Settle) (int, Outcome, error) {
+	if ctx.Err() != nil {
+		return 0, Unfinished, nil
+	}
+	for _, d := range ds {
+		d.Attempt++
+		s.stats.Delivered()
+	}
+	cut, out, err := s.obey(ds, s.h(ctx, ds), settle)
+	if out == Settled && cut < len(ds) {
+		s.stats.Retried()
+	}
+	return cut, out, err
 }
 
 // obey settles what one Handler call's verdicts vs for ds allow: the
