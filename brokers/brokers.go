@@ -17,7 +17,7 @@
 // before opening one (Info: the stack service the broker runs as, the
 // client library):
 //
-//	func init() { brokers.Register("kafka", New, brokers.Info{Service: "kafka", Module: "github.com/twmb/franz-go"}) }
+//	func init() { brokers.Register("kafka", brokers.Constructor(New), brokers.Info{Service: "kafka", Module: "github.com/twmb/franz-go"}) }
 //
 // and cmd/bench blank-imports brokers/all, which imports every driver.
 package brokers
@@ -444,6 +444,19 @@ type Options map[string]string
 // Factory creates a driver instance. It must not block for long: drivers
 // connect lazily or with a bounded timeout.
 type Factory func(ctx context.Context, cfg config.Config, opts Options) (Broker, error)
+
+// Constructor is the Factory of a driver's typed New: its drivers
+// register with brokers.Register(Name, brokers.Constructor(New), info). A
+// failed New gives a nil Broker, never a typed nil.
+func Constructor[B Broker](newB func(context.Context, config.Config, Options) (B, error)) Factory {
+	return func(ctx context.Context, cfg config.Config, opts Options) (Broker, error) {
+		b, err := newB(ctx, cfg, opts)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+}
 
 // Info is what a driver says of itself to the registry, for callers that
 // must know it before opening the driver, or without opening it.

@@ -108,9 +108,7 @@ var codecs = map[string]kgo.CompressionCodec{
 const clientModule = "github.com/twmb/franz-go"
 
 func init() {
-	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
-		return New(ctx, cfg, opts)
-	}, brokers.Info{Service: "kafka", Module: clientModule})
+	brokers.Register(Name, brokers.Constructor(New), brokers.Info{Service: "kafka", Module: clientModule})
 	// The embedded cluster (kfake) lives in this process: no service.
 	brokers.Register(EmbeddedName, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
 		return NewEmbedded(ctx, opts)

@@ -104,9 +104,7 @@ const DeliveryLimit = 5
 const SessionTimeout = 45 * time.Second
 
 func init() {
-	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
-		return New(ctx, cfg, opts)
-	}, brokers.Info{Service: "kafka", Module: "github.com/twmb/franz-go"})
+	brokers.Register(Name, brokers.Constructor(New), brokers.Info{Service: "kafka", Module: "github.com/twmb/franz-go"})
 }
 
 // What the driver has from the kafka driver, unchanged: publishing,

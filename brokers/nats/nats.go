@@ -112,9 +112,7 @@ const (
 )
 
 func init() {
-	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
-		return New(ctx, cfg, opts)
-	}, brokers.Info{Service: "nats", Module: "github.com/nats-io/nats.go"})
+	brokers.Register(Name, brokers.Constructor(New), brokers.Info{Service: "nats", Module: "github.com/nats-io/nats.go"})
 }
 
 // Broker is the NATS JetStream driver.

@@ -58,9 +58,7 @@ import (
 const Name = "none"
 
 func init() {
-	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
-		return New(ctx, cfg, opts)
-	}, brokers.Info{Baseline: true}) // no transport: no service, no client library
+	brokers.Register(Name, brokers.Constructor(New), brokers.Info{Baseline: true}) // no transport: no service, no client library
 }
 
 // registry holds every topic of the process, shared by all Broker

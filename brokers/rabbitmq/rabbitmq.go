@@ -154,9 +154,7 @@ const (
 )
 
 func init() {
-	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
-		return New(ctx, cfg, opts)
-	}, brokers.Info{Service: "rabbitmq", Module: "github.com/rabbitmq/amqp091-go"})
+	brokers.Register(Name, brokers.Constructor(New), brokers.Info{Service: "rabbitmq", Module: "github.com/rabbitmq/amqp091-go"})
 }
 
 // Broker is the RabbitMQ driver.

@@ -121,9 +121,7 @@ const (
 )
 
 func init() {
-	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
-		return New(ctx, cfg, opts)
-	}, brokers.Info{Service: "redis", Module: "github.com/redis/go-redis/v9"})
+	brokers.Register(Name, brokers.Constructor(New), brokers.Info{Service: "redis", Module: "github.com/redis/go-redis/v9"})
 }
 
 // Broker is the Redis Streams driver.

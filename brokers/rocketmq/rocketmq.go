@@ -152,9 +152,7 @@ const DefaultPublishWindow = 256
 const rpcTimeout = 10 * time.Second
 
 func init() {
-	brokers.Register(Name, func(ctx context.Context, cfg config.Config, opts brokers.Options) (brokers.Broker, error) {
-		return New(ctx, cfg, opts)
-	}, brokers.Info{Service: "rocketmq", Module: "github.com/apache/rocketmq-client-go/v2"})
+	brokers.Register(Name, brokers.Constructor(New), brokers.Info{Service: "rocketmq", Module: "github.com/apache/rocketmq-client-go/v2"})
 }
 
 // Broker is the RocketMQ driver.
