@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/go-analyze/charts"
 	"github.com/inboxbench/inboxbench/results"
@@ -127,6 +128,10 @@ func barChart(id, title, caption, axis string, run *results.Run, get func(*resul
 	if len(names) == 0 {
 		return nil, nil
 	}
+	p := newPainter(halfW, max(160, 60+34*len(names)))
+	for i, n := range names {
+		names[i] = padLabel(p, n)
+	}
 	sl := charts.NewSeriesListBar([][]float64{vals}, charts.BarSeriesOption{
 		Label: charts.SeriesLabel{Show: charts.Ptr(true), ValueFormatter: format}})
 	opt := charts.NewBarChartOptionWithSeries(sl)
@@ -135,7 +140,6 @@ func barChart(id, title, caption, axis string, run *results.Run, get func(*resul
 	opt.ValueAxis[0].Title = axis
 	opt.SeriesLabelPosition = charts.PositionRight
 	opt.Padding = charts.Box{Top: 10, Left: 10, Right: 60, Bottom: 10, IsSet: true}
-	p := newPainter(halfW, max(160, 60+34*len(names)))
 	var top float64
 	for _, v := range vals {
 		top = math.Max(top, v)
@@ -172,6 +176,18 @@ const (
 // axisFont is the library's default style of axis labels (12 pt, drawn
 // as 16 px), for measuring them.
 var axisFont = charts.FontStyle{FontSize: 12, FontColor: charts.ColorBlack}
+
+// padLabel leaves room at the right of a category label for a browser's
+// fallback font: the library right-aligns the label against the axis by
+// its Roboto width, so a wider font ran it into the axis and the bars.
+// The room is non-breaking spaces, which SVG does not collapse.
+func padLabel(p *charts.Painter, s string) string {
+	w := p.MeasureText(s, 0, axisFont).Width()
+	sp := max(1, p.MeasureText(nbsp, 0, axisFont).Width())
+	return s + strings.Repeat(nbsp, int(math.Ceil(float64(w)*(fallbackWidth-1)/float64(sp))))
+}
+
+const nbsp = "\u00a0"
 
 func maxTextWidth(p *charts.Painter, texts []string) float64 {
 	w := 0

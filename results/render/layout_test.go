@@ -3,12 +3,15 @@ package render
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/go-analyze/charts"
 
 	"github.com/inboxbench/inboxbench/results"
 )
@@ -66,7 +69,7 @@ func makeBenchRun(t *testing.T) *results.Report {
 // Linux browser falls back to without Roboto or Arial, and wider than
 // both: the widths the library does not lay labels out with.
 var dejaVuEm = map[rune]float64{',': 0.318, '.': 0.318, ' ': 0.318, 'k': 0.579, 'M': 0.863, 'µ': 0.636,
-	'm': 0.974, 's': 0.521, '%': 0.950, '-': 0.361}
+	'm': 0.974, 's': 0.521, '%': 0.950, '-': 0.361, '\u00a0': 0.318}
 
 func dejaVuWidth(text string, px float64) float64 {
 	w := 0.0
@@ -157,6 +160,60 @@ func TestBarAxisLabelsDoNotOverlap(t *testing.T) {
 				for _, o := range overlaps(row) {
 					t.Errorf("%s chart of %v: %s", c.ID, cellValues(run, c.ID), o)
 				}
+			}
+		}
+	}
+}
+
+// TestCategoryLabelsClearTheAxis: a bar chart's category labels, the
+// cells' names, end before the value axis starts in the browser's
+// fallback font, the longest name a strategy file's (the library
+// right-aligns them by Roboto's widths: a service's name ran into the
+// axis and its bar).
+func TestCategoryLabelsClearTheAxis(t *testing.T) {
+	// DejaVu Sans comes with fontconfig, which Chromium (make test-deps)
+	// pulls in; measured here with the font itself.
+	const dejaVuFile = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+	ttf, err := os.ReadFile(dejaVuFile)
+	if err != nil {
+		t.Fatalf("DejaVu Sans, the font a browser falls back to: %v (apt-get install fonts-dejavu-core)", err)
+	}
+	if err := charts.InstallFont("DejaVu Sans", ttf); err != nil {
+		t.Fatal(err)
+	}
+	dejaVu := charts.GetFont("DejaVu Sans")
+	p := newPainter(halfW, 300)
+	for _, run := range []*results.Run{makeBenchRun(t).Run, barRun([]float64{1000, 50000, 20000}, true)} {
+		rc, err := buildCharts(run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range rc.Overview {
+			rows := labelRows(c.SVG)
+			zero := math.Inf(1)
+			for _, row := range rows {
+				for _, l := range row {
+					if l.text == "0" {
+						zero = l.x
+					}
+				}
+			}
+			names := 0
+			for _, row := range rows {
+				for _, l := range row {
+					name := strings.TrimRight(l.text, "\u00a0")
+					if l.x >= zero || !strings.Contains(name, "/") {
+						continue
+					}
+					names++
+					w := p.MeasureText(name, 0, charts.FontStyle{FontSize: axisFont.FontSize, Font: dejaVu}).Width()
+					if end := l.x + float64(w); end+2 > zero {
+						t.Errorf("%s chart: %q ends at x %.0f, past the axis at %.0f", c.ID, name, end, zero)
+					}
+				}
+			}
+			if names != len(run.Cells) {
+				t.Errorf("%s chart: found %d category labels left of the axis (at %.0f), want %d", c.ID, names, zero, len(run.Cells))
 			}
 		}
 	}
