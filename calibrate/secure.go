@@ -314,12 +314,15 @@ func readCerts(path string) ([]*x509.Certificate, error) {
 
 // rocketACL is the benchmark classes' ACL options for the key pair in cfg
 // (they sign every request with it, as the driver does); nil without one.
+// The keys go as --name=value: commons-cli takes a value that starts with
+// '-' after "-sk" for an option, and the tool stops at "Missing
+// argument".
 func rocketACL(cfg config.Config) []string {
 	ak, sk := cfg.Get(rocketdriver.SettingAccessKey), cfg.Get(rocketdriver.SettingSecretKey)
 	if ak == "" {
 		return nil
 	}
-	return []string{"-a", "true", "-ak", ak, "-sk", sk}
+	return []string{"-a", "true", "--accessKey=" + ak, "--secretKey=" + sk}
 }
 
 // rocketTLS is the JVM options of the RocketMQ client's TLS

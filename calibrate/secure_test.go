@@ -32,7 +32,7 @@ import (
 const (
 	kafkaPassword  = `Kafka-Pw-1"\ x`
 	rabbitPassword = "Rabbit-Pw-2%x"
-	rocketSecret   = "Rocket-Sk-3"
+	rocketSecret   = "-Rocket-Sk-3" // a leading dash, as one generated key in 64 has
 )
 
 // pemFiles writes a CA and a client certificate signed by it (PEM) into
@@ -218,7 +218,7 @@ func TestRocketMQToolsSignWithTheKeyPair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if i := slices.Index(cmd, "-a"); i < 0 || strings.Join(cmd[i:], " ") != "-a true -ak suite -sk "+rocketSecret {
+	if i := slices.Index(cmd, "-a"); i < 0 || strings.Join(cmd[i:], " ") != "-a true --accessKey=suite --secretKey="+rocketSecret {
 		t.Errorf("the benchmark consumer does not sign: %q", cmd)
 	}
 	// TLS: on, the server verified against the CA (the client's test
@@ -275,7 +275,7 @@ exit 3
 	if argv := strings.Split(strings.TrimSpace(read("argv")), "\n"); len(argv) != 1 || !strings.HasPrefix(argv[0], "@") {
 		t.Errorf("the tool was started with %q, want one @file", argv)
 	}
-	if !strings.Contains(read("argfile"), `"-sk"`+"\n"+`"`+rocketSecret+`"`) || strings.TrimSpace(read("mode")) != "600" {
+	if !strings.Contains(read("argfile"), `"--secretKey=`+rocketSecret+`"`) || strings.TrimSpace(read("mode")) != "600" {
 		t.Errorf("the argument file (mode %s) does not hold the command line:\n%s", read("mode"), read("argfile"))
 	}
 	if _, err := os.Stat(strings.TrimSpace(read("path"))); !os.IsNotExist(err) {
@@ -285,7 +285,7 @@ exit 3
 	if s := holdsSecret(log, err.Error()); s != "" {
 		t.Errorf("%s is in the log or the error:\n%s\n%v", s, log, err)
 	}
-	if !strings.HasPrefix(log, "$ INBOXBENCH_PERFTEST_URI=amqps://suite:***@h/v "+r.java+" -Drocketmq.client.logRoot=") || !strings.Contains(log, "-sk ***") {
+	if !strings.HasPrefix(log, "$ INBOXBENCH_PERFTEST_URI=amqps://suite:***@h/v "+r.java+" -Drocketmq.client.logRoot=") || !strings.Contains(log, "--secretKey=***") {
 		t.Errorf("the log does not start with the masked command line:\n%s", log)
 	}
 

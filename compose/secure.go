@@ -313,13 +313,20 @@ func ensureCredentials(e *Env) (Credentials, error) {
 }
 
 // password is 24 random bytes, base64url: no character a URL, a
-// properties file or a JAAS line would need escaped.
+// properties file or a JAAS line would need escaped. It never starts
+// with '-': a vendor tool's command line (RocketMQ's benchmarks, parsed
+// by commons-cli) took such a value for an option and refused to start,
+// one secure stack in 64.
 func password() string {
 	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		panic(err) // crypto/rand does not fail
+	for {
+		if _, err := rand.Read(b); err != nil {
+			panic(err) // crypto/rand does not fail
+		}
+		if p := base64.RawURLEncoding.EncodeToString(b); p[0] != '-' {
+			return p
+		}
 	}
-	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 // SecureReady is the readiness check of a secure service: none before
