@@ -128,3 +128,20 @@ func TestHoldForBacklog(t *testing.T) {
 		t.Fatalf("ctx ended: waited %v, got %+v; want the minimum hold, then Held 1 of Want 2, not reached", waited, b)
 	}
 }
+
+// PublishWindow: the default when unset, the value when positive, and an
+// error naming the driver and the option otherwise.
+func TestPublishWindow(t *testing.T) {
+	if n, err := brokers.PublishWindow("d", nil, 7); n != 7 || err != nil {
+		t.Errorf("unset: %d, %v; want 7", n, err)
+	}
+	if n, err := brokers.PublishWindow("d", brokers.Options{brokers.OptPublishWindow: "3"}, 7); n != 3 || err != nil {
+		t.Errorf("3: %d, %v; want 3", n, err)
+	}
+	for _, v := range []string{"0", "-1", "x", ""} {
+		_, err := brokers.PublishWindow("d", brokers.Options{brokers.OptPublishWindow: v}, 7)
+		if err == nil || !strings.Contains(err.Error(), "d: option publish-window=") {
+			t.Errorf("%q: %v; want an error naming the driver and the option", v, err)
+		}
+	}
+}

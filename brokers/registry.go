@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 
 	"github.com/inboxbench/inboxbench/config"
@@ -123,4 +124,22 @@ func Open(ctx context.Context, name string, cfg config.Config, opts Options) (Br
 		return nil, fmt.Errorf("brokers: unknown broker %q: registered are %v (is brokers/all imported?)", name, Names())
 	}
 	return d.open(ctx, cfg, opts)
+}
+
+// OptPublishWindow is the option of every driver that publishes
+// asynchronously: how many messages may be sent and not yet confirmed.
+const OptPublishWindow = "publish-window"
+
+// PublishWindow returns the publish-window option of opts, or def when
+// it is not set; an error names the driver, the option and what it wants.
+func PublishWindow(driver string, opts Options, def int) (int, error) {
+	v, ok := opts[OptPublishWindow]
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s: option %s=%q: want a positive number of messages", driver, OptPublishWindow, v)
+	}
+	return n, nil
 }

@@ -92,7 +92,7 @@ const (
 	// OptPublishWindow bounds the records produced and not yet confirmed
 	// (kgo.MaxBufferedRecords): PublishAsync blocks while that many are
 	// buffered or in flight (default DefaultPublishWindow, kgo's own).
-	OptPublishWindow = "publish-window"
+	OptPublishWindow = brokers.OptPublishWindow
 )
 
 // DefaultPublishWindow is OptPublishWindow's default.
@@ -147,12 +147,9 @@ func parseOptions(driver string, opts brokers.Options) (settings, error) {
 	if err := brokers.CheckOptions(driver, opts, OptReplicationFactor, OptCommitInterval, OptDeliveryTimeout, OptCompression, OptPublishWindow); err != nil {
 		return s, err
 	}
-	if v, ok := opts[OptPublishWindow]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return s, fmt.Errorf("%s: option %s=%q: want a positive number of records", driver, OptPublishWindow, v)
-		}
-		s.window = n
+	var err error
+	if s.window, err = brokers.PublishWindow(driver, opts, DefaultPublishWindow); err != nil {
+		return s, err
 	}
 	if v, ok := opts[OptCompression]; ok {
 		if _, known := codecs[v]; !known {

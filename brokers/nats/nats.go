@@ -97,7 +97,7 @@ const (
 // OptPublishWindow bounds the messages published and not yet acknowledged
 // by the server (default DefaultPublishWindow, nats.go's own maximum of
 // pending asynchronous publishes).
-const OptPublishWindow = "publish-window"
+const OptPublishWindow = brokers.OptPublishWindow
 
 // DefaultPublishWindow is OptPublishWindow's default.
 const DefaultPublishWindow = 4000
@@ -151,13 +151,11 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		}
 		b.maxDeliver = n
 	}
-	if v, ok := opts[OptPublishWindow]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("nats: option %s=%q: want a positive number of messages", OptPublishWindow, v)
-		}
-		b.window = n
+	window, err := brokers.PublishWindow(Name, opts, DefaultPublishWindow)
+	if err != nil {
+		return nil, err
 	}
+	b.window = window
 	b.subs = driverutil.NewSubs[*subscription](&b.mu)
 	return b, nil
 }

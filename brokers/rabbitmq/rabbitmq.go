@@ -119,7 +119,7 @@ const (
 	// blocks while this many of the queue's messages wait for their
 	// confirms (a confirm window, as PerfTest's --confirm; default
 	// DefaultPublishWindow).
-	OptPublishWindow = "publish-window"
+	OptPublishWindow = brokers.OptPublishWindow
 	// OptConfirmTimeout bounds how long a message may take from its
 	// hand-over to its confirm (Go duration; default 30s, 10s with
 	// several node URLs). Past it the publishing connection is closed and
@@ -199,12 +199,9 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		}
 		confirmTimeout = d
 	}
-	n := DefaultPublishWindow
-	if v, ok := opts[OptPublishWindow]; ok {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			return nil, fmt.Errorf("rabbitmq: option %s=%q: want a positive number of messages", OptPublishWindow, v)
-		}
+	n, err := brokers.PublishWindow(Name, opts, DefaultPublishWindow)
+	if err != nil {
+		return nil, err
 	}
 	// amqp091 would return a URL that does not parse in its error, with
 	// the password; ParseURL's error holds neither (checkURL uses it).

@@ -107,7 +107,7 @@ const (
 const (
 	// OptPublishWindow bounds the messages per stream handed over and not
 	// yet confirmed (default DefaultPublishWindow).
-	OptPublishWindow = "publish-window"
+	OptPublishWindow = brokers.OptPublishWindow
 	// OptLease is how long a stream's lease lasts without renewal (Go
 	// duration, default DefaultLease): how long a crashed reader's
 	// stream waits for its successor.
@@ -143,13 +143,9 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 	if err := brokers.CheckOptions(Name, opts, OptPublishWindow, OptLease); err != nil {
 		return nil, err
 	}
-	window := DefaultPublishWindow
-	if v, ok := opts[OptPublishWindow]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("redis: option %s=%q: want a positive number of messages", OptPublishWindow, v)
-		}
-		window = n
+	window, err := brokers.PublishWindow(Name, opts, DefaultPublishWindow)
+	if err != nil {
+		return nil, err
 	}
 	lease := DefaultLease
 	if v, ok := opts[OptLease]; ok {

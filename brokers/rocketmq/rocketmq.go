@@ -100,7 +100,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -143,7 +142,7 @@ const (
 	// batch send in flight and buffers what comes meanwhile, and
 	// PublishAsync blocks while this many of the queue's messages are
 	// buffered or in flight (default DefaultPublishWindow).
-	OptPublishWindow = "publish-window"
+	OptPublishWindow = brokers.OptPublishWindow
 )
 
 // DefaultPublishWindow is OptPublishWindow's default.
@@ -225,12 +224,8 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 		}
 		b.sendTimeout = d
 	}
-	if v, ok := opts[OptPublishWindow]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("rocketmq: option %s=%q: want a positive number of messages", OptPublishWindow, v)
-		}
-		b.window = n
+	if b.window, err = brokers.PublishWindow(Name, opts, DefaultPublishWindow); err != nil {
+		return nil, err
 	}
 	if v := opts[OptBrokerAddrs]; v != "" {
 		for _, a := range strings.Split(v, ",") {
