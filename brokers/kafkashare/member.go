@@ -40,7 +40,7 @@ func (m *member) run() {
 			return
 		}
 		fs.EachError(func(t string, p int32, err error) {
-			s.ackWarn.warn("kafka-share: fetch error (the client keeps retrying)", "topic", t, "partition", p, "err", err)
+			s.Warn("kafka-share: fetch error (the client keeps retrying)", "topic", t, "partition", p, "err", err)
 		})
 		if s.Opts.SettleOnReceipt && !m.settleOnReceipt() {
 			return
@@ -62,7 +62,7 @@ func (m *member) settleOnReceipt() bool {
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
 	if err := m.cl.FlushAcks(ctx); err != nil && s.ctx.Err() == nil {
-		s.ackWarn.warn("kafka-share: accepting on receipt failed (SettleOnReceipt)", "topic", s.topic, "err", err)
+		s.Warn("kafka-share: accepting on receipt failed (SettleOnReceipt)", "topic", s.topic, "err", err)
 	}
 	return !s.Crashed()
 }

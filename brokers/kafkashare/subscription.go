@@ -3,7 +3,6 @@ package kafkashare
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -30,7 +29,6 @@ type subscription struct {
 	m         *member
 	loops     sync.WaitGroup
 	closeOnce sync.Once
-	ackWarn   warnOnce
 }
 
 // Subscribe implements brokers.Broker: it sets the group's configuration
@@ -90,7 +88,7 @@ func (s *subscription) newMember() (*member, error) {
 // records are delivered again (at-least-once), which the inbox decides.
 func (s *subscription) acked(_ *kgo.Client, rs kgo.ShareAckResults) {
 	if err := rs.Error(); err != nil && s.ctx.Err() == nil {
-		s.ackWarn.warn("kafka-share: the broker refused acknowledgements; those records are delivered again", "topic", s.topic, "group", s.group, "err", err)
+		s.Warn("kafka-share: the broker refused acknowledgements; those records are delivered again", "topic", s.topic, "group", s.group, "err", err)
 	}
 }
 
@@ -110,20 +108,4 @@ func (s *subscription) shutdown(cause error) {
 			s.Finish(cause)
 		}()
 	})
-}
-
-// warnOnce logs a warning at most once per 10 s.
-type warnOnce struct {
-	mu   sync.Mutex
-	last time.Time
-}
-
-func (w *warnOnce) warn(msg string, args ...any) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if time.Since(w.last) < 10*time.Second {
-		return
-	}
-	w.last = time.Now()
-	slog.Warn(msg, args...)
 }

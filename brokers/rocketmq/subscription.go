@@ -70,8 +70,7 @@ type subscription struct {
 	routeAt   time.Time
 	beatAt    time.Time
 
-	commitMu sync.Mutex   // one commit of a queue at a time
-	lastWarn atomic.Int64 // unix nanos of the last warning, see warn
+	commitMu sync.Mutex // one commit of a queue at a time
 	// routeStale: a call to a broker failed since the route was fetched;
 	// the next round fetches it again instead of waiting for routeEvery.
 	routeStale atomic.Bool

@@ -3,7 +3,6 @@ package rocketmq
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -397,18 +396,13 @@ func (s *subscription) commitAll() {
 	}
 }
 
-// warn logs a failure the consumer retries by itself, at most once per
-// 10 s per subscription (a restarting broker fails every call).
+// warn logs a failure the consumer retries by itself (driverutil.Sub.Warn:
+// at most once per 10 s per subscription), unless the subscription ended.
 func (s *subscription) warn(what string, err error) {
 	if s.ctx.Err() != nil {
 		return
 	}
-	now := time.Now().UnixNano()
-	last := s.lastWarn.Load()
-	if now-last < int64(10*time.Second) || !s.lastWarn.CompareAndSwap(last, now) {
-		return
-	}
-	slog.Warn("rocketmq: "+what+" failed (the consumer retries)", "topic", s.topic, "group", s.group, "err", err)
+	s.Warn("rocketmq: "+what+" failed (the consumer retries)", "topic", s.topic, "group", s.group, "err", err)
 }
 
 // ack records that everything before offset next is settled.

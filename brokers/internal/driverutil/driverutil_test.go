@@ -3,6 +3,7 @@ package driverutil
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -251,4 +252,38 @@ func TestInOrder(t *testing.T) {
 	if !slices.Equal(dead, []int{1}) || !slices.Equal(acked, []int{1, 2}) {
 		t.Fatalf("dead-lettered %v, acked up to %v; want [1], [1 2]", dead, acked)
 	}
+}
+
+// Warn logs the first of a burst of warnings of one subscription and
+// drops the rest within WarnEvery; another subscription warns on its own.
+func TestWarnAtMostOncePerInterval(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil)))
+	defer slog.SetDefault(prev)
+	var a, b Sub
+	for range 5 {
+		a.Warn("a failed")
+	}
+	b.Warn("b failed")
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "a failed"); n != 1 {
+		t.Errorf("a burst of 5 warnings logged %d times, want 1:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), "b failed") {
+		t.Errorf("another subscription's warning was dropped:\n%s", buf.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

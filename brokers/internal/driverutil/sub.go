@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,8 @@ type Sub struct {
 	end     func(cause error) // the driver's shutdown
 	stats   brokers.Counters
 	crashed atomic.Bool
+	// lastWarn is when Warn last logged, in Unix nanoseconds.
+	lastWarn atomic.Int64
 
 	once sync.Once
 	done chan struct{}
@@ -246,4 +249,18 @@ func (s *Sub) obey(ds []*brokers.Delivery, vs []brokers.Verdict, settle Settle) 
 		}
 	}
 	return cut, Settled, nil
+}
+
+// WarnEvery is the least time between two warnings of a subscription.
+const WarnEvery = 10 * time.Second
+
+// Warn logs a failure the driver retries by itself, at most once per
+// WarnEvery for the subscription: a restarting broker fails every call.
+func (s *Sub) Warn(msg string, args ...any) {
+	now := time.Now().UnixNano()
+	last := s.lastWarn.Load()
+	if now-last < int64(WarnEvery) || !s.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	slog.Warn(msg, args...)
 }
