@@ -69,7 +69,9 @@ func (c *Cell) RateText() string {
 // SteadyText says whether a steady-state cell's window was steady: "" for
 // a cell run for its events, "steady", or "NOT STEADY" with why (or in
 // how many rounds). A cell whose rounds rose from one to the next is
-// "NOT STEADY — still warming up", whatever its windows.
+// "NOT STEADY — still warming up", whatever its windows, and one whose
+// rounds spread its median beyond ±RoundsSpreadMax "NOT STEADY — the
+// rounds disagree".
 func (c *Cell) SteadyText() string {
 	switch {
 	case c.Warming():
@@ -79,6 +81,10 @@ func (c *Cell) SteadyText() string {
 		return fmt.Sprintf("NOT STEADY in %d of %d rounds", c.Stats.NotSteady, len(c.Rounds))
 	case c.Stats != nil && c.Stats.Trend != nil && c.Stats.Trend.P < RoundsTrendAlpha:
 		return fmt.Sprintf("NOT STEADY: the rounds together trend %+.0f%% over the window (p %.2g)", 100*c.Stats.Trend.Trend, c.Stats.Trend.P)
+	case c.Stats != nil && c.Stats.Disagree:
+		e := c.Stats.EventsPerS
+		return fmt.Sprintf("NOT STEADY — the rounds disagree: %s–%s events/s (±%.0f%%, over ±%.0f%%)",
+			FormatRate(e.Lo), FormatRate(e.Hi), 100*e.Spread(), 100*RoundsSpreadMax)
 	case len(c.Rounds) > 0 && c.Rounds[0].Window != nil, c.Window != nil && c.Window.Steady:
 		return "steady"
 	case c.Window != nil:
@@ -95,11 +101,12 @@ func (c *Cell) Warming() bool {
 }
 
 // SteadyCells reports whether any cell of the run was measured at steady
-// state (its window recorded), or rose across its rounds: the tables then
+// state (its window recorded), or rose across its rounds, or has rounds
+// that disagree: the tables then
 // have a column that says which cells are steady.
 func (r *Run) SteadyCells() bool {
 	for i := range r.Cells {
-		if r.Cells[i].Window != nil || r.Cells[i].Warming() {
+		if c := &r.Cells[i]; c.Window != nil || c.Warming() || c.Stats != nil && c.Stats.Disagree {
 			return true
 		}
 	}

@@ -197,6 +197,10 @@ type CellStats struct {
 	// got faster from round to round is still warming up (five measured
 	// rounds or more).
 	Rise *RoundsRise `json:"rise,omitempty"`
+	// Disagree says the rounds spread the median events/s beyond
+	// ±RoundsSpreadMax (three rounds or more): not a figure a second run
+	// would repeat.
+	Disagree bool `json:"disagree,omitempty"`
 }
 
 // Throughput is durable effects per second, overall (after warm-up) and as

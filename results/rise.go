@@ -22,6 +22,20 @@ const RoundsRiseAlpha = 0.01
 // chance at RoundsRiseAlpha (4 rounds: 1 order in 24).
 const MinRiseRounds = 5
 
+// RoundsSpreadMax is how far a cell's rounds may spread its median
+// events/s (Estimate.Spread, the ± the tables print) and still make a
+// figure. Beyond ±10% the rounds disagree: a second run on the same
+// stack lands anywhere in that interval, so the cell is not steady even
+// when no round rose and every window was steady on its own. Two make
+// bench in a row on one stack moved RabbitMQ's median by +13% and
+// Kafka's by +14% when the first run had printed ±32% and ±22% and
+// called both steady (docs/measurements.md).
+const RoundsSpreadMax = 0.10
+
+// minDisagreeRounds: two rounds make no interval worth the name (its
+// confidence is 50%).
+const minDisagreeRounds = 3
+
 // RoundsRise is the rise test of a cell's rounds.
 type RoundsRise struct {
 	// Rise is the last round's rate over the first's, minus one (+0.75:

@@ -140,6 +140,7 @@ func roundStats(rounds []Cell) *CellStats {
 	}
 	st.Trend = roundsTrend(rounds)
 	st.Rise = RiseOf(measuredRates(rounds))
+	st.Disagree = st.EventsPerS.N >= minDisagreeRounds && st.EventsPerS.Spread() > RoundsSpreadMax
 	return st
 }
 

@@ -52,6 +52,42 @@ func TestAggregateRounds(t *testing.T) {
 	}
 }
 
+// TestAggregateDisagree: the first of two make bench in a row on one
+// stack (805db6c). Every window was steady and no cell rose, yet the
+// second run moved RabbitMQ's median by +13% and Kafka's by +14%: the
+// first run's rounds spread them ±32% and ±22%, and the cells whose
+// rounds reach beyond ±10% are not steady — the rounds disagree. None's
+// rounds (±6%) make a figure, and so do three or more rounds within ±10%;
+// two rounds make no interval worth judging.
+func TestAggregateDisagree(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		rates    []float64
+		disagree bool
+	}{
+		{"none", []float64{37757, 35546, 35560, 34371, 37533}, false},
+		{"rabbitmq", []float64{5106, 3884, 4728, 6319, 6734}, true},
+		{"kafka", []float64{20343, 20685, 19301, 18414, 24883}, true},
+		{"rocketmq", []float64{14932, 15253, 16719, 18849, 17189}, true},
+		{"within 10%", []float64{100, 109, 95, 91, 104}, false},
+		{"two rounds", []float64{100, 150}, false},
+		{"three rounds", []float64{100, 150, 120}, true},
+	} {
+		var rounds []Cell
+		for i, r := range tc.rates {
+			rounds = append(rounds, roundCell(i+1, r, VerdictPass, true))
+		}
+		c := Aggregate(rounds)
+		text := c.SteadyText()
+		if c.Stats.Disagree != tc.disagree || strings.HasPrefix(text, "NOT STEADY — the rounds disagree") != tc.disagree {
+			t.Errorf("%s: disagree %v, %q (spread ±%.1f%%), want disagree %v", tc.name, c.Stats.Disagree, text, 100*c.Stats.EventsPerS.Spread(), tc.disagree)
+		}
+		if !tc.disagree && text != "steady" {
+			t.Errorf("%s: %q, want steady", tc.name, text)
+		}
+	}
+}
+
 // TestAggregateRise: the rounds of the first make bench, each
 // window steady on its own. RocketMQ rose in every round (+75%): the
 // cell is not steady — still warming up, with the rise, in its stats and
@@ -75,9 +111,11 @@ func TestAggregateRise(t *testing.T) {
 	if got, want := first.SteadyText(), "NOT STEADY — still warming up: +75% over 5 rounds (p 0.0083)"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
+	// The second run did not rise, but one round (+13%) reaches beyond
+	// ±RoundsSpreadMax: its rounds disagree.
 	second := Aggregate(cells(15232, 17263, 15335, 14401, 15390))
-	if second.Warming() || second.SteadyText() != "steady" {
-		t.Errorf("second run: %+v, %q", second.Stats.Rise, second.SteadyText())
+	if got, want := second.SteadyText(), "NOT STEADY — the rounds disagree: 14,401–17,263 events/s (±13%, over ±10%)"; second.Warming() || got != want {
+		t.Errorf("second run: %+v, %q, want %q", second.Stats.Rise, got, want)
 	}
 	warm := roundCell(0, 3000, VerdictFail, true)
 	kept := Aggregate(append([]Cell{warm}, cells(15232, 17263, 15335, 14401, 15390)...))

@@ -89,8 +89,8 @@ func WriteSummary(w io.Writer, run *results.Run) error {
 func roundsNote(run *results.Run) string {
 	var parts []string
 	if run.Rounds > 1 {
-		parts = append(parts, fmt.Sprintf("Each cell was measured in %d rounds, interleaved (each cell in every place of a round equally often over the rounds): figures are the medians, ± the half-width of the median's confidence interval (%s), and vs none the median of the per-round ratios to the baseline with its interval; a cell whose rate rose from round to round beyond chance is not steady — still warming up.",
-			run.Rounds, confidenceText(run.Rounds)))
+		parts = append(parts, fmt.Sprintf("Each cell was measured in %d rounds, interleaved (each cell in every place of a round equally often over the rounds): figures are the medians, ± how far the median's confidence interval (%s) reaches from it, and vs none the median of the per-round ratios to the baseline with its interval; a cell whose rate rose from round to round beyond chance is not steady — still warming up — and one whose interval reaches beyond ±%.0f%% is not steady either: its rounds disagree, and a second run may land anywhere in that interval.",
+			run.Rounds, confidenceText(run.Rounds), 100*results.RoundsSpreadMax))
 	}
 	if len(run.Warmup) > 0 {
 		ws := make([]string, len(run.Warmup))
