@@ -32,10 +32,5 @@ func ExternalRows(run *results.Run) [][]string {
 
 // external writes the external-service table.
 func (m *mdWriter) external(run *results.Run) {
-	rows := ExternalRows(run)
-	if len(rows) == 0 {
-		return
-	}
-	m.p("## External service\n\n%s\n\n", ExternalNote)
-	m.table(ExternalHeader, "lrrrrrrrrrr", rows)
+	m.section("External service", ExternalNote, ExternalHeader, "lrrrrrrrrrr", ExternalRows(run))
 }
