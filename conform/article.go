@@ -53,7 +53,7 @@ const inLab = "drives the strategy's SQL step by step inside bench (a lab of its
 func redeliveryExperiment(ctx context.Context, c Cell, failUpdate bool) Outcome {
 	name := c.Scenario
 	var once sync.Once
-	l, err := newLab(ctx, c, func(o *inbox.Options) {
+	l, topic, err := newTopicLab(ctx, c, func(o *inbox.Options) {
 		if failUpdate {
 			// The business update of the first attempt fails (the article
 			// rolls it back); strategies without a step between claim
@@ -69,10 +69,6 @@ func redeliveryExperiment(ctx context.Context, c Cell, failUpdate bool) Outcome 
 		return fail(err)
 	}
 	defer l.close()
-	topic, err := l.topic(ctx, "")
-	if err != nil {
-		return fail(err)
-	}
 	ev := event("event-"+name, 1, 10)
 	if err := l.publish(ctx, topic, ev); err != nil {
 		return fail(err)
@@ -268,15 +264,11 @@ const DuplicateClaim = "duplicate-claim"
 // and leaves nothing; event-1 applies; event-2 again applies; event-2 once
 // more is a duplicate; a new id carrying version 1 is stale.
 func orderExperiment(ctx context.Context, c Cell) Outcome {
-	l, err := newLab(ctx, c, func(o *inbox.Options) { o.DisableParking = true })
+	l, topic, err := newTopicLab(ctx, c, func(o *inbox.Options) { o.DisableParking = true })
 	if err != nil {
 		return fail(err)
 	}
 	defer l.close()
-	topic, err := l.topic(ctx, "")
-	if err != nil {
-		return fail(err)
-	}
 	rd := newReader(topic, 8)
 	// The article rejects the gap and replays event-2 later: the consumer
 	// answers every decision with an ack and the test publishes the replay.

@@ -95,6 +95,22 @@ func newLab(ctx context.Context, c Cell, opt func(*inbox.Options)) (*lab, error)
 	return l, nil
 }
 
+// newTopicLab is newLab with the cell's one-shard topic set up (see
+// topic), for the experiments that need a single topic; on an error
+// nothing is left open.
+func newTopicLab(ctx context.Context, c Cell, opt func(*inbox.Options)) (*lab, string, error) {
+	l, err := newLab(ctx, c, opt)
+	if err != nil {
+		return nil, "", err
+	}
+	topic, err := l.topic(ctx, "")
+	if err != nil {
+		l.close()
+		return nil, "", err
+	}
+	return l, topic, nil
+}
+
 func (l *lab) close() {
 	if l.b != nil {
 		l.b.Close()
