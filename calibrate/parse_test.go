@@ -1,9 +1,7 @@
 package calibrate
 
 import (
-	"bytes"
 	"encoding/json"
-	"flag"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,10 +10,9 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/internal/testenv/golden"
 	"github.com/inboxbench/inboxbench/results"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // The recorded outputs in testdata/ are the tools' real stdout, captured
 // by `bench calibrate` (<stack>/calibrate/logs) on the local stack; the
@@ -57,26 +54,8 @@ func TestParsersGolden(t *testing.T) {
 				f.Series[i] = math.Round(f.Series[i])
 			}
 			got, _ := json.MarshalIndent(f, "", "  ")
-			golden(t, strings.TrimSuffix(tc.file, ".txt")+".golden.json", append(got, '\n'))
+			golden.Check(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".txt")+".golden.json"), append(got, '\n'))
 		})
-	}
-}
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run 'go test ./calibrate -run Golden -update' to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (if intended, run 'go test ./calibrate -run Golden -update' and review the diff):\n got: %s\nwant: %s", path, got, want)
 	}
 }
 
@@ -104,7 +83,7 @@ func TestRateParsersGolden(t *testing.T) {
 				t.Errorf("figures %+v", f)
 			}
 			got, _ := json.MarshalIndent(f, "", "  ")
-			golden(t, strings.TrimSuffix(tc.file, ".txt")+".golden.json", append(got, '\n'))
+			golden.Check(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".txt")+".golden.json"), append(got, '\n'))
 		})
 	}
 	// Kafka's summary is in whole milliseconds: 0 is under one, counted
