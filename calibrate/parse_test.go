@@ -38,14 +38,7 @@ func TestParsersGolden(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
-			in, err := os.ReadFile(filepath.Join("testdata", tc.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := tc.parse(string(in))
-			if err != nil {
-				t.Fatalf("parse: %v", err)
-			}
+			f := parseFile(t, tc.file, tc.parse)
 			if f.MsgsPerS <= 0 {
 				t.Errorf("rate %v, want > 0", f.MsgsPerS)
 			}
@@ -57,6 +50,20 @@ func TestParsersGolden(t *testing.T) {
 			golden.Check(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".txt")+".golden.json"), append(got, '\n'))
 		})
 	}
+}
+
+// parseFile is what parse makes of the recorded output testdata/file.
+func parseFile[F any](t *testing.T, file string, parse func(string) (F, error)) F {
+	t.Helper()
+	in, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parse(string(in))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	return f
 }
 
 // The parsers of the tools at a rate read their summaries' latencies
@@ -71,14 +78,7 @@ func TestRateParsersGolden(t *testing.T) {
 		{"rabbitmq-perftest-rate.txt", ParsePerfTestAtRate},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			in, err := os.ReadFile(filepath.Join("testdata", tc.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := tc.parse(string(in))
-			if err != nil {
-				t.Fatalf("parse: %v", err)
-			}
+			f := parseFile(t, tc.file, tc.parse)
 			if f.Achieved <= 0 || f.Messages <= 0 || f.PublishP50 <= 0 || f.PublishP99 < f.PublishP50 {
 				t.Errorf("figures %+v", f)
 			}
