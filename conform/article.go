@@ -108,11 +108,7 @@ func redeliveryExperiment(ctx context.Context, c Cell, failUpdate bool) Outcome 
 	// arriving again is the equivalent signal.
 	redelivered := second.d.Redelivered || (second.ev.Key() == first.ev.Key() && !l.b.Capabilities().RedeliveryFlag)
 	skipped := second.out.Result == inbox.Duplicate
-	bal, _, rows, err := l.state(ctx, "order-42")
-	if err != nil {
-		return fail(err)
-	}
-	out, err := l.check(ctx, []*envelope.Event{ev}, map[string]workload.State{"order-42": {Balance: 10, Version: 1}})
+	out, bal, rows, err := l.settled(ctx, []*envelope.Event{ev}, workload.State{Balance: 10, Version: 1})
 	if err != nil {
 		return fail(err)
 	}
@@ -168,11 +164,7 @@ func concurrentExperiment(ctx context.Context, c Cell) Outcome {
 	if err := deadLettered(pol); err != nil {
 		return fail(err)
 	}
-	bal, _, rows, err := l.state(ctx, "order-42")
-	if err != nil {
-		return fail(err)
-	}
-	out, err := l.check(ctx, []*envelope.Event{ev}, map[string]workload.State{"order-42": {Balance: 10, Version: 1}})
+	out, bal, rows, err := l.settled(ctx, []*envelope.Event{ev}, workload.State{Balance: 10, Version: 1})
 	if err != nil {
 		return fail(err)
 	}
@@ -320,11 +312,7 @@ func orderExperiment(ctx context.Context, c Cell) Outcome {
 		return fail(err)
 	}
 	staleRejected := r == inbox.Stale
-	bal, _, rows, err := l.state(ctx, "order-42")
-	if err != nil {
-		return fail(err)
-	}
-	out, err := l.check(ctx, []*envelope.Event{e1, e2}, map[string]workload.State{"order-42": {Balance: 30, Version: 2}})
+	out, bal, rows, err := l.settled(ctx, []*envelope.Event{e1, e2}, workload.State{Balance: 30, Version: 2})
 	if err != nil {
 		return fail(err)
 	}
