@@ -32,5 +32,7 @@ func ExternalRows(run *results.Run) [][]string {
 
 // external writes the external-service table.
 func (m *mdWriter) external(run *results.Run) {
-	m.section("External service", ExternalNote, ExternalHeader, "lrrrrrrrrrr", ExternalRows(run))
+	if rows := ExternalRows(run); m.section("External service", ExternalNote, rows) {
+		m.table(ExternalHeader, "lrrrrrrrrrr", rows)
+	}
 }

@@ -92,7 +92,9 @@ func WriteConformFaults(w io.Writer, rows []results.ConformRow) error {
 
 // faults writes the fault table of a run.
 func (m *mdWriter) faults(rows [][]string) {
-	m.section("Faults and their outage", FaultNote, FaultHeader, "llllrrrrrrrr", rows)
+	if m.section("Faults and their outage", FaultNote, rows) {
+		m.table(FaultHeader, "llllrrrrrrrr", rows)
+	}
 }
 
 // faultChart draws a timeline: published and consumed per second, the

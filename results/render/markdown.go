@@ -80,14 +80,13 @@ func (m *mdWriter) table(header []string, align string, rows [][]string) {
 	m.p("\n")
 }
 
-// section writes a "## heading" section of note and the table of rows,
+// section opens a "## heading" section with note for the table of rows,
 // and reports whether it did: a run without such rows gets no section.
-func (m *mdWriter) section(heading, note string, header []string, align string, rows [][]string) bool {
+func (m *mdWriter) section(heading, note string, rows [][]string) bool {
 	if len(rows) == 0 {
 		return false
 	}
 	m.p("## %s\n\n%s\n\n", heading, note)
-	m.table(header, align, rows)
 	return true
 }
 
@@ -164,15 +163,19 @@ func (m *mdWriter) summary(run *results.Run) {
 
 // rounds writes every round of a run of several.
 func (m *mdWriter) rounds(run *results.Run) {
-	m.section("Rounds", roundsIntro, RoundsHeader, "lrrrrrrrlll", RoundRows(run))
+	if rows := RoundRows(run); m.section("Rounds", roundsIntro, rows) {
+		m.table(RoundsHeader, "lrrrrrrrlll", rows)
+	}
 }
 
 // rates writes the rate search of rate-search cells: the maximum
 // sustainable rate, the latency at fractions of it, every step.
 func (m *mdWriter) rates(run *results.Run) {
-	if !m.section("Maximum sustainable rate", RateNote, RateHeader, "lrlrrrr", RateRows(run)) {
+	rows := RateRows(run)
+	if !m.section("Maximum sustainable rate", RateNote, rows) {
 		return
 	}
+	m.table(RateHeader, "lrlrrrr", rows)
 	for i := range run.Cells {
 		c := &run.Cells[i]
 		if c.Rate == nil {
