@@ -19,24 +19,16 @@ import (
 	_ "github.com/inboxbench/inboxbench/brokers/all" // the drivers register themselves
 )
 
-// A short calibration of one broker against the real server: the vendor
-// tool is fetched (or found in <stack>/calibrate), runs, its output is
-// parsed, the driver runs on the same shape, and calibrate.json holds
-// positive rates for all four figures and both ratios, and matches its
-// JSON Schema.
-func shortCalibration(t *testing.T, broker string, duration time.Duration) {
-	cfg := testenv.Require(t, cmp.Or(brokers.InfoOf(broker).Service, broker))
-	dir := testenv.StackDir(t, cfg) // the tools are cached there, beside the stack's Maven cache
+// runWritten runs the calibration o, writes its calibrate.json to out and
+// checks the file against its JSON Schema.
+func runWritten(t *testing.T, o Options, out string) *results.Calibration {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	shape := DefaultShape()
-	o := Options{Brokers: []string{broker}, Shape: shape, Duration: duration, Warmup: time.Second, MaxDrain: 60 * time.Second,
-		Cfg: cfg, Stack: &compose.Env{Dir: dir, Cfg: cfg}, RunID: "test-" + broker}
 	cal, err := Run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := t.TempDir()
 	path, err := cal.Write(out)
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +38,22 @@ func shortCalibration(t *testing.T, broker string, duration time.Duration) {
 	} else if err := schema.Validate(schema.Calibrate, raw); err != nil {
 		t.Errorf("calibrate.json does not match results/schema/calibrate.schema.json:\n%v", err)
 	}
+	return cal
+}
+
+// A short calibration of one broker against the real server: the vendor
+// tool is fetched (or found in <stack>/calibrate), runs, its output is
+// parsed, the driver runs on the same shape, and calibrate.json holds
+// positive rates for all four figures and both ratios, and matches its
+// JSON Schema.
+func shortCalibration(t *testing.T, broker string, duration time.Duration) {
+	cfg := testenv.Require(t, cmp.Or(brokers.InfoOf(broker).Service, broker))
+	dir := testenv.StackDir(t, cfg) // the tools are cached there, beside the stack's Maven cache
+	shape := DefaultShape()
+	o := Options{Brokers: []string{broker}, Shape: shape, Duration: duration, Warmup: time.Second, MaxDrain: 60 * time.Second,
+		Cfg: cfg, Stack: &compose.Env{Dir: dir, Cfg: cfg}, RunID: "test-" + broker}
+	out := t.TempDir()
+	runWritten(t, o, out)
 	back, err := results.ReadCalibration(filepath.Join(out, results.CalibrationFile))
 	if err != nil {
 		t.Fatalf("calibrate.json does not read back: %v", err)
@@ -104,23 +112,9 @@ func shortCalibration(t *testing.T, broker string, duration time.Duration) {
 func shortRateCalibration(t *testing.T, broker string, rate float64, duration time.Duration) {
 	cfg := testenv.Require(t, broker)
 	dir := testenv.StackDir(t, cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	o := Options{Brokers: []string{broker}, Shape: DefaultShape(), Duration: duration, Warmup: time.Second, MaxDrain: 60 * time.Second,
 		Rates: []float64{rate}, Cfg: cfg, Stack: &compose.Env{Dir: dir, Cfg: cfg}, RunID: "test-rate-" + broker}
-	cal, err := Run(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path, err := cal.Write(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if raw, err := os.ReadFile(path); err != nil {
-		t.Fatal(err)
-	} else if err := schema.Validate(schema.Calibrate, raw); err != nil {
-		t.Errorf("calibrate.json does not match results/schema/calibrate.schema.json:\n%v", err)
-	}
+	cal := runWritten(t, o, t.TempDir())
 	if !cal.HasRates() || cal.HasThroughput() {
 		t.Fatalf("a calibration at a rate has rates %v and throughput %v", cal.HasRates(), cal.HasThroughput())
 	}

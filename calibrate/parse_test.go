@@ -1,9 +1,7 @@
 package calibrate
 
 import (
-	"bytes"
 	"encoding/json"
-	"flag"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,10 +10,9 @@ import (
 	"time"
 
 	"github.com/inboxbench/inboxbench/brokers"
+	"github.com/inboxbench/inboxbench/internal/testenv/golden"
 	"github.com/inboxbench/inboxbench/results"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // The recorded outputs in testdata/ are the tools' real stdout, captured
 // by `bench calibrate` (<stack>/calibrate/logs) on the local stack; the
@@ -41,14 +38,7 @@ func TestParsersGolden(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
-			in, err := os.ReadFile(filepath.Join("testdata", tc.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := tc.parse(string(in))
-			if err != nil {
-				t.Fatalf("parse: %v", err)
-			}
+			f := parseFile(t, tc.file, tc.parse)
 			if f.MsgsPerS <= 0 {
 				t.Errorf("rate %v, want > 0", f.MsgsPerS)
 			}
@@ -57,27 +47,23 @@ func TestParsersGolden(t *testing.T) {
 				f.Series[i] = math.Round(f.Series[i])
 			}
 			got, _ := json.MarshalIndent(f, "", "  ")
-			golden(t, strings.TrimSuffix(tc.file, ".txt")+".golden.json", append(got, '\n'))
+			golden.Check(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".txt")+".golden.json"), append(got, '\n'))
 		})
 	}
 }
 
-func golden(t *testing.T, name string, got []byte) {
+// parseFile is what parse makes of the recorded output testdata/file.
+func parseFile[F any](t *testing.T, file string, parse func(string) (F, error)) F {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
+	in, err := os.ReadFile(filepath.Join("testdata", file))
 	if err != nil {
-		t.Fatalf("%v (run 'go test ./calibrate -run Golden -update' to create it)", err)
+		t.Fatal(err)
 	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (if intended, run 'go test ./calibrate -run Golden -update' and review the diff):\n got: %s\nwant: %s", path, got, want)
+	f, err := parse(string(in))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
 	}
+	return f
 }
 
 // The parsers of the tools at a rate read their summaries' latencies
@@ -92,19 +78,12 @@ func TestRateParsersGolden(t *testing.T) {
 		{"rabbitmq-perftest-rate.txt", ParsePerfTestAtRate},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			in, err := os.ReadFile(filepath.Join("testdata", tc.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := tc.parse(string(in))
-			if err != nil {
-				t.Fatalf("parse: %v", err)
-			}
+			f := parseFile(t, tc.file, tc.parse)
 			if f.Achieved <= 0 || f.Messages <= 0 || f.PublishP50 <= 0 || f.PublishP99 < f.PublishP50 {
 				t.Errorf("figures %+v", f)
 			}
 			got, _ := json.MarshalIndent(f, "", "  ")
-			golden(t, strings.TrimSuffix(tc.file, ".txt")+".golden.json", append(got, '\n'))
+			golden.Check(t, filepath.Join("testdata", strings.TrimSuffix(tc.file, ".txt")+".golden.json"), append(got, '\n'))
 		})
 	}
 	// Kafka's summary is in whole milliseconds: 0 is under one, counted

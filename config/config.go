@@ -175,7 +175,7 @@ func (c Config) Get(key string) string {
 }
 
 // List returns a List setting split at commas, without empty parts.
-func (c Config) List(key string) []string { return splitList(c.Get(key)) }
+func (c Config) List(key string) []string { return SplitList(c.Get(key)) }
 
 // Bool returns a Bool setting; anything unreadable is false (Validate
 // reports it).
@@ -237,7 +237,7 @@ func FromEnv() (Config, error) {
 	c := Default()
 	for _, s := range Settings() {
 		if v, ok := os.LookupEnv(s.Env); ok {
-			if s.Kind == List && len(splitList(v)) == 0 {
+			if s.Kind == List && len(SplitList(v)) == 0 {
 				return c, fmt.Errorf("%s is set but empty: give at least one host:port, or unset it to use the local stack", s.Env)
 			}
 			c = c.With(s.Key, v)
@@ -375,7 +375,10 @@ func EnvHelp() string {
 	return b.String()
 }
 
-func splitList(s string) []string {
+// SplitList splits a comma-separated list, trimming each item and
+// dropping empty ones: how a List setting is read (Config.List), and how
+// a flag or option holding a list is read the same way.
+func SplitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {

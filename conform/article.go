@@ -53,7 +53,7 @@ const inLab = "drives the strategy's SQL step by step inside bench (a lab of its
 func redeliveryExperiment(ctx context.Context, c Cell, failUpdate bool) Outcome {
 	name := c.Scenario
 	var once sync.Once
-	l, err := newLab(ctx, c, func(o *inbox.Options) {
+	l, topic, err := newTopicLab(ctx, c, func(o *inbox.Options) {
 		if failUpdate {
 			// The business update of the first attempt fails (the article
 			// rolls it back); strategies without a step between claim
@@ -69,10 +69,6 @@ func redeliveryExperiment(ctx context.Context, c Cell, failUpdate bool) Outcome 
 		return fail(err)
 	}
 	defer l.close()
-	topic, err := l.topic(ctx, "")
-	if err != nil {
-		return fail(err)
-	}
 	ev := event("event-"+name, 1, 10)
 	if err := l.publish(ctx, topic, ev); err != nil {
 		return fail(err)
@@ -112,11 +108,7 @@ func redeliveryExperiment(ctx context.Context, c Cell, failUpdate bool) Outcome 
 	// arriving again is the equivalent signal.
 	redelivered := second.d.Redelivered || (second.ev.Key() == first.ev.Key() && !l.b.Capabilities().RedeliveryFlag)
 	skipped := second.out.Result == inbox.Duplicate
-	bal, _, rows, err := l.state(ctx, "order-42")
-	if err != nil {
-		return fail(err)
-	}
-	out, err := l.check(ctx, []*envelope.Event{ev}, map[string]workload.State{"order-42": {Balance: 10, Version: 1}})
+	out, bal, rows, err := l.settled(ctx, []*envelope.Event{ev}, workload.State{Balance: 10, Version: 1})
 	if err != nil {
 		return fail(err)
 	}
@@ -172,11 +164,7 @@ func concurrentExperiment(ctx context.Context, c Cell) Outcome {
 	if err := deadLettered(pol); err != nil {
 		return fail(err)
 	}
-	bal, _, rows, err := l.state(ctx, "order-42")
-	if err != nil {
-		return fail(err)
-	}
-	out, err := l.check(ctx, []*envelope.Event{ev}, map[string]workload.State{"order-42": {Balance: 10, Version: 1}})
+	out, bal, rows, err := l.settled(ctx, []*envelope.Event{ev}, workload.State{Balance: 10, Version: 1})
 	if err != nil {
 		return fail(err)
 	}
@@ -268,15 +256,11 @@ const DuplicateClaim = "duplicate-claim"
 // and leaves nothing; event-1 applies; event-2 again applies; event-2 once
 // more is a duplicate; a new id carrying version 1 is stale.
 func orderExperiment(ctx context.Context, c Cell) Outcome {
-	l, err := newLab(ctx, c, func(o *inbox.Options) { o.DisableParking = true })
+	l, topic, err := newTopicLab(ctx, c, func(o *inbox.Options) { o.DisableParking = true })
 	if err != nil {
 		return fail(err)
 	}
 	defer l.close()
-	topic, err := l.topic(ctx, "")
-	if err != nil {
-		return fail(err)
-	}
 	rd := newReader(topic, 8)
 	// The article rejects the gap and replays event-2 later: the consumer
 	// answers every decision with an ack and the test publishes the replay.
@@ -328,11 +312,7 @@ func orderExperiment(ctx context.Context, c Cell) Outcome {
 		return fail(err)
 	}
 	staleRejected := r == inbox.Stale
-	bal, _, rows, err := l.state(ctx, "order-42")
-	if err != nil {
-		return fail(err)
-	}
-	out, err := l.check(ctx, []*envelope.Event{e1, e2}, map[string]workload.State{"order-42": {Balance: 30, Version: 2}})
+	out, bal, rows, err := l.settled(ctx, []*envelope.Event{e1, e2}, workload.State{Balance: 30, Version: 2})
 	if err != nil {
 		return fail(err)
 	}

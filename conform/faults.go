@@ -87,11 +87,7 @@ func init() {
 			var killed atomic.Int64
 			out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
 				o.Spec.PublishRate = 200 // a live stream while the connections die
-				kill := runner.Action{Name: "pg_terminate_backend on consumer connections", Do: killConnections(e, &killed)}
-				kill.At = 0.3
-				o.Stream.Actions = append(o.Stream.Actions, kill)
-				kill.At = 0.6
-				o.Stream.Actions = append(o.Stream.Actions, kill)
+				twice(o, runner.Action{Name: "pg_terminate_backend on consumer connections", Do: killConnections(e, &killed)})
 			})
 			if out.Err == nil && killed.Load() == 0 {
 				return fail(errors.New("no consumer connection was open when the faults fired: the scenario proved nothing"))
@@ -123,6 +119,15 @@ consumers: 2
 shards: 4
 batch_size: 50
 `
+
+// twice adds the fault a to the stream at 30% and again at 60% of it: a
+// fault that hits once may by luck land where nothing is in flight.
+func twice(o *runner.Options, a runner.Action) {
+	for _, at := range []float64{0.3, 0.6} {
+		a.At = at
+		o.Stream.Actions = append(o.Stream.Actions, a)
+	}
+}
 
 // runStream runs cell c's scenario as a runner cell: the base stream
 // with faults, adjusted by opts.

@@ -95,6 +95,22 @@ func newLab(ctx context.Context, c Cell, opt func(*inbox.Options)) (*lab, error)
 	return l, nil
 }
 
+// newTopicLab is newLab with the cell's one-shard topic set up (see
+// topic), for the experiments that need a single topic; on an error
+// nothing is left open.
+func newTopicLab(ctx context.Context, c Cell, opt func(*inbox.Options)) (*lab, string, error) {
+	l, err := newLab(ctx, c, opt)
+	if err != nil {
+		return nil, "", err
+	}
+	topic, err := l.topic(ctx, "")
+	if err != nil {
+		l.close()
+		return nil, "", err
+	}
+	return l, topic, nil
+}
+
 func (l *lab) close() {
 	if l.b != nil {
 		l.b.Close()
@@ -216,6 +232,16 @@ func (l *lab) check(ctx context.Context, events []*envelope.Event, expected map[
 }
 
 // event builds one of the article's events for order-42.
+// settled reads the balance of order-42, the aggregate of every event,
+// and the inbox's rows, and checks the inbox against evs ending at want.
+func (l *lab) settled(ctx context.Context, evs []*envelope.Event, want workload.State) (out Outcome, balance, inboxRows int64, err error) {
+	if balance, _, inboxRows, err = l.state(ctx, "order-42"); err != nil {
+		return Outcome{}, 0, 0, err
+	}
+	out, err = l.check(ctx, evs, map[string]workload.State{"order-42": want})
+	return out, balance, inboxRows, err
+}
+
 func event(id string, version, amount int64) *envelope.Event {
 	return &envelope.Event{SpecVersion: envelope.SpecVersion, Source: "payments", ID: id, Type: "payment.recorded",
 		Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Subject: "order-42", AggregateVersion: version,

@@ -57,10 +57,7 @@ func registerOutside() {
 					}
 					return err
 				}}
-				cut.At = 0.3
-				o.Stream.Actions = append(o.Stream.Actions, cut)
-				cut.At = 0.6
-				o.Stream.Actions = append(o.Stream.Actions, cut)
+				twice(o, cut)
 			})
 			if out.Err == nil && cuts.Load() == 0 {
 				return fail(errors.New("no connection passed the proxy: the scenario proved nothing"))

@@ -24,20 +24,16 @@ func init() {
 }
 
 func retentionReplay(ctx context.Context, c Cell) Outcome {
-	l, err := newLab(ctx, c, nil)
-	if err != nil {
-		return fail(err)
-	}
-	defer l.close()
 	spec, err := workload.Parse([]byte("name: retention-replay\nseed: 8\naggregates: 5\nevents: 60\n"))
 	if err != nil {
 		return fail(err)
 	}
 	plan := workload.Generate(spec)
-	topic, err := l.topic(ctx, "")
+	l, topic, err := newTopicLab(ctx, c, nil)
 	if err != nil {
 		return fail(err)
 	}
+	defer l.close()
 	var handled atomic.Int64
 	sub, err := l.b.Subscribe(ctx, topic, "g1", brokers.SubscribeOptions{}, l.applyEach(l.in, l.consumer,
 		func(_ context.Context, g got) brokers.Verdict {

@@ -69,9 +69,7 @@ func TestBrokenCheckThenInsert(t *testing.T) {
 				t.Fatalf("%d APPLIED, want %d", applied, tc.wantApplied)
 			}
 			wantAccount(t, in, order42, tc.wantBalance, 1)
-			if n := inboxRows(t, in, consumer); n != 1 {
-				t.Fatalf("inbox=%d, want 1", n)
-			}
+			wantInboxRows(t, in, 1)
 		})
 	}
 }
@@ -124,9 +122,7 @@ func TestBrokenAggregateKey(t *testing.T) {
 	// The order's next legitimate event is taken for a duplicate: lost-effect.
 	expect(t, apply(t, in, s, consumer, ev("payment-recorded-42-2", order42, 2, 20)), Duplicate)
 	wantAccount(t, in, order42, 10, 1)
-	if n := inboxRows(t, in, consumer); n != 1 {
-		t.Fatalf("inbox=%d, want 1", n)
-	}
+	wantInboxRows(t, in, 1)
 }
 
 // broken-no-version through the article's order experiment.
@@ -143,9 +139,7 @@ func TestBrokenNoVersion(t *testing.T) {
 	expect(t, apply(t, in, s, consumer, e2), Duplicate)                                                  // the inbox itself is right
 	expect(t, apply(t, in, s, consumer, ev("payment-recorded-42-1-corrected", order42, 1, 10)), Applied) // stale-applied
 	wantAccount(t, in, order42, 40, 1)
-	if n := inboxRows(t, in, consumer); n != 3 {
-		t.Fatalf("inbox=%d, want 3", n)
-	}
+	wantInboxRows(t, in, 3)
 }
 
 // broken-ack-before-commit applies like tx; its mistake is the runner's ack
@@ -176,9 +170,7 @@ func TestBrokenSplitRejectionKeepsInboxRow(t *testing.T) {
 	expect(t, apply(t, in, s, consumer, e1), Applied)
 	expect(t, apply(t, in, s, consumer, e2), Duplicate) // inbox-without-effect
 	wantAccount(t, in, order42, 10, 1)
-	if n := inboxRows(t, in, consumer); n != 2 {
-		t.Fatalf("inbox=%d, want 2", n)
-	}
+	wantInboxRows(t, in, 2)
 	_, err := in.Apply(ctxT(t), s, consumer, &envelope.Event{})
 	if !errors.Is(err, ErrInvalidEvent) {
 		t.Fatalf("invalid event: %v, want ErrInvalidEvent", err)

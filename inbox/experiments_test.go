@@ -33,9 +33,7 @@ func experimentDuplicate(t *testing.T, in *Inbox, s Strategy) {
 	o := apply(t, in, s, consumer, &again)
 	expect(t, o, Duplicate)
 	wantAccount(t, in, order42, 10, 1)
-	if n := inboxRows(t, in, consumer); n != 1 {
-		t.Fatalf("inbox=%d, want 1", n)
-	}
+	wantInboxRows(t, in, 1)
 	t.Logf("duplicate: redelivered=true duplicateSkipped=%t balance=10 inbox=1", o.Result == Duplicate)
 
 	// Two copies in one call decide the same way.
@@ -101,9 +99,7 @@ func experimentSplit(t *testing.T, mutate func(*Options), cases []splitCase) {
 			o = apply(t, in, s, consumer, e)
 			expect(t, o, tc.wantRedelivery)
 			wantAccount(t, in, order42, tc.wantBalance, tc.wantVers)
-			if n := inboxRows(t, in, consumer); n != 1 {
-				t.Fatalf("inbox=%d, want 1", n)
-			}
+			wantInboxRows(t, in, 1)
 			t.Logf("split (%s): redelivered=true duplicateSkipped=%t balance=%d inbox=1", tc.name, o.Result == Duplicate, tc.wantBalance)
 		})
 	}
@@ -168,9 +164,7 @@ func experimentOrder(t *testing.T, in *Inbox, s Strategy) {
 	stale := ev("payment-recorded-42-1-corrected", order42, 1, 10)
 	expect(t, apply(t, in, s, consumer, stale), Stale)
 	wantAccount(t, in, order42, 30, 2)
-	if n := inboxRows(t, in, consumer); n != 2 {
-		t.Fatalf("inbox=%d, want 2", n)
-	}
+	wantInboxRows(t, in, 2)
 	if n := parkedRows(t, in, consumer); n != 0 {
 		t.Fatalf("parked=%d with parking off", n)
 	}

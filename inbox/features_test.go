@@ -35,9 +35,7 @@ func TestIdempotencyKey(t *testing.T) {
 		expect(t, apply(t, in, s, consumer, keyed("req-1-other-ev", "acct-1", 2, 99, "k-1")), Conflict)
 		wantAccount(t, in, "acct-1", 10, 1)
 		// Rejections leave no inbox row: a row would claim an effect.
-		if n := inboxRows(t, in, consumer); n != 1 {
-			t.Fatalf("inbox=%d, want 1", n)
-		}
+		wantInboxRows(t, in, 1)
 		// The first event redelivered: dedup by the inbox, as always.
 		expect(t, apply(t, in, s, consumer, first), Duplicate)
 		// The same key in another tenant is another key.
@@ -140,9 +138,7 @@ func TestParkingBoundAndStuckParked(t *testing.T) {
 		}
 		expect(t, apply(t, in, s, consumer, ev("v5", "acct-p", 5, 5)), Applied)
 		wantAccount(t, in, "acct-p", 15, 5)
-		if n := inboxRows(t, in, consumer); n != 5 {
-			t.Fatalf("inbox=%d, want 5", n)
-		}
+		wantInboxRows(t, in, 5)
 	})
 }
 
@@ -260,9 +256,7 @@ func TestLockTimeoutIsRetried(t *testing.T) {
 			t.Fatalf("attempts=%d retries=%d: the lock timeout was not retried", o.Attempts, in.Counters().Retries)
 		}
 		wantAccount(t, in, order42, 10, 1)
-		if n := inboxRows(t, in, consumer); n != 1 {
-			t.Fatalf("inbox=%d, want 1", n)
-		}
+		wantInboxRows(t, in, 1)
 	})
 }
 

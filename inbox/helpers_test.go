@@ -160,6 +160,14 @@ func wantAccount(t testing.TB, in *Inbox, agg string, balance, version int64) {
 	}
 }
 
+// wantInboxRows fails t unless the inbox of consumer holds want rows.
+func wantInboxRows(t testing.TB, in *Inbox, want int64) {
+	t.Helper()
+	if n := inboxRows(t, in, consumer); n != want {
+		t.Fatalf("inbox=%d, want %d", n, want)
+	}
+}
+
 func count(t testing.TB, in *Inbox, query string, args ...any) int64 {
 	t.Helper()
 	var n int64

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/inboxbench/inboxbench/internal/testenv/golden"
 )
 
 func fixtureRun(t *testing.T) *Run {
@@ -152,7 +152,7 @@ func TestCompareGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "compare-rounds.txt", compareText(t, c))
+	golden.Check(t, filepath.Join("testdata", "compare-rounds.txt"), []byte(compareText(t, c)))
 }
 
 func TestCompareLabels(t *testing.T) {
@@ -310,27 +310,6 @@ func TestParseThreshold(t *testing.T) {
 		if (err == nil) != tc.ok || (tc.ok && math.Abs(got-tc.want) > 1e-12) {
 			t.Errorf("ParseThreshold(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
 		}
-	}
-}
-
-var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata/")
-
-// golden compares got with testdata/name, or rewrites it under -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *updateGolden {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run 'go test ./results -update' to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (go test ./results -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
 	}
 }
 

@@ -15,6 +15,15 @@ type Duration time.Duration
 // D is the duration as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
+// Or is d, or def where d is unset (0 or less): a workload file's
+// optional duration with its default.
+func (d Duration) Or(def time.Duration) time.Duration {
+	if d > 0 {
+		return d.D()
+	}
+	return def
+}
+
 // UnmarshalYAML reads "30s", "2m", "1m30s" or whole days ("30d"), naming
 // the line of a value it cannot read.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {

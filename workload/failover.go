@@ -80,28 +80,19 @@ const (
 
 // DownOrDefault is how long a killed node stays down.
 func (f FailoverFault) DownOrDefault() time.Duration {
-	if f.Down > 0 {
-		return f.Down.D()
-	}
-	return DefaultFailoverDown
+	return f.Down.Or(DefaultFailoverDown)
 }
 
 // LagOrDefault is how long leader-kill-after-lag keeps the followers
 // behind.
 func (f FailoverFault) LagOrDefault() time.Duration {
-	if f.Pause > 0 {
-		return f.Pause.D()
-	}
-	return DefaultFailoverLag
+	return f.Pause.Or(DefaultFailoverLag)
 }
 
 // PauseFor is how long leader-pause stops the leader: Pause, or twice the
 // failure-detection timeout of the cluster plus 5 s.
 func (f FailoverFault) PauseFor(detection time.Duration) time.Duration {
-	if f.Pause > 0 {
-		return f.Pause.D()
-	}
-	return 2*detection + 5*time.Second
+	return f.Pause.Or(2*detection + 5*time.Second)
 }
 
 // Name is the fault as results and notes name it: "leader-kill of broker".

@@ -129,18 +129,12 @@ const (
 
 // ExternalTimeoutOrDefault is External.Timeout, or its default.
 func (s *Spec) ExternalTimeoutOrDefault() time.Duration {
-	if s.External.Timeout > 0 {
-		return s.External.Timeout.D()
-	}
-	return time.Second
+	return s.External.Timeout.Or(time.Second)
 }
 
 // ExternalLeaseOrDefault is External.Lease, or its default.
 func (s *Spec) ExternalLeaseOrDefault() time.Duration {
-	if s.External.Lease > 0 {
-		return s.External.Lease.D()
-	}
-	return 5 * time.Second
+	return s.External.Lease.Or(5 * time.Second)
 }
 
 // MaxInboxPrefill bounds inbox_prefill: about 20 GB of inbox per cell.
@@ -328,10 +322,7 @@ const DefaultWarmupMax = 90 * time.Second
 
 // WarmupLimit is the longest a steady-state cell warms up.
 func (s *Spec) WarmupLimit() time.Duration {
-	if s.WarmupMax > 0 {
-		return s.WarmupMax.D()
-	}
-	return max(DefaultWarmupMax, s.Warmup.D())
+	return s.WarmupMax.Or(max(DefaultWarmupMax, s.Warmup.D()))
 }
 
 // Backlog is MaxBacklog, or its default.

@@ -207,9 +207,15 @@ func (c *Collector) AckedCount() int {
 func (c *Collector) Missing() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return unseen(c.expected, c.acked)
+}
+
+// unseen lists the ids of want that seen does not count, sorted: the
+// messages expected (or confirmed) and not acked (or delivered).
+func unseen[V any](want map[string]V, seen map[string]int) []string {
 	var out []string
-	for id := range c.expected {
-		if c.acked[id] == 0 {
+	for id := range want {
+		if seen[id] == 0 {
 			out = append(out, id)
 		}
 	}
@@ -269,12 +275,8 @@ func (c *Collector) WaitAll(tb testing.TB, timeout time.Duration) {
 func (c *Collector) Summary() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var missing, dup []string
-	for id := range c.expected {
-		if c.acked[id] == 0 {
-			missing = append(missing, id)
-		}
-	}
+	missing := unseen(c.expected, c.acked)
+	var dup []string
 	for id, n := range c.acked {
 		if n > 1 {
 			dup = append(dup, id)

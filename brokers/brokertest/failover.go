@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -468,7 +467,6 @@ func (r *failoverRun) waitDelivered(wait time.Time) {
 			return
 		}
 		if time.Now().After(wait) || (r.spec.Lossy && time.Now().After(lossyWait)) {
-			sort.Strings(lost)
 			r.mu.Lock()
 			r.res.Lost = lost
 			r.mu.Unlock()
@@ -483,17 +481,11 @@ func (r *failoverRun) waitDelivered(wait time.Time) {
 	}
 }
 
-// undelivered lists the confirmed messages not delivered so far.
+// undelivered lists the confirmed messages not delivered so far, sorted.
 func (r *failoverRun) undelivered() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var lost []string
-	for id := range r.confirmed {
-		if r.delivered[id] == 0 {
-			lost = append(lost, id)
-		}
-	}
-	return lost
+	return unseen(r.confirmed, r.delivered)
 }
 
 // result completes the run's figures, from faultAt on, and logs them.

@@ -288,28 +288,21 @@ func (b *Broker) Setup(ctx context.Context, topic string, shards int) error {
 // shardCount is topic's shard count: from Setup in this process, else
 // from its dead-letter stream's metadata.
 func (b *Broker) shardCount(ctx context.Context, topic string) (int, error) {
-	b.mu.Lock()
-	n, ok := b.shards[topic]
-	b.mu.Unlock()
-	if ok {
+	return driverutil.CachedShards(&b.mu, b.shards, topic, func() (int, error) {
+		p, err := b.conn()
+		if err != nil {
+			return 0, err
+		}
+		s, err := p.js.Stream(ctx, DLQStream(topic))
+		if err != nil {
+			return 0, fmt.Errorf("nats: topic %s: stream %s: %w (run Setup first)", topic, DLQStream(topic), err)
+		}
+		n, err := strconv.Atoi(s.CachedInfo().Config.Metadata[shardsMeta])
+		if err != nil || n < 1 {
+			return 0, fmt.Errorf("nats: topic %s: stream %s holds no shard count (metadata %s): not set up by this driver", topic, DLQStream(topic), shardsMeta)
+		}
 		return n, nil
-	}
-	p, err := b.conn()
-	if err != nil {
-		return 0, err
-	}
-	s, err := p.js.Stream(ctx, DLQStream(topic))
-	if err != nil {
-		return 0, fmt.Errorf("nats: topic %s: stream %s: %w (run Setup first)", topic, DLQStream(topic), err)
-	}
-	n, err = strconv.Atoi(s.CachedInfo().Config.Metadata[shardsMeta])
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("nats: topic %s: stream %s holds no shard count (metadata %s): not set up by this driver", topic, DLQStream(topic), shardsMeta)
-	}
-	b.mu.Lock()
-	b.shards[topic] = n
-	b.mu.Unlock()
-	return n, nil
+	})
 }
 
 // DeleteTopic implements brokers.TopicDeleter: every stream of topic,

@@ -419,28 +419,22 @@ func (b *Broker) queueExists(q string) (bool, error) {
 // or else by probing "<topic>.0", "<topic>.1", … (so another process can
 // publish or consume a topic it did not set up).
 func (b *Broker) shardCount(topic string) (int, error) {
-	b.mu.Lock()
-	n, ok := b.shards[topic]
-	b.mu.Unlock()
-	if ok {
+	return driverutil.CachedShards(&b.mu, b.shards, topic, func() (int, error) {
+		n := 0
+		for ; n < 4096; n++ {
+			ok, err := b.queueExists(queueName(topic, n))
+			if err != nil {
+				return 0, fmt.Errorf("rabbitmq: find shards of %s: %w", topic, err)
+			}
+			if !ok {
+				break
+			}
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("rabbitmq: topic %s has no queues (%s missing): run Setup first", topic, queueName(topic, 0))
+		}
 		return n, nil
-	}
-	for n = 0; n < 4096; n++ {
-		ok, err := b.queueExists(queueName(topic, n))
-		if err != nil {
-			return 0, fmt.Errorf("rabbitmq: find shards of %s: %w", topic, err)
-		}
-		if !ok {
-			break
-		}
-	}
-	if n == 0 {
-		return 0, fmt.Errorf("rabbitmq: topic %s has no queues (%s missing): run Setup first", topic, queueName(topic, 0))
-	}
-	b.mu.Lock()
-	b.shards[topic] = n
-	b.mu.Unlock()
-	return n, nil
+	})
 }
 
 // Publish implements brokers.Broker: PublishAsync and a wait.

@@ -233,23 +233,16 @@ func isBusyGroup(err error) bool { return err != nil && goredis.HasErrorPrefix(e
 // shardCount returns topic's shard count, from Setup in this process or
 // from "<topic>.meta".
 func (b *Broker) shardCount(ctx context.Context, topic string) (int, error) {
-	b.mu.Lock()
-	n, ok := b.shards[topic]
-	b.mu.Unlock()
-	if ok {
+	return driverutil.CachedShards(&b.mu, b.shards, topic, func() (int, error) {
+		n, err := b.client.HGet(ctx, topic+MetaSuffix, fieldShards).Int()
+		if errors.Is(err, goredis.Nil) {
+			return 0, fmt.Errorf("redis: topic %s does not exist (no %s): run Setup first", topic, topic+MetaSuffix)
+		}
+		if err != nil {
+			return 0, b.errorf("find the shards of %s: %w", topic, err)
+		}
 		return n, nil
-	}
-	n, err := b.client.HGet(ctx, topic+MetaSuffix, fieldShards).Int()
-	if errors.Is(err, goredis.Nil) {
-		return 0, fmt.Errorf("redis: topic %s does not exist (no %s): run Setup first", topic, topic+MetaSuffix)
-	}
-	if err != nil {
-		return 0, b.errorf("find the shards of %s: %w", topic, err)
-	}
-	b.mu.Lock()
-	b.shards[topic] = n
-	b.mu.Unlock()
-	return n, nil
+	})
 }
 
 // errorf is a driver error, naming the server.

@@ -100,7 +100,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,13 +226,7 @@ func New(_ context.Context, cfg config.Config, opts brokers.Options) (*Broker, e
 	if b.window, err = brokers.PublishWindow(Name, opts, DefaultPublishWindow); err != nil {
 		return nil, err
 	}
-	if v := opts[OptBrokerAddrs]; v != "" {
-		for _, a := range strings.Split(v, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				b.brokerAddrs = append(b.brokerAddrs, a)
-			}
-		}
-	}
+	b.brokerAddrs = config.SplitList(opts[OptBrokerAddrs])
 	return b, nil
 }
 

@@ -197,7 +197,7 @@ func printCalibration(cal *results.Calibration) {
 // parseRates reads --rate: positive numbers, comma-separated.
 func parseRates(list string) ([]float64, error) {
 	var out []float64
-	for _, p := range splitList(list) {
+	for _, p := range config.SplitList(list) {
 		r, err := strconv.ParseFloat(p, 64)
 		if err != nil || !(r > 0) {
 			return nil, usagef("--rate %q: want messages per second, comma-separated positive numbers (e.g. 4000 or 1000,4000)", p)

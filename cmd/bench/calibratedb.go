@@ -73,7 +73,7 @@ func (fl *calibrateDBFlags) bind(cmd *cobra.Command) {
 
 // options turns the flags into dbcalib options, checked.
 func (fl *calibrateDBFlags) options(c *cobra.Command, cfg *config.Config) (dbcalib.Options, error) {
-	o := dbcalib.Options{Cfg: *cfg, Strategies: splitList(fl.strategies), Compare: splitList(fl.compare),
+	o := dbcalib.Options{Cfg: *cfg, Strategies: config.SplitList(fl.strategies), Compare: config.SplitList(fl.compare),
 		Rounds: fl.rounds, Measure: fl.dur, Progress: os.Stderr, InboxLayout: inbox.Layout{Partitioned: fl.partitioned, Interval: fl.interval}}
 	var err error
 	if o.Spec, err = workload.Load(fl.workload); err != nil {
@@ -135,14 +135,4 @@ func newCalibrateDBCmd(cfg *config.Config) *cobra.Command {
 	}
 	fl.bind(cmd)
 	return cmd
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

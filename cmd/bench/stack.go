@@ -51,16 +51,20 @@ flag that selects one also points every other command's endpoints at it
 // stackResolver turns SERVICE arguments into services and the stack's Env.
 type stackResolver struct{ cfg *config.Config }
 
-func (r stackResolver) resolve(args []string) (*compose.Env, []compose.Service, error) {
-	e, err := compose.NewEnv(*r.cfg, os.Stdout)
-	if err != nil {
-		return nil, nil, usageError{err}
+// runE is a stack command's RunE: it resolves the SERVICE arguments
+// (a usage error when they name none of the stack's) and runs fn on them.
+func (r stackResolver) runE(fn func(c *cobra.Command, e *compose.Env, svcs []compose.Service) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		e, err := compose.NewEnv(*r.cfg, os.Stdout)
+		if err != nil {
+			return usageError{err}
+		}
+		svcs, err := compose.Select(e.Variant, args)
+		if err != nil {
+			return usageError{err}
+		}
+		return fn(c, e, svcs)
 	}
-	svcs, err := compose.Select(e.Variant, args)
-	if err != nil {
-		return nil, nil, usageError{err}
-	}
-	return e, svcs, nil
 }
 
 func newStackUpCmd(r stackResolver) *cobra.Command {
@@ -86,11 +90,7 @@ names the service, the command it ran and the log file to read.
 Without the flag each service keeps the profile it was started with. A
 running service whose settings differ under the new profile is restarted.`,
 		ValidArgs: compose.Names(compose.VariantPlain),
-		RunE: func(c *cobra.Command, args []string) error {
-			e, svcs, err := r.resolve(args)
-			if err != nil {
-				return err
-			}
+		RunE: r.runE(func(c *cobra.Command, e *compose.Env, svcs []compose.Service) error {
 			if err := compose.CheckDurability(durability); err != nil {
 				return usageError{err}
 			}
@@ -100,7 +100,7 @@ running service whose settings differ under the new profile is restarted.`,
 			}
 			warnDisk(r.cfg)
 			return nil
-		},
+		}),
 	}
 	up.Flags().StringVar(&durability, "durability", "", "durability profile: stock, fsync or os (default: keep each service's; stock for a new one)")
 	return up
@@ -111,13 +111,9 @@ func newStackDownCmd(r stackResolver) *cobra.Command {
 	down := &cobra.Command{
 		Use:   "down [SERVICE...]",
 		Short: "Stop the services that 'up' started (data is kept unless --wipe)",
-		RunE: func(c *cobra.Command, args []string) error {
-			e, svcs, err := r.resolve(args)
-			if err != nil {
-				return err
-			}
+		RunE: r.runE(func(c *cobra.Command, e *compose.Env, svcs []compose.Service) error {
 			return compose.Down(c.Context(), e, svcs, wipe)
-		},
+		}),
 	}
 	down.Flags().BoolVar(&wipe, "wipe", false, "also delete the services' data directories")
 	return down
@@ -134,11 +130,7 @@ Then it lists, per service, the TCP addresses it listens on (read from
 of the service's known ports). Exits 1 when any selected service is
 unhealthy or listens beyond loopback, except for the one documented case
 (RocketMQ's HA port; see docs/stack.md).`,
-		RunE: func(c *cobra.Command, args []string) error {
-			e, svcs, err := r.resolve(args)
-			if err != nil {
-				return err
-			}
+		RunE: r.runE(func(c *cobra.Command, e *compose.Env, svcs []compose.Service) error {
 			rows := compose.Status(c.Context(), e, svcs)
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SERVICE\tVERSION\tADDRESS\tHEALTHY\tDURABILITY\tDETAIL")
@@ -154,7 +146,7 @@ unhealthy or listens beyond loopback, except for the one documented case
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, dash(r.Version), r.Address, h, dash(r.Durability), detail)
 			}
 			tw.Flush()
-			if len(args) == 0 {
+			if c.Flags().NArg() == 0 { // every service: the whole stack's profile
 				fmt.Printf("durability profile: %s\n", compose.StackDurability(e))
 			}
 			badNodes := printNodes(rows)
@@ -169,7 +161,7 @@ unhealthy or listens beyond loopback, except for the one documented case
 				return failure{fmt.Sprintf("listening beyond loopback: %s: the native stack binds its ports to loopback (RocketMQ's HA port aside); restart the service with 'bench stack down NAME && bench stack up NAME' (stacks started by an older bench bound RabbitMQ's 55673 to every interface), and if it stays, something else listens on that port", strings.Join(exposed, ", "))}
 			}
 			return nil
-		},
+		}),
 	}
 }
 
@@ -179,11 +171,7 @@ func newStackLogsCmd(r stackResolver) *cobra.Command {
 		Use:   "logs SERVICE",
 		Short: "Print the tail of a service's log files",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			e, svcs, err := r.resolve(args)
-			if err != nil {
-				return err
-			}
+		RunE: r.runE(func(c *cobra.Command, e *compose.Env, svcs []compose.Service) error {
 			for _, l := range svcs[0].Logs(e) {
 				fmt.Printf("==> %s <==\n", l)
 				t := exec.CommandContext(c.Context(), "tail", "-n", fmt.Sprint(lines), l)
@@ -191,7 +179,7 @@ func newStackLogsCmd(r stackResolver) *cobra.Command {
 				_ = t.Run()
 			}
 			return nil
-		},
+		}),
 	}
 	logs.Flags().IntVarP(&lines, "lines", "n", 50, "number of lines per log file")
 	return logs

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/inboxbench/inboxbench/internal/testenv/golden"
 	"github.com/inboxbench/inboxbench/results"
 )
 
@@ -17,7 +18,7 @@ func TestRateCalibrationReport(t *testing.T) {
 		t.Fatal("calibrate-rate fixture should hold a calibration at rates alone")
 	}
 	md := render(t, Markdown, r)
-	golden(t, "report.calibrate-rate.golden.md", md)
+	golden.Check(t, filepath.Join(testdata, "report.calibrate-rate.golden.md"), md)
 	page := string(render(t, HTML, r))
 	for _, want := range []string{"Latency at a rate", "e2e p99", "EndToEndLatency", "no rate option", "range of 3 rounds"} {
 		if !strings.Contains(page, want) || !strings.Contains(string(md), want) {
@@ -77,7 +78,7 @@ func TestCalibrationBesideFixedRateCells(t *testing.T) {
 func TestCalibrationRoundsReport(t *testing.T) {
 	r := loadFixture(t, filepath.Join(testdata, "calibrate-rounds"))
 	md := render(t, Markdown, r)
-	golden(t, "report.calibrate-rounds.golden.md", md)
+	golden.Check(t, filepath.Join(testdata, "report.calibrate-rounds.golden.md"), md)
 	page := string(render(t, HTML, r))
 	for _, want := range []string{"range of 3 rounds (75% interval of the median)", "rocketmq (single sends)", "benchmark.BatchProducer", "vendor single-send publish command"} {
 		if !strings.Contains(page, want) || !strings.Contains(string(md), want) {

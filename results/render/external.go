@@ -32,10 +32,7 @@ func ExternalRows(run *results.Run) [][]string {
 
 // external writes the external-service table.
 func (m *mdWriter) external(run *results.Run) {
-	rows := ExternalRows(run)
-	if len(rows) == 0 {
-		return
+	if rows := ExternalRows(run); m.section("External service", ExternalNote, rows) {
+		m.table(ExternalHeader, "lrrrrrrrrrr", rows)
 	}
-	m.p("## External service\n\n%s\n\n", ExternalNote)
-	m.table(ExternalHeader, "lrrrrrrrrrr", rows)
 }

@@ -92,11 +92,9 @@ func WriteConformFaults(w io.Writer, rows []results.ConformRow) error {
 
 // faults writes the fault table of a run.
 func (m *mdWriter) faults(rows [][]string) {
-	if len(rows) == 0 {
-		return
+	if m.section("Faults and their outage", FaultNote, rows) {
+		m.table(FaultHeader, "llllrrrrrrrr", rows)
 	}
-	m.p("## Faults and their outage\n\n%s\n\n", FaultNote)
-	m.table(FaultHeader, "llllrrrrrrrr", rows)
 }
 
 // faultChart draws a timeline: published and consumed per second, the

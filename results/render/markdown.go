@@ -80,6 +80,16 @@ func (m *mdWriter) table(header []string, align string, rows [][]string) {
 	m.p("\n")
 }
 
+// section opens a "## heading" section with note for the table of rows,
+// and reports whether it did: a run without such rows gets no section.
+func (m *mdWriter) section(heading, note string, rows [][]string) bool {
+	if len(rows) == 0 {
+		return false
+	}
+	m.p("## %s\n\n%s\n\n", heading, note)
+	return true
+}
+
 // mdEscape keeps a value inside its table cell: pipes would open a new
 // column and newlines would end the row (SQL and examples contain both).
 func mdEscape(s string) string {
@@ -153,22 +163,18 @@ func (m *mdWriter) summary(run *results.Run) {
 
 // rounds writes every round of a run of several.
 func (m *mdWriter) rounds(run *results.Run) {
-	rows := RoundRows(run)
-	if len(rows) == 0 {
-		return
+	if rows := RoundRows(run); m.section("Rounds", roundsIntro, rows) {
+		m.table(RoundsHeader, "lrrrrrrrlll", rows)
 	}
-	m.p("## Rounds\n\n%s\n\n", roundsIntro)
-	m.table(RoundsHeader, "lrrrrrrrlll", rows)
 }
 
 // rates writes the rate search of rate-search cells: the maximum
 // sustainable rate, the latency at fractions of it, every step.
 func (m *mdWriter) rates(run *results.Run) {
 	rows := RateRows(run)
-	if len(rows) == 0 {
+	if !m.section("Maximum sustainable rate", RateNote, rows) {
 		return
 	}
-	m.p("## Maximum sustainable rate\n\n%s\n\n", RateNote)
 	m.table(RateHeader, "lrlrrrr", rows)
 	for i := range run.Cells {
 		c := &run.Cells[i]

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"html"
 	"image/png"
 	"os"
@@ -15,45 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inboxbench/inboxbench/internal/testenv/golden"
 	"github.com/inboxbench/inboxbench/results"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in ../testdata/")
 
 // testdata holds the fixtures of package results, which its writers'
 // tests render.
 var testdata = filepath.Join("..", "testdata")
-
-// golden compares got with ../testdata/name, or rewrites it under -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join(testdata, name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run 'go test ./results/render -update' to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		gl, wl := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
-		for i := 0; i < len(gl) || i < len(wl); i++ {
-			var g, w string
-			if i < len(gl) {
-				g = gl[i]
-			}
-			if i < len(wl) {
-				w = wl[i]
-			}
-			if g != w {
-				t.Fatalf("%s differs at line %d:\n got: %q\nwant: %q\n(if the change is intended, run 'go test ./results/render -update' and review the diff)", path, i+1, g, w)
-			}
-		}
-	}
-}
 
 func loadFixture(t *testing.T, dir string) *results.Report {
 	t.Helper()
@@ -78,7 +45,7 @@ func TestMarkdownGolden(t *testing.T) {
 	if r.Run == nil || r.Conform == nil {
 		t.Fatal("fixture should hold both result.json and conform.json")
 	}
-	golden(t, "report.golden.md", render(t, Markdown, r))
+	golden.Check(t, filepath.Join(testdata, "report.golden.md"), render(t, Markdown, r))
 }
 
 func TestMarkdownConformOnlyGolden(t *testing.T) {
@@ -86,7 +53,7 @@ func TestMarkdownConformOnlyGolden(t *testing.T) {
 	if r.Run != nil {
 		t.Fatal("conform-only fixture has a result.json")
 	}
-	golden(t, "report.conform-only.golden.md", render(t, Markdown, r))
+	golden.Check(t, filepath.Join(testdata, "report.conform-only.golden.md"), render(t, Markdown, r))
 }
 
 func TestMarkdownSaysWhatIsExpected(t *testing.T) {
@@ -345,7 +312,7 @@ func TestCalibrationOnlyReport(t *testing.T) {
 		t.Fatal("calibrate-only fixture should hold calibrate.json alone")
 	}
 	md := render(t, Markdown, r)
-	golden(t, "report.calibrate-only.golden.md", md)
+	golden.Check(t, filepath.Join(testdata, "report.calibrate-only.golden.md"), md)
 	page := string(render(t, HTML, r))
 	for _, want := range []string{"Client calibration", "publish ratio", "org.apache.kafka.tools.ProducerPerformance", "com.rabbitmq.perf.PerfTest", "benchmark.Consumer"} {
 		if !strings.Contains(page, want) || !strings.Contains(string(md), want) {

@@ -39,27 +39,11 @@ func WriteSummary(w io.Writer, run *results.Run) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if rows := RateRows(run); len(rows) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, strings.ToUpper(strings.Join(RateHeader, "\t"))+"\t")
-		for _, r := range rows {
-			fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := writeRightTable(w, RateHeader, RateRows(run)); err != nil {
+		return err
 	}
-	if rows := ExternalRows(run); len(rows) > 0 {
-		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, strings.ToUpper(strings.Join(ExternalHeader, "\t"))+"\t")
-		for _, r := range rows {
-			fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := writeRightTable(w, ExternalHeader, ExternalRows(run)); err != nil {
+		return err
 	}
 	if err := writeFaultTable(w, FaultRows(run)); err != nil {
 		return err
@@ -81,6 +65,21 @@ func WriteSummary(w io.Writer, run *results.Run) error {
 		}
 	}
 	return nil
+}
+
+// writeRightTable prints rows under header as a terminal table of
+// right-aligned columns after a blank line; nothing without rows.
+func writeRightTable(w io.Writer, header []string, rows [][]string) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.ToUpper(strings.Join(header, "\t"))+"\t")
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
+	}
+	return tw.Flush()
 }
 
 // roundsNote says how the figures of a run of several rounds are

@@ -137,34 +137,25 @@ func mustRead(t *testing.T, path string) []byte {
 // does not know fails here, because every object is closed.
 func TestFullyPopulatedModelValidates(t *testing.T) {
 	result, conform, calibrate := compiled(t)
-	docs := loadDocs(t)
-	var run results.Run
-	fill(t, docs, reflect.ValueOf(&run).Elem(), docs.root(schema.Result), "result.json")
-	var conf results.Conformance
-	fill(t, docs, reflect.ValueOf(&conf).Elem(), docs.root(schema.Conform), "conform.json")
-	var cal results.Calibration
-	fill(t, docs, reflect.ValueOf(&cal).Elem(), docs.root(schema.Calibrate), "calibrate.json")
-
+	m := populate(t, loadDocs(t))
 	dir := t.TempDir()
-	p, err := run.Write(dir)
+	p, err := m.run.Write(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := mustRead(t, p)
 	validate(t, "fully populated result.json", result, b)
-	p, err = conf.Write(dir)
+	p, err = m.conf.Write(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	validate(t, "fully populated conform.json", conform, mustRead(t, p))
-	if p, err = cal.Write(dir); err != nil {
+	if p, err = m.cal.Write(dir); err != nil {
 		t.Fatal(err)
 	}
 	validate(t, "fully populated calibrate.json", calibrate, mustRead(t, p))
-	var db dbcalib.Report
-	fill(t, docs, reflect.ValueOf(&db).Elem(), docs.root(schema.CalibrateDB), "calibrate-db.json")
 	p = filepath.Join(dir, "calibrate-db.json")
-	if err := db.WriteJSON(p); err != nil {
+	if err := m.db.WriteJSON(p); err != nil {
 		t.Fatal(err)
 	}
 	if err := schema.Validate(schema.CalibrateDB, mustRead(t, p)); err != nil {
@@ -193,16 +184,26 @@ func TestFullyPopulatedModelValidates(t *testing.T) {
 // properties, its non-omitempty fields must equal "required", and the
 // types must agree. A field added, renamed or removed on one side only
 // fails here, naming the path.
-func TestSchemaMatchesModel(t *testing.T) {
-	docs := loadDocs(t)
-	var run results.Run
-	fill(t, docs, reflect.ValueOf(&run).Elem(), docs.root(schema.Result), "result.json")
-	var conf results.Conformance
-	fill(t, docs, reflect.ValueOf(&conf).Elem(), docs.root(schema.Conform), "conform.json")
-	var cal results.Calibration
-	fill(t, docs, reflect.ValueOf(&cal).Elem(), docs.root(schema.Calibrate), "calibrate.json")
-	var db dbcalib.Report
-	fill(t, docs, reflect.ValueOf(&db).Elem(), docs.root(schema.CalibrateDB), "calibrate-db.json")
+func TestSchemaMatchesModel(t *testing.T) { populate(t, loadDocs(t)) }
+
+// models are the four files' models.
+type models struct {
+	run  results.Run
+	conf results.Conformance
+	cal  results.Calibration
+	db   dbcalib.Report
+}
+
+// populate sets every field of the four models from their schemas (fill
+// fails t where a model and its schema disagree).
+func populate(t *testing.T, d docs) *models {
+	t.Helper()
+	m := &models{}
+	fill(t, d, reflect.ValueOf(&m.run).Elem(), d.root(schema.Result), "result.json")
+	fill(t, d, reflect.ValueOf(&m.conf).Elem(), d.root(schema.Conform), "conform.json")
+	fill(t, d, reflect.ValueOf(&m.cal).Elem(), d.root(schema.Calibrate), "calibrate.json")
+	fill(t, d, reflect.ValueOf(&m.db).Elem(), d.root(schema.CalibrateDB), "calibrate-db.json")
+	return m
 }
 
 // docs are the parsed schema files, for resolving references.

@@ -94,6 +94,27 @@ func Shard(key string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
+// CachedShards is a driver's shard count of topic: counts[topic], kept
+// under mu, the driver's lock, once Setup (or an earlier call) put it
+// there; else what lookup finds at the broker (a topic another process
+// set up), which it keeps.
+func CachedShards(mu *sync.Mutex, counts map[string]int, topic string, lookup func() (int, error)) (int, error) {
+	mu.Lock()
+	n, ok := counts[topic]
+	mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	n, err := lookup()
+	if err != nil {
+		return 0, err
+	}
+	mu.Lock()
+	counts[topic] = n
+	mu.Unlock()
+	return n, nil
+}
+
 // Bounded runs fn in a goroutine and waits at most d for it; it reports
 // whether fn finished. Used where a client library's shutdown can block
 // forever on a dead server: a test must end with an error, not hang.

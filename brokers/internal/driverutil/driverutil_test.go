@@ -287,3 +287,26 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// A shard count found at the broker is kept; a failed lookup is not.
+func TestCachedShards(t *testing.T) {
+	var mu sync.Mutex
+	counts, lookups := map[string]int{"set-up": 4}, 0
+	lookup := func(n int, err error) func() (int, error) {
+		return func() (int, error) { lookups++; return n, err }
+	}
+	if n, err := CachedShards(&mu, counts, "set-up", lookup(9, nil)); n != 4 || err != nil || lookups != 0 {
+		t.Fatalf("a topic set up here: %d, %v after %d lookups; want 4 without a lookup", n, err, lookups)
+	}
+	if _, err := CachedShards(&mu, counts, "other", lookup(0, errors.New("no such topic"))); err == nil {
+		t.Fatal("a failed lookup returned no error")
+	}
+	for range 2 {
+		if n, err := CachedShards(&mu, counts, "other", lookup(3, nil)); n != 3 || err != nil {
+			t.Fatalf("another process's topic: %d, %v; want 3", n, err)
+		}
+	}
+	if lookups != 2 {
+		t.Fatalf("%d lookups, want 2: the failed one and the first found", lookups)
+	}
+}
