@@ -231,7 +231,6 @@ func (l *lab) check(ctx context.Context, events []*envelope.Event, expected map[
 	return Outcome{Verdict: inv.Verdict, Anomalies: inv.Anomalies, Examples: inv.Examples}, nil
 }
 
-// event builds one of the article's events for order-42.
 // settled reads the balance of order-42, the aggregate of every event,
 // and the inbox's rows, and checks the inbox against evs ending at want.
 func (l *lab) settled(ctx context.Context, evs []*envelope.Event, want workload.State) (out Outcome, balance, inboxRows int64, err error) {
@@ -242,6 +241,7 @@ func (l *lab) settled(ctx context.Context, evs []*envelope.Event, want workload.
 	return out, balance, inboxRows, err
 }
 
+// event builds one of the article's events for order-42.
 func event(id string, version, amount int64) *envelope.Event {
 	return &envelope.Event{SpecVersion: envelope.SpecVersion, Source: "payments", ID: id, Type: "payment.recorded",
 		Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Subject: "order-42", AggregateVersion: version,
