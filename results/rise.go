@@ -36,6 +36,13 @@ const RoundsSpreadMax = 0.10
 // confidence is 50%).
 const minDisagreeRounds = 3
 
+// disagree reports whether e's rounds spread its median beyond
+// ±RoundsSpreadMax, judged on the whole percent the tables print (a
+// "±10%" is within it).
+func disagree(e Estimate) bool {
+	return e.N >= minDisagreeRounds && math.Round(100*e.Spread()) > math.Round(100*RoundsSpreadMax)
+}
+
 // RoundsRise is the rise test of a cell's rounds.
 type RoundsRise struct {
 	// Rise is the last round's rate over the first's, minus one (+0.75:

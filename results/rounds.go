@@ -140,7 +140,7 @@ func roundStats(rounds []Cell) *CellStats {
 	}
 	st.Trend = roundsTrend(rounds)
 	st.Rise = RiseOf(measuredRates(rounds))
-	st.Disagree = st.EventsPerS.N >= minDisagreeRounds && st.EventsPerS.Spread() > RoundsSpreadMax
+	st.Disagree = disagree(st.EventsPerS)
 	return st
 }
 

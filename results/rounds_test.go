@@ -70,6 +70,8 @@ func TestAggregateDisagree(t *testing.T) {
 		{"kafka", []float64{20343, 20685, 19301, 18414, 24883}, true},
 		{"rocketmq", []float64{14932, 15253, 16719, 18849, 17189}, true},
 		{"within 10%", []float64{100, 109, 95, 91, 104}, false},
+		{"10.4% prints as ±10%", []float64{100, 110.4, 95, 91, 104}, false},
+		{"10.6% prints as ±11%", []float64{100, 110.6, 95, 91, 104}, true},
 		{"two rounds", []float64{100, 150}, false},
 		{"three rounds", []float64{100, 150, 120}, true},
 	} {
