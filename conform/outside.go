@@ -68,6 +68,29 @@ func registerOutside() {
 
 var errNoService = errors.New("this fault needs a service under test")
 
+// whileBusy adds fault f to a live stream (40 events/s) twice, each time
+// while every instance of the service works through a backlog: all are
+// stopped while 3 s of the stream builds, continued, and 100 ms later f
+// fires. What an instance holds then is fresh work it was handed and
+// has not committed, so a service that settled it first loses it.
+func whileBusy(o *runner.Options, name string, f func(ctx context.Context, ci runner.CellInfo) error) {
+	o.Spec.PublishRate = 40
+	for _, at := range []float64{0.25, 0.6} {
+		o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: name + ", busy with a backlog", At: at,
+			Do: func(ctx context.Context, ci runner.CellInfo) error {
+				if ci.Service == nil {
+					return errNoService
+				}
+				if err := withBacklog(ctx, ci.Service, 3*time.Second); err != nil {
+					return err
+				}
+				time.Sleep(100 * time.Millisecond)
+				ci.Hit(name + " while it worked through a backlog")
+				return f(ctx, ci)
+			}})
+	}
+}
+
 // withBacklog stops every instance for d, while the stream goes on, and
 // continues them: they return to a backlog.
 func withBacklog(ctx context.Context, s runner.ServiceControl, d time.Duration) error {
@@ -99,25 +122,13 @@ func eachInstance(s runner.ServiceControl, f func(i int) error) error {
 func killInstances(ctx context.Context, c Cell) Outcome {
 	var killed atomic.Int64
 	out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
-		o.Spec.PublishRate = 40
-		for _, at := range []float64{0.25, 0.6} {
-			o.Stream.Actions = append(o.Stream.Actions, runner.Action{Name: "kill -9 every instance, busy with a backlog", At: at,
-				Do: func(ctx context.Context, ci runner.CellInfo) error {
-					if ci.Service == nil {
-						return errNoService
-					}
-					if err := withBacklog(ctx, ci.Service, 3*time.Second); err != nil {
-						return err
-					}
-					time.Sleep(100 * time.Millisecond)
-					ci.Hit(fmt.Sprintf("%d instances killed while working through a backlog", ci.Service.Instances()))
-					if err := eachInstance(ci.Service, func(i int) error { return ci.Service.Kill(ctx, i) }); err != nil {
-						return err
-					}
-					killed.Add(int64(ci.Service.Instances()))
-					return nil
-				}})
-		}
+		whileBusy(o, "kill -9 every instance", func(ctx context.Context, ci runner.CellInfo) error {
+			if err := eachInstance(ci.Service, func(i int) error { return ci.Service.Kill(ctx, i) }); err != nil {
+				return err
+			}
+			killed.Add(int64(ci.Service.Instances()))
+			return nil
+		})
 	})
 	if out.Err == nil && killed.Load() == 0 && !c.Broken() {
 		return fail(errors.New("no instance was killed: the scenario proved nothing"))
