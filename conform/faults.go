@@ -82,7 +82,7 @@ func init() {
 	idem.Requires = []string{inbox.FeatureIdempotencyKeys}
 	register(idem)
 	register(&Scenario{Name: "db-connection-kill", Timeout: 4 * time.Minute, CatchesOutside: []string{"broken-ack-before-commit"},
-		Proves: "the consumers' database connections are terminated twice mid-stream, mid-transaction (a service's: found by the ports its processes hold): the events are retried, none lost or doubled",
+		Proves: "the consumers' database connections are terminated twice mid-stream, mid-transaction (a service's: found by the ports its processes hold, while it works through a backlog): the events are retried, none lost or doubled",
 		Run: func(ctx context.Context, c Cell) Outcome {
 			var killed atomic.Int64
 			out := runStream(ctx, c, "", func(o *runner.Options, e *Env) {
