@@ -39,8 +39,8 @@ func Aggregate(rounds []Cell) Cell {
 		r := &rounds[i]
 		c.DurationS += r.DurationS
 		c.Counters = AddCounters(c.Counters, r.Counters)
-		c.External = addExternal(c.External, r.External, i == 0)
-		c.Service = addService(c.Service, r.Service, i == 0)
+		c.External = addUp(c.External, r.External, i == 0, addExternal)
+		c.Service = addUp(c.Service, r.Service, i == 0, addService)
 		c.Failures = append(c.Failures, r.Failures...)
 		if r.Error != "" {
 			errs = append(errs, fmt.Sprintf("round %d: %s", r.Round, r.Error))
@@ -52,9 +52,9 @@ func Aggregate(rounds []Cell) Cell {
 	return c
 }
 
-// addExternal sums the rounds' external calls (the settings are the
-// same in every round); first starts the sum.
-func addExternal(sum, r *External, first bool) *External {
+// addUp sums the rounds' r into sum with add: nil rounds add nothing,
+// and first (or a nil sum) starts the sum with a copy of r.
+func addUp[T any](sum, r *T, first bool, add func(s, r *T)) *T {
 	switch {
 	case r == nil:
 		return sum
@@ -63,25 +63,19 @@ func addExternal(sum, r *External, first bool) *External {
 		return &c
 	}
 	s := *sum
-	s.Calls, s.Effects, s.Replays, s.Conflicts = s.Calls+r.Calls, s.Effects+r.Effects, s.Replays+r.Replays, s.Conflicts+r.Conflicts
-	s.Refused, s.TimedOut, s.Queries = s.Refused+r.Refused, s.TimedOut+r.TimedOut, s.Queries+r.Queries
+	add(&s, r)
 	return &s
 }
 
-// addService sums the rounds' kills and exits of a service under test;
-// first starts the sum.
-func addService(sum, r *ServiceRun, first bool) *ServiceRun {
-	switch {
-	case r == nil:
-		return sum
-	case first || sum == nil:
-		c := *r
-		return &c
-	}
-	s := *sum
-	s.Kills, s.Exits = s.Kills+r.Kills, s.Exits+r.Exits
-	return &s
+// addExternal sums the rounds' external calls (the settings are the
+// same in every round).
+func addExternal(s, r *External) {
+	s.Calls, s.Effects, s.Replays, s.Conflicts = s.Calls+r.Calls, s.Effects+r.Effects, s.Replays+r.Replays, s.Conflicts+r.Conflicts
+	s.Refused, s.TimedOut, s.Queries = s.Refused+r.Refused, s.TimedOut+r.TimedOut, s.Queries+r.Queries
 }
+
+// addService sums the rounds' kills and exits of a service under test.
+func addService(s, r *ServiceRun) { s.Kills, s.Exits = s.Kills+r.Kills, s.Exits+r.Exits }
 
 // medianRound is the index of the round whose events/s is the median (the
 // lower middle of an even count).

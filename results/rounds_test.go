@@ -136,3 +136,25 @@ func TestAggregateRise(t *testing.T) {
 		t.Errorf("a warming cell run for its events: column %v, %q", run.SteadyCells(), first.SteadyText())
 	}
 }
+
+// TestAggregateSumsCalls: a cell's external calls and a service's kills
+// are the sums over its rounds, the median round's left unchanged.
+func TestAggregateSumsCalls(t *testing.T) {
+	rounds := []Cell{roundCell(1, 900, VerdictPass, true), roundCell(2, 1100, VerdictPass, true), roundCell(3, 1000, VerdictPass, true)}
+	for i := range rounds {
+		n := int64(i + 1)
+		rounds[i].External = &External{Calls: n, Effects: n, Replays: 1, Conflicts: 0, Refused: n, TimedOut: 1, Queries: 2}
+		rounds[i].Service = &ServiceRun{Kills: n, Exits: 1}
+	}
+	c := Aggregate(rounds)
+	want := External{Calls: 6, Effects: 6, Replays: 3, Refused: 6, TimedOut: 3, Queries: 6}
+	if c.External == nil || *c.External != want {
+		t.Errorf("external %+v, want %+v", c.External, want)
+	}
+	if c.Service == nil || c.Service.Kills != 6 || c.Service.Exits != 3 {
+		t.Errorf("service %+v, want 6 kills and 3 exits", c.Service)
+	}
+	if rounds[2].External.Calls != 3 || rounds[2].Service.Kills != 3 {
+		t.Errorf("the median round changed: %+v %+v", rounds[2].External, rounds[2].Service)
+	}
+}
