@@ -34,13 +34,14 @@ func Aggregate(rounds []Cell) Cell {
 	c.Latency = medianLatencies(rounds, c.Latency.Spectrum)
 	c.Contention.LockWaitShare = c.Stats.LockWaitShare.Median
 	c.DurationS, c.Counters, c.Failures, c.Notes = 0, Counters{}, nil, nil
+	c.External, c.Service = nil, nil // the sums below, not the median round's
 	var errs []string
 	for i := range rounds {
 		r := &rounds[i]
 		c.DurationS += r.DurationS
 		c.Counters = AddCounters(c.Counters, r.Counters)
-		c.External = addUp(c.External, r.External, i == 0, addExternal)
-		c.Service = addUp(c.Service, r.Service, i == 0, addService)
+		c.External = addUp(c.External, r.External, addExternal)
+		c.Service = addUp(c.Service, r.Service, addService)
 		c.Failures = append(c.Failures, r.Failures...)
 		if r.Error != "" {
 			errs = append(errs, fmt.Sprintf("round %d: %s", r.Round, r.Error))
@@ -53,12 +54,12 @@ func Aggregate(rounds []Cell) Cell {
 }
 
 // addUp sums the rounds' r into sum with add: nil rounds add nothing,
-// and first (or a nil sum) starts the sum with a copy of r.
-func addUp[T any](sum, r *T, first bool, add func(s, r *T)) *T {
+// and the first that is not nil starts the sum with a copy of itself.
+func addUp[T any](sum, r *T, add func(s, r *T)) *T {
 	switch {
 	case r == nil:
 		return sum
-	case first || sum == nil:
+	case sum == nil:
 		c := *r
 		return &c
 	}
