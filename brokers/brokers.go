@@ -333,7 +333,9 @@ type Broker interface {
 	Publish(ctx context.Context, topic string, msgs []Message) []error
 	// Subscribe starts consuming topic as group and calls h with batches
 	// of deliveries until the subscription is closed, crashes or fails. ctx
-	// bounds the start-up only; use Subscription.Close to stop.
+	// bounds the start-up only; use Subscription.Close to stop. h may be
+	// called before Subscribe returns: a Crash then still yields the
+	// Subscription, its Err() ErrCrashed, never an error from Subscribe.
 	Subscribe(ctx context.Context, topic, group string, opts SubscribeOptions, h Handler) (Subscription, error)
 	// Close closes every subscription and connection of this instance.
 	Close() error

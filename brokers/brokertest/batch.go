@@ -251,3 +251,45 @@ func testBatchCrash(t *testing.T, newBroker NewBroker) {
 	c.Check(t, b.Capabilities().PerKeyOrder)
 	t.Logf("%s: a batch of %d crashed and came back", b.Name(), len(crashed))
 }
+
+// a handler that crashes on its very first call, while the subscription
+// may still be starting its other shards, ends the subscription with
+// ErrCrashed; Subscribe itself never fails because of it (the caller has
+// no Subscription to read the crash from then), and the next subscription
+// of the group gets every event. Many shards, each with a backlog, widen
+// the window between the first delivery and the last shard's start.
+func testCrashWhileStarting(t *testing.T, newBroker NewBroker) {
+	b := newBroker(t)
+	const shards = 16
+	topic := Topic(t, b, shards)
+	msgs := Events(t, UniqueName(t, "e"), shards, 20, 0)
+	c := NewCollector(b.Name(), msgs)
+	Publish(t, b, topic, msgs, publishTimeout)
+	opts := brokers.SubscribeOptions{MaxBatch: 10}
+	crash := func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
+		vs := make([]brokers.Verdict, len(ds))
+		for i := range vs {
+			vs[i] = brokers.Crash
+		}
+		return vs
+	}
+	group := UniqueName(t, "g")
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		sub, err := b.Subscribe(ctx, topic, group, opts, crash)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: Subscribe failed when its handler crashed on the first call: %v (want a Subscription whose Err() is ErrCrashed)", b.Name(), err)
+		}
+		waitDone(t, b, sub, waitTimeout)
+		if !errors.Is(sub.Err(), brokers.ErrCrashed) {
+			t.Fatalf("%s: after a Crash on the first call Err() = %v, want ErrCrashed", b.Name(), sub.Err())
+		}
+		if err := sub.Close(); err != nil {
+			t.Errorf("%s: Close after crash: %v", b.Name(), err)
+		}
+	}
+	subscribe(t, b, topic, group, opts, brokers.PerDelivery(c.Handle))
+	c.WaitAll(t, waitTimeout)
+	c.Check(t, b.Capabilities().PerKeyOrder)
+}

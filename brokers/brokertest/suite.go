@@ -62,6 +62,7 @@ func Run(t *testing.T, newBroker NewBroker, opts ...Option) {
 		{"PerKeyOrder10k", testPerKeyOrder},
 		{"BatchDelivery", testBatchDelivery},
 		{"BatchCrash", testBatchCrash},
+		{"CrashWhileStarting", testCrashWhileStarting},
 		{"CrashWithBacklog", testCrashWithBacklog},
 		{"SettleOnReceiptLosesBacklog", testSettleOnReceipt},
 		{"Capabilities", testCapabilities},

@@ -88,13 +88,19 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		nc.Close()
 		return nil, errors.New("nats: broker is closed")
 	}
+	// Every stream is pulled before any worker hands a message over: a
+	// handler that crashes on the first batch ends the subscription (and
+	// closes its connection) only once all its pulls exist.
 	for _, p := range s.parts {
-		if err := p.start(); err != nil {
+		if err := p.consume(); err != nil {
 			s.end(err)
 			return nil, err
 		}
 	}
-	s.workers.Add(1)
+	s.workers.Add(len(s.parts) + 1)
+	for _, p := range s.parts {
+		go p.work()
+	}
 	go s.keepInProgress()
 	return s, nil
 }
@@ -114,8 +120,8 @@ func (s *subscription) newPart(ctx context.Context, i int) (*part, error) {
 	return &part{s: s, shard: i, name: name, cons: cons, in: make(chan jetstream.Msg, s.Opts.Prefetch), held: map[uint64]*heldMsg{}}, nil
 }
 
-// start pulls the stream and runs its worker.
-func (p *part) start() error {
+// consume pulls the stream into p.in; p.work hands it over.
+func (p *part) consume() error {
 	s := p.s
 	expiry := min(max(s.b.pinnedTTL/2, time.Second), 30*time.Second)
 	cc, err := p.cons.Consume(func(m jetstream.Msg) {
@@ -139,8 +145,6 @@ func (p *part) start() error {
 		return fmt.Errorf("nats: consume %s: %w", p.name, err)
 	}
 	p.cc = cc
-	s.workers.Add(1)
-	go p.work()
 	return nil
 }
 
