@@ -29,6 +29,7 @@ type subscription struct {
 	cancel  context.CancelFunc
 	workers sync.WaitGroup
 	endOnce sync.Once
+	started chan struct{} // closed when Subscribe has started (or failed to start) every pull
 }
 
 // part is one shard stream's consumer and what its worker holds.
@@ -73,7 +74,7 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 		nc.Close()
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	s := &subscription{b: b, topic: topic, group: group, nc: nc, js: js}
+	s := &subscription{b: b, topic: topic, group: group, nc: nc, js: js, started: make(chan struct{})}
 	s.Init(opts, h, s.end)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for i := range n {
@@ -90,12 +91,18 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 	}
 	// Every stream is pulled before any worker hands a message over: a
 	// handler that crashes on the first batch ends the subscription (and
-	// closes its connection) only once all its pulls exist.
+	// closes its connection) only once all its pulls exist. end waits for
+	// started, so a Close meanwhile does not race with the loop either.
+	err = nil
 	for _, p := range s.parts {
-		if err := p.consume(); err != nil {
-			s.end(err)
-			return nil, err
+		if err = p.consume(); err != nil {
+			break
 		}
+	}
+	close(s.started)
+	if err != nil {
+		s.end(err)
+		return nil, err
 	}
 	s.workers.Add(len(s.parts) + 1)
 	for _, p := range s.parts {
@@ -408,6 +415,7 @@ func (s *subscription) keepInProgress() {
 func (s *subscription) end(cause error) {
 	s.endOnce.Do(func() {
 		go func() {
+			<-s.started
 			for _, p := range s.parts {
 				if p.cc != nil {
 					p.cc.Stop()
