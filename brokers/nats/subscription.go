@@ -99,12 +99,14 @@ func (b *Broker) Subscribe(ctx context.Context, topic, group string, opts broker
 			break
 		}
 	}
+	if err == nil {
+		s.workers.Add(len(s.parts) + 1) // before started: end's Wait counts them
+	}
 	close(s.started)
 	if err != nil {
 		s.end(err)
 		return nil, err
 	}
-	s.workers.Add(len(s.parts) + 1)
 	for _, p := range s.parts {
 		go p.work()
 	}
