@@ -45,6 +45,7 @@ type backlogCrash struct {
 	ids   []string // the batch in the held call's hands
 }
 
+// crashAll is a Crash verdict for each of ds.
 func crashAll(ds []*brokers.Delivery) []brokers.Verdict {
 	vs := make([]brokers.Verdict, len(ds))
 	for i := range vs {

@@ -266,13 +266,7 @@ func testCrashWhileStarting(t *testing.T, newBroker NewBroker) {
 	c := NewCollector(b.Name(), msgs)
 	Publish(t, b, topic, msgs, publishTimeout)
 	opts := brokers.SubscribeOptions{MaxBatch: 10}
-	crash := func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict {
-		vs := make([]brokers.Verdict, len(ds))
-		for i := range vs {
-			vs[i] = brokers.Crash
-		}
-		return vs
-	}
+	crash := func(_ context.Context, ds []*brokers.Delivery) []brokers.Verdict { return crashAll(ds) }
 	group := UniqueName(t, "g")
 	for range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
